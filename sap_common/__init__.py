@@ -1,0 +1,21 @@
+"""What sap_ref and sap_gpu share: model, conventions, configuration, scenes (NumPy only).
+
+DESIGN §1. Nothing here imports Warp.
+"""
+
+from .builder import ModelBuilder
+from .config import PRESETS, SapConfig
+from .model import JointType, SapModel, ShapeType
+from .state import SapContacts, SapControl, SapState
+
+__all__ = [
+    "ModelBuilder",
+    "PRESETS",
+    "SapConfig",
+    "JointType",
+    "SapModel",
+    "ShapeType",
+    "SapContacts",
+    "SapControl",
+    "SapState",
+]

@@ -1,0 +1,329 @@
+"""Solver configuration: presets, aliases, defaults and validation (DESIGN §5).
+
+A :class:`SapConfig` is frozen and validated: a config that constructs always runs. Every
+knob left unset (``None``) is filled in from the preset (the eight knobs of the preset table)
+or from a line-search-dependent default; explicit values always win::
+
+    cfg = SapConfig.from_preset("drake", line_search_variant="exact_root")
+    cfg.line_search_max_iterations      # 100: exact_root's default, since it was not given
+    cfg.replace(contact_preset_variant="approx32")   # re-expands the preset, keeps overrides
+
+Names are normalized before validation: case and ``-``/``_`` are ignored
+(``approx-32`` → ``approx32``), and precisions accept ``fp32``/``f32``/``float32``/``single``
+and the NumPy dtypes. Bad values raise ``ValueError`` naming the field and the valid values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+__all__ = [
+    "SapConfig",
+    "PRESETS",
+    "PRESET_KNOBS",
+    "PRECISIONS",
+    "CONTACT_WEIGHT_MODES",
+    "CONTACT_POINT_MODES",
+    "POSITION_INTEGRATIONS",
+    "LINE_SEARCH_VARIANTS",
+    "precision_dtype",
+    "normalize_preset",
+]
+
+PRECISIONS = ("fp32", "fp64")
+CONTACT_WEIGHT_MODES = ("body_inertia", "diag_delassus")
+CONTACT_POINT_MODES = ("witness_point", "contact_midpoint")
+POSITION_INTEGRATIONS = ("midpoint", "sap_euler")
+LINE_SEARCH_VARIANTS = ("monotone_decay", "armijo_decay", "exact_root")
+
+# The preset table of DESIGN §5. Only these eight knobs depend on the preset.
+PRESETS = MappingProxyType({
+    "approx32": MappingProxyType(dict(
+        use_f64_boundary_pose=False,
+        free_motion_solve_precision="fp32",
+        contact_solve_precision="fp64",
+        contact_linear_solve_precision="fp32",
+        sap_contact_weight_precision="fp32",
+        contact_weight_mode="body_inertia",
+        contact_point_mode="witness_point",
+        position_integration="midpoint",
+    )),
+    "approx64": MappingProxyType(dict(
+        use_f64_boundary_pose=True,
+        free_motion_solve_precision="fp64",
+        contact_solve_precision="fp64",
+        contact_linear_solve_precision="fp64",
+        sap_contact_weight_precision="fp64",
+        contact_weight_mode="body_inertia",
+        contact_point_mode="witness_point",
+        position_integration="midpoint",
+    )),
+    "drake": MappingProxyType(dict(
+        use_f64_boundary_pose=True,
+        free_motion_solve_precision="fp64",
+        contact_solve_precision="fp64",
+        contact_linear_solve_precision="fp64",
+        sap_contact_weight_precision="fp64",
+        contact_weight_mode="diag_delassus",
+        contact_point_mode="contact_midpoint",
+        position_integration="sap_euler",
+    )),
+})
+PRESET_KNOBS = tuple(PRESETS["approx32"])
+
+_PRESET_ALIASES = {"approx32": "approx32", "approx64": "approx64", "drake": "drake"}
+_PRECISION_ALIASES = {
+    "fp32": "fp32", "f32": "fp32", "float32": "fp32", "single": "fp32",
+    "fp64": "fp64", "f64": "fp64", "float64": "fp64", "double": "fp64",
+}
+# Drake's names for its line searches (kExact, kBackTracking) are accepted too.
+_LINE_SEARCH_ALIASES = {
+    "monotone_decay": "monotone_decay", "monotone": "monotone_decay",
+    "armijo_decay": "armijo_decay", "armijo": "armijo_decay", "backtracking": "armijo_decay",
+    "exact_root": "exact_root", "exact": "exact_root",
+}
+
+# Line-search-dependent defaults (DESIGN §5).
+LINE_SEARCH_MAX_ITERATIONS_DEFAULT = 40
+EXACT_ROOT_MAX_ITERATIONS_DEFAULT = 100  # Drake's exact line search allows 100 evaluations
+COST_TOL_DEFAULTS = MappingProxyType({
+    # monotone_decay stops once the cost stalls to 0.5 %: a decay search cannot refine α.
+    "monotone_decay": (0.0, 5e-3),
+    # Drake's SapSolverParameters (spec §5.1): the cost criterion almost never fires.
+    "armijo_decay": (1e-30, 1e-15),
+    "exact_root": (1e-30, 1e-15),
+})
+RELATIVE_SLOP_FACTOR = 1000.0  # Drake: relative_slop = 1000 · machine epsilon
+
+
+def _key(value) -> str:
+    return str(value).strip().lower().replace("-", "_")
+
+
+def _choice(field_name: str, value, aliases: dict, valid: tuple) -> str:
+    if isinstance(value, str):
+        k = _key(value)
+        if k in aliases:
+            return aliases[k]
+        if k.replace("_", "") in aliases:  # approx_32 → approx32
+            return aliases[k.replace("_", "")]
+    raise ValueError(f"{field_name}: {value!r} is not valid; valid: {', '.join(valid)}")
+
+
+def normalize_preset(name) -> str:
+    """Canonical preset name (``approx32``, ``approx64``, ``drake``) or ``ValueError``."""
+    return _choice("contact_preset_variant", name, _PRESET_ALIASES, tuple(PRESETS))
+
+
+def _precision(field_name: str, value) -> str:
+    if not isinstance(value, str):
+        try:
+            dt = np.dtype(value)
+        except TypeError:
+            dt = None
+        if dt is not None and dt in (np.float32, np.float64):
+            return "fp32" if dt == np.float32 else "fp64"
+    return _choice(field_name, value, _PRECISION_ALIASES, PRECISIONS)
+
+
+def precision_dtype(precision: str):
+    """``np.float32`` for ``"fp32"``, ``np.float64`` for ``"fp64"`` (aliases accepted)."""
+    return np.float32 if _precision("precision", precision) == "fp32" else np.float64
+
+
+def _int(field_name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{field_name}: must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{field_name}: must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def _real(field_name: str, value, *, low: float, low_open: bool, high: float = math.inf,
+          high_open: bool = True, note: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{field_name}: must be a real number, got {value!r}")
+    x = float(value)
+    ok = math.isfinite(x) and (x > low if low_open else x >= low) and (x < high if high_open else x <= high)
+    if not ok:
+        lo = f"({low}" if low_open else f"[{low}"
+        hi = "inf)" if high == math.inf else (f"{high})" if high_open else f"{high}]")
+        raise ValueError(f"{field_name}: must be finite and in {lo}, {hi}{note}, got {value!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class SapConfig:
+    """Every knob of the SAP time step (DESIGN §5). ``None`` = preset / dependent default.
+
+    Attributes:
+        contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
+        use_f64_boundary_pose: compute the boundary pose (public↔SAP conversion, kinematics
+            at the boundary) in float64; False rounds it through float32.
+        free_motion_solve_precision: ``fp32``/``fp64`` for the A (v* − v₀) = h k solve.
+        contact_solve_precision: ``fp32``/``fp64`` for the ℓ, ∇ℓ, H buffers.
+        contact_linear_solve_precision: ``fp32``/``fp64`` for H d = −∇ℓ.
+        sap_contact_weight_precision: ``fp32``/``fp64`` for the weights w, R, v̂.
+        contact_weight_mode: ``body_inertia`` or ``diag_delassus`` (Drake's w = ‖J diag(A)⁻¹Jᵀ‖_F/3).
+        contact_point_mode: ``witness_point`` or ``contact_midpoint`` (Drake's stiffness-weighted point).
+        position_integration: ``midpoint`` ((v₀+v₁)/2, normalized quaternions) or
+            ``sap_euler`` (Drake: q₁ = q₀ + h N(q₀) v₁).
+        line_search_variant: ``monotone_decay`` (default), ``armijo_decay``, ``exact_root``.
+        line_search_max_iterations: probes per line search; 40, or 100 for ``exact_root``.
+        rho: ``armijo_decay`` decay factor in (0, 1) (0.8).
+        armijo_c: Armijo sufficient-decrease constant in (0, 1) (1e-4).
+        line_search_relative_slop: cost slop relative to the local cost; default
+            1000·ε of the ``contact_solve_precision`` dtype.
+        max_iterations: Newton iteration cap (100, Drake's default).
+        optimality_abs_tol: ε_a of the optimality criterion [√J] (1e-14, spec §5.1).
+        optimality_rel_tol: ε_r of the optimality criterion (1e-6, spec §5.1).
+        cost_abs_tol / cost_rel_tol: cost criterion; monotone_decay 0.0 / 5e-3,
+            armijo_decay and exact_root 1e-30 / 1e-15.
+        contact_tau_d: dissipation time scale τ_d [s] of a shape that sets none (0.1 s,
+            SceneGraph's per-geometry default; a pair of such shapes gets 0.2 s).
+        contact_beta: near-rigid threshold β of the contact constraint (1.0).
+        contact_sigma: friction regularization σ (1e-3).
+        fallback_stiffness: point-contact stiffness [N/m] of a shape that sets none (1e6).
+        fallback_mu: friction coefficient of a shape that sets none (0.5).
+        max_rigid_contact: contact slots per world (≥ 0).
+    """
+
+    contact_preset_variant: str = "approx32"
+    use_f64_boundary_pose: bool | None = None
+    free_motion_solve_precision: str | None = None
+    contact_solve_precision: str | None = None
+    contact_linear_solve_precision: str | None = None
+    sap_contact_weight_precision: str | None = None
+    contact_weight_mode: str | None = None
+    contact_point_mode: str | None = None
+    position_integration: str | None = None
+    line_search_variant: str = "monotone_decay"
+    line_search_max_iterations: int | None = None
+    rho: float = 0.8
+    armijo_c: float = 1e-4
+    line_search_relative_slop: float | None = None
+    max_iterations: int = 100
+    optimality_abs_tol: float = 1e-14
+    optimality_rel_tol: float = 1e-6
+    cost_abs_tol: float | None = None
+    cost_rel_tol: float | None = None
+    contact_tau_d: float = 0.1
+    contact_beta: float = 1.0
+    contact_sigma: float = 1e-3
+    fallback_stiffness: float = 1e6
+    fallback_mu: float = 0.5
+    max_rigid_contact: int = 64
+    # Fields the user set explicitly (kept so replace() can re-expand a preset).
+    _explicit: frozenset = field(default=frozenset(), repr=False, compare=False)
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name != "_explicit"}
+        if not self._explicit:
+            set_("_explicit", frozenset(
+                k for k, d in defaults.items()
+                if getattr(self, k) is not None and (d is None or getattr(self, k) != d)
+            ))
+
+        preset = normalize_preset(self.contact_preset_variant)
+        set_("contact_preset_variant", preset)
+        for knob, value in PRESETS[preset].items():
+            if getattr(self, knob) is None:
+                set_(knob, value)
+
+        if not isinstance(self.use_f64_boundary_pose, (bool, np.bool_)):
+            raise ValueError(f"use_f64_boundary_pose: must be True or False, got {self.use_f64_boundary_pose!r}")
+        set_("use_f64_boundary_pose", bool(self.use_f64_boundary_pose))
+        for knob in ("free_motion_solve_precision", "contact_solve_precision",
+                     "contact_linear_solve_precision", "sap_contact_weight_precision"):
+            set_(knob, _precision(knob, getattr(self, knob)))
+        set_("contact_weight_mode", _choice("contact_weight_mode", self.contact_weight_mode,
+                                            {k: k for k in CONTACT_WEIGHT_MODES}, CONTACT_WEIGHT_MODES))
+        set_("contact_point_mode", _choice("contact_point_mode", self.contact_point_mode,
+                                           {k: k for k in CONTACT_POINT_MODES}, CONTACT_POINT_MODES))
+        set_("position_integration", _choice("position_integration", self.position_integration,
+                                             {k: k for k in POSITION_INTEGRATIONS}, POSITION_INTEGRATIONS))
+        ls = _choice("line_search_variant", self.line_search_variant, _LINE_SEARCH_ALIASES,
+                     LINE_SEARCH_VARIANTS)
+        set_("line_search_variant", ls)
+
+        if self.line_search_max_iterations is None:
+            set_("line_search_max_iterations", EXACT_ROOT_MAX_ITERATIONS_DEFAULT if ls == "exact_root"
+                 else LINE_SEARCH_MAX_ITERATIONS_DEFAULT)
+        set_("line_search_max_iterations", _int("line_search_max_iterations", self.line_search_max_iterations, 1))
+        set_("max_iterations", _int("max_iterations", self.max_iterations, 1))
+        set_("max_rigid_contact", _int("max_rigid_contact", self.max_rigid_contact, 0))
+
+        abs_default, rel_default = COST_TOL_DEFAULTS[ls]
+        if self.cost_abs_tol is None:
+            set_("cost_abs_tol", abs_default)
+        if self.cost_rel_tol is None:
+            set_("cost_rel_tol", rel_default)
+        if self.line_search_relative_slop is None:
+            eps = np.finfo(precision_dtype(self.contact_solve_precision)).eps
+            set_("line_search_relative_slop", RELATIVE_SLOP_FACTOR * float(eps))
+
+        # Absolute tolerances may be 0 (relative test only: monotone_decay's own default);
+        # relative tolerances must be > 0 or the criterion could never be met in floating point.
+        set_("rho", _real("rho", self.rho, low=0.0, low_open=True, high=1.0))
+        set_("armijo_c", _real("armijo_c", self.armijo_c, low=0.0, low_open=True, high=1.0))
+        set_("line_search_relative_slop", _real("line_search_relative_slop", self.line_search_relative_slop,
+                                                low=0.0, low_open=False))
+        set_("optimality_abs_tol", _real("optimality_abs_tol", self.optimality_abs_tol, low=0.0, low_open=False))
+        set_("optimality_rel_tol", _real("optimality_rel_tol", self.optimality_rel_tol, low=0.0, low_open=True))
+        set_("cost_abs_tol", _real("cost_abs_tol", self.cost_abs_tol, low=0.0, low_open=False))
+        set_("cost_rel_tol", _real("cost_rel_tol", self.cost_rel_tol, low=0.0, low_open=True))
+        set_("contact_tau_d", _real("contact_tau_d", self.contact_tau_d, low=0.0, low_open=False, note=" s"))
+        set_("contact_beta", _real("contact_beta", self.contact_beta, low=0.0, low_open=True))
+        set_("contact_sigma", _real("contact_sigma", self.contact_sigma, low=0.0, low_open=True))
+        set_("fallback_stiffness", _real("fallback_stiffness", self.fallback_stiffness, low=0.0, low_open=True,
+                                         note=" N/m"))
+        set_("fallback_mu", _real("fallback_mu", self.fallback_mu, low=0.0, low_open=False))
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def knob_names(cls) -> tuple[str, ...]:
+        """Names of every configurable knob."""
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+    @classmethod
+    def from_preset(cls, contact_preset_variant: str = "approx32", **overrides) -> "SapConfig":
+        """Expand preset ``contact_preset_variant``, then apply ``overrides`` (each wins).
+
+        ``SapConfig.from_preset("drake", line_search_variant="exact_root")`` and
+        ``SapConfig.from_preset(**scene.solver_kwargs)`` both work. ``None`` values mean
+        "not set". Unknown override names raise ``ValueError`` listing the valid knobs.
+        """
+        valid = cls.knob_names()
+        unknown = sorted(set(overrides) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown SapConfig knob(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return cls(contact_preset_variant=contact_preset_variant, **overrides)
+
+    def replace(self, **overrides) -> "SapConfig":
+        """A new config: this one's explicit choices plus ``overrides``, re-expanded.
+
+        Changing ``contact_preset_variant`` or ``line_search_variant`` refreshes every knob
+        that was never set explicitly.
+        """
+        kept = {k: getattr(self, k) for k in self._explicit if k != "contact_preset_variant"}
+        preset = overrides.pop("contact_preset_variant", self.contact_preset_variant)
+        return SapConfig.from_preset(preset, **{**kept, **overrides})
+
+    def dtype(self, knob: str):
+        """NumPy dtype of a precision knob, e.g. ``cfg.dtype("contact_linear_solve_precision")``."""
+        if knob not in ("free_motion_solve_precision", "contact_solve_precision",
+                        "contact_linear_solve_precision", "sap_contact_weight_precision"):
+            raise ValueError(f"knob: {knob!r} is not a precision knob")
+        return precision_dtype(getattr(self, knob))
+
+    def as_dict(self) -> dict:
+        """Every knob and its resolved value."""
+        return {k: getattr(self, k) for k in self.knob_names()}

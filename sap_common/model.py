@@ -1,0 +1,751 @@
+"""The model: one world's topology and parameters (frozen, NumPy) plus ``num_worlds``.
+
+DESIGN §3–§4. Field names follow the Newton vocabulary. A model is normally made by
+:class:`sap_common.builder.ModelBuilder`, by :func:`sap_common.io.load_json` or by
+:mod:`sap_common.scenes`; constructing :class:`SapModel` directly is supported and runs the
+same validation. Every array is read-only after construction.
+
+Joint coordinate layouts (``joint_q`` per joint from ``joint_q_start``, ``joint_qd`` per DOF
+from ``joint_qd_start``):
+
+============  ====  ====  ====================================================================
+type          nq    nv    meaning
+============  ====  ====  ====================================================================
+PRISMATIC     1     1     d [m] along ``joint_axis`` (same components in F and M); X_FM = (d a, 1)
+REVOLUTE      1     1     θ [rad] about ``joint_axis``; X_FM = (0, R(a, θ))
+BALL          4     3     q = q_FM ``[x,y,z,w]``; qd = ω_FM expressed in F; q̇ = ½ (ω_F, 0) ⊗ q
+FIXED         0     0     X_FM = identity
+FREE          7     6     q = [p_WO, q_WB] of the child body origin O (world); qd see below
+DISTANCE      7     6     as FREE; the joint frames are anchor points for a distance limit
+D6            n     n     one scalar per axis, linear axes first; X_FM = T(Σ d_i l_i) R(a_0,θ_0)…
+============  ====  ====  ====================================================================
+
+FREE/DISTANCE velocities differ between the two orders (DESIGN §3): public ``[v_C, ω]``, SAP
+``[ω, v_O]``, all in world coordinates. Per-DOF *parameters* of those joints (armature,
+damping) are indexed in SAP order, because A = M + h·diag(D) is diagonal in SAP coordinates.
+D6 angular axes are applied in sequence (each expressed in the frame left by the previous
+rotations), after all translations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import spatial
+
+__all__ = ["JointType", "ShapeType", "SapModel", "joint_coord_count", "joint_dof_count"]
+
+
+class JointType(enum.IntEnum):
+    """Joint types (values match Newton's ``JointType``)."""
+
+    PRISMATIC = 0
+    REVOLUTE = 1
+    BALL = 2
+    FIXED = 3
+    FREE = 4
+    DISTANCE = 5
+    D6 = 6
+
+
+class ShapeType(enum.IntEnum):
+    """Collision shape types. Sizes (``shape_size``) per type:
+
+    * PLANE: the half-space z ≤ 0 of the shape frame (outward normal +z); size unused (0).
+    * SPHERE: ``(radius, 0, 0)``.
+    * CAPSULE: ``(radius, half_length, 0)``, segment along the shape frame's z axis.
+    * BOX: ``(hx, hy, hz)`` half extents, centred on the shape frame.
+    """
+
+    PLANE = 0
+    SPHERE = 1
+    CAPSULE = 2
+    BOX = 3
+
+
+_FLOATING = (JointType.FREE, JointType.DISTANCE)
+_AXIS_JOINTS = (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6)
+
+# A rotational inertia is accepted as symmetric when |I - Iᵀ| ≤ this times its largest
+# entry: inputs come from text files and products of rotations, a few ulps off symmetric.
+INERTIA_SYMMETRY_RTOL = 1e-9
+# Principal moments must satisfy the triangle inequality I_a + I_b ≥ I_c (a real mass
+# distribution); this slack (relative to the largest moment) admits thin rods and disks whose
+# moments were rounded when written to a file.
+INERTIA_TRIANGLE_RTOL = 1e-6
+# Two D6 axes of one kind are "dependent" when |a × b| is below this (unit axes).
+D6_AXIS_INDEPENDENCE_TOL = 1e-6
+
+
+def joint_coord_count(joint_type: int, dof_dim=(0, 0)) -> int:
+    """Number of position coordinates of a joint (see the module table)."""
+    jt = JointType(joint_type)
+    if jt in (JointType.PRISMATIC, JointType.REVOLUTE):
+        return 1
+    if jt == JointType.BALL:
+        return 4
+    if jt == JointType.FIXED:
+        return 0
+    if jt in _FLOATING:
+        return 7
+    return int(dof_dim[0]) + int(dof_dim[1])
+
+
+def joint_dof_count(joint_type: int, dof_dim=(0, 0)) -> int:
+    """Number of velocity coordinates (DOFs) of a joint."""
+    jt = JointType(joint_type)
+    if jt == JointType.BALL:
+        return 3
+    if jt in _FLOATING:
+        return 6
+    return joint_coord_count(jt, dof_dim)
+
+
+def _default_dof_dim(joint_type: JointType) -> tuple[int, int]:
+    return {
+        JointType.PRISMATIC: (1, 0),
+        JointType.REVOLUTE: (0, 1),
+        JointType.BALL: (0, 3),
+        JointType.FIXED: (0, 0),
+        JointType.FREE: (3, 3),
+        JointType.DISTANCE: (3, 3),
+    }[joint_type]
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = np.array(a)  # own copy: the model never aliases a caller's buffer
+    a.setflags(write=False)
+    return a
+
+
+def _arr(name: str, value, dtype, shape: tuple) -> np.ndarray:
+    """Convert ``value`` to ``dtype`` and check its shape (``-1`` = any length)."""
+    try:
+        a = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: cannot convert to {np.dtype(dtype).name} array ({e})") from None
+    if a.ndim != len(shape) or any(s != -1 and s != n for s, n in zip(shape, a.shape)):
+        want = "(" + ", ".join("n" if s == -1 else str(s) for s in shape) + ")"
+        raise ValueError(f"{name}: expected shape {want}, got {a.shape}")
+    return a
+
+
+def check_inertia(name: str, mass: float, inertia: np.ndarray) -> None:
+    """Raise ``ValueError`` unless ``inertia`` (3×3, about the COM) is physical for ``mass``.
+
+    Symmetric positive definite with the triangle inequality on its principal moments; a
+    massless body (``mass == 0``) may have a zero inertia (a frame carried by its parent).
+    """
+    I = np.asarray(inertia, dtype=np.float64)
+    if not np.all(np.isfinite(I)):
+        raise ValueError(f"{name}: inertia must be finite, got {I.tolist()}")
+    scale = max(np.max(np.abs(I)), 1e-300)
+    if np.max(np.abs(I - I.T)) > INERTIA_SYMMETRY_RTOL * scale:
+        raise ValueError(f"{name}: inertia must be symmetric, got {I.tolist()}")
+    if mass == 0.0 and not np.any(I):
+        return
+    ev = np.linalg.eigvalsh(0.5 * (I + I.T))
+    if ev[0] <= 0.0:
+        raise ValueError(
+            f"{name}: inertia must be positive definite (principal moments > 0), "
+            f"got principal moments {ev.tolist()}"
+        )
+    if ev[0] + ev[1] < ev[2] * (1.0 - INERTIA_TRIANGLE_RTOL):
+        raise ValueError(
+            f"{name}: principal moments {ev.tolist()} violate the triangle inequality "
+            "I_a + I_b >= I_c (no mass distribution has this inertia)"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SapModel:
+    """One world's template (NumPy, frozen) plus the number of worlds.
+
+    Sizes: B = ``body_count``, J = ``joint_count``, nq = ``joint_coord_count``,
+    nv = ``joint_dof_count``, S = ``shape_count``. Body index −1 is the world.
+
+    Attributes:
+        num_worlds: number of identical worlds simulated together (≥ 1).
+        body_mass: mass [kg], (B,), ≥ 0.
+        body_com: centre of mass [m] in the body frame, (B, 3).
+        body_inertia: rotational inertia about the COM [kg·m²], body-frame axes, (B, 3, 3).
+        body_name: unique body names, (B,).
+        joint_type: :class:`JointType` value per joint, (J,).
+        joint_parent: parent body index, −1 = world, (J,).
+        joint_child: child body index, (J,); every body is the child of exactly one joint.
+        joint_X_p: pose X_PF of the joint frame F in the parent body [m, quat xyzw], (J, 7).
+        joint_X_c: pose X_CM of the joint frame M in the child body [m, quat xyzw], (J, 7).
+        joint_dof_dim: (number of linear, number of angular) DOFs per joint, (J, 2).
+        joint_name: unique joint names, (J,).
+        joint_axis: unit axis per DOF in the joint frame (prismatic, revolute, D6; zero for
+            ball/free/distance DOFs), (nv, 3).
+        joint_armature: added diagonal inertia per DOF [kg or kg·m²], (nv,).
+        joint_damping: viscous damping per DOF [N·s/m or N·m·s/rad], (nv,).
+        joint_target_ke: drive stiffness per DOF [N/m or N·m/rad], (nv,); 0 = none.
+        joint_target_kd: drive damping per DOF [N·s/m or N·m·s/rad], (nv,); 0 = none.
+        joint_effort_limit: bound on |drive + act| per DOF [N or N·m], (nv,), > 0, inf = none.
+        joint_limit_lower / joint_limit_upper: position limits per DOF [m or rad], (nv,);
+            ±inf = none. For a DISTANCE joint the slot of its first DOF holds the limits on
+            the anchor distance [m].
+        joint_limit_ke: limit stiffness per DOF, (nv,) (Drake uses 1e12).
+        joint_limit_kd: limit damping per DOF, (nv,); the limit time scale is τ = kd/ke.
+        joint_q_init: initial joint coordinates, (nq,).
+        joint_qd_init: initial joint velocities in public order, (nv,).
+        shape_type: :class:`ShapeType` value per shape, (S,).
+        shape_body: body index per shape, −1 = world, (S,). Planes only on the world.
+        shape_transform: pose X_BS of the shape in its body [m, quat xyzw], (S, 7).
+        shape_size: per-type size (see :class:`ShapeType`) [m], (S, 3).
+        shape_margin: contact margin [m] (pairs are reported while φ < margin), (S,).
+        shape_material_mu: friction coefficient, (S,); NaN = unset (solver's fallback_mu).
+        shape_material_ke: point-contact stiffness [N/m], (S,); NaN = unset
+            (solver's fallback_stiffness); +inf = rigid.
+        shape_material_tau: dissipation time scale τ_d [s], (S,); NaN = unset
+            (solver's contact_tau_d).
+        shape_collision_group: shapes collide only if their groups are equal or either is
+            −1, (S,).
+        shape_contype / shape_conaffinity: MuJoCo-style bitmasks; a pair may collide if
+            ``(contype_a & conaffinity_b) | (contype_b & conaffinity_a)`` is non-zero, (S,).
+        shape_filter_pair: explicitly excluded shape pairs, (F, 2).
+        shape_name: unique shape names, (S,).
+        gravity: gravitational acceleration [m/s²], world frame, (3,).
+
+    Derived (computed at construction, not passed in):
+        joint_q_start / joint_qd_start: segment starts, (J + 1,) (last entry = nq / nv).
+        body_joint: the joint whose child each body is, (B,).
+        body_parent: kinematic parent body (−1 for roots: children of the world and of
+            FREE/DISTANCE joints), (B,).
+        joint_order: joints sorted parents-first (for recursive kinematics), (J,).
+        body_tree: kinematic tree (clique) index per body, (B,); ``tree_count`` trees.
+        dof_tree: tree index per DOF, (nv,).
+        body_static: True where a body is welded to the world (its tree has no DOF), (B,).
+        shape_pair: candidate collision pairs (a < b), sorted, (P, 2).
+    """
+
+    num_worlds: int
+    body_mass: np.ndarray
+    body_com: np.ndarray
+    body_inertia: np.ndarray
+    body_name: tuple
+    joint_type: np.ndarray
+    joint_parent: np.ndarray
+    joint_child: np.ndarray
+    joint_X_p: np.ndarray
+    joint_X_c: np.ndarray
+    joint_dof_dim: np.ndarray
+    joint_name: tuple
+    joint_axis: np.ndarray
+    joint_armature: np.ndarray
+    joint_damping: np.ndarray
+    joint_target_ke: np.ndarray
+    joint_target_kd: np.ndarray
+    joint_effort_limit: np.ndarray
+    joint_limit_lower: np.ndarray
+    joint_limit_upper: np.ndarray
+    joint_limit_ke: np.ndarray
+    joint_limit_kd: np.ndarray
+    joint_q_init: np.ndarray
+    joint_qd_init: np.ndarray
+    shape_type: np.ndarray
+    shape_body: np.ndarray
+    shape_transform: np.ndarray
+    shape_size: np.ndarray
+    shape_margin: np.ndarray
+    shape_material_mu: np.ndarray
+    shape_material_ke: np.ndarray
+    shape_material_tau: np.ndarray
+    shape_collision_group: np.ndarray
+    shape_contype: np.ndarray
+    shape_conaffinity: np.ndarray
+    shape_filter_pair: np.ndarray
+    shape_name: tuple
+    gravity: np.ndarray
+
+    joint_q_start: np.ndarray = field(init=False)
+    joint_qd_start: np.ndarray = field(init=False)
+    body_joint: np.ndarray = field(init=False)
+    body_parent: np.ndarray = field(init=False)
+    joint_order: np.ndarray = field(init=False)
+    body_tree: np.ndarray = field(init=False)
+    tree_count: int = field(init=False)
+    dof_tree: np.ndarray = field(init=False)
+    body_static: np.ndarray = field(init=False)
+    shape_pair: np.ndarray = field(init=False)
+
+    # ------------------------------------------------------------------ construction
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+
+        if isinstance(self.num_worlds, bool) or not isinstance(self.num_worlds, (int, np.integer)):
+            raise ValueError(f"num_worlds: must be an integer >= 1, got {self.num_worlds!r}")
+        if self.num_worlds < 1:
+            raise ValueError(f"num_worlds: must be >= 1, got {self.num_worlds}")
+        set_("num_worlds", int(self.num_worlds))
+
+        # --- bodies
+        mass = _arr("body_mass", self.body_mass, np.float64, (-1,))
+        B = mass.shape[0]
+        com = _arr("body_com", self.body_com, np.float64, (B, 3))
+        inertia = _arr("body_inertia", self.body_inertia, np.float64, (B, 3, 3))
+        names = self._names("body_name", self.body_name, B)
+        for b in range(B):
+            if not (np.isfinite(mass[b]) and mass[b] >= 0.0):
+                raise ValueError(f"body_mass[{b}] ({names[b]}): must be finite and >= 0, got {mass[b]}")
+            if not np.all(np.isfinite(com[b])):
+                raise ValueError(f"body_com[{b}] ({names[b]}): must be finite, got {com[b].tolist()}")
+            check_inertia(f"body_inertia[{b}] ({names[b]})", mass[b], inertia[b])
+        inertia = 0.5 * (inertia + np.swapaxes(inertia, -1, -2))
+
+        # --- joints
+        jtype = _arr("joint_type", self.joint_type, np.int32, (-1,))
+        J = jtype.shape[0]
+        valid_types = {int(t) for t in JointType}
+        for j, t in enumerate(jtype):
+            if int(t) not in valid_types:
+                raise ValueError(
+                    f"joint_type[{j}]: {int(t)} is not a JointType; valid: "
+                    + ", ".join(f"{t.name}={t.value}" for t in JointType)
+                )
+        parent = _arr("joint_parent", self.joint_parent, np.int32, (J,))
+        child = _arr("joint_child", self.joint_child, np.int32, (J,))
+        X_p = self._transforms("joint_X_p", self.joint_X_p, J)
+        X_c = self._transforms("joint_X_c", self.joint_X_c, J)
+        dof_dim = _arr("joint_dof_dim", self.joint_dof_dim, np.int32, (J, 2))
+        jnames = self._names("joint_name", self.joint_name, J)
+        for j in range(J):
+            jt = JointType(int(jtype[j]))
+            if jt == JointType.D6:
+                nl, na = int(dof_dim[j, 0]), int(dof_dim[j, 1])
+                if not (0 <= nl <= 3 and 0 <= na <= 3 and nl + na >= 1):
+                    raise ValueError(
+                        f"joint_dof_dim[{j}] ({jnames[j]}): a D6 joint has 0-3 linear and 0-3 "
+                        f"angular axes, at least one in all; got ({nl}, {na})"
+                    )
+            elif tuple(dof_dim[j]) != _default_dof_dim(jt):
+                raise ValueError(
+                    f"joint_dof_dim[{j}] ({jnames[j]}): a {jt.name} joint has dof_dim "
+                    f"{_default_dof_dim(jt)}, got {tuple(int(x) for x in dof_dim[j])}"
+                )
+        nq_j = np.array([joint_coord_count(t, d) for t, d in zip(jtype, dof_dim)], dtype=np.int32)
+        nv_j = np.array([joint_dof_count(t, d) for t, d in zip(jtype, dof_dim)], dtype=np.int32)
+        q_start = np.concatenate([[0], np.cumsum(nq_j)]).astype(np.int32)
+        qd_start = np.concatenate([[0], np.cumsum(nv_j)]).astype(np.int32)
+        nq, nv = int(q_start[-1]), int(qd_start[-1])
+
+        body_joint, body_parent, order = self._topology(jtype, parent, child, B, jnames, names)
+
+        # --- per-DOF arrays
+        dof = lambda n: _arr(n, getattr(self, n), np.float64, (nv,))  # noqa: E731
+        axis = _arr("joint_axis", self.joint_axis, np.float64, (nv, 3)).copy()
+        armature, damping = dof("joint_armature"), dof("joint_damping")
+        ke, kd, effort = dof("joint_target_ke"), dof("joint_target_kd"), dof("joint_effort_limit")
+        lo, hi = dof("joint_limit_lower"), dof("joint_limit_upper")
+        lke, lkd = dof("joint_limit_ke"), dof("joint_limit_kd")
+        for j in range(J):
+            self._check_joint_dofs(
+                j, JointType(int(jtype[j])), jnames[j], int(qd_start[j]), int(nv_j[j]),
+                tuple(dof_dim[j]), axis, armature, damping, ke, kd, effort, lo, hi, lke, lkd,
+            )
+
+        q_init = _arr("joint_q_init", self.joint_q_init, np.float64, (nq,)).copy()
+        qd_init = _arr("joint_qd_init", self.joint_qd_init, np.float64, (nv,))
+        if not np.all(np.isfinite(q_init)):
+            raise ValueError("joint_q_init: must be finite")
+        if not np.all(np.isfinite(qd_init)):
+            raise ValueError("joint_qd_init: must be finite")
+        for j in range(J):
+            qs = self._quat_slice(JointType(int(jtype[j])), int(q_start[j]))
+            if qs is not None:
+                if not np.linalg.norm(q_init[qs]) > 0.0:
+                    raise ValueError(
+                        f"joint_q_init[{qs.start}:{qs.stop}] ({jnames[j]}): quaternion must be non-zero"
+                    )
+                q_init[qs] = spatial.quat_normalize(q_init[qs])
+
+        # --- shapes
+        stype = _arr("shape_type", self.shape_type, np.int32, (-1,))
+        S = stype.shape[0]
+        sbody = _arr("shape_body", self.shape_body, np.int32, (S,))
+        X_s = self._transforms("shape_transform", self.shape_transform, S)
+        size = _arr("shape_size", self.shape_size, np.float64, (S, 3))
+        margin = _arr("shape_margin", self.shape_margin, np.float64, (S,))
+        mu = _arr("shape_material_mu", self.shape_material_mu, np.float64, (S,))
+        ske = _arr("shape_material_ke", self.shape_material_ke, np.float64, (S,))
+        stau = _arr("shape_material_tau", self.shape_material_tau, np.float64, (S,))
+        group = _arr("shape_collision_group", self.shape_collision_group, np.int32, (S,))
+        contype = _arr("shape_contype", self.shape_contype, np.int64, (S,))
+        conaff = _arr("shape_conaffinity", self.shape_conaffinity, np.int64, (S,))
+        snames = self._names("shape_name", self.shape_name, S)
+        for s in range(S):
+            self._check_shape(s, snames[s], int(stype[s]), int(sbody[s]), B, size[s], margin[s],
+                              mu[s], ske[s], stau[s], int(group[s]), int(contype[s]), int(conaff[s]))
+        fpair = _arr("shape_filter_pair", np.reshape(self.shape_filter_pair, (-1, 2)), np.int32, (-1, 2))
+        for i, (a, b) in enumerate(fpair):
+            if not (0 <= a < S and 0 <= b < S) or a == b:
+                raise ValueError(
+                    f"shape_filter_pair[{i}]: ({a}, {b}) must name two different shapes in [0, {S})"
+                )
+        gravity = _arr("gravity", self.gravity, np.float64, (3,))
+        if not np.all(np.isfinite(gravity)):
+            raise ValueError(f"gravity: must be finite, got {gravity.tolist()}")
+
+        for k, v in dict(
+            body_mass=mass, body_com=com, body_inertia=inertia, body_name=names,
+            joint_type=jtype, joint_parent=parent, joint_child=child, joint_X_p=X_p, joint_X_c=X_c,
+            joint_dof_dim=dof_dim, joint_name=jnames, joint_axis=axis, joint_armature=armature,
+            joint_damping=damping, joint_target_ke=ke, joint_target_kd=kd,
+            joint_effort_limit=effort, joint_limit_lower=lo, joint_limit_upper=hi,
+            joint_limit_ke=lke, joint_limit_kd=lkd, joint_q_init=q_init, joint_qd_init=qd_init,
+            shape_type=stype, shape_body=sbody, shape_transform=X_s, shape_size=size,
+            shape_margin=margin, shape_material_mu=mu, shape_material_ke=ske,
+            shape_material_tau=stau, shape_collision_group=group,
+            shape_contype=contype.astype(np.uint32), shape_conaffinity=conaff.astype(np.uint32),
+            shape_filter_pair=fpair, shape_name=snames, gravity=gravity,
+        ).items():
+            set_(k, v if isinstance(v, tuple) else _ro(v))
+
+        # --- derived topology
+        body_tree = np.full(B, -1, dtype=np.int32)
+        tree_count = 0
+        for j in order:  # parents first: a root opens a new tree, a child joins its parent's
+            c = child[j]
+            if body_parent[c] < 0:
+                body_tree[c] = tree_count
+                tree_count += 1
+            else:
+                body_tree[c] = body_tree[body_parent[c]]
+        dof_tree = np.zeros(nv, dtype=np.int32)
+        tree_has_dof = np.zeros(tree_count, dtype=bool)
+        for j in range(J):
+            t = body_tree[child[j]]
+            dof_tree[qd_start[j]:qd_start[j + 1]] = t
+            tree_has_dof[t] |= nv_j[j] > 0
+        body_static = ~tree_has_dof[body_tree] if B else np.zeros(0, dtype=bool)
+
+        set_("joint_q_start", _ro(q_start))
+        set_("joint_qd_start", _ro(qd_start))
+        set_("body_joint", _ro(body_joint))
+        set_("body_parent", _ro(body_parent))
+        set_("joint_order", _ro(order))
+        set_("body_tree", _ro(body_tree))
+        set_("tree_count", int(tree_count))
+        set_("dof_tree", _ro(dof_tree))
+        set_("body_static", _ro(body_static))
+        set_("shape_pair", _ro(self._candidate_pairs()))
+
+    @staticmethod
+    def _names(field_name: str, names, n: int) -> tuple:
+        names = tuple(str(x) for x in names)
+        if len(names) != n:
+            raise ValueError(f"{field_name}: expected {n} names, got {len(names)}")
+        seen = {}
+        for i, s in enumerate(names):
+            if s in seen:
+                raise ValueError(f"{field_name}: name {s!r} is used twice (indices {seen[s]} and {i})")
+            seen[s] = i
+        return names
+
+    @staticmethod
+    def _transforms(field_name: str, X, n: int) -> np.ndarray:
+        X = _arr(field_name, X, np.float64, (n, 7)).copy()
+        for i in range(n):
+            if not np.all(np.isfinite(X[i])):
+                raise ValueError(f"{field_name}[{i}]: must be finite, got {X[i].tolist()}")
+            if not np.linalg.norm(X[i, 3:]) > 0.0:
+                raise ValueError(f"{field_name}[{i}]: quaternion (entries 3:7, xyzw) must be non-zero")
+            X[i, 3:] = spatial.quat_normalize(X[i, 3:])
+        return X
+
+    @staticmethod
+    def _quat_slice(jt: JointType, q0: int):
+        if jt == JointType.BALL:
+            return slice(q0, q0 + 4)
+        if jt in _FLOATING:
+            return slice(q0 + 3, q0 + 7)
+        return None
+
+    @staticmethod
+    def _topology(jtype, parent, child, B, jnames, bnames):
+        J = len(jtype)
+        body_joint = np.full(B, -1, dtype=np.int32)
+        for j in range(J):
+            if not -1 <= parent[j] < B:
+                raise ValueError(f"joint_parent[{j}] ({jnames[j]}): {parent[j]} is not a body index in [-1, {B})")
+            if not 0 <= child[j] < B:
+                raise ValueError(f"joint_child[{j}] ({jnames[j]}): {child[j]} is not a body index in [0, {B})")
+            if parent[j] == child[j]:
+                raise ValueError(f"joint_parent[{j}] ({jnames[j]}): a body cannot be jointed to itself")
+            if body_joint[child[j]] >= 0:
+                raise ValueError(
+                    f"joint_child[{j}] ({jnames[j]}): body {bnames[child[j]]!r} is already the child of "
+                    f"joint {jnames[body_joint[child[j]]]!r}; each body has exactly one parent joint"
+                )
+            body_joint[child[j]] = j
+        for b in range(B):
+            if body_joint[b] < 0:
+                raise ValueError(
+                    f"body_name[{b}] ({bnames[b]}): body has no joint; add a FREE joint for a "
+                    "floating body or a FIXED joint to weld it"
+                )
+        floating = np.isin(jtype, [int(t) for t in _FLOATING])
+        body_parent = np.where(floating[body_joint], -1, parent[body_joint]).astype(np.int32) if B else np.zeros(0, np.int32)
+        # Depth by walking up; a walk longer than B steps means a cycle.
+        depth = np.zeros(B, dtype=np.int64)
+        for b in range(B):
+            d, p = 0, body_parent[b]
+            while p >= 0:
+                d += 1
+                if d > B:
+                    raise ValueError(
+                        f"joint_parent: the joints form a cycle through body {bnames[b]!r}; "
+                        "joints must form a tree (forest) rooted at the world"
+                    )
+                p = body_parent[p]
+            depth[b] = d
+        order = np.array(sorted(range(J), key=lambda j: (depth[child[j]], j)), dtype=np.int32)
+        return body_joint, body_parent, order
+
+    @staticmethod
+    def _check_joint_dofs(j, jt, name, d0, n, dof_dim, axis, armature, damping, ke, kd,
+                          effort, lo, hi, lke, lkd):
+        sl = slice(d0, d0 + n)
+        where = f"({name}, DOFs {d0}:{d0 + n})"
+        for arr_name, arr in (("joint_armature", armature), ("joint_damping", damping),
+                              ("joint_target_ke", ke), ("joint_target_kd", kd),
+                              ("joint_limit_ke", lke), ("joint_limit_kd", lkd)):
+            v = arr[sl]
+            if not np.all(np.isfinite(v) & (v >= 0.0)):
+                raise ValueError(f"{arr_name}[{d0}:{d0 + n}] {where}: must be finite and >= 0, got {v.tolist()}")
+        if not np.all(effort[sl] > 0.0):  # +inf allowed (no limit); NaN fails the comparison
+            raise ValueError(f"joint_effort_limit[{d0}:{d0 + n}] {where}: must be > 0 (inf = no limit), got {effort[sl].tolist()}")
+        if np.any(np.isnan(lo[sl])) or np.any(np.isnan(hi[sl])):
+            raise ValueError(f"joint_limit_lower/upper {where}: must not be NaN (use ±inf for no limit)")
+        if np.any(lo[sl] > hi[sl]):
+            raise ValueError(
+                f"joint_limit_lower/upper {where}: lower {lo[sl].tolist()} must be <= upper {hi[sl].tolist()}"
+            )
+        limited = np.isfinite(lo[sl]) | np.isfinite(hi[sl])
+        if jt in (JointType.BALL, JointType.FREE) and np.any(limited):
+            raise ValueError(f"joint_limit_lower/upper {where}: {jt.name} joints take no position limits")
+        if jt == JointType.DISTANCE:
+            if np.any(limited[1:]):
+                raise ValueError(
+                    f"joint_limit_lower/upper {where}: a DISTANCE joint keeps its distance limits in "
+                    "the slot of its first DOF; the other slots must be ±inf"
+                )
+            if lo[d0] < 0.0:
+                raise ValueError(f"joint_limit_lower[{d0}] {where}: a distance limit must be >= 0, got {lo[d0]}")
+        if jt not in _AXIS_JOINTS and (np.any(ke[sl] > 0) or np.any(kd[sl] > 0)):
+            raise ValueError(
+                f"joint_target_ke/kd {where}: drives act on PRISMATIC, REVOLUTE and D6 DOFs only, "
+                f"not on {jt.name} joints"
+            )
+        if jt in _AXIS_JOINTS:
+            for k in range(d0, d0 + n):
+                nrm = np.linalg.norm(axis[k])
+                if not (np.all(np.isfinite(axis[k])) and nrm > 0.0):
+                    raise ValueError(f"joint_axis[{k}] {where}: must be a non-zero finite vector, got {axis[k].tolist()}")
+                axis[k] = axis[k] / nrm
+            if jt == JointType.D6:
+                nl = dof_dim[0]
+                for kind, rows in (("linear", range(d0, d0 + nl)), ("angular", range(d0 + nl, d0 + n))):
+                    rows = list(rows)
+                    if len(rows) > 1 and np.linalg.matrix_rank(axis[rows], tol=D6_AXIS_INDEPENDENCE_TOL) < len(rows):
+                        raise ValueError(f"joint_axis {where}: the D6 {kind} axes must be linearly independent")
+        else:
+            axis[sl] = 0.0
+
+    @staticmethod
+    def _check_shape(s, name, st, body, B, size, margin, mu, ke, tau, group, contype, conaff):
+        where = f"[{s}] ({name})"
+        valid = {int(t) for t in ShapeType}
+        if st not in valid:
+            raise ValueError(
+                f"shape_type{where}: {st} is not a ShapeType; valid: "
+                + ", ".join(f"{t.name}={t.value}" for t in ShapeType)
+            )
+        st = ShapeType(st)
+        if not -1 <= body < B:
+            raise ValueError(f"shape_body{where}: {body} is not a body index in [-1, {B})")
+        if st == ShapeType.PLANE and body != -1:
+            raise ValueError(f"shape_body{where}: planes (half-spaces) must be attached to the world (body -1)")
+        if not np.all(np.isfinite(size)):
+            raise ValueError(f"shape_size{where}: must be finite, got {size.tolist()}")
+        if st == ShapeType.SPHERE and not size[0] > 0:
+            raise ValueError(f"shape_size{where}: sphere radius must be > 0, got {size[0]}")
+        if st == ShapeType.CAPSULE and not (size[0] > 0 and size[1] >= 0):
+            raise ValueError(f"shape_size{where}: capsule radius must be > 0 and half_length >= 0, got {size[:2].tolist()}")
+        if st == ShapeType.BOX and not np.all(size > 0):
+            raise ValueError(f"shape_size{where}: box half extents must be > 0, got {size.tolist()}")
+        if not (np.isfinite(margin) and margin >= 0):
+            raise ValueError(f"shape_margin{where}: must be finite and >= 0, got {margin}")
+        if not (np.isnan(mu) or (np.isfinite(mu) and mu >= 0)):
+            raise ValueError(f"shape_material_mu{where}: must be >= 0 (NaN = unset), got {mu}")
+        if not (np.isnan(ke) or ke > 0):
+            raise ValueError(f"shape_material_ke{where}: must be > 0, inf = rigid (NaN = unset), got {ke}")
+        if not (np.isnan(tau) or (np.isfinite(tau) and tau >= 0)):
+            raise ValueError(f"shape_material_tau{where}: must be finite and >= 0 (NaN = unset), got {tau}")
+        if group < -1:
+            raise ValueError(f"shape_collision_group{where}: must be >= -1 (-1 collides with every group), got {group}")
+        for nm, v in (("shape_contype", contype), ("shape_conaffinity", conaff)):
+            if not 0 <= v < 2**32:
+                raise ValueError(f"{nm}{where}: must be a 32-bit unsigned bitmask, got {v}")
+
+    def _candidate_pairs(self) -> np.ndarray:
+        """Shape pairs the narrow phase tests (DESIGN §6 filters), a < b, sorted."""
+        S = len(self.shape_type)
+        excluded = {tuple(sorted((int(a), int(b)))) for a, b in self.shape_filter_pair}
+        pairs = []
+        for a in range(S):
+            for b in range(a + 1, S):
+                ba, bb = int(self.shape_body[a]), int(self.shape_body[b])
+                if ba == bb:
+                    continue
+                static_a = ba < 0 or self.body_static[ba]
+                static_b = bb < 0 or self.body_static[bb]
+                if static_a and static_b:
+                    continue
+                if (ba >= 0 and self.body_parent[ba] == bb and bb >= 0) or (
+                    bb >= 0 and self.body_parent[bb] == ba and ba >= 0
+                ):
+                    continue  # bodies adjacent through a joint (the world is exempt)
+                ga, gb = int(self.shape_collision_group[a]), int(self.shape_collision_group[b])
+                if not (ga == gb or ga == -1 or gb == -1):
+                    continue
+                if not ((self.shape_contype[a] & self.shape_conaffinity[b])
+                        or (self.shape_contype[b] & self.shape_conaffinity[a])):
+                    continue
+                if (a, b) in excluded:
+                    continue
+                pairs.append((a, b))
+        return np.array(pairs, dtype=np.int32).reshape(-1, 2)
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def body_count(self) -> int:
+        return len(self.body_mass)
+
+    @property
+    def joint_count(self) -> int:
+        return len(self.joint_type)
+
+    @property
+    def joint_coord_count(self) -> int:
+        """nq, the length of ``joint_q`` per world."""
+        return int(self.joint_q_start[-1])
+
+    @property
+    def joint_dof_count(self) -> int:
+        """nv, the length of ``joint_qd`` per world."""
+        return int(self.joint_qd_start[-1])
+
+    @property
+    def shape_count(self) -> int:
+        return len(self.shape_type)
+
+    # ------------------------------------------------------------------ helpers
+
+    def body_index(self, name: str) -> int:
+        """Index of the body called ``name`` (``ValueError`` listing the names if absent)."""
+        return self._index("body", self.body_name, name)
+
+    def joint_index(self, name: str) -> int:
+        return self._index("joint", self.joint_name, name)
+
+    def shape_index(self, name: str) -> int:
+        return self._index("shape", self.shape_name, name)
+
+    @staticmethod
+    def _index(kind, names, name):
+        try:
+            return names.index(name)
+        except ValueError:
+            raise ValueError(f"{kind} name: {name!r} not found; valid: {', '.join(names)}") from None
+
+    def joint_q_slice(self, j: int) -> slice:
+        return slice(int(self.joint_q_start[j]), int(self.joint_q_start[j + 1]))
+
+    def joint_qd_slice(self, j: int) -> slice:
+        return slice(int(self.joint_qd_start[j]), int(self.joint_qd_start[j + 1]))
+
+    def replicate(self, num_worlds: int) -> "SapModel":
+        """The same world template with ``num_worlds`` worlds."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        kwargs["num_worlds"] = num_worlds
+        return SapModel(**kwargs)
+
+    def with_initial_state(self, joint_q=None, joint_qd=None, joint_qd_order: str = "public") -> "SapModel":
+        """The same model with new ``joint_q_init`` (nq,) and/or ``joint_qd_init`` (nv,).
+
+        ``joint_qd`` is converted to public order first if ``joint_qd_order == "sap"``.
+        """
+        from .conventions import check_order, joint_qd_sap_to_public
+
+        check_order("joint_qd_order", joint_qd_order)
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if joint_q is not None:
+            kwargs["joint_q_init"] = np.asarray(joint_q, dtype=np.float64)
+        if joint_qd is not None:
+            qd = np.asarray(joint_qd, dtype=np.float64)
+            if joint_qd_order == "sap":
+                qd = joint_qd_sap_to_public(self, kwargs["joint_q_init"], qd)
+            kwargs["joint_qd_init"] = qd
+        return SapModel(**kwargs)
+
+    def state(self):
+        """Initial state, public order, arrays shaped ``(num_worlds, …)``.
+
+        ``joint_q``/``joint_qd`` from ``joint_q_init``/``joint_qd_init``; ``body_q`` and
+        ``body_qd`` by forward kinematics; ``body_f`` zero.
+        """
+        from .kinematics import body_state  # local: kinematics imports this module
+        from .state import SapState
+
+        W = self.num_worlds
+        q = np.tile(self.joint_q_init, (W, 1))
+        qd = np.tile(self.joint_qd_init, (W, 1))
+        body_q, body_qd = body_state(self, q, qd, joint_qd_order="public")
+        return SapState(
+            joint_q=q, joint_qd=qd, body_q=body_q, body_qd=body_qd,
+            body_f=np.zeros((W, self.body_count, 6)),
+            joint_qd_order="public", body_f_order="public",
+        )
+
+    def control(self):
+        """Zero control, public order, arrays shaped ``(num_worlds, nv)``."""
+        from .state import SapControl
+
+        z = lambda: np.zeros((self.num_worlds, self.joint_dof_count))  # noqa: E731
+        return SapControl(
+            joint_f=z(), joint_target_pos=z(), joint_target_vel=z(), joint_act=z(),
+            joint_f_order="public",
+        )
+
+    def summary(self) -> str:
+        """A few lines describing sizes, joints and shapes (for tools and debugging)."""
+        lines = [
+            f"SapModel: {self.num_worlds} world(s); per world {self.body_count} bodies, "
+            f"{self.joint_count} joints (nq={self.joint_coord_count}, nv={self.joint_dof_count}), "
+            f"{self.shape_count} shapes, {len(self.shape_pair)} candidate shape pairs, "
+            f"{self.tree_count} trees; gravity {self.gravity.tolist()}",
+        ]
+        for j in range(self.joint_count):
+            p = self.joint_parent[j]
+            lines.append(
+                f"  joint {j} {self.joint_name[j]!r}: {JointType(int(self.joint_type[j])).name} "
+                f"{'world' if p < 0 else self.body_name[p]} -> {self.body_name[self.joint_child[j]]} "
+                f"(q {self.joint_q_start[j]}:{self.joint_q_start[j + 1]}, "
+                f"qd {self.joint_qd_start[j]}:{self.joint_qd_start[j + 1]})"
+            )
+        for s in range(self.shape_count):
+            b = self.shape_body[s]
+            lines.append(
+                f"  shape {s} {self.shape_name[s]!r}: {ShapeType(int(self.shape_type[s])).name} on "
+                f"{'world' if b < 0 else self.body_name[b]}, size {self.shape_size[s].tolist()}"
+            )
+        return "\n".join(lines)

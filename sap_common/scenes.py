@@ -1,0 +1,253 @@
+"""The scene library used by tests, tools, docs and benchmarks (DESIGN §7).
+
+``get(name, num_worlds=1)`` returns a :class:`~sap_common.io.LoadedScene`. Scenes that share
+a name with a Drake anchor (sphere_drop, sphere_slide, box_slide ≈ box_corners_slide,
+pendulum_limit, double_pendulum, prismatic_pd, free_spin) are built with the
+:class:`~sap_common.builder.ModelBuilder` to the same specification, so the anchor's JSON
+and the builder describe the same model (a test holds them equal). Materials a scene leaves
+unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
+μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
+caller chooses otherwise. Robots loaded from MJCF (humanoid, ant) join with MJCF import.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from . import spatial
+from .builder import (
+    ModelBuilder,
+    rod_inertia,
+    solid_box_inertia,
+    solid_capsule_inertia,
+    solid_sphere_inertia,
+)
+from .io.scene import LoadedScene
+
+__all__ = ["get", "names", "describe"]
+
+
+def _scene(name, builder, dt, num_steps, max_rigid_contact, description, num_worlds,
+           control: Callable | None = None) -> LoadedScene:
+    model = builder.replicate(num_worlds).finalize()
+    ctrl = model.control()
+    if control is not None:
+        control(model, ctrl)
+    return LoadedScene(
+        name=name, sap_model=model, state=model.state(), control=ctrl, dt=dt,
+        num_steps=num_steps, max_rigid_contact=max_rigid_contact, solver_kwargs={},
+        body_names=model.body_name, description=description,
+    )
+
+
+def _sphere_drop(num_worlds):
+    b = ModelBuilder()
+    ball = b.add_body(1.0, inertia=solid_sphere_inertia(1.0, 0.1), name="ball")
+    b.add_joint_free(-1, ball, q0=(0, 0, 0.5, 0, 0, 0, 1), name="ball")
+    b.add_ground_plane(name="ground")
+    b.add_shape_sphere(ball, radius=0.1, name="ball_sphere")
+    return _scene("sphere_drop", b, 1e-3, 2000, 1,
+                  "Solid sphere (R 0.1 m, 1 kg) dropped from 0.5 m onto the ground, every contact "
+                  "property at the solver fallbacks (Drake's defaults): near-rigid contact, no bounce.",
+                  num_worlds)
+
+
+def _sphere_slide(num_worlds):
+    b = ModelBuilder()
+    ball = b.add_body(1.0, inertia=solid_sphere_inertia(1.0, 0.1), name="ball")
+    z0 = 0.1 - 1.0 * 9.81 / 5e4  # static penetration m g / k_combined
+    b.add_joint_free(-1, ball, q0=(0, 0, z0, 0, 0, 0, 1), qd0=(2.0, 0, 0, 0, -10.0, 3.0), name="ball")
+    b.add_ground_plane(mu=0.3, ke=1e5, tau=0.0, name="ground")
+    b.add_shape_sphere(ball, radius=0.1, mu=0.6, ke=1e5, tau=0.02, name="ball_sphere")
+    return _scene("sphere_slide", b, 1e-3, 2000, 1,
+                  "Sphere sliding at 2 m/s with back-spin -10 rad/s and vertical spin 3 rad/s "
+                  "(combined μ 0.4, k 5e4 N/m, τ_d 0.02 s): slides, hops (SAP gliding), then rolls.",
+                  num_worlds)
+
+
+def _box_slide(num_worlds):
+    b = ModelBuilder()
+    hx, hy, hz = 0.1, 0.075, 0.05
+    box = b.add_body(2.0, inertia=solid_box_inertia(2.0, hx, hy, hz), name="box")
+    b.add_joint_free(-1, box, q0=(0, 0, 0.055, 0, 0, 0, 1), qd0=(1.0, 0.3, 0, 0, 0, 1.5), name="box")
+    b.add_ground_plane(mu=0.5, ke=1e7, tau=0.01, name="ground")
+    k = 0
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            for sz in (-1, 1):
+                b.add_shape_sphere(box, spatial.transform((sx * hx, sy * hy, sz * hz)), radius=0.005,
+                                   mu=0.5, ke=1e7, tau=0.0, name=f"box_corner{k}")
+                k += 1
+    return _scene("box_slide", b, 1e-3, 1500, 8,
+                  "Box (2 kg, 0.2×0.15×0.1 m) whose collision geometry is 8 corner spheres, pushed "
+                  "at (1, 0.3) m/s with yaw rate 1.5 rad/s on stiff ground: slides, stops, sticks.",
+                  num_worlds)
+
+
+def _box_stack(num_worlds):
+    b = ModelBuilder()
+    b.add_ground_plane(mu=0.6, name="ground")
+    h, gap = 0.05, 1e-3
+    for i in range(3):
+        body = b.add_body(0.5, inertia=solid_box_inertia(0.5, h, h, h), name=f"box{i}")
+        # Slight yaw and offset per level so the stack is not perfectly symmetric.
+        q = spatial.quat_from_axis_angle((0, 0, 1), 0.05 * i)
+        b.add_joint_free(-1, body, q0=(0.004 * i, 0, h + i * (2 * h + gap), *q), name=f"box{i}")
+        b.add_shape_box(body, hx=h, hy=h, hz=h, mu=0.6, name=f"box{i}_shape")
+    return _scene("box_stack", b, 2e-3, 1000, 32,
+                  "Three 10 cm cubes (0.5 kg each) released 1 mm apart in a stack on the ground: "
+                  "box–plane and box–box contact, the stack must settle and stay.",
+                  num_worlds)
+
+
+def _pendulum_limit(num_worlds):
+    b = ModelBuilder()
+    rod = b.add_body(1.0, com=(0, 0, -0.5), inertia=rod_inertia(1.0, 1.0), name="pendulum")
+    b.add_joint_revolute(-1, rod, spatial.transform((0, 0, 1.0)), axis=(0, 1, 0), limit_lower=-0.5,
+                         limit_upper=0.9, damping=0.02, q0=0.8, name="hinge")
+    return _scene("pendulum_limit", b, 1e-3, 2000, 0,
+                  "Rod pendulum (1 kg, COM 0.5 m below the pivot) released at 0.8 rad; stops on its "
+                  "lower limit -0.5 rad (SAP limit constraint, k 1e12, τ = 1 ms = h).",
+                  num_worlds)
+
+
+def _double_pendulum(num_worlds):
+    b = ModelBuilder()
+    link1 = b.add_body(1.0, com=(0, 0, -0.5), inertia=(0.09, 0.085, 0.01), name="link1")
+    # link2: principal moments (0.04, 0.035, 0.006), axes rotated by rpy (0.1, -0.2, 0.3).
+    R = spatial.quat_to_matrix(spatial.quat_from_rpy((0.1, -0.2, 0.3)))
+    I2 = R @ np.diag([0.04, 0.035, 0.006]) @ R.T
+    link2 = b.add_body(0.7, com=(0.05, 0, -0.4), inertia=I2, name="link2")
+    b.add_joint_revolute(-1, link1, spatial.transform((0, 0, 2.5)), axis=(0, 1, 0), q0=1.0, name="joint1")
+    b.add_joint_revolute(link1, link2, spatial.transform((0, 0, -1.0)), axis=(0, 0.6, 0.8), q0=0.5,
+                         qd0=2.0, name="joint2")
+    return _scene("double_pendulum", b, 1e-3, 3000, 0,
+                  "3-D double pendulum (second axis (0, 0.6, 0.8), full inertia), no contact and no "
+                  "damping: mass matrix and Coriolis terms.",
+                  num_worlds)
+
+
+def _prismatic_pd(num_worlds):
+    b = ModelBuilder()
+    slider = b.add_body(2.0, inertia=solid_box_inertia(2.0, 0.05, 0.05, 0.05), name="slider")
+    b.add_joint_prismatic(-1, slider, axis=(0, 0, 1), target_ke=400.0, target_kd=40.0, effort_limit=60.0,
+                          armature=0.4, damping=2.0, name="slide")
+
+    def control(model, ctrl):
+        ctrl.joint_target_pos[:, 0] = 0.5
+
+    return _scene("prismatic_pd", b, 1e-2, 200, 0,
+                  "Vertical 2 kg slider driven by a PD drive (400 N/m, 40 N·s/m, effort limit 60 N) to "
+                  "0.5 m under gravity: saturates first, settles at 0.5 - m g / Kp.",
+                  num_worlds, control)
+
+
+def _free_spin(num_worlds):
+    b = ModelBuilder(gravity=(0, 0, 0))
+    R_BP = spatial.quat_to_matrix(spatial.quat_from_rpy((0.2, -0.1, 0.3)))  # principal axes in B
+    I = R_BP @ np.diag([0.02, 0.035, 0.05]) @ R_BP.T
+    com = np.array([0.03, -0.02, 0.01])
+    body = b.add_body(1.5, com=com, inertia=I, name="spinner")
+    q_WB = spatial.quat_from_rpy((0.3, -0.2, 0.5))
+    R_WP = spatial.quat_to_matrix(q_WB) @ R_BP
+    w = R_WP @ np.array([0.05, 6.0, 0.05])  # 6 rad/s about the intermediate axis, perturbed
+    b.add_joint_free(-1, body, q0=(0, 0, 1.0, *q_WB), qd0=(0.2, 0, 0.1, *w), name="spinner")
+    return _scene("free_spin", b, 1e-3, 3000, 0,
+                  "Asymmetric free body in zero gravity spun about its intermediate principal axis: "
+                  "the Dzhanibekov flip (gyroscopic terms, quaternion integration).",
+                  num_worlds)
+
+
+def _ball_joint_pendulum(num_worlds):
+    b = ModelBuilder()
+    r, hl = 0.04, 0.25
+    link = b.add_body(1.0, com=(0, 0, -0.35), inertia=solid_capsule_inertia(1.0, r, hl), name="link")
+    q0 = spatial.quat_from_axis_angle((1, 0, 0), 0.6)
+    b.add_joint_ball(-1, link, spatial.transform((0, 0, 1.5)), q0=q0, qd0=(0, 0, 3.0), damping=0.01,
+                     name="ball")
+    b.add_shape_capsule(link, spatial.transform((0, 0, -0.35)), radius=r, half_length=hl, name="link_capsule")
+    return _scene("ball_joint_pendulum", b, 1e-3, 2000, 0,
+                  "Capsule pendulum on a ball joint, tilted 0.6 rad and spun about the vertical: "
+                  "a conical pendulum (quaternion joint kinematics, no contact).",
+                  num_worlds)
+
+
+def _sphere_on_sphere(num_worlds):
+    b = ModelBuilder()
+    b.add_ground_plane(name="ground")
+    b.add_shape_sphere(-1, spatial.transform((0, 0, 0.5)), radius=0.5, name="dome")
+    ball = b.add_body(0.5, inertia=solid_sphere_inertia(0.5, 0.1), name="ball")
+    b.add_joint_free(-1, ball, q0=(0.02, 0, 1.0999, 0, 0, 0, 1), name="ball")
+    b.add_shape_sphere(ball, radius=0.1, name="ball_sphere")
+    return _scene("sphere_on_sphere", b, 1e-3, 2000, 2,
+                  "A ball resting slightly off the top of a fixed sphere: sphere–sphere contact; it "
+                  "rolls off and lands on the ground (sphere–plane).",
+                  num_worlds)
+
+
+def _arm_push_block(num_worlds):
+    b = ModelBuilder()
+    b.add_ground_plane(mu=0.5, name="ground")
+    r, l1, l2 = 0.03, 0.4, 0.3
+    link1 = b.add_body(1.0, com=(l1 / 2, 0, 0), inertia=rod_inertia(1.0, l1, axis=0), name="link1")
+    link2 = b.add_body(0.7, com=(l2 / 2, 0, 0), inertia=rod_inertia(0.7, l2, axis=0), name="link2")
+    gains = dict(target_ke=200.0, target_kd=20.0, effort_limit=50.0, armature=0.01, damping=0.1)
+    b.add_joint_revolute(-1, link1, spatial.transform((0, 0, 0.06)), axis=(0, 0, 1), q0=-0.3,
+                         limit_lower=-math.pi, limit_upper=math.pi, name="shoulder", **gains)
+    b.add_joint_revolute(link1, link2, spatial.transform((l1, 0, 0)), axis=(0, 0, 1), limit_lower=-2.5,
+                         limit_upper=2.5, name="elbow", **gains)
+    along_x = spatial.quat_from_axis_angle((0, 1, 0), math.pi / 2)
+    b.add_shape_capsule(link1, spatial.transform((l1 / 2, 0, 0), along_x), radius=r, half_length=l1 / 2,
+                        name="link1_capsule")
+    b.add_shape_capsule(link2, spatial.transform((l2 / 2, 0, 0), along_x), radius=r, half_length=l2 / 2,
+                        name="link2_capsule")
+    h = 0.05
+    block = b.add_body(0.5, inertia=solid_box_inertia(0.5, h, h, h), name="block")
+    b.add_joint_free(-1, block, q0=(0.55, 0.2, h, 0, 0, 0, 1), name="block")
+    b.add_shape_box(block, hx=h, hy=h, hz=h, mu=0.5, name="block_shape")
+
+    def control(model, ctrl):
+        ctrl.joint_target_pos[:, 0] = 0.8  # sweep the shoulder through the block
+
+    return _scene("arm_push_block", b, 2e-3, 1500, 16,
+                  "Two-link arm (revolute about z, capsule links, PD drives with effort limits) "
+                  "sweeping across the table and pushing a free 10 cm block (capsule–box, box–plane).",
+                  num_worlds, control)
+
+
+_SCENES: dict[str, Callable[[int], LoadedScene]] = {
+    "sphere_drop": _sphere_drop,
+    "sphere_slide": _sphere_slide,
+    "box_slide": _box_slide,
+    "box_stack": _box_stack,
+    "pendulum_limit": _pendulum_limit,
+    "double_pendulum": _double_pendulum,
+    "prismatic_pd": _prismatic_pd,
+    "free_spin": _free_spin,
+    "ball_joint_pendulum": _ball_joint_pendulum,
+    "sphere_on_sphere": _sphere_on_sphere,
+    "arm_push_block": _arm_push_block,
+}
+
+
+def names() -> tuple[str, ...]:
+    """Names of every built-in scene."""
+    return tuple(_SCENES)
+
+
+def get(name: str, num_worlds: int = 1) -> LoadedScene:
+    """Build scene ``name`` with ``num_worlds`` worlds (``ValueError`` listing the names if unknown)."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key not in _SCENES:
+        raise ValueError(f"scene name: {name!r} is not a built-in scene; valid: {', '.join(_SCENES)}")
+    if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+        raise ValueError(f"num_worlds: must be an integer >= 1, got {num_worlds!r}")
+    return _SCENES[key](int(num_worlds))
+
+
+def describe(name: str) -> str:
+    """One paragraph on scene ``name``."""
+    return get(name).description

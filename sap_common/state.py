@@ -1,0 +1,195 @@
+"""Per-step data on the host: state, control and contacts (DESIGN §3–§4).
+
+Arrays carry a leading world axis. ``SapModel.state()`` / ``SapModel.control()`` return
+public-order buffers; constructing the dataclasses directly defaults the order flags to
+``"sap"`` (the solvers' internal order). ``sap_gpu`` mirrors these with ``wp.array`` fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .conventions import check_order
+
+__all__ = ["SapState", "SapControl", "SapContacts", "check_state", "check_control", "check_contacts"]
+
+
+def _copy_fields(obj):
+    return dataclasses.replace(
+        obj, **{f.name: np.array(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if isinstance(getattr(obj, f.name), np.ndarray)}
+    )
+
+
+@dataclass
+class SapState:
+    """Configuration and velocity of every world.
+
+    Attributes:
+        joint_q: joint coordinates (see ``sap_common.model``), (num_worlds, nq).
+        joint_qd: joint velocities [m/s, rad/s], order per ``joint_qd_order``, (num_worlds, nv).
+        body_q: pose ``[x, y, z, qx, qy, qz, qw]`` of each body origin in world, (num_worlds, B, 7).
+        body_qd: body velocity, public ``[v_C, ω]`` (COM linear velocity, angular velocity,
+            world frame) [m/s, rad/s], (num_worlds, B, 6).
+        body_f: external wrench per body, order per ``body_f_order``: public ``[f, τ_C]``,
+            SAP ``[τ_O, f]`` [N, N·m], world frame, (num_worlds, B, 6).
+        joint_qd_order: ``"public"`` or ``"sap"``.
+        body_f_order: ``"public"`` or ``"sap"``.
+    """
+
+    joint_q: np.ndarray
+    joint_qd: np.ndarray
+    body_q: np.ndarray
+    body_qd: np.ndarray
+    body_f: np.ndarray
+    joint_qd_order: str = "sap"
+    body_f_order: str = "sap"
+
+    def __post_init__(self):
+        check_order("joint_qd_order", self.joint_qd_order)
+        check_order("body_f_order", self.body_f_order)
+
+    def copy(self) -> "SapState":
+        """Deep copy (new arrays)."""
+        return _copy_fields(self)
+
+
+@dataclass
+class SapControl:
+    """Inputs of every world, per DOF.
+
+    Attributes:
+        joint_f: generalized force [N, N·m], order per ``joint_f_order``, (num_worlds, nv).
+        joint_target_pos: drive position target [m, rad], (num_worlds, nv).
+        joint_target_vel: drive velocity target [m/s, rad/s], (num_worlds, nv).
+        joint_act: feed-forward actuation [N, N·m], (num_worlds, nv): inside the effort clamp
+            of a driven DOF; on an undriven DOF applied in free motion, clamped to the effort
+            limit.
+        joint_f_order: ``"public"`` or ``"sap"``.
+    """
+
+    joint_f: np.ndarray
+    joint_target_pos: np.ndarray
+    joint_target_vel: np.ndarray
+    joint_act: np.ndarray
+    joint_f_order: str = "sap"
+
+    def __post_init__(self):
+        check_order("joint_f_order", self.joint_f_order)
+
+    def copy(self) -> "SapControl":
+        return _copy_fields(self)
+
+
+@dataclass
+class SapContacts:
+    """Rigid contacts of every world, ``capacity = max_rigid_contact`` slots per world.
+
+    Slot ``k < count[w]`` of world ``w`` is valid. Contacts beyond capacity are dropped
+    (the deepest are kept) and counted in ``overflow``.
+
+    Attributes:
+        count: valid contacts per world, (num_worlds,).
+        overflow: contacts generated but dropped for lack of capacity, (num_worlds,).
+        shape0 / shape1: shape indices, (num_worlds, C).
+        body0 / body1: body indices, −1 = world, (num_worlds, C).
+        x0 / x1: witness points on shape 0 / shape 1, world frame [m], (num_worlds, C, 3).
+        normal: unit normal from shape 0 into shape 1, world frame, (num_worlds, C, 3).
+        phi0: signed distance at the start of the step [m], < 0 in penetration, (num_worlds, C).
+        margin0 / margin1: the shapes' margins [m], (num_worlds, C).
+        mu: combined friction coefficient ``2μ₀μ₁/(μ₀+μ₁)``, (num_worlds, C).
+        ke: combined stiffness ``k₀k₁/(k₀+k₁)`` [N/m], (num_worlds, C).
+        ke0 / ke1: each shape's stiffness [N/m] (weights of the contact midpoint), (num_worlds, C).
+        tau_d: combined dissipation time scale ``τ₀ + τ₁`` [s], (num_worlds, C).
+    """
+
+    count: np.ndarray
+    overflow: np.ndarray
+    shape0: np.ndarray
+    shape1: np.ndarray
+    body0: np.ndarray
+    body1: np.ndarray
+    x0: np.ndarray
+    x1: np.ndarray
+    normal: np.ndarray
+    phi0: np.ndarray
+    margin0: np.ndarray
+    margin1: np.ndarray
+    mu: np.ndarray
+    ke: np.ndarray
+    ke0: np.ndarray
+    ke1: np.ndarray
+    tau_d: np.ndarray
+
+    @classmethod
+    def allocate(cls, num_worlds: int, capacity: int) -> "SapContacts":
+        """Empty contacts (count 0) with ``capacity`` slots per world."""
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0:
+            raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {capacity!r}")
+        if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+            raise ValueError(f"num_worlds: must be an integer >= 1, got {num_worlds!r}")
+        W, C = int(num_worlds), int(capacity)
+        i = lambda: np.full((W, C), -1, dtype=np.int32)  # noqa: E731
+        f = lambda *s: np.zeros((W, C) + s)  # noqa: E731
+        return cls(
+            count=np.zeros(W, dtype=np.int32), overflow=np.zeros(W, dtype=np.int32),
+            shape0=i(), shape1=i(), body0=i(), body1=i(), x0=f(3), x1=f(3), normal=f(3),
+            phi0=f(), margin0=f(), margin1=f(), mu=f(), ke=f(), ke0=f(), ke1=f(), tau_d=f(),
+        )
+
+    @property
+    def capacity(self) -> int:
+        return int(self.shape0.shape[1])
+
+    @property
+    def num_worlds(self) -> int:
+        return int(self.count.shape[0])
+
+    def copy(self) -> "SapContacts":
+        return _copy_fields(self)
+
+
+def _check_shape(name: str, a, shape: tuple) -> None:
+    if not isinstance(a, np.ndarray):
+        raise ValueError(f"{name}: expected a numpy array of shape {shape}, got {type(a).__name__}")
+    if a.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
+    if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+
+
+def check_state(model, state: SapState, name: str = "state") -> None:
+    """Raise ``ValueError`` if ``state``'s arrays do not match ``model`` (DESIGN §8)."""
+    W, B = model.num_worlds, model.body_count
+    _check_shape(f"{name}.joint_q", state.joint_q, (W, model.joint_coord_count))
+    _check_shape(f"{name}.joint_qd", state.joint_qd, (W, model.joint_dof_count))
+    _check_shape(f"{name}.body_q", state.body_q, (W, B, 7))
+    _check_shape(f"{name}.body_qd", state.body_qd, (W, B, 6))
+    _check_shape(f"{name}.body_f", state.body_f, (W, B, 6))
+    check_order(f"{name}.joint_qd_order", state.joint_qd_order)
+    check_order(f"{name}.body_f_order", state.body_f_order)
+
+
+def check_control(model, control: SapControl, name: str = "control") -> None:
+    """Raise ``ValueError`` if ``control``'s arrays do not match ``model``."""
+    shape = (model.num_worlds, model.joint_dof_count)
+    for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
+        _check_shape(f"{name}.{f}", getattr(control, f), shape)
+    check_order(f"{name}.joint_f_order", control.joint_f_order)
+
+
+def check_contacts(model, contacts: SapContacts, name: str = "contacts") -> None:
+    """Raise ``ValueError`` if ``contacts`` does not match ``model``'s world count or is inconsistent."""
+    W, C = model.num_worlds, contacts.shape0.shape[1] if contacts.shape0.ndim == 2 else -1
+    _check_shape(f"{name}.count", contacts.count, (W,))
+    _check_shape(f"{name}.overflow", contacts.overflow, (W,))
+    for f in ("shape0", "shape1", "body0", "body1", "phi0", "margin0", "margin1", "mu", "ke",
+              "ke0", "ke1", "tau_d"):
+        _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C))
+    for f in ("x0", "x1", "normal"):
+        _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C, 3))
+    if np.any(contacts.count < 0) or np.any(contacts.count > C):
+        raise ValueError(f"{name}.count: must lie in [0, {C}] (the capacity), got {contacts.count.tolist()}")

@@ -1,0 +1,28 @@
+"""Test configuration: Hypothesis profiles and shared fixtures.
+
+``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) derandomizes Hypothesis so CI is repeatable;
+the default profile explores new examples on every run. Neither has a deadline: CI machines
+are slow and shared, and timing is not what these tests check.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+DATA = pathlib.Path(__file__).parent / "data"
+DRAKE_ANCHORS = sorted(p for p in (DATA / "drake").glob("*.json") if p.name != "index.json")
+
+
+@pytest.fixture(scope="session")
+def drake_anchor_paths():
+    assert DRAKE_ANCHORS, f"no Drake anchors under {DATA / 'drake'}"
+    return DRAKE_ANCHORS

@@ -1,0 +1,104 @@
+"""Hypothesis strategies shared by the test modules: vectors, rotations, random models.
+
+``random_models()`` draws kinematic trees from the builder with every joint type, random
+frames, axes, COMs and full inertias, plus random coordinates and velocities. Later stages
+(dynamics, the GPU cross-checks) reuse it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from sap_common import spatial
+from sap_common.builder import ModelBuilder
+from sap_common.model import JointType
+
+finite = st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False)
+
+
+def vectors(n: int = 3, lo: float = -10.0, hi: float = 10.0):
+    return st.lists(st.floats(lo, hi, allow_nan=False, allow_infinity=False), min_size=n, max_size=n).map(
+        lambda v: np.array(v, dtype=np.float64)
+    )
+
+
+def unit_vectors():
+    return vectors(3, -1.0, 1.0).filter(lambda v: np.linalg.norm(v) > 1e-3).map(lambda v: v / np.linalg.norm(v))
+
+
+def quaternions(unit: bool = True):
+    """Quaternions [x, y, z, w]; unit ones by default, else with norm in [0.5, 2]."""
+    base = vectors(4, -1.0, 1.0).filter(lambda q: np.linalg.norm(q) > 1e-3).map(spatial.quat_normalize)
+    if unit:
+        return base
+    return st.tuples(base, st.floats(0.5, 2.0)).map(lambda t: t[0] * t[1])
+
+
+def transforms(max_offset: float = 1.0):
+    return st.tuples(vectors(3, -max_offset, max_offset), quaternions()).map(lambda t: spatial.transform(*t))
+
+
+def inertias(mass: float):
+    """Full body-frame inertias: physical principal moments rotated by a random rotation."""
+
+    def make(args):
+        a, b, c, q = args
+        # Principal moments of a box with these half sides: always satisfies the triangle rule.
+        d = np.diag([b * b + c * c, a * a + c * c, a * a + b * b]) * mass / 3.0
+        R = spatial.quat_to_matrix(q)
+        return R @ d @ R.T
+
+    side = st.floats(0.05, 0.5)
+    return st.tuples(side, side, side, quaternions()).map(make)
+
+
+JOINT_TYPES = (JointType.PRISMATIC, JointType.REVOLUTE, JointType.BALL, JointType.FIXED,
+               JointType.FREE, JointType.DISTANCE, JointType.D6)
+
+
+@st.composite
+def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds: int = 1):
+    """``(model, joint_q, joint_qd_public)`` for a random tree (one world)."""
+    n = draw(st.integers(1, max_bodies))
+    b = ModelBuilder(gravity=draw(vectors(3, -10, 10)))
+    for i in range(n):
+        mass = draw(st.floats(0.1, 5.0))
+        b.add_body(mass, com=draw(vectors(3, -0.3, 0.3)), inertia=draw(inertias(mass)))
+    for i in range(n):
+        jt = draw(st.sampled_from(joint_types))
+        parent = draw(st.integers(-1, i - 1))
+        if jt == JointType.FREE:
+            parent = -1
+        xp, xc = draw(transforms(0.5)), draw(transforms(0.5))
+        if jt == JointType.PRISMATIC:
+            b.add_joint_prismatic(parent, i, xp, xc, draw(unit_vectors()))
+        elif jt == JointType.REVOLUTE:
+            b.add_joint_revolute(parent, i, xp, xc, draw(unit_vectors()))
+        elif jt == JointType.BALL:
+            b.add_joint_ball(parent, i, xp, xc)
+        elif jt == JointType.FIXED:
+            b.add_joint_fixed(parent, i, xp, xc)
+        elif jt == JointType.FREE:
+            b.add_joint_free(-1, i)
+        elif jt == JointType.DISTANCE:
+            b.add_joint_distance(parent, i, xp, xc)
+        else:
+            nl = draw(st.integers(0, 3))
+            na = draw(st.integers(0 if nl else 1, 3))
+            # Orthonormal frames guarantee independent axes.
+            Rl, Ra = spatial.quat_to_matrix(draw(quaternions())), spatial.quat_to_matrix(draw(quaternions()))
+            b.add_joint_d6(parent, i, xp, xc, linear_axes=list(Rl.T[:nl]), angular_axes=list(Ra.T[:na]))
+    model = b.replicate(num_worlds).finalize()
+    q = np.zeros(model.joint_coord_count)
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        sl = model.joint_q_slice(j)
+        if jt == JointType.BALL:
+            q[sl] = draw(quaternions())
+        elif jt in (JointType.FREE, JointType.DISTANCE):
+            q[sl] = np.concatenate([draw(vectors(3, -2, 2)), draw(quaternions())])
+        else:
+            q[sl] = draw(vectors(sl.stop - sl.start, -2.0, 2.0)) if sl.stop > sl.start else []
+    qd = draw(vectors(model.joint_dof_count, -3.0, 3.0)) if model.joint_dof_count else np.zeros(0)
+    return model, q, qd

@@ -1,0 +1,195 @@
+"""sap_common.config: the DESIGN §5 preset table, aliases, overrides, defaults and validation."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sap_common.config import PRESETS, SapConfig, normalize_preset, precision_dtype
+
+# DESIGN §5, written out here independently of sap_common.config.PRESETS.
+TABLE = {
+    "use_f64_boundary_pose": (False, True, True),
+    "free_motion_solve_precision": ("fp32", "fp64", "fp64"),
+    "contact_solve_precision": ("fp64", "fp64", "fp64"),
+    "contact_linear_solve_precision": ("fp32", "fp64", "fp64"),
+    "sap_contact_weight_precision": ("fp32", "fp64", "fp64"),
+    "contact_weight_mode": ("body_inertia", "body_inertia", "diag_delassus"),
+    "contact_point_mode": ("witness_point", "witness_point", "contact_midpoint"),
+    "position_integration": ("midpoint", "midpoint", "sap_euler"),
+}
+PRESET_NAMES = ("approx32", "approx64", "drake")
+
+
+@pytest.mark.parametrize("knob", TABLE)
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_preset_table_row(preset, knob):
+    expected = TABLE[knob][PRESET_NAMES.index(preset)]
+    assert getattr(SapConfig.from_preset(preset), knob) == expected
+    assert getattr(SapConfig(contact_preset_variant=preset), knob) == expected
+
+
+def test_table_covers_exactly_the_preset_knobs():
+    assert set(PRESETS) == set(PRESET_NAMES)
+    assert all(set(v) == set(TABLE) for v in PRESETS.values())
+
+
+def test_default_preset_is_approx32():
+    assert SapConfig() == SapConfig.from_preset("approx32")
+    assert SapConfig().contact_preset_variant == "approx32"
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("approx32", "approx32"), ("approx_32", "approx32"), ("approx-32", "approx32"), ("APPROX32", "approx32"),
+    (" Approx-32 ", "approx32"), ("approx64", "approx64"), ("approx_64", "approx64"), ("approx-64", "approx64"),
+    ("drake", "drake"), ("DRAKE", "drake"),
+])
+def test_preset_aliases(alias, name):
+    assert normalize_preset(alias) == name
+    assert SapConfig.from_preset(alias).contact_preset_variant == name
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("fp32", "fp32"), ("f32", "fp32"), ("float32", "fp32"), ("FP32", "fp32"), ("single", "fp32"),
+    (np.float32, "fp32"), (np.dtype("float32"), "fp32"),
+    ("fp64", "fp64"), ("f64", "fp64"), ("float64", "fp64"), ("double", "fp64"), (np.float64, "fp64"),
+])
+def test_precision_aliases(alias, name):
+    cfg = SapConfig.from_preset("approx64", contact_linear_solve_precision=alias)
+    assert cfg.contact_linear_solve_precision == name
+    assert precision_dtype(alias) == (np.float32 if name == "fp32" else np.float64)
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("monotone_decay", "monotone_decay"), ("monotone-decay", "monotone_decay"), ("monotone", "monotone_decay"),
+    ("armijo_decay", "armijo_decay"), ("armijo", "armijo_decay"), ("backtracking", "armijo_decay"),
+    ("exact_root", "exact_root"), ("Exact-Root", "exact_root"), ("exact", "exact_root"),
+])
+def test_line_search_aliases(alias, name):
+    assert SapConfig(line_search_variant=alias).line_search_variant == name
+
+
+def test_mode_names_normalize():
+    cfg = SapConfig(contact_weight_mode="Diag-Delassus", contact_point_mode="CONTACT-MIDPOINT",
+                    position_integration="sap-euler")
+    assert (cfg.contact_weight_mode, cfg.contact_point_mode, cfg.position_integration) == (
+        "diag_delassus", "contact_midpoint", "sap_euler")
+
+
+@pytest.mark.parametrize("knob", TABLE)
+def test_override_wins_over_every_preset_knob(knob):
+    values = {"use_f64_boundary_pose": (True, False)}
+    for k in TABLE:
+        if k.endswith("precision"):
+            values[k] = ("fp32", "fp64")
+    values.update(contact_weight_mode=("body_inertia", "diag_delassus"),
+                  contact_point_mode=("witness_point", "contact_midpoint"),
+                  position_integration=("midpoint", "sap_euler"))
+    for preset in PRESET_NAMES:
+        for v in values[knob]:
+            assert getattr(SapConfig.from_preset(preset, **{knob: v}), knob) == v
+
+
+def test_line_search_dependent_defaults():
+    assert SapConfig().line_search_max_iterations == 40
+    assert SapConfig(line_search_variant="armijo_decay").line_search_max_iterations == 40
+    assert SapConfig(line_search_variant="exact_root").line_search_max_iterations == 100
+    # Raised to 100 only when left at the default: an explicit value is kept, even 40.
+    assert SapConfig(line_search_variant="exact_root", line_search_max_iterations=40).line_search_max_iterations == 40
+    assert SapConfig(line_search_variant="exact_root", line_search_max_iterations=7).line_search_max_iterations == 7
+    m = SapConfig(line_search_variant="monotone_decay")
+    assert (m.cost_abs_tol, m.cost_rel_tol) == (0.0, 5e-3)
+    for ls in ("armijo_decay", "exact_root"):
+        c = SapConfig(line_search_variant=ls)
+        assert (c.cost_abs_tol, c.cost_rel_tol) == (1e-30, 1e-15)
+    assert SapConfig(line_search_variant="exact_root", cost_rel_tol=1e-9).cost_rel_tol == 1e-9
+
+
+def test_solver_defaults():
+    c = SapConfig()
+    assert (c.rho, c.armijo_c, c.max_iterations) == (0.8, 1e-4, 100)
+    assert (c.optimality_abs_tol, c.optimality_rel_tol) == (1e-14, 1e-6)
+    assert (c.contact_beta, c.contact_sigma) == (1.0, 1e-3)
+    assert (c.contact_tau_d, c.fallback_stiffness, c.fallback_mu) == (0.1, 1e6, 0.5)
+    assert c.line_search_relative_slop == pytest.approx(1000 * np.finfo(np.float64).eps)
+    c32 = SapConfig(contact_solve_precision="fp32")
+    assert c32.line_search_relative_slop == pytest.approx(1000 * np.finfo(np.float32).eps)
+    assert c.dtype("free_motion_solve_precision") == np.float32
+    assert SapConfig.from_preset("drake").dtype("free_motion_solve_precision") == np.float64
+
+
+def test_replace_re_expands_preset_and_keeps_explicit_choices():
+    c = SapConfig.from_preset("drake", contact_weight_mode="body_inertia", line_search_variant="exact_root")
+    c2 = c.replace(contact_preset_variant="approx32")
+    assert c2.contact_preset_variant == "approx32"
+    assert c2.free_motion_solve_precision == "fp32"  # from the new preset
+    assert c2.contact_weight_mode == "body_inertia"  # explicit choice kept
+    assert c2.line_search_max_iterations == 100
+    c3 = c2.replace(line_search_variant="monotone_decay")
+    assert c3.line_search_max_iterations == 40 and c3.cost_rel_tol == 5e-3  # dependent defaults refresh
+
+
+def test_config_is_frozen_and_hashable():
+    c = SapConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.rho = 0.5
+    assert hash(c) == hash(SapConfig())
+    assert set(c.as_dict()) == set(SapConfig.knob_names())
+
+
+BAD = [
+    (dict(contact_preset_variant="fast"), r"contact_preset_variant: 'fast' is not valid; valid: approx32, approx64, drake"),
+    (dict(contact_preset_variant=32), r"contact_preset_variant: 32 is not valid"),
+    (dict(free_motion_solve_precision="fp16"), r"free_motion_solve_precision: 'fp16' is not valid; valid: fp32, fp64"),
+    (dict(contact_linear_solve_precision=np.float16), r"contact_linear_solve_precision: .* valid: fp32, fp64"),
+    (dict(contact_weight_mode="exact"), r"contact_weight_mode: 'exact' is not valid; valid: body_inertia, diag_delassus"),
+    (dict(contact_point_mode="centroid"), r"contact_point_mode: 'centroid' is not valid; valid: witness_point, contact_midpoint"),
+    (dict(position_integration="rk4"), r"position_integration: 'rk4' is not valid; valid: midpoint, sap_euler"),
+    (dict(line_search_variant="wolfe"), r"line_search_variant: 'wolfe' is not valid; valid: monotone_decay, armijo_decay, exact_root"),
+    (dict(use_f64_boundary_pose="yes"), r"use_f64_boundary_pose: must be True or False"),
+    (dict(rho=0.0), r"rho: must be finite and in \(0.0, 1.0\)"),
+    (dict(rho=1.0), r"rho: must be finite and in \(0.0, 1.0\)"),
+    (dict(rho=1.5), r"rho: must be finite and in \(0.0, 1.0\)"),
+    (dict(rho=float("nan")), r"rho: must be finite"),
+    (dict(armijo_c=0.0), r"armijo_c: must be finite and in \(0.0, 1.0\)"),
+    (dict(armijo_c=1.0), r"armijo_c: must be finite and in \(0.0, 1.0\)"),
+    (dict(line_search_max_iterations=0), r"line_search_max_iterations: must be an integer >= 1"),
+    (dict(line_search_max_iterations=2.5), r"line_search_max_iterations: must be an integer >= 1"),
+    (dict(max_iterations=0), r"max_iterations: must be an integer >= 1"),
+    (dict(max_iterations=-3), r"max_iterations: must be an integer >= 1"),
+    (dict(max_iterations=True), r"max_iterations: must be an integer >= 1"),
+    (dict(max_rigid_contact=-1), r"max_rigid_contact: must be an integer >= 0"),
+    (dict(optimality_abs_tol=-1e-14), r"optimality_abs_tol: must be finite and in \[0.0, inf\)"),
+    (dict(optimality_rel_tol=0.0), r"optimality_rel_tol: must be finite and in \(0.0, inf\)"),
+    (dict(optimality_rel_tol=-1e-6), r"optimality_rel_tol: must be finite and in \(0.0, inf\)"),
+    (dict(cost_abs_tol=-1.0), r"cost_abs_tol: must be finite and in \[0.0, inf\)"),
+    (dict(cost_rel_tol=0.0), r"cost_rel_tol: must be finite and in \(0.0, inf\)"),
+    (dict(cost_rel_tol=float("inf")), r"cost_rel_tol: must be finite"),
+    (dict(line_search_relative_slop=-1e-13), r"line_search_relative_slop: must be finite and in \[0.0, inf\)"),
+    (dict(contact_tau_d=-0.1), r"contact_tau_d: must be finite and in \[0.0, inf\) s"),
+    (dict(contact_beta=0.0), r"contact_beta: must be finite and in \(0.0, inf\)"),
+    (dict(contact_sigma=-1e-3), r"contact_sigma: must be finite and in \(0.0, inf\)"),
+    (dict(fallback_stiffness=0.0), r"fallback_stiffness: must be finite and in \(0.0, inf\) N/m"),
+    (dict(fallback_mu=-0.5), r"fallback_mu: must be finite and in \[0.0, inf\)"),
+    (dict(rho="0.5"), r"rho: must be a real number"),
+]
+
+
+@pytest.mark.parametrize("kwargs,match", BAD, ids=lambda x: next(iter(x)) if isinstance(x, dict) else "")
+def test_validation_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SapConfig(**kwargs)
+
+
+def test_unknown_knob_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown SapConfig knob\(s\) tolerance; valid: contact_preset_variant, "):
+        SapConfig.from_preset("drake", tolerance=1e-6)
+    assert SapConfig.from_preset(contact_preset_variant="drake", rho=0.5).contact_preset_variant == "drake"
+    with pytest.raises(ValueError, match=r"knob: 'rho' is not a precision knob"):
+        SapConfig().dtype("rho")
+
+
+def test_zero_absolute_tolerances_are_valid():
+    # monotone_decay's own default cost_abs_tol is 0: a relative-only test.
+    c = SapConfig(optimality_abs_tol=0.0, cost_abs_tol=0.0, line_search_relative_slop=0.0)
+    assert c.optimality_abs_tol == 0.0 and c.cost_abs_tol == 0.0

@@ -1,0 +1,31 @@
+"""README stays true: its example runs, and .ci/run runs README's install and test command."""
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _blocks(lang):
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = [b.strip() for b in _blocks("bash")]
+    assert len(commands) == 2
+    assert commands[0].startswith("pip install -e . && ")
+    assert commands[1] == 'pip install -e ".[test]" && pytest'
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert _blocks("bash")[1].strip() in [line.strip() for line in ci]
+
+
+def test_readme_example_runs():
+    (code,) = _blocks("python")
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["state"].joint_q.shape == (4096, 7)
+    assert namespace["stack"].sap_model.num_worlds == 16

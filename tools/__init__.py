@@ -1,0 +1,1 @@
+"""Command-line tools: scene inspection now; benchmarks, backend and preset comparisons later."""
