@@ -172,7 +172,7 @@ class ModelBuilder:
                            q0=0.0, qd0=0.0, name: str | None = None) -> int:
         """Hinge: θ [rad] about ``axis`` (joint frame F = M at θ = 0). Returns the joint index."""
         return self._add_axis_joint(JointType.REVOLUTE, parent, child, parent_xform, child_xform,
-                                    [], [axis] , locals())
+                                    [], [axis], locals())
 
     def add_joint_prismatic(self, parent: int, child: int, parent_xform=None, child_xform=None,
                             axis=(1.0, 0.0, 0.0), *, limit_lower=-_INF, limit_upper=_INF,

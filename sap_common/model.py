@@ -609,9 +609,7 @@ class SapModel:
                 static_b = bb < 0 or self.body_static[bb]
                 if static_a and static_b:
                     continue
-                if (ba >= 0 and self.body_parent[ba] == bb and bb >= 0) or (
-                    bb >= 0 and self.body_parent[bb] == ba and ba >= 0
-                ):
+                if ba >= 0 and bb >= 0 and (self.body_parent[ba] == bb or self.body_parent[bb] == ba):
                     continue  # bodies adjacent through a joint (the world is exempt)
                 ga, gb = int(self.shape_collision_group[a]), int(self.shape_collision_group[b])
                 if not (ga == gb or ga == -1 or gb == -1):
