@@ -20,6 +20,8 @@ the body, so the conversion uses the current ``joint_q``/``body_q`` and is redon
 
 Array converters take arrays with or without the leading world axis and return new arrays
 (inputs are never modified). Revolute, prismatic, ball, fixed and D6 segments are copied.
+``pose_dtype=np.float32`` evaluates r from the pose rounded to float32 (the solvers'
+``use_f64_boundary_pose=False``); the arithmetic of the conversion stays float64.
 """
 
 from __future__ import annotations
@@ -90,25 +92,42 @@ def _as_batch(a, width: int, name: str):
     return a2, single
 
 
-def floating_joint_com_offsets(model, joint_q) -> tuple[np.ndarray, np.ndarray]:
-    """``(joints, r)``: the FREE/DISTANCE joint indices and ``r_OC`` in world, ``(W, n, 3)``."""
+def _rotate_com(quat, com, pose_dtype) -> np.ndarray:
+    """``R(q/|q|) · com`` evaluated in ``pose_dtype`` (float32 rounds the pose first), as float64."""
+    if np.dtype(pose_dtype) == np.float64:
+        return spatial.quat_rotate(spatial.quat_normalize(quat), com)
+    if np.dtype(pose_dtype) != np.float32:
+        raise ValueError(f"pose_dtype: must be float32 or float64, got {np.dtype(pose_dtype).name}")
+    q32 = np.asarray(quat, dtype=np.float32)
+    q32 = q32 / np.linalg.norm(q32, axis=-1, keepdims=True)
+    c32 = np.asarray(com, dtype=np.float32)
+    u, w = q32[..., :3], q32[..., 3:]
+    t = np.float32(2.0) * spatial.cross(u, c32)
+    return (c32 + w * t + spatial.cross(u, t)).astype(np.float64)
+
+
+def floating_joint_com_offsets(model, joint_q, pose_dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """``(joints, r)``: the FREE/DISTANCE joint indices and ``r_OC`` in world, ``(W, n, 3)``.
+
+    ``pose_dtype=np.float32`` evaluates r from the pose rounded to float32 (the
+    ``use_f64_boundary_pose=False`` setting); the conversion itself stays float64.
+    """
     q, _ = _as_batch(joint_q, model.joint_coord_count, "joint_q")
     joints = _floating_joints(model)
     r = np.zeros((q.shape[0], len(joints), 3))
     for k, j in enumerate(joints):
         q0 = int(model.joint_q_start[j])
-        quat = spatial.quat_normalize(q[:, q0 + 3:q0 + 7])
-        r[:, k] = spatial.quat_rotate(quat, model.body_com[model.joint_child[j]])
+        r[:, k] = _rotate_com(q[:, q0 + 3:q0 + 7], model.body_com[model.joint_child[j]], pose_dtype)
     return joints, r
 
 
-def _convert_joint_array(model, joint_q, x, name, convert):
+def _convert_joint_array(model, joint_q, x, name, convert, pose_dtype=np.float64):
     q, _ = _as_batch(joint_q, model.joint_coord_count, "joint_q")
     x2, single = _as_batch(x, model.joint_dof_count, name)
     if q.shape[0] != x2.shape[0]:
         raise ValueError(f"{name}: {x2.shape[0]} worlds but joint_q has {q.shape[0]}")
     out = x2.copy()
-    joints, r = floating_joint_com_offsets(model, q)
+    joints, r = floating_joint_com_offsets(model, q, pose_dtype)
     for k, j in enumerate(joints):
         d0 = int(model.joint_qd_start[j])
         out[:, d0:d0 + 6] = convert(x2[:, d0:d0 + 6], r[:, k])
@@ -117,46 +136,46 @@ def _convert_joint_array(model, joint_q, x, name, convert):
 
 def _twist_pub_to_sap(x, r):  # [v_C, ω] -> [ω, v_O]
     v_C, w = x[..., :3], x[..., 3:]
-    return np.concatenate([w, v_C - np.cross(w, r)], -1)
+    return np.concatenate([w, v_C - spatial.cross(w, r)], -1)
 
 
 def _twist_sap_to_pub(x, r):  # [ω, v_O] -> [v_C, ω]
     w, v_O = x[..., :3], x[..., 3:]
-    return np.concatenate([v_O + np.cross(w, r), w], -1)
+    return np.concatenate([v_O + spatial.cross(w, r), w], -1)
 
 
 def _wrench_pub_to_sap(x, r):  # [f, τ_C] -> [τ_O, f]
     f, tau_C = x[..., :3], x[..., 3:]
-    return np.concatenate([tau_C + np.cross(r, f), f], -1)
+    return np.concatenate([tau_C + spatial.cross(r, f), f], -1)
 
 
 def _wrench_sap_to_pub(x, r):  # [τ_O, f] -> [f, τ_C]
     tau_O, f = x[..., :3], x[..., 3:]
-    return np.concatenate([f, tau_O - np.cross(r, f)], -1)
+    return np.concatenate([f, tau_O - spatial.cross(r, f)], -1)
 
 
-def joint_qd_public_to_sap(model, joint_q, joint_qd) -> np.ndarray:
+def joint_qd_public_to_sap(model, joint_q, joint_qd, pose_dtype=np.float64) -> np.ndarray:
     """Joint velocities, public → SAP order (FREE/DISTANCE: ``[v_C, ω] → [ω, v_O]``)."""
-    return _convert_joint_array(model, joint_q, joint_qd, "joint_qd", _twist_pub_to_sap)
+    return _convert_joint_array(model, joint_q, joint_qd, "joint_qd", _twist_pub_to_sap, pose_dtype)
 
 
-def joint_qd_sap_to_public(model, joint_q, joint_qd) -> np.ndarray:
+def joint_qd_sap_to_public(model, joint_q, joint_qd, pose_dtype=np.float64) -> np.ndarray:
     """Joint velocities, SAP → public order (FREE/DISTANCE: ``[ω, v_O] → [v_C, ω]``)."""
-    return _convert_joint_array(model, joint_q, joint_qd, "joint_qd", _twist_sap_to_pub)
+    return _convert_joint_array(model, joint_q, joint_qd, "joint_qd", _twist_sap_to_pub, pose_dtype)
 
 
-def joint_f_public_to_sap(model, joint_q, joint_f) -> np.ndarray:
+def joint_f_public_to_sap(model, joint_q, joint_f, pose_dtype=np.float64) -> np.ndarray:
     """Generalized forces, public → SAP order (FREE/DISTANCE: ``[f, τ_C] → [τ_O, f]``)."""
-    return _convert_joint_array(model, joint_q, joint_f, "joint_f", _wrench_pub_to_sap)
+    return _convert_joint_array(model, joint_q, joint_f, "joint_f", _wrench_pub_to_sap, pose_dtype)
 
 
-def joint_f_sap_to_public(model, joint_q, joint_f) -> np.ndarray:
+def joint_f_sap_to_public(model, joint_q, joint_f, pose_dtype=np.float64) -> np.ndarray:
     """Generalized forces, SAP → public order (FREE/DISTANCE: ``[τ_O, f] → [f, τ_C]``)."""
-    return _convert_joint_array(model, joint_q, joint_f, "joint_f", _wrench_sap_to_pub)
+    return _convert_joint_array(model, joint_q, joint_f, "joint_f", _wrench_sap_to_pub, pose_dtype)
 
 
-def _body_r(model, body_q: np.ndarray) -> np.ndarray:
-    return spatial.quat_rotate(spatial.quat_normalize(body_q[..., 3:]), model.body_com)
+def _body_r(model, body_q: np.ndarray, pose_dtype=np.float64) -> np.ndarray:
+    return _rotate_com(body_q[..., 3:], model.body_com, pose_dtype)
 
 
 def _as_body_batch(a, model, width: int, name: str):
@@ -171,30 +190,30 @@ def _as_body_batch(a, model, width: int, name: str):
     return a3, single
 
 
-def _convert_body_array(model, body_q, x, name, convert):
+def _convert_body_array(model, body_q, x, name, convert, pose_dtype=np.float64):
     bq, _ = _as_body_batch(body_q, model, 7, "body_q")
     x3, single = _as_body_batch(x, model, 6, name)
     if bq.shape[0] != x3.shape[0]:
         raise ValueError(f"{name}: {x3.shape[0]} worlds but body_q has {bq.shape[0]}")
-    out = convert(x3, _body_r(model, bq))
+    out = convert(x3, _body_r(model, bq, pose_dtype))
     return out[0] if single else out
 
 
-def body_f_public_to_sap(model, body_q, body_f) -> np.ndarray:
+def body_f_public_to_sap(model, body_q, body_f, pose_dtype=np.float64) -> np.ndarray:
     """Body wrenches ``(W, B, 6)``: public ``[f, τ_C]`` → SAP ``[τ_O, f]`` (every body)."""
-    return _convert_body_array(model, body_q, body_f, "body_f", _wrench_pub_to_sap)
+    return _convert_body_array(model, body_q, body_f, "body_f", _wrench_pub_to_sap, pose_dtype)
 
 
-def body_f_sap_to_public(model, body_q, body_f) -> np.ndarray:
+def body_f_sap_to_public(model, body_q, body_f, pose_dtype=np.float64) -> np.ndarray:
     """Body wrenches ``(W, B, 6)``: SAP ``[τ_O, f]`` → public ``[f, τ_C]``."""
-    return _convert_body_array(model, body_q, body_f, "body_f", _wrench_sap_to_pub)
+    return _convert_body_array(model, body_q, body_f, "body_f", _wrench_sap_to_pub, pose_dtype)
 
 
-def body_twist_sap_to_public(model, body_q, V) -> np.ndarray:
+def body_twist_sap_to_public(model, body_q, V, pose_dtype=np.float64) -> np.ndarray:
     """Body twists ``(W, B, 6)``: SAP ``[ω, v_O]`` → public ``body_qd`` ``[v_C, ω]``."""
-    return _convert_body_array(model, body_q, V, "body_qd", _twist_sap_to_pub)
+    return _convert_body_array(model, body_q, V, "body_qd", _twist_sap_to_pub, pose_dtype)
 
 
-def body_twist_public_to_sap(model, body_q, body_qd) -> np.ndarray:
+def body_twist_public_to_sap(model, body_q, body_qd, pose_dtype=np.float64) -> np.ndarray:
     """Body twists ``(W, B, 6)``: public ``[v_C, ω]`` → SAP ``[ω, v_O]``."""
-    return _convert_body_array(model, body_q, body_qd, "body_qd", _twist_pub_to_sap)
+    return _convert_body_array(model, body_q, body_qd, "body_qd", _twist_pub_to_sap, pose_dtype)

@@ -146,9 +146,9 @@ def body_velocities(model: SapModel, joint_q, joint_qd_sap, body_q=None) -> np.n
             w_P, v_P, p_P = np.zeros((W, 3)), np.zeros((W, 3)), np.zeros((W, 3))
         p_Mo = spatial.transform_point(body_q[:, c], model.joint_X_c[j, :3])
         w_C = w_P + spatial.transform_vector(X_WF, w_rel)
-        v_Mo = v_P + np.cross(w_P, p_Mo - p_P) + spatial.transform_vector(X_WF, v_rel)
+        v_Mo = v_P + spatial.cross(w_P, p_Mo - p_P) + spatial.transform_vector(X_WF, v_rel)
         V[:, c, :3] = w_C
-        V[:, c, 3:] = v_Mo + np.cross(w_C, body_q[:, c, :3] - p_Mo)
+        V[:, c, 3:] = v_Mo + spatial.cross(w_C, body_q[:, c, :3] - p_Mo)
     return V
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "cross",
     "skew",
     "quat_identity",
     "quat_multiply",
@@ -60,6 +61,15 @@ _EPS_NORM = 1e-300  # below this a quaternion has no direction; normalizing it i
 
 def _as_f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
+
+
+def cross(a, b) -> np.ndarray:
+    """``a × b`` for ``(..., 3)`` arrays; equal to ``np.cross``, several times faster on 3-vectors."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim == 1 and b.ndim == 1:
+        return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+    a0, a1, a2, b0, b1, b2 = a[..., 0], a[..., 1], a[..., 2], b[..., 0], b[..., 1], b[..., 2]
+    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
 
 
 def skew(v) -> np.ndarray:
@@ -127,8 +137,8 @@ def quat_rotate(q, v) -> np.ndarray:
     """``R(q) v`` for a unit quaternion q (no normalization; see :func:`quat_to_matrix`)."""
     q, v = _as_f64(q), _as_f64(v)
     u, w = q[..., :3], q[..., 3:]
-    t = 2.0 * np.cross(u, v)
-    return v + w * t + np.cross(u, t)
+    t = 2.0 * cross(u, v)
+    return v + w * t + cross(u, t)
 
 
 def quat_rotate_inv(q, v) -> np.ndarray:
@@ -336,7 +346,7 @@ def spatial_cross_motion(a, b) -> np.ndarray:
     """Motion cross product ``a ×ₘ b`` of twists ``[ω; v]``: ``[ω_a×ω_b; ω_a×v_b + v_a×ω_b]``."""
     a, b = _as_f64(a), _as_f64(b)
     wa, va, wb, vb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
-    return np.concatenate([np.cross(wa, wb), np.cross(wa, vb) + np.cross(va, wb)], -1)
+    return np.concatenate([cross(wa, wb), cross(wa, vb) + cross(va, wb)], -1)
 
 
 def spatial_cross_force(a, f) -> np.ndarray:
@@ -346,7 +356,7 @@ def spatial_cross_force(a, f) -> np.ndarray:
     """
     a, f = _as_f64(a), _as_f64(f)
     w, v, tau, force = a[..., :3], a[..., 3:], f[..., :3], f[..., 3:]
-    return np.concatenate([np.cross(w, tau) + np.cross(v, force), np.cross(w, force)], -1)
+    return np.concatenate([cross(w, tau) + cross(v, force), cross(w, force)], -1)
 
 
 def spatial_cross_motion_matrix(a) -> np.ndarray:

@@ -8,6 +8,7 @@ frames, axes, COMs and full inertias, plus random coordinates and velocities. La
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from sap_common import spatial
@@ -58,8 +59,8 @@ JOINT_TYPES = (JointType.PRISMATIC, JointType.REVOLUTE, JointType.BALL, JointTyp
 
 
 @st.composite
-def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds: int = 1):
-    """``(model, joint_q, joint_qd_public)`` for a random tree (one world)."""
+def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds: int = 1, min_dofs: int = 1):
+    """``(model, joint_q, joint_qd_public)`` for a random tree (one world) with ≥ ``min_dofs`` DOFs."""
     n = draw(st.integers(1, max_bodies))
     b = ModelBuilder(gravity=draw(vectors(3, -10, 10)))
     for i in range(n):
@@ -90,6 +91,7 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
             Rl, Ra = spatial.quat_to_matrix(draw(quaternions())), spatial.quat_to_matrix(draw(quaternions()))
             b.add_joint_d6(parent, i, xp, xc, linear_axes=list(Rl.T[:nl]), angular_axes=list(Ra.T[:na]))
     model = b.replicate(num_worlds).finalize()
+    assume(model.joint_dof_count >= min_dofs)
     q = np.zeros(model.joint_coord_count)
     for j in range(model.joint_count):
         jt = JointType(int(model.joint_type[j]))
