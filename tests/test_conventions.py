@@ -119,3 +119,19 @@ def test_bad_order_flag_and_shapes():
         cv.joint_qd_public_to_sap(model, np.zeros(7), np.zeros(5))
     with pytest.raises(ValueError, match="body_f: expected shape"):
         cv.body_f_public_to_sap(model, np.zeros((1, 7)), np.zeros((2, 6)))
+
+
+@settings(max_examples=N)
+@given(vectors(3, -0.5, 0.5), vectors(4, -1, 1).filter(lambda q: np.linalg.norm(q) > 0.1), vectors(6, -2, 2))
+def test_float32_boundary_pose(com, quat, qd):
+    """``pose_dtype=float32`` (use_f64_boundary_pose off): r from the float32 pose, still exact round trip."""
+    model = _one_free_body(com)
+    q = np.concatenate([[0.1, 0.2, 0.3], quat])
+    sap64 = cv.joint_qd_public_to_sap(model, q, qd)
+    sap32 = cv.joint_qd_public_to_sap(model, q, qd, pose_dtype=np.float32)
+    # r differs from the float64 r by float32 rounding of an O(|com|) vector.
+    assert np.abs(sap32 - sap64).max() <= 8 * np.finfo(np.float32).eps * (1 + np.abs(qd).max()) * (1 + np.linalg.norm(com))
+    back = cv.joint_qd_sap_to_public(model, q, sap32, pose_dtype=np.float32)
+    np.testing.assert_allclose(back, qd, atol=TOL * 10)
+    with pytest.raises(ValueError, match="pose_dtype: must be float32 or float64"):
+        cv.joint_qd_public_to_sap(model, q, qd, pose_dtype=np.float16)
