@@ -8,13 +8,33 @@ public-order buffers; constructing the dataclasses directly defaults the order f
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 
 import numpy as np
 
 from .conventions import check_order
 
-__all__ = ["SapState", "SapControl", "SapContacts", "check_state", "check_control", "check_contacts"]
+__all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "check_state", "check_control", "check_contacts"]
+
+
+class StepStatus(enum.IntFlag):
+    """Per-world outcome of a time step (a bitmask; both solvers report it the same way).
+
+    CONVERGED: the optimality or the cost criterion was met (spec §5.2).
+    LINE_SEARCH_FAILURE: a line search could not meet its acceptance test.
+    MAX_ITERATIONS: the Newton iteration cap was reached first.
+    NON_FINITE: the world's inputs or iterates were not finite; its state was left unchanged.
+    CONTACT_OVERFLOW: the collision stage dropped contacts for lack of capacity.
+    LINEAR_SOLVE_FAILURE: the Newton system could not be factored (H not SPD).
+    """
+
+    CONVERGED = 1
+    LINE_SEARCH_FAILURE = 2
+    MAX_ITERATIONS = 4
+    NON_FINITE = 8
+    CONTACT_OVERFLOW = 16
+    LINEAR_SOLVE_FAILURE = 32
 
 
 def _copy_fields(obj):

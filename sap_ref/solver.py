@@ -1,45 +1,180 @@
-"""The sap_ref time step (DESIGN §2).
+"""SolverSAP: the sap_ref time step, one world at a time (DESIGN §2).
 
-Until the contact solve lands, this module provides the time step of a model without
-constraints (no contacts, limits or drives), where SAP's answer is the free motion itself:
-``v₁ = v*`` and ``q₁ = Φ(q₀, v₀, v₁, h)``. The full ``SolverSAP`` builds on the same stage
-functions.
+    solver = SolverSAP(model, max_rigid_contact=16, contact_preset_variant="drake")
+    pipeline = CollisionPipeline(model, 16)
+    contacts = pipeline.contacts()
+    pipeline.collide(state, contacts)
+    solver.step(state, state, control, contacts, dt)
+    solver.last_results[0].solve.history     # every Newton iterate and line-search probe
+
+Each world: boundary (stage 0) → free motion (1) → contact Jacobians, weights, limit and
+drive rows (2) → Newton on ℓ(v) (3) → position update (4) → boundary out (5). Worlds never
+share data; a world whose inputs are not finite is flagged and left unchanged.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
-from sap_common.state import SapControl, SapState
+from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
 
 from . import boundary
-from .free_motion import driven_dofs, free_motion
+from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
+from .contact_jacobian import (ContactGeometry, body_inertia_weights, contact_geometry, contact_regularization,
+                               delassus_weights)
+from .contact_solve import SapProblem, SolveResult, make_problem, solve
+from .free_motion import FreeMotion, free_motion
 from .integration import integrate_positions
+from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
 
-__all__ = ["step_unconstrained"]
+__all__ = ["SolverSAP", "WorldResult"]
 
 
-def step_unconstrained(model: SapModel, state_in: SapState, state_out: SapState, control: SapControl,
-                       dt: float, config: SapConfig | None = None) -> None:
-    """One step of a constraint-free model: v₁ = v*, q₁ = Φ(q₀, v₀, v₁, h), every world.
+@dataclass
+class WorldResult:
+    """Every intermediate of one world's step (for teaching and debugging).
 
-    ``state_out`` may be ``state_in``. Raises ``ValueError`` if the model has position limits or
-    drives (those are SAP constraints and need the contact solve).
+    Attributes:
+        free_motion: M, A, k and v* (stage 1).
+        contacts: contact frames, points and Jacobians J (stage 2).
+        w: contact weights, (C,).  R / v_hat: contact regularization and bias, (C, 3).
+        limits / drives: the limit and drive rows of this step.
+        problem: the SAP problem on the participating DOFs (stage 3 input).
+        solve: the Newton solve: solution, γ, iterations, history (stage 3).
+        v1: new velocities, SAP order, (nv,).  q1: new coordinates, (nq,).
+        status: :class:`StepStatus` bits.
     """
-    config = config or SapConfig()
-    limited = np.isfinite(model.joint_limit_lower) | np.isfinite(model.joint_limit_upper)
-    if np.any(limited) or np.any(driven_dofs(model)):
-        raise ValueError(
-            "model: has joint limits or drives, which are SAP constraints; step_unconstrained "
-            "handles constraint-free models only"
-        )
-    x = boundary.read_inputs(model, state_in, control, dt, config.use_f64_boundary_pose)
-    q1, v1 = np.empty_like(x.joint_q), np.empty_like(x.v0)
-    for w in range(model.num_worlds):
-        fm = free_motion(model, x.joint_q[w], x.v0[w], dt, precision=config.free_motion_solve_precision,
-                         joint_f=x.joint_f[w], body_f=x.body_f[w], joint_act=x.joint_act[w])
-        v1[w] = fm.v_star
-        q1[w] = integrate_positions(model, x.joint_q[w], x.v0[w], v1[w], dt, config.position_integration)
-    boundary.write_state(model, state_out, q1, v1, config.use_f64_boundary_pose)
+
+    free_motion: FreeMotion | None
+    contacts: ContactGeometry | None
+    w: np.ndarray | None
+    R: np.ndarray | None
+    v_hat: np.ndarray | None
+    limits: LimitConstraints | None
+    drives: DriveConstraints | None
+    problem: SapProblem | None
+    solve: SolveResult | None
+    v1: np.ndarray
+    q1: np.ndarray
+    status: StepStatus
+
+    @property
+    def contact_impulses(self) -> np.ndarray:
+        """γ of each contact in its frame (t₁, t₂, n) [N·s] (impulse on body 1), (C, 3)."""
+        return self.solve.evaluation.contact_gamma.astype(np.float64)
+
+    @property
+    def contact_impulses_W(self) -> np.ndarray:
+        """``R_WC γ``: each contact's impulse on body 1 in world [N·s] (force = impulse / h), (C, 3)."""
+        return np.einsum("cij,cj->ci", self.contacts.R_WC, self.contact_impulses)
+
+
+class SolverSAP:
+    """Drake's SAP time step for every world of ``model`` (NumPy/SciPy reference).
+
+    Args:
+        model: the model (at least one articulated DOF).
+        max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
+        contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (DESIGN §5).
+        **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
+
+    Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
+    ``last_line_search_iterations``, ``last_truncated_contact_count``, ``last_status``
+    (:class:`StepStatus` bits), and ``last_results`` (one :class:`WorldResult` per world).
+    """
+
+    def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
+                 **overrides):
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if model.joint_dof_count < 1:
+            raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
+        self.model = model
+        self.config = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact, **overrides)
+        W = model.num_worlds
+        self.last_newton_iterations = np.zeros(W, dtype=np.int32)
+        self.last_line_search_iterations = np.zeros(W, dtype=np.int32)
+        self.last_truncated_contact_count = np.zeros(W, dtype=np.int32)
+        self.last_status = np.zeros(W, dtype=np.int32)
+        self.last_results: list[WorldResult] = []
+
+    def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
+             dt: float) -> None:
+        """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
+        model, cfg = self.model, self.config
+        x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose)
+        if contacts is None:
+            contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
+        self._check_contacts(contacts)
+        q1, v1 = x.joint_q.copy(), x.v0.copy()
+        results = []
+        for w in range(model.num_worlds):
+            r = self._step_world(w, x, contacts, dt)
+            if not r.status & StepStatus.NON_FINITE:
+                q1[w], v1[w] = r.q1, r.v1
+            if contacts.overflow[w] > 0:
+                r.status |= StepStatus.CONTACT_OVERFLOW
+            results.append(r)
+        boundary.write_state(model, state_out, q1, v1, cfg.use_f64_boundary_pose)
+        self.last_results = results
+        self.last_status[:] = [int(r.status) for r in results]
+        self.last_newton_iterations[:] = [r.solve.iterations if r.solve else 0 for r in results]
+        self.last_line_search_iterations[:] = [r.solve.line_search_iterations if r.solve else 0 for r in results]
+        self.last_truncated_contact_count[:] = contacts.overflow
+
+    def _step_world(self, w: int, x: boundary.SapInputs, contacts: SapContacts, dt: float) -> WorldResult:
+        """Stages 1–4 for world w."""
+        model, cfg = self.model, self.config
+        q0, v0 = x.joint_q[w], x.v0[w]
+        if not all(np.all(np.isfinite(a[w])) for a in (x.joint_q, x.v0, x.joint_f, x.body_f, x.joint_act,
+                                                        x.joint_target_pos, x.joint_target_vel)):
+            return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, StepStatus.NON_FINITE)
+        body_q = forward_kinematics(model, q0)
+        fm = free_motion(model, q0, v0, dt, precision=cfg.free_motion_solve_precision, joint_f=x.joint_f[w],
+                         body_f=x.body_f[w], joint_act=x.joint_act[w], body_q=body_q)
+        if not cfg.use_f64_boundary_pose:  # the pose crossing into the contact stage is float32
+            body_q = body_q.astype(np.float32).astype(np.float64)
+        J_bodies = body_jacobians(model, q0, body_q, motion_subspaces(model, q0, body_q))
+        geo = contact_geometry(model, contacts, w, body_q, J_bodies, cfg.contact_point_mode)
+        if cfg.contact_weight_mode == "diag_delassus":
+            weights = delassus_weights(geo.J, np.diag(fm.A), cfg.sap_contact_weight_precision)
+        else:
+            weights = body_inertia_weights(model, geo, body_q, cfg.sap_contact_weight_precision)
+        R, v_hat = contact_regularization(weights, geo.ke, geo.tau_d, geo.phi0, dt, cfg.contact_beta,
+                                          cfg.contact_sigma, cfg.sap_contact_weight_precision)
+        limits = limit_constraints(model, q0, v0, fm.v_star, fm.A, dt, body_q, J_bodies)
+        drives = drive_constraints(model, q0, fm.A, dt, x.joint_target_pos[w], x.joint_target_vel[w],
+                                   x.joint_act[w])
+        problem = make_problem(model, fm.A, fm.v_star, geo.J, R, v_hat, geo.mu, limits, drives,
+                               cfg.contact_solve_precision)
+        sol = solve(problem, v0[problem.dofs], cfg)
+        v1 = fm.v_star.copy()
+        v1[problem.dofs] = sol.v
+        q1 = integrate_positions(model, q0, v0, v1, dt, cfg.position_integration)
+        status = sol.status
+        if not (np.all(np.isfinite(v1)) and np.all(np.isfinite(q1))):
+            status |= StepStatus.NON_FINITE
+        return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
+                           limits, drives, problem, sol, v1, q1, status)
+
+    def _check_contacts(self, contacts: SapContacts) -> None:
+        if not isinstance(contacts, SapContacts):
+            raise ValueError(f"contacts: expected SapContacts or None, got {type(contacts).__name__}")
+        check_contacts(self.model, contacts)
+        if contacts.capacity != self.config.max_rigid_contact:
+            raise ValueError(f"contacts: capacity {contacts.capacity} does not match the solver's "
+                             f"max_rigid_contact {self.config.max_rigid_contact}")
+        for w in range(self.model.num_worlds):
+            n = int(contacts.count[w])
+            for name, hi in (("shape0", self.model.shape_count), ("shape1", self.model.shape_count)):
+                idx = getattr(contacts, name)[w, :n]
+                if np.any((idx < 0) | (idx >= hi)):
+                    raise ValueError(f"contacts.{name}[{w}]: shape indices must lie in [0, {hi})")
+            for name in ("body0", "body1"):
+                idx = getattr(contacts, name)[w, :n]
+                if np.any((idx < -1) | (idx >= self.model.body_count)):
+                    raise ValueError(f"contacts.{name}[{w}]: body indices must lie in [-1, {self.model.body_count})")

@@ -1,0 +1,293 @@
+"""SAP constraint terms: cost ℓᵢ, impulse γᵢ = −∂ℓᵢ/∂vcᵢ, Hessian Gᵢ = −∂γᵢ/∂vcᵢ (spec §2, §4).
+
+Three kinds, each a set of rows ``J`` (so vc = J v) with per-row parameters:
+
+* friction cone (contacts), spec §4.1: regularized projection of ``y = R⁻¹(v̂ − vc)`` onto the
+  friction cone in the R-norm, three regions (stiction, sliding, no contact);
+* limits (joint position limits and distance-joint limits), spec §4.3: one-sided
+  ``γ = max(0, y)``, near-rigid with β = 0.1, added only inside the window
+  ``q₀ ± 2h·max(|v₀|, |v*|)``;
+* drives (PD toward targets with an effort limit, feed-forward ``joint_act`` inside the
+  clamp), spec §4.4: ``γ = h·clamp(−Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀, ±e)``.
+
+Drake: ``SapFrictionConeConstraint``, ``SapLimitConstraint``, ``SapPdControllerConstraint``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sap_common import spatial
+from sap_common.model import JointType, SapModel
+
+from .contact_jacobian import delassus_weights
+from .kinematics import point_jacobian
+
+__all__ = [
+    "SOFT_NORM_EPS",
+    "LIMIT_BETA",
+    "DRIVE_BETA",
+    "LIMIT_WINDOW_FACTOR",
+    "STICTION",
+    "SLIDING",
+    "NO_CONTACT",
+    "friction_cone",
+    "LimitConstraints",
+    "limit_constraints",
+    "limit_terms",
+    "DriveConstraints",
+    "drive_constraints",
+    "drive_terms",
+]
+
+SOFT_NORM_EPS = 1e-7  # N·s, Drake's hard-coded soft-norm ε of the friction cone (spec §4.1)
+LIMIT_BETA = 0.1  # near-rigid threshold of limit constraints (spec §3)
+DRIVE_BETA = 0.1  # near-rigid threshold of PD constraints (spec §3)
+LIMIT_WINDOW_FACTOR = 2.0  # limits are added inside q₀ ± 2h·max(|v₀|, |v*|) (spec §4.3)
+DISTANCE_EPS = 1e-9  # m; below this the distance direction is undefined and the limit is skipped
+
+STICTION, SLIDING, NO_CONTACT = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------- friction cone
+
+
+def friction_cone(vc: np.ndarray, R: np.ndarray, v_hat: np.ndarray, mu: np.ndarray):
+    """``(gamma (C,3), G (C,3,3), ell (C,), mode (C,))`` of the friction-cone constraints.
+
+    ``y = R⁻¹(v̂ − vc)``, ``y_r = √(y_t1² + y_t2² + ε²)``, ``t̂ = y_t / y_r``,
+    ``μ̂ = μ R_t/R_n``, ``μ̃² = μ² R_t/R_n``, ``f = 1/(1 + μ̃²)``:
+
+    * stiction ``y_r ≤ μ y_n``: γ = y, ``G = R⁻¹``;
+    * sliding ``−μ̂ y_r < y_n < y_r/μ``: ``γ_n = f (y_n + μ̂ y_r)``, ``γ_t = μ γ_n t̂``,
+      ``∂γ_t/∂y_t = μ((γ_n/y_r) P⊥ + μ̂ f P)``, ``∂γ_t/∂y_n = μ f t̂``, ``∂γ_n/∂y_t = μ̂ f t̂ᵀ``,
+      ``∂γ_n/∂y_n = f``, ``G = (∂γ/∂y) R⁻¹`` (P = t̂t̂ᵀ, P⊥ = 1 − P);
+    * no contact otherwise: γ = 0, G = 0.
+
+    ``ℓ = ½ γᵀ R γ``. Arrays keep the dtype of ``vc`` (``contact_solve_precision``).
+    """
+    dt = vc.dtype
+    y = (v_hat - vc) / R
+    y_t, y_n = y[:, :2], y[:, 2]
+    y_r = np.sqrt(np.sum(y_t * y_t, axis=1) + dt.type(SOFT_NORM_EPS) ** 2)
+    t_hat = y_t / y_r[:, None]
+    R_t, R_n = R[:, 0], R[:, 2]
+    mu_hat = mu * R_t / R_n
+    mu_tilde2 = mu * mu * R_t / R_n
+    f = dt.type(1.0) / (dt.type(1.0) + mu_tilde2)
+
+    stiction = y_r <= mu * y_n
+    # y_n < y_r/μ written as μ y_n < y_r, which is also right for μ = 0 (no division).
+    sliding = ~stiction & (y_n > -mu_hat * y_r) & (mu * y_n < y_r)
+    mode = np.full(len(y), NO_CONTACT, dtype=np.int32)
+    mode[stiction], mode[sliding] = STICTION, SLIDING
+
+    gamma = np.zeros_like(y)
+    G = np.zeros((len(y), 3, 3), dtype=dt)
+    gamma[stiction] = y[stiction]
+    G[stiction] = np.einsum("ci,ij->cij", 1.0 / R[stiction], np.eye(3, dtype=dt))
+
+    s = sliding
+    g_n = f[s] * (y_n[s] + mu_hat[s] * y_r[s])
+    gamma[s, 2] = g_n
+    gamma[s, :2] = (mu[s] * g_n)[:, None] * t_hat[s]
+    P = np.einsum("ci,cj->cij", t_hat[s], t_hat[s])
+    P_perp = np.eye(2, dtype=dt) - P
+    dgamma_dy = np.zeros((int(s.sum()), 3, 3), dtype=dt)
+    dgamma_dy[:, :2, :2] = mu[s, None, None] * ((g_n / y_r[s])[:, None, None] * P_perp
+                                                + (mu_hat[s] * f[s])[:, None, None] * P)
+    dgamma_dy[:, :2, 2] = (mu[s] * f[s])[:, None] * t_hat[s]
+    dgamma_dy[:, 2, :2] = (mu_hat[s] * f[s])[:, None] * t_hat[s]
+    dgamma_dy[:, 2, 2] = f[s]
+    G[s] = dgamma_dy / R[s][:, None, :]
+
+    ell = dt.type(0.5) * np.sum(gamma * R * gamma, axis=1)
+    return gamma, G, ell, mode
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+@dataclass
+class LimitConstraints:
+    """One-sided limit rows of one world (L rows).
+
+    Attributes:
+        J: rows, (L, nv): +e_dof for a lower limit, −e_dof for an upper one, ±p̂ᵀ(J₁ − J₀) for
+            a distance limit.
+        g0: constraint value at q₀ (< 0 violated) [m or rad], (L,).
+        R: regularization, (L,).
+        v_hat: bias velocity −g₀/(h + τ), (L,).
+        joint: joint of each row, (L,).
+        side: −1 lower, +1 upper, (L,).
+    """
+
+    J: np.ndarray
+    g0: np.ndarray
+    R: np.ndarray
+    v_hat: np.ndarray
+    joint: np.ndarray
+    side: np.ndarray
+
+
+def _limit_row(rows, g, k, tau, joint, side, J_row):
+    rows.append((J_row, g, k, tau, joint, side))
+
+
+def limit_constraints(model: SapModel, joint_q, v0, v_star, A, dt: float, body_q=None,
+                      J_bodies=None) -> LimitConstraints:
+    """Limit rows active in this step (spec §4.3), with their R and v̂.
+
+    A limit enters only if it lies inside ``q₀ ± 2δ``, δ = h·max(|v₀|, |v*|) (distance limits:
+    the same test on the anchor distance and its rate). ``k = joint_limit_ke``,
+    ``τ = joint_limit_kd / joint_limit_ke``, ``R = max(β²w/(4π²), 1/(h k (h + τ)))`` with
+    β = 0.1 and Drake's Delassus weight w, ``v̂ = −g₀/(h + τ)``. A limit with ke = 0 is inert.
+    """
+    joint_q, v0, v_star = (np.asarray(x, dtype=np.float64) for x in (joint_q, v0, v_star))
+    nv = model.joint_dof_count
+    rows = []
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        d0 = int(model.joint_qd_start[j])
+        if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
+            q0 = int(model.joint_q_start[j])
+            for k in range(int(model.joint_qd_start[j + 1]) - d0):
+                dof, q = d0 + k, joint_q[q0 + k]
+                lo, hi, ke = model.joint_limit_lower[dof], model.joint_limit_upper[dof], model.joint_limit_ke[dof]
+                if ke <= 0.0 or not (np.isfinite(lo) or np.isfinite(hi)):
+                    continue
+                window = LIMIT_WINDOW_FACTOR * dt * max(abs(v0[dof]), abs(v_star[dof]))
+                tau = model.joint_limit_kd[dof] / ke
+                e = np.zeros(nv)
+                e[dof] = 1.0
+                if lo >= q - window:
+                    _limit_row(rows, q - lo, ke, tau, j, -1, e)
+                if hi <= q + window:
+                    _limit_row(rows, hi - q, ke, tau, j, +1, -e)
+        elif jt == JointType.DISTANCE:
+            lo, hi, ke = model.joint_limit_lower[d0], model.joint_limit_upper[d0], model.joint_limit_ke[d0]
+            if ke <= 0.0 or not (np.isfinite(hi) or lo > 0.0):
+                continue
+            p, c = int(model.joint_parent[j]), int(model.joint_child[j])
+            p_P = spatial.transform_point(body_q[p], model.joint_X_p[j, :3]) if p >= 0 else model.joint_X_p[j, :3]
+            p_C = spatial.transform_point(body_q[c], model.joint_X_c[j, :3])
+            d_vec = p_C - p_P
+            dist = float(np.linalg.norm(d_vec))
+            if dist < DISTANCE_EPS:
+                continue
+            J_row = (d_vec / dist) @ (point_jacobian(model, c, p_C, body_q, J_bodies)
+                                      - point_jacobian(model, p, p_P, body_q, J_bodies))
+            window = LIMIT_WINDOW_FACTOR * dt * max(abs(J_row @ v0), abs(J_row @ v_star))
+            tau = model.joint_limit_kd[d0] / ke
+            if lo > 0.0 and lo >= dist - window:
+                _limit_row(rows, dist - lo, ke, tau, j, -1, J_row)
+            if np.isfinite(hi) and hi <= dist + window:
+                _limit_row(rows, hi - dist, ke, tau, j, +1, -J_row)
+    if not rows:
+        z = np.zeros(0)
+        return LimitConstraints(np.zeros((0, nv)), z, z, z, np.zeros(0, np.int32), np.zeros(0, np.int32))
+    J = np.array([r[0] for r in rows])
+    g0, k, tau = (np.array([r[i] for r in rows]) for i in (1, 2, 3))
+    w = delassus_weights(J[:, None, :], np.diag(A))
+    with np.errstate(divide="ignore"):
+        R_compliant = 1.0 / (dt * k * (dt + tau))
+    R = np.maximum(LIMIT_BETA**2 / (4.0 * np.pi**2) * w, R_compliant)
+    return LimitConstraints(J=J, g0=g0, R=R, v_hat=-g0 / (dt + tau),
+                            joint=np.array([r[4] for r in rows], np.int32),
+                            side=np.array([r[5] for r in rows], np.int32))
+
+
+def limit_terms(vc: np.ndarray, R: np.ndarray, v_hat: np.ndarray):
+    """``(gamma, G, ell)`` of one-sided limit rows: ``γ = max(0, y)``, ``y = (v̂ − vc)/R``."""
+    y = (v_hat - vc) / R
+    gamma = np.maximum(y, 0.0).astype(vc.dtype)
+    G = np.where(y > 0.0, 1.0 / R, 0.0).astype(vc.dtype)
+    return gamma, G, vc.dtype.type(0.5) * R * gamma * gamma
+
+
+# ----------------------------------------------------------------------------- drives
+
+
+@dataclass
+class DriveConstraints:
+    """PD drive rows of one world (D rows, one per driven DOF).
+
+    Attributes:
+        dof: the driven DOF of each row, (D,).
+        J: rows e_dofᵀ, (D, nv).
+        q0: the DOF's coordinate at the start of the step, (D,).
+        q_target / v_target: ``joint_target_pos`` / ``joint_target_vel``, (D,).
+        u0: feed-forward ``joint_act`` (inside the clamp), (D,).
+        Kp / Kd: effective gains after the near-rigid clamp, (D,).
+        effort: effort limit e (inf = none), (D,).
+        h: time step [s].
+    """
+
+    dof: np.ndarray
+    J: np.ndarray
+    q0: np.ndarray
+    q_target: np.ndarray
+    v_target: np.ndarray
+    u0: np.ndarray
+    Kp: np.ndarray
+    Kd: np.ndarray
+    effort: np.ndarray
+    h: float
+
+
+def drive_constraints(model: SapModel, joint_q, A, dt: float, q_target, v_target, u0) -> DriveConstraints:
+    """Drive rows with Drake's near-rigid effective gains (spec §4.4).
+
+    With ``R = 1/(h(h Kp + Kd))`` and ``R_nr = β² w/(4π²)`` (β = 0.1, w = 1/A_dd): if R < R_nr,
+    keep the ratio Kd/Kp and lower the gains until R = R_nr.
+    """
+    driven = np.flatnonzero((model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0))
+    nv = model.joint_dof_count
+    q_of_dof = np.zeros(nv)
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
+            n = int(model.joint_qd_start[j + 1] - model.joint_qd_start[j])
+            q_of_dof[model.joint_qd_slice(j)] = np.asarray(joint_q)[int(model.joint_q_start[j]):][:n]
+    Kp, Kd = model.joint_target_ke[driven].copy(), model.joint_target_kd[driven].copy()
+    w = 1.0 / np.diag(A)[driven]
+    R_nr = DRIVE_BETA**2 / (4.0 * np.pi**2) * w
+    R = 1.0 / (dt * (dt * Kp + Kd))
+    for i in np.flatnonzero(R < R_nr):
+        if dt * Kp[i] > Kd[i]:
+            tau = Kd[i] / Kp[i]
+            Kp[i] = 1.0 / (dt * (dt + tau) * R_nr[i])
+            Kd[i] = tau * Kp[i]
+        else:
+            ratio = Kp[i] / Kd[i]
+            Kd[i] = 1.0 / (dt * (1.0 + dt * ratio) * R_nr[i])
+            Kp[i] = ratio * Kd[i]
+    J = np.zeros((len(driven), nv))
+    J[np.arange(len(driven)), driven] = 1.0
+    return DriveConstraints(dof=driven, J=J, q0=q_of_dof[driven], q_target=np.asarray(q_target)[driven],
+                            v_target=np.asarray(v_target)[driven], u0=np.asarray(u0)[driven], Kp=Kp, Kd=Kd,
+                            effort=model.joint_effort_limit[driven].copy(), h=float(dt))
+
+
+def drive_terms(vc: np.ndarray, d: DriveConstraints):
+    """``(gamma, G, ell)`` of the drive rows (spec §4.4).
+
+    ``y = −Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀``, ``c = h Kp + Kd``, ``γ = h·clamp(y, ±e)``,
+    ``G = h c`` inside the clamp else 0, ``ℓ = (h/c)·Φ_e(y)`` with Φ_e(y) = y²/2 for |y| ≤ e and
+    ``e(|y| − e/2)`` beyond.
+    """
+    dt = vc.dtype.type
+    h = dt(d.h)
+    Kp, Kd = d.Kp.astype(vc.dtype), d.Kd.astype(vc.dtype)
+    e = d.effort.astype(vc.dtype)
+    y = -Kp * (d.q0.astype(vc.dtype) + h * vc - d.q_target.astype(vc.dtype)) - Kd * (vc - d.v_target.astype(vc.dtype)) \
+        + d.u0.astype(vc.dtype)
+    c = h * Kp + Kd
+    inside = np.abs(y) <= e
+    gamma = h * np.clip(y, -e, e)
+    G = np.where(inside, h * c, dt(0.0))
+    with np.errstate(invalid="ignore"):  # e·(|y| − e/2) is not used where e = inf
+        phi = np.where(inside, dt(0.5) * y * y, e * (np.abs(y) - dt(0.5) * e))
+    return gamma, G, (h / c) * phi

@@ -1,0 +1,273 @@
+"""Stage 3: Newton's method on the SAP cost ℓ(v) (spec §2, §5).
+
+    ℓ(v)  = ½ (v − v*)ᵀ A (v − v*) + Σᵢ ℓᵢ(Jᵢ v)
+    ∇ℓ(v) = A (v − v*) − Jᵀ γ(v),        H(v) = A + Jᵀ G(v) J
+
+from the warm start v₀: stop on the optimality criterion ``‖D̃∇ℓ‖ ≤ ε_a + ε_r·max(‖D̃Av‖, ‖D̃Jᵀγ‖)``
+(D̃ = diag(A)^(-1/2), participating DOFs only) or on the cost criterion, both tested before
+each factorization (so an exact guess takes zero iterations); else ``Δv = −H⁻¹∇ℓ`` and a line
+search. Only the DOFs of trees touched by a constraint take part; the others keep v = v*.
+ℓ, ∇ℓ and H are evaluated in ``contact_solve_precision``, the Newton system is solved in
+``contact_linear_solve_precision``. Drake: ``SapSolver::SolveWithGuessImpl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sap_common.config import SapConfig, precision_dtype
+from sap_common.model import SapModel
+from sap_common.state import StepStatus
+
+from .constraints import DriveConstraints, LimitConstraints, drive_terms, friction_cone, limit_terms
+from .line_search import LineSearchResult, line_search
+from .linear_solve import cholesky_solve
+
+__all__ = [
+    "SapProblem",
+    "Evaluation",
+    "NewtonIterate",
+    "SolveResult",
+    "participating_dofs",
+    "make_problem",
+    "evaluate",
+    "hessian",
+    "cost_along_line",
+    "stopping_criterion",
+    "solve",
+]
+
+
+@dataclass
+class SapProblem:
+    """One world's SAP problem on its n participating DOFs, in ``dtype``.
+
+    Attributes:
+        dofs: participating DOF indices into the world's velocity vector, (n,).
+        A: dynamics matrix, (n, n).
+        v_star: free-motion velocity, (n,).
+        contact_J, contact_R, contact_v_hat, contact_mu: friction cones, (C, 3, n), (C, 3), (C, 3), (C,).
+        limit_J, limit_R, limit_v_hat: limit rows, (L, n), (L,), (L,).
+        drive: drive rows (J restricted to the participating DOFs).
+    """
+
+    dofs: np.ndarray
+    A: np.ndarray
+    v_star: np.ndarray
+    contact_J: np.ndarray
+    contact_R: np.ndarray
+    contact_v_hat: np.ndarray
+    contact_mu: np.ndarray
+    limit_J: np.ndarray
+    limit_R: np.ndarray
+    limit_v_hat: np.ndarray
+    drive: DriveConstraints
+
+    @property
+    def dtype(self):
+        return self.A.dtype
+
+    @property
+    def constraint_count(self) -> int:
+        return len(self.contact_mu) + len(self.limit_R) + len(self.drive.dof)
+
+
+@dataclass
+class Evaluation:
+    """ℓ, ∇ℓ and every constraint quantity at one v (participating DOFs, ``problem.dtype``).
+
+    Attributes:
+        v: the velocity, (n,).
+        ell: total cost; ell_A its dynamics part ½(v−v*)ᵀA(v−v*).
+        grad: ∇ℓ = A(v − v*) − Jᵀγ, (n,).
+        momentum: A v (for the stopping criterion), (n,).
+        jt_gamma: Jᵀγ, the generalized constraint impulse, (n,).
+        contact_vc, contact_gamma, contact_G, contact_mode: (C, 3), (C, 3), (C, 3, 3), (C,).
+        limit_vc, limit_gamma, limit_G: (L,) each.
+        drive_vc, drive_gamma, drive_G: (D,) each.
+    """
+
+    v: np.ndarray
+    ell: float
+    ell_A: float
+    grad: np.ndarray
+    momentum: np.ndarray
+    jt_gamma: np.ndarray
+    contact_vc: np.ndarray
+    contact_gamma: np.ndarray
+    contact_G: np.ndarray
+    contact_mode: np.ndarray
+    limit_vc: np.ndarray
+    limit_gamma: np.ndarray
+    limit_G: np.ndarray
+    drive_vc: np.ndarray
+    drive_gamma: np.ndarray
+    drive_G: np.ndarray
+
+
+@dataclass
+class NewtonIterate:
+    """One Newton iteration, for teaching and debugging: the point, its direction and step."""
+
+    v: np.ndarray
+    ell: float
+    residual: float
+    dv: np.ndarray
+    alpha: float
+    line_search: LineSearchResult
+
+
+@dataclass
+class SolveResult:
+    """Outcome of :func:`solve` (participating DOFs).
+
+    Attributes:
+        v: the solution (last iterate), (n,).
+        evaluation: ℓ, ∇ℓ, γ, … at ``v``.
+        iterations: Newton iterations (factorizations) taken.
+        line_search_iterations: φ evaluations over all line searches.
+        status: :class:`StepStatus` bits.
+        residual: ‖D̃∇ℓ‖ at ``v``; ``scale`` = max(‖D̃Av‖, ‖D̃Jᵀγ‖).
+        history: one :class:`NewtonIterate` per iteration.
+    """
+
+    v: np.ndarray
+    evaluation: Evaluation
+    iterations: int
+    line_search_iterations: int
+    status: StepStatus
+    residual: float
+    scale: float
+    history: list = field(default_factory=list)
+
+
+def participating_dofs(model: SapModel, *row_blocks: np.ndarray) -> np.ndarray:
+    """DOFs of every tree touched by a constraint row (spec §2: Drake's participating cliques)."""
+    touched = np.zeros(model.joint_dof_count, dtype=bool)
+    for J in row_blocks:
+        if J.size:
+            touched |= np.any(J.reshape(-1, model.joint_dof_count) != 0.0, axis=0)
+    trees = np.unique(model.dof_tree[touched])
+    return np.flatnonzero(np.isin(model.dof_tree, trees))
+
+
+def make_problem(model: SapModel, A, v_star, contact_J, contact_R, contact_v_hat, contact_mu,
+                 limits: LimitConstraints, drives: DriveConstraints, precision: str = "fp64") -> SapProblem:
+    """Restrict everything to the participating DOFs and cast to ``contact_solve_precision``."""
+    dt = precision_dtype(precision)
+    dofs = participating_dofs(model, contact_J, limits.J, drives.J)
+    cast = lambda x: np.asarray(x, dtype=dt)  # noqa: E731
+    restricted_drive = DriveConstraints(**{**drives.__dict__, "J": drives.J[:, dofs]})
+    return SapProblem(
+        dofs=dofs, A=cast(A[np.ix_(dofs, dofs)]), v_star=cast(v_star[dofs]),
+        contact_J=cast(contact_J[:, :, dofs]), contact_R=cast(contact_R), contact_v_hat=cast(contact_v_hat),
+        contact_mu=cast(contact_mu), limit_J=cast(limits.J[:, dofs]), limit_R=cast(limits.R),
+        limit_v_hat=cast(limits.v_hat), drive=restricted_drive,
+    )
+
+
+def _constraint_terms(p: SapProblem, contact_vc, limit_vc, drive_vc):
+    cg, cG, cl, mode = friction_cone(contact_vc, p.contact_R, p.contact_v_hat, p.contact_mu)
+    lg, lG, ll = limit_terms(limit_vc, p.limit_R, p.limit_v_hat)
+    dg, dG, dl = drive_terms(drive_vc, p.drive)
+    return (cg, cG, cl, mode), (lg, lG, ll), (dg, dG, dl)
+
+
+def evaluate(p: SapProblem, v: np.ndarray) -> Evaluation:
+    """ℓ(v), ∇ℓ(v), γ(v), G(v) (spec §2)."""
+    v = np.asarray(v, dtype=p.dtype)
+    cvc = np.einsum("cin,n->ci", p.contact_J, v)
+    lvc = p.limit_J @ v
+    dvc = p.drive.J.astype(p.dtype) @ v
+    (cg, cG, cl, mode), (lg, lG, ll), (dg, dG, dl) = _constraint_terms(p, cvc, lvc, dvc)
+    dv = v - p.v_star
+    momentum = p.A @ v
+    A_dv = p.A @ dv
+    jt_gamma = np.einsum("cin,ci->n", p.contact_J, cg) + p.limit_J.T @ lg + p.drive.J.astype(p.dtype).T @ dg
+    ell_A = p.dtype.type(0.5) * dv @ A_dv
+    return Evaluation(v=v, ell=ell_A + cl.sum() + ll.sum() + dl.sum(), ell_A=ell_A, grad=A_dv - jt_gamma,
+                      momentum=momentum, jt_gamma=jt_gamma, contact_vc=cvc, contact_gamma=cg, contact_G=cG,
+                      contact_mode=mode, limit_vc=lvc, limit_gamma=lg, limit_G=lG, drive_vc=dvc,
+                      drive_gamma=dg, drive_G=dG)
+
+
+def hessian(p: SapProblem, ev: Evaluation) -> np.ndarray:
+    """``H = A + Jᵀ G J`` (SPD when A is SPD and every Gᵢ is PSD)."""
+    Jd = p.drive.J.astype(p.dtype)
+    return (p.A + np.einsum("cim,cij,cjn->mn", p.contact_J, ev.contact_G, p.contact_J)
+            + p.limit_J.T @ (ev.limit_G[:, None] * p.limit_J) + Jd.T @ (ev.drive_G[:, None] * Jd))
+
+
+def cost_along_line(p: SapProblem, ev: Evaluation, dv: np.ndarray):
+    """``phi(α) -> (ℓ(v + αΔv), dℓ/dα, d²ℓ/dα²)`` with the dynamics part from precomputed
+    coefficients and the constraint terms recomputed at ``vc + αΔvc`` (spec §5.3)."""
+    dv = np.asarray(dv, dtype=p.dtype)
+    dp = p.A @ dv
+    d2_A = dv @ dp
+    slope_A = dp @ (ev.v - p.v_star)
+    c_dvc = np.einsum("cin,n->ci", p.contact_J, dv)
+    l_dvc = p.limit_J @ dv
+    d_dvc = p.drive.J.astype(p.dtype) @ dv
+
+    def phi(alpha: float):
+        a = p.dtype.type(alpha)
+        (cg, cG, cl, _), (lg, lG, ll), (dg, dG, dl) = _constraint_terms(
+            p, ev.contact_vc + a * c_dvc, ev.limit_vc + a * l_dvc, ev.drive_vc + a * d_dvc)
+        ell = ev.ell_A + a * slope_A + p.dtype.type(0.5) * a * a * d2_A + cl.sum() + ll.sum() + dl.sum()
+        dell = slope_A + a * d2_A - np.sum(c_dvc * cg) - l_dvc @ lg - d_dvc @ dg
+        d2ell = d2_A + np.einsum("ci,cij,cj->", c_dvc, cG, c_dvc) + l_dvc @ (lG * l_dvc) + d_dvc @ (dG * d_dvc)
+        return float(ell), float(dell), float(d2ell)
+
+    return phi
+
+
+def stopping_criterion(p: SapProblem, ev: Evaluation, config: SapConfig):
+    """``(reached, r, s)``: r = ‖D̃∇ℓ‖, s = max(‖D̃Av‖, ‖D̃Jᵀγ‖), reached if r ≤ ε_a + ε_r s."""
+    d = p.dtype.type(1.0) / np.sqrt(np.diag(p.A))
+    r = float(np.linalg.norm(d * ev.grad))
+    s = float(max(np.linalg.norm(d * ev.momentum), np.linalg.norm(d * ev.jt_gamma)))
+    return r <= config.optimality_abs_tol + config.optimality_rel_tol * s, r, s
+
+
+def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
+    """Newton iterations from ``v_guess`` (spec §5.2); never raises on a failed solve."""
+    v = np.asarray(v_guess, dtype=p.dtype).copy()
+    ev = evaluate(p, v)
+    history, ls_iterations, cost_reached = [], 0, False
+    status = StepStatus(0)
+    k = 0
+    while True:
+        if not (np.isfinite(ev.ell) and np.all(np.isfinite(ev.grad))):
+            status |= StepStatus.NON_FINITE
+            break
+        optimal, r, s = stopping_criterion(p, ev, config)
+        if optimal or cost_reached:
+            status |= StepStatus.CONVERGED
+            break
+        if k == config.max_iterations:
+            status |= StepStatus.MAX_ITERATIONS
+            break
+        dv, ok = cholesky_solve(hessian(p, ev), -ev.grad, config.contact_linear_solve_precision)
+        if not ok:
+            status |= StepStatus.LINEAR_SOLVE_FAILURE
+            break
+        dv = dv.astype(p.dtype)
+        ls = line_search(cost_along_line(p, ev, dv), float(ev.ell), float(ev.grad @ dv), config)
+        ls_iterations += ls.iterations
+        history.append(NewtonIterate(v=v.copy(), ell=float(ev.ell), residual=r, dv=dv, alpha=ls.alpha, line_search=ls))
+        k += 1
+        if ls.failed:
+            status |= StepStatus.LINE_SEARCH_FAILURE
+            break
+        ell_prev = float(ev.ell)
+        v = v + p.dtype.type(ls.alpha) * dv
+        ev = evaluate(p, v)
+        ell = float(ev.ell)
+        # Drake's cost criterion, tested at the top of the next iteration (spec §5.2).
+        cost_reached = (abs(ell_prev - ell) < config.cost_abs_tol + config.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
+                        and ls.alpha > 0.5)
+    _, r, s = stopping_criterion(p, ev, config) if np.all(np.isfinite(ev.grad)) else (False, np.inf, np.inf)
+    return SolveResult(v=v, evaluation=ev, iterations=k, line_search_iterations=ls_iterations, status=status,
+                       residual=r, scale=s, history=history)
