@@ -180,7 +180,7 @@ def _sphere_on_sphere(num_worlds):
     b.add_ground_plane(name="ground")
     b.add_shape_sphere(-1, spatial.transform((0, 0, 0.5)), radius=0.5, name="dome")
     ball = b.add_body(0.5, inertia=solid_sphere_inertia(0.5, 0.1), name="ball")
-    b.add_joint_free(-1, ball, q0=(0.02, 0, 1.0999, 0, 0, 0, 1), name="ball")
+    b.add_joint_free(-1, ball, q0=(0.02, 0, 1.0995, 0, 0, 0, 1), name="ball")  # 0.17 mm into the dome
     b.add_shape_sphere(ball, radius=0.1, name="ball_sphere")
     return _scene("sphere_on_sphere", b, 1e-3, 2000, 2,
                   "A ball resting slightly off the top of a fixed sphere: sphere–sphere contact; it "

@@ -1,0 +1,76 @@
+"""``sap-compare-presets``: Δ_precision and Δ_model along a rollout of a scene.
+
+    sap-compare-presets sphere_slide --steps 300 --every 10
+    sap-compare-presets tests/data/drake/box_corners_slide.json --reference drake --json
+
+The scene is rolled out with the reference preset; every ``--every`` steps the three presets
+(and approx64 with Drake's weight only) take one step from the same state, and the velocity
+differences are recorded: Δ_precision = ‖v(approx64) − v(approx32)‖, Δ_model =
+‖v(drake) − v(approx64)‖, weight-only = ‖v(approx64 + diag_delassus) − v(approx64)‖.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from sap_ref.collision import CollisionPipeline
+from sap_ref.compare import preset_deltas
+from sap_ref.solver import SolverSAP
+from tools.progress import Progress
+from tools.scenes import _load
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="sap-compare-presets", description=__doc__.split("\n")[0])
+    parser.add_argument("scene", help="built-in scene name or JSON scene file")
+    parser.add_argument("--steps", type=int, default=None, help="rollout length (default: the scene's)")
+    parser.add_argument("--every", type=int, default=10, help="compare every N steps (default 10)")
+    parser.add_argument("--reference", default="drake", help="preset of the rollout (default drake)")
+    parser.add_argument("--line-search", default=None, help="line_search_variant for every configuration")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        scene = _load(args.scene, 1)
+        if args.steps is not None and args.steps < 1:
+            raise ValueError(f"--steps: must be >= 1, got {args.steps}")
+        if args.every < 1:
+            raise ValueError(f"--every: must be >= 1, got {args.every}")
+        overrides = {} if args.line_search is None else {"line_search_variant": args.line_search}
+        solver = SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact,
+                           contact_preset_variant=args.reference, **overrides)
+    except ValueError as e:
+        print(f"sap-compare-presets: error: {e}", file=sys.stderr)
+        return 2
+    steps = args.steps or scene.num_steps
+    pipeline = CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config)
+    contacts = pipeline.contacts()
+    state = scene.state.copy()
+    rows = []
+    with Progress(steps, f"{scene.name} ({args.reference})", enabled=not args.quiet) as bar:
+        for n in range(steps):
+            if n % args.every == 0:
+                d = preset_deltas(scene, state, **overrides)
+                rows.append(dict(step=n, precision=float(d.precision[0]), model=float(d.model[0]),
+                                 weight_only=float(d.weight_only[0])))
+            pipeline.collide(state, contacts)
+            solver.step(state, state, scene.control, contacts, scene.dt)
+            bar.update(n + 1, f"contacts {int(contacts.count[0])}")
+    print(f"{'step':>6} {'Δ_precision':>12} {'Δ_model':>12} {'weight only':>12}   [m/s, rad/s]")
+    for r in rows:
+        print(f"{r['step']:6d} {r['precision']:12.3e} {r['model']:12.3e} {r['weight_only']:12.3e}")
+    summary = {k: dict(max=max(r[k] for r in rows), mean=float(np.mean([r[k] for r in rows])))
+               for k in ("precision", "model", "weight_only")}
+    print("max:  " + "  ".join(f"{k} {v['max']:.3e}" for k, v in summary.items()))
+    if args.json:
+        print(json.dumps(dict(scene=scene.name, reference=args.reference, steps=steps, every=args.every,
+                              rows=rows, summary=summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
