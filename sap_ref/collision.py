@@ -100,7 +100,12 @@ def plane_sphere(Xp, size_p, Xs, size_s):
 
 
 def plane_capsule(Xp, size_p, Xc, size_c):
-    """The two segment end spheres against the plane (φ is linear along the segment)."""
+    """The two segment end spheres against the plane (φ is linear along the segment).
+
+    Each end reports its end sphere's deepest point: on the capsule's surface for the deeper
+    end (and for both when the capsule lies flat), inside the capsule body for the shallower
+    end of a tilted capsule — the usual two-point manifold of a capsule.
+    """
     out = []
     for e in _segment(Xc, size_c[1]):
         out += plane_sphere(Xp, size_p, np.concatenate([e, Xc[3:]]), size_c)

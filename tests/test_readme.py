@@ -14,7 +14,7 @@ def _blocks(lang):
 def test_readme_has_exactly_two_setup_commands():
     commands = [b.strip() for b in _blocks("bash")]
     assert len(commands) == 2
-    assert commands[0].startswith("pip install -e . && ")
+    assert commands[0] == 'pip install -e ".[plot]" && sap-demo'
     assert commands[1] == 'pip install -e ".[test]" && pytest'
 
 
@@ -27,5 +27,6 @@ def test_readme_example_runs():
     (code,) = _blocks("python")
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
-    assert namespace["state"].joint_q.shape == (4096, 7)
+    assert namespace["state"].joint_q.shape == (16, 7)
     assert namespace["stack"].sap_model.num_worlds == 16
+    assert (namespace["solver"].last_status == 1).all()

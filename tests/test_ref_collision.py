@@ -49,9 +49,17 @@ def check_conventions(t0, X0, s0, t1, X1, s1, contacts):
     for x0, x1, n, phi in contacts:
         assert abs(np.linalg.norm(n) - 1) < TOL
         np.testing.assert_allclose(x1 - x0, phi * n, atol=1e-10)
-        # Witness points lie on their own shape's surface.
-        assert abs(_sd(t0, X0, s0, x0)) < 1e-10
-        assert abs(_sd(t1, X1, s1, x1)) < 1e-10
+        # Every witness point is on or inside its own shape (the end spheres of a capsule lie
+        # inside its body where the other end is deeper) ...
+        assert _sd(t0, X0, s0, x0) < 1e-10 and _sd(t1, X1, s1, x1) < 1e-10
+    if contacts:
+        # ... and, for shallow contact (the regime a narrow phase serves; a capsule run through
+        # the middle of a box has no well-defined deepest point), the deepest contact's witnesses
+        # lie exactly on the two surfaces.
+        x0, x1, n, phi = min(contacts, key=lambda c: c[3])
+        smallest = min(np.min(s[s > 0]) if np.any(s > 0) else np.inf for s in (s0, s1))
+        if -phi < 0.5 * smallest:
+            assert abs(_sd(t0, X0, s0, x0)) < 1e-10 and abs(_sd(t1, X1, s1, x1)) < 1e-10
 
 
 # ----------------------------------------------------------------------------- analytic cases
@@ -180,8 +188,8 @@ def test_conventions_hold_for_random_pairs(types, swap, data):
     contacts = pair_contacts(t0, X0, size0, t1, X1, size1)
     assert len(contacts) <= MAX_CONTACTS_PER_PAIR[frozenset([t0, t1])]
     assert all(np.all(np.isfinite(np.concatenate([c[0], c[1], c[2], [c[3]]]))) for c in contacts)
-    if P in (t0, t1) or B in (t0, t1):
-        # Points on boxes/planes: check the identities that hold for every generated point.
+    if {t0, t1} == {B}:
+        # Box–box edge contacts put x1 on the normal through x0 (collision_box): identities only.
         for x0, x1, n, phi in contacts:
             assert abs(np.linalg.norm(n) - 1) < TOL
             np.testing.assert_allclose(x1 - x0, phi * n, atol=1e-10)

@@ -29,3 +29,22 @@ def test_reads_a_json_scene_file(capsys):
 def test_bad_name_is_an_error(capsys):
     assert main(["nope"]) == 2
     assert "valid: sphere_drop" in capsys.readouterr().err
+
+
+def test_demo_runs_and_plots(tmp_path, capsys):
+    from tools.demo import main as demo
+
+    out = tmp_path / "demo.png"
+    assert demo(["sphere_drop", "--steps", "30", "--quiet", "--out", str(out), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["scene"] == "sphere_drop" and row["converged_fraction"] == 1.0
+    assert out.stat().st_size > 1000
+    assert demo(["nope", "--quiet"]) == 2
+
+
+def test_compare_presets_reports_deltas(capsys):
+    from tools.compare_presets import main as compare
+
+    assert compare(["sphere_slide", "--steps", "3", "--every", "2", "--quiet", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(row["rows"]) == 2 and row["summary"]["model"]["max"] > row["summary"]["precision"]["max"] > 0
