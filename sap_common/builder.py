@@ -132,6 +132,16 @@ class ModelBuilder:
     def shape_count(self) -> int:
         return len(self._shapes)
 
+    @property
+    def coord_count(self) -> int:
+        """nq of the joints added so far (the next joint's ``joint_q_start``)."""
+        return sum(len(j["q0"]) for j in self._joints)
+
+    @property
+    def dof_count(self) -> int:
+        """nv of the joints added so far (the next joint's ``joint_qd_start``)."""
+        return sum(len(j["qd0"]) for j in self._joints)
+
     # ------------------------------------------------------------------ bodies
 
     def add_body(self, mass: float, com=(0.0, 0.0, 0.0), inertia=None, name: str | None = None) -> int:

@@ -221,7 +221,7 @@ class SapModel:
         joint_order: joints sorted parents-first (for recursive kinematics), (J,).
         body_tree: kinematic tree (clique) index per body, (B,); ``tree_count`` trees.
         dof_tree: tree index per DOF, (nv,).
-        body_static: True where a body is welded to the world (its tree has no DOF), (B,).
+        body_static: True where a body is welded to the world (only FIXED joints up to it), (B,).
         shape_pair: candidate collision pairs (a < b), sorted, (P, 2).
     """
 
@@ -419,12 +419,13 @@ class SapModel:
             else:
                 body_tree[c] = body_tree[body_parent[c]]
         dof_tree = np.zeros(nv, dtype=np.int32)
-        tree_has_dof = np.zeros(tree_count, dtype=bool)
         for j in range(J):
-            t = body_tree[child[j]]
-            dof_tree[qd_start[j]:qd_start[j + 1]] = t
-            tree_has_dof[t] |= nv_j[j] > 0
-        body_static = ~tree_has_dof[body_tree] if B else np.zeros(0, dtype=bool)
+            dof_tree[qd_start[j]:qd_start[j + 1]] = body_tree[child[j]]
+        body_static = np.zeros(B, dtype=bool)  # welded to the world through FIXED joints only
+        for j in order:  # parents first
+            c = child[j]
+            if jtype[j] == JointType.FIXED:
+                body_static[c] = parent[j] < 0 or body_static[parent[j]]
 
         set_("joint_q_start", _ro(q_start))
         set_("joint_qd_start", _ro(qd_start))

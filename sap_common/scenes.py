@@ -7,12 +7,17 @@ pendulum_limit, double_pendulum, prismatic_pd, free_spin) are built with the
 and the builder describe the same model (a test holds them equal). Materials a scene leaves
 unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
 μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
-caller chooses otherwise. Robots loaded from MJCF (humanoid, ant) join with MJCF import.
+caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
+ships with ``mujoco-warp``) and ``ant`` (gymnasium's, when gymnasium is installed); their joint
+stiffness (MuJoCo passive springs) has no counterpart here and is dropped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -27,7 +32,7 @@ from .builder import (
 )
 from .io.scene import LoadedScene
 
-__all__ = ["get", "names", "describe"]
+__all__ = ["get", "names", "describe", "availability"]
 
 
 def _scene(name, builder, dt, num_steps, max_rigid_contact, description, num_worlds,
@@ -218,6 +223,39 @@ def _arm_push_block(num_worlds):
                   num_worlds, control)
 
 
+def _package_file(package: str, relative: str, hint: str) -> str:
+    """A data file shipped inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"scene name: this scene needs the {package!r} package ({hint})")
+    path = os.path.join(spec.submodule_search_locations[0], relative)
+    if not os.path.exists(path):
+        raise ValueError(f"scene name: {path} is missing from the installed {package!r} package")
+    return path
+
+
+def _mjcf_scene(name, path, num_worlds, description):
+    from .io.mjcf import load_mjcf
+
+    with warnings.catch_warnings():  # documented above: MuJoCo's passive joint springs are dropped
+        warnings.filterwarnings("ignore", message="load_mjcf: joint stiffness")
+        scene = load_mjcf(path, num_worlds=num_worlds)
+    scene.name, scene.description = name, description
+    return scene
+
+
+def _humanoid(num_worlds):
+    path = _package_file("mujoco_warp", "test_data/humanoid/humanoid.xml", "pip install mujoco-warp")
+    return _mjcf_scene("humanoid", path, num_worlds,
+                       "MuJoCo's humanoid (27 DOFs, capsule limbs, 21 motors) from the mujoco-warp wheel, "
+                       "standing above the ground plane.")
+
+
+def _ant(num_worlds):
+    path = _package_file("gymnasium", "envs/mujoco/assets/ant.xml", "pip install gymnasium")
+    return _mjcf_scene("ant", path, num_worlds, "Gymnasium's ant (a torso on four two-joint legs).")
+
+
 _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "sphere_drop": _sphere_drop,
     "sphere_slide": _sphere_slide,
@@ -230,12 +268,30 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "ball_joint_pendulum": _ball_joint_pendulum,
     "sphere_on_sphere": _sphere_on_sphere,
     "arm_push_block": _arm_push_block,
+    "humanoid": _humanoid,
+    "ant": _ant,
 }
 
 
 def names() -> tuple[str, ...]:
     """Names of every built-in scene."""
     return tuple(_SCENES)
+
+
+# Scenes that need an optional package: scene name -> (package, install hint).
+_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"), "ant": ("gymnasium", "pip install gymnasium")}
+
+
+def availability(name: str) -> tuple[bool, str]:
+    """``(True, "")`` if scene ``name`` can be built here, else ``(False, reason)``."""
+    need = _REQUIRES.get(name)
+    if need is None:
+        return True, ""
+    if importlib.util.find_spec("mujoco") is None:
+        return False, "needs the 'mujoco' package (pip install mujoco)"
+    if importlib.util.find_spec(need[0]) is None:
+        return False, f"needs the {need[0]!r} package ({need[1]})"
+    return True, ""
 
 
 def get(name: str, num_worlds: int = 1) -> LoadedScene:

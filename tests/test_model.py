@@ -189,3 +189,12 @@ def test_distance_joint_limit_slots():
 def test_plane_shape_type_values():
     assert [t.value for t in ShapeType] == [0, 1, 2, 3]
     assert [t.value for t in JointType] == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_a_welded_body_with_a_moving_child_is_static():
+    b = ModelBuilder()
+    post, arm = b.add_body(1.0, inertia=I3), b.add_body(1.0, inertia=I3)
+    b.add_joint_fixed(-1, post)
+    b.add_joint_revolute(post, arm)
+    m = b.finalize()
+    assert m.body_static.tolist() == [True, False]

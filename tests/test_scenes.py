@@ -28,6 +28,9 @@ def test_library_has_the_design_scenes():
 @pytest.mark.parametrize("name", scenes.names())
 @pytest.mark.parametrize("num_worlds", [1, 3])
 def test_scene_builds_batched(name, num_worlds):
+    ok, reason = scenes.availability(name)
+    if not ok:  # only 'ant' (gymnasium is not a dependency); the issue asks for a skip with a reason
+        pytest.skip(f"scene {name!r} {reason}")
     s = scenes.get(name, num_worlds=num_worlds)
     m = s.sap_model
     assert m.num_worlds == num_worlds and s.name == name and s.description

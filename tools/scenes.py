@@ -68,8 +68,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.scene is None:
-            rows = [_row(scenes.get(n, args.num_worlds)) for n in scenes.names()]
+            names = [n for n in scenes.names() if scenes.availability(n)[0]]
+            rows = [_row(scenes.get(n, args.num_worlds)) for n in names]
             print(_table(rows))
+            for n in scenes.names():
+                if n not in names:
+                    print(f"{n}: unavailable here: {scenes.availability(n)[1]}")
             if args.json:
                 print(json.dumps({"scenes": rows}))
             return 0

@@ -50,6 +50,8 @@ class LoadedScene:
         description: one paragraph on what the scene shows.
         source: the file it was read from, if any.
         drake_joints: coordinate map to Drake's ``(q, v)`` (Drake-recorded scenes only).
+        mj_model: the compiled ``mujoco.MjModel`` (MJCF/URDF scenes only).
+        mujoco_map: coordinate and actuator map to MuJoCo (MJCF/URDF scenes only).
     """
 
     name: str
@@ -64,6 +66,8 @@ class LoadedScene:
     description: str = ""
     source: str | None = None
     drake_joints: tuple = ()
+    mj_model: object | None = None
+    mujoco_map: object | None = None
 
     def replicate(self, num_worlds: int) -> "LoadedScene":
         """The same scene with ``num_worlds`` worlds (world 0's state/control tiled)."""
