@@ -154,3 +154,23 @@ def test_one_factor_override_changes_only_the_weight():
     # Drake's weight alone moves v: the weight enters R (here compliant normal, tangential σw).
     assert d.weight_only[0] > 0.0 and d.model[0] > 0.0 and d.precision[0] > 0.0
     assert d.precision[0] < 1e-4  # float32 paths: small next to the model difference
+
+
+@pytest.mark.parametrize("ls", LINE_SEARCHES)
+def test_float32_objective_buffers(ls):
+    """contact_solve_precision = fp32 (no preset uses it): ℓ, ∇ℓ, H really float32; the box still
+    stops; a step that cannot meet the 1e-6 relative tolerance in float32 is flagged, not hidden."""
+    scene = scenes.get("box_slide")
+    solver = SolverSAP(scene.sap_model, max_rigid_contact=8, contact_solve_precision="fp32",
+                       line_search_variant=ls, max_iterations=20)
+    pipeline = CollisionPipeline(scene.sap_model, 8, solver.config)
+    contacts = pipeline.contacts()
+    state = scene.state.copy()
+    for _ in range(300):
+        pipeline.collide(state, contacts)
+        solver.step(state, state, scene.control, contacts, scene.dt)
+        status = StepStatus(int(solver.last_status[0]))
+        assert status & StepStatus.CONVERGED or status & StepStatus.MAX_ITERATIONS
+    r = solver.last_results[0]
+    assert r.problem.A.dtype == np.float32 and r.solve.evaluation.grad.dtype == np.float32
+    assert np.abs(state.joint_qd[0]).max() < 1e-4  # stopped, as with fp64 (anchor: stops at 0.22 s)
