@@ -1,4 +1,15 @@
-"""sap_gpu: the same SAP time step batched over num_worlds worlds in NVIDIA Warp.
+"""sap_gpu: the sap_ref time step batched over num_worlds worlds in NVIDIA Warp.
 
-Same stage files and function names as ``sap_ref`` (DESIGN §1); added by the sap_gpu issue.
+Same stage files and function names as ``sap_ref`` (DESIGN §1), plus ``blocked_cholesky``
+(batched, masked, multi-RHS tile Cholesky) and ``arrays`` (device data). Runs on Warp's
+``"cpu"`` device too, which is how CI tests it.
 """
+
+import warp as wp
+
+wp.config.quiet = True  # Warp's per-module load messages; set wp.config.quiet = False to see them
+
+from .arrays import GpuModel, contacts, control, state, to_device, to_host  # noqa: E402
+from .solver import SolverSAP  # noqa: E402
+
+__all__ = ["SolverSAP", "GpuModel", "to_device", "to_host", "state", "control", "contacts"]

@@ -1,0 +1,144 @@
+"""Device-side data: the model's arrays on a Warp device and state/control/contacts transfers.
+
+``GpuModel`` holds one world's template (the frozen :class:`~sap_common.model.SapModel`) as Warp
+arrays plus the sizes every kernel needs. Per-world data keep the host dataclasses
+(:class:`~sap_common.state.SapState`, ``SapControl``, ``SapContacts``) with ``wp.array`` fields
+shaped like the host arrays (``(num_worlds, …)``); ``body_q`` is ``(num_worlds, B)`` of
+``wp.transformd`` and ``body_qd``/``body_f`` ``(num_worlds, B)`` of ``wp.spatial_vectord``, whose
+NumPy views are the host's ``(num_worlds, B, 7)`` and ``(num_worlds, B, 6)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import warp as wp
+
+from sap_common.model import JointType, SapModel
+from sap_common.state import SapContacts, SapControl, SapState
+
+__all__ = ["GpuModel", "to_device", "to_host", "state", "control", "contacts", "device_of"]
+
+# Warp dtypes of the host arrays whose last axis is a transform / spatial vector / 3-vector.
+_VEC_FIELDS = {"body_q": wp.transformd, "body_qd": wp.spatial_vectord, "body_f": wp.spatial_vectord,
+               "x0": wp.vec3d, "x1": wp.vec3d, "normal": wp.vec3d}
+
+
+def _arr(a, dtype, device):
+    return wp.array(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+
+class GpuModel:
+    """A :class:`SapModel` on a Warp device (read-only arrays, one world's template).
+
+    Sizes: ``num_worlds``, ``body_count`` B, ``joint_count`` J, ``nq``, ``nv``, ``shape_count``,
+    ``pair_count``. Per-DOF ``dof_joint`` (owning joint), ``dof_is_linear`` (1 for a translation),
+    ``dof_coord`` (the coordinate of a scalar DOF, −1 for ball/free/distance DOFs), and
+    ``joint_lin_count``/``joint_ang_count`` complete the joint description.
+    """
+
+    def __init__(self, model: SapModel, device=None):
+        self.host = model
+        self.device = wp.get_device(device)
+        d = self.device
+        m = model
+        self.num_worlds, self.body_count, self.joint_count = m.num_worlds, m.body_count, m.joint_count
+        self.nq, self.nv, self.shape_count = m.joint_coord_count, m.joint_dof_count, m.shape_count
+        self.pair_count = len(m.shape_pair)
+        f64, i32 = wp.float64, wp.int32
+        self.body_mass = _arr(m.body_mass, f64, d)
+        self.body_com = _arr(m.body_com, wp.vec3d, d)
+        self.body_inertia = _arr(m.body_inertia, wp.mat33d, d)
+        inv = np.array([np.linalg.inv(I) if mass > 0 else np.zeros((3, 3))
+                        for mass, I in zip(m.body_mass, m.body_inertia)]).reshape(-1, 3, 3)
+        self.body_inertia_inv = _arr(inv, wp.mat33d, d)
+        self.body_parent = _arr(m.body_parent, i32, d)
+        self.body_joint = _arr(m.body_joint, i32, d)
+        self.body_static = _arr(m.body_static.astype(np.int32), i32, d)
+        self.joint_type = _arr(m.joint_type, i32, d)
+        self.joint_parent = _arr(m.joint_parent, i32, d)
+        self.joint_child = _arr(m.joint_child, i32, d)
+        self.joint_X_p = _arr(m.joint_X_p, wp.transformd, d)
+        self.joint_X_c = _arr(m.joint_X_c, wp.transformd, d)
+        self.joint_q_start = _arr(m.joint_q_start, i32, d)
+        self.joint_qd_start = _arr(m.joint_qd_start, i32, d)
+        self.joint_lin_count = _arr(m.joint_dof_dim[:, 0], i32, d)
+        self.joint_ang_count = _arr(m.joint_dof_dim[:, 1], i32, d)
+        self.joint_order = _arr(m.joint_order, i32, d)
+        dof_joint = np.zeros(m.joint_dof_count, np.int32)
+        dof_is_linear = np.zeros(m.joint_dof_count, np.int32)
+        dof_coord = np.full(m.joint_dof_count, -1, np.int32)
+        for j in range(m.joint_count):
+            sl = m.joint_qd_slice(j)
+            dof_joint[sl] = j
+            jt = JointType(int(m.joint_type[j]))
+            if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
+                dof_coord[sl] = np.arange(int(m.joint_q_start[j]), int(m.joint_q_start[j + 1]))
+                dof_is_linear[sl.start:sl.start + int(m.joint_dof_dim[j, 0])] = 1
+        self.dof_joint = _arr(dof_joint, i32, d)
+        self.dof_is_linear = _arr(dof_is_linear, i32, d)
+        self.dof_coord = _arr(dof_coord, i32, d)
+        self.dof_tree = _arr(m.dof_tree, i32, d)
+        self.joint_axis = _arr(m.joint_axis, wp.vec3d, d)
+        for name in ("joint_armature", "joint_damping", "joint_target_ke", "joint_target_kd", "joint_effort_limit",
+                     "joint_limit_lower", "joint_limit_upper", "joint_limit_ke", "joint_limit_kd"):
+            setattr(self, name, _arr(getattr(m, name), f64, d))
+        self.shape_type = _arr(m.shape_type, i32, d)
+        self.shape_body = _arr(m.shape_body, i32, d)
+        self.shape_transform = _arr(m.shape_transform, wp.transformd, d)
+        self.shape_size = _arr(m.shape_size, wp.vec3d, d)
+        self.shape_margin = _arr(m.shape_margin, f64, d)
+        self.shape_pair = _arr(m.shape_pair.reshape(-1, 2), i32, d)
+        self.gravity = wp.vec3d(*m.gravity.tolist())
+        self.tree_count = m.tree_count
+
+
+def device_of(array) -> wp.context.Device:
+    return array.device
+
+
+def _to_device_array(name, a, device):
+    if isinstance(a, wp.array):
+        return a if a.device == wp.get_device(device) else a.to(device)
+    a = np.asarray(a)
+    if name in _VEC_FIELDS:
+        return wp.array(np.ascontiguousarray(a, dtype=np.float64), dtype=_VEC_FIELDS[name], device=device)
+    dtype = wp.int32 if np.issubdtype(a.dtype, np.integer) else wp.float64
+    return wp.array(np.ascontiguousarray(a, dtype=np.int32 if dtype == wp.int32 else np.float64), dtype=dtype,
+                    device=device)
+
+
+def to_device(obj, device=None):
+    """A copy of a host ``SapState``/``SapControl``/``SapContacts`` with ``wp.array`` fields on ``device``."""
+    if not isinstance(obj, (SapState, SapControl, SapContacts)):
+        raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
+    return dataclasses.replace(obj, **{f.name: _to_device_array(f.name, getattr(obj, f.name), device)
+                                       for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))})
+
+
+def to_host(obj):
+    """A copy with NumPy fields (host layout: transforms as (…, 7), spatial vectors as (…, 6))."""
+    if not isinstance(obj, (SapState, SapControl, SapContacts)):
+        raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
+    return dataclasses.replace(obj, **{f.name: (getattr(obj, f.name).numpy().copy()
+                                                if isinstance(getattr(obj, f.name), wp.array)
+                                                else np.array(getattr(obj, f.name)))
+                                       for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))})
+
+
+def state(model: SapModel, device=None) -> SapState:
+    """``model.state()`` on ``device`` (public order)."""
+    return to_device(model.state(), device)
+
+
+def control(model: SapModel, device=None) -> SapControl:
+    """``model.control()`` on ``device`` (public order)."""
+    return to_device(model.control(), device)
+
+
+def contacts(num_worlds: int, capacity: int, device=None) -> SapContacts:
+    """Empty contacts on ``device``."""
+    return to_device(SapContacts.allocate(num_worlds, capacity), device)

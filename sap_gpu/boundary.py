@@ -1,0 +1,142 @@
+"""Stages 0 and 5 on the device: public ↔ SAP order for FREE/DISTANCE joints and body wrenches.
+
+Counterpart of :mod:`sap_ref.boundary` and :mod:`sap_common.conventions` (DESIGN §3): with
+r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
+(``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .kinematics import DISTANCE, FREE
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["joint_arrays_to_sap", "body_wrenches_to_sap", "joint_velocities_to_public", "body_twists_to_public"]
+
+
+@wp.func
+def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
+    """r = R(q/|q|)·com, in float32 arithmetic when ``pose32`` is set."""
+    if pose32 != 0:
+        q32 = wp.normalize(wp.quatf(wp.float32(q[0]), wp.float32(q[1]), wp.float32(q[2]), wp.float32(q[3])))
+        r32 = wp.quat_rotate(q32, wp.vec3f(wp.float32(com[0]), wp.float32(com[1]), wp.float32(com[2])))
+        return wp.vec3d(wp.float64(r32[0]), wp.float64(r32[1]), wp.float64(r32[2]))
+    return wp.quat_rotate(wp.normalize(q), com)
+
+
+@wp.kernel
+def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
+                         joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
+                         body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int,
+                         qd_public: int, f_public: int, pose32: int,
+                         joint_q_in: wp.array2d(dtype=wp.float64), joint_qd_in: wp.array2d(dtype=wp.float64),
+                         joint_f_in: wp.array2d(dtype=wp.float64),
+                         v0_out: wp.array2d(dtype=wp.float64), joint_f_out: wp.array2d(dtype=wp.float64)):
+    world = wp.tid()
+    for i in range(nv):
+        v0_out[world, i] = joint_qd_in[world, i]
+        joint_f_out[world, i] = joint_f_in[world, i]
+    for j in range(joint_count):
+        jt = joint_type[j]
+        if jt != FREE and jt != DISTANCE:
+            continue
+        qs, ds = joint_q_start[j], joint_qd_start[j]
+        quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
+                        joint_q_in[world, qs + 6])
+        r = com_offset(quat, body_com[joint_child[j]], pose32)
+        if qd_public != 0:  # [v_C, ω] -> [ω, v_O]
+            v_C = wp.vec3d(joint_qd_in[world, ds], joint_qd_in[world, ds + 1], joint_qd_in[world, ds + 2])
+            w = wp.vec3d(joint_qd_in[world, ds + 3], joint_qd_in[world, ds + 4], joint_qd_in[world, ds + 5])
+            v_O = v_C - wp.cross(w, r)
+            for i in range(3):
+                v0_out[world, ds + i] = w[i]
+                v0_out[world, ds + 3 + i] = v_O[i]
+        if f_public != 0:  # [f, τ_C] -> [τ_O, f]
+            f = wp.vec3d(joint_f_in[world, ds], joint_f_in[world, ds + 1], joint_f_in[world, ds + 2])
+            t = wp.vec3d(joint_f_in[world, ds + 3], joint_f_in[world, ds + 4], joint_f_in[world, ds + 5])
+            t_O = t + wp.cross(r, f)
+            for i in range(3):
+                joint_f_out[world, ds + i] = t_O[i]
+                joint_f_out[world, ds + 3 + i] = f[i]
+
+
+@wp.kernel
+def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), body_count: int, is_public: int, pose32: int,
+                          body_X_in: wp.array2d(dtype=wp.transformd), body_f_in: wp.array2d(dtype=wp.spatial_vectord),
+                          body_f_out: wp.array2d(dtype=wp.spatial_vectord)):
+    world = wp.tid()
+    for b in range(body_count):
+        F = body_f_in[world, b]
+        if is_public != 0:  # [f, τ_C] -> [τ_O, f]
+            r = com_offset(wp.transform_get_rotation(body_X_in[world, b]), body_com[b], pose32)
+            f = wp.vec3d(F[0], F[1], F[2])
+            t = wp.vec3d(F[3], F[4], F[5]) + wp.cross(r, f)
+            F = wp.spatial_vectord(t[0], t[1], t[2], f[0], f[1], f[2])
+        body_f_out[world, b] = F
+
+
+@wp.kernel
+def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
+                                joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
+                                body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int, pose32: int,
+                                joint_q_in: wp.array2d(dtype=wp.float64), v_in: wp.array2d(dtype=wp.float64),
+                                joint_qd_out: wp.array2d(dtype=wp.float64)):
+    world = wp.tid()
+    for i in range(nv):
+        joint_qd_out[world, i] = v_in[world, i]
+    for j in range(joint_count):
+        jt = joint_type[j]
+        if jt != FREE and jt != DISTANCE:
+            continue
+        qs, ds = joint_q_start[j], joint_qd_start[j]
+        quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
+                        joint_q_in[world, qs + 6])
+        r = com_offset(quat, body_com[joint_child[j]], pose32)
+        w = wp.vec3d(v_in[world, ds], v_in[world, ds + 1], v_in[world, ds + 2])
+        v_C = wp.vec3d(v_in[world, ds + 3], v_in[world, ds + 4], v_in[world, ds + 5]) + wp.cross(w, r)
+        for i in range(3):
+            joint_qd_out[world, ds + i] = v_C[i]
+            joint_qd_out[world, ds + 3 + i] = w[i]
+
+
+@wp.kernel
+def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d), body_count: int,
+                           body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
+                           body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
+    world = wp.tid()
+    for b in range(body_count):
+        V = body_V_in[world, b]
+        w = wp.vec3d(V[0], V[1], V[2])
+        r = wp.quat_rotate(wp.normalize(wp.transform_get_rotation(body_X_in[world, b])), body_com[b])
+        v_C = wp.vec3d(V[3], V[4], V[5]) + wp.cross(w, r)
+        body_qd_out[world, b] = wp.spatial_vectord(v_C[0], v_C[1], v_C[2], w[0], w[1], w[2])
+
+
+def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
+    """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
+    wp.launch(_joint_arrays_to_sap, dim=m.num_worlds, device=m.device, inputs=[
+        m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv,
+        int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"), int(pose32),
+        state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
+
+
+def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
+    """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
+    wp.launch(_body_wrenches_to_sap, dim=m.num_worlds, device=m.device, inputs=[
+        m.body_com, m.body_count, int(state.body_f_order == "public"), int(pose32), body_X, state.body_f],
+        outputs=[body_f])
+
+
+def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
+    """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
+    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, device=m.device, inputs=[
+        m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32),
+        joint_q, v], outputs=[joint_qd])
+
+
+def body_twists_to_public(m, body_X, body_V, body_qd):
+    """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
+    wp.launch(_body_twists_to_public, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count, body_X,
+                                                                                body_V], outputs=[body_qd])

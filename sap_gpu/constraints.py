@@ -1,0 +1,310 @@
+"""Constraint rows on the device: limits, drives, participation, and the terms ℓᵢ, γᵢ, Gᵢ.
+
+Counterpart of :mod:`sap_ref.constraints`. Limit and drive rows are laid out once per model
+(host side, :func:`limit_layout`); every step a kernel decides which limit rows are inside the
+window ``q₀ ± 2h·max(|v₀|, |v*|)`` and fills their J, R, v̂ (spec §4.3), and sets the drives'
+near-rigid gains (spec §4.4). The terms are built per scalar type (``contact_solve_precision``)
+by :func:`make_terms`.
+"""
+
+import numpy as np
+import warp as wp
+
+from sap_common.model import JointType, SapModel
+
+from .contact_jacobian import add_point_jacobian_along
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["LimitLayout", "limit_layout", "limit_rows", "drive_rows", "participation", "make_terms",
+           "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
+
+SOFT_NORM_EPS = 1e-7  # N·s, Drake's friction-cone soft norm (as sap_ref.constraints)
+LIMIT_BETA = 0.1
+DRIVE_BETA = 0.1
+LIMIT_WINDOW_FACTOR = 2.0
+DISTANCE_EPS = 1e-9
+STICTION, SLIDING, NO_CONTACT = 0, 1, 2
+_FOUR_PI2 = 4.0 * np.pi**2
+
+
+class LimitLayout:
+    """Static limit rows of a model, in sap_ref's order (joint by joint, lower then upper).
+
+    ``kind`` 0: a scalar DOF (``index`` = DOF), 1: a distance joint (``index`` = joint);
+    ``side`` −1 lower, +1 upper.
+    """
+
+    def __init__(self, kind, index, side, device):
+        self.count = len(kind)
+        self.kind = wp.array(np.asarray(kind, np.int32).reshape(-1), dtype=int, device=device)
+        self.index = wp.array(np.asarray(index, np.int32).reshape(-1), dtype=int, device=device)
+        self.side = wp.array(np.asarray(side, np.int32).reshape(-1), dtype=int, device=device)
+
+
+def limit_layout(model: SapModel, device) -> LimitLayout:
+    kind, index, side = [], [], []
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        d0 = int(model.joint_qd_start[j])
+        if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
+            for dof in range(d0, int(model.joint_qd_start[j + 1])):
+                if model.joint_limit_ke[dof] <= 0.0:
+                    continue
+                for s, bound in ((-1, model.joint_limit_lower[dof]), (1, model.joint_limit_upper[dof])):
+                    if np.isfinite(bound):
+                        kind.append(0), index.append(dof), side.append(s)
+        elif jt == JointType.DISTANCE and model.joint_limit_ke[d0] > 0.0:
+            if model.joint_limit_lower[d0] > 0.0:
+                kind.append(1), index.append(j), side.append(-1)
+            if np.isfinite(model.joint_limit_upper[d0]):
+                kind.append(1), index.append(j), side.append(1)
+    return LimitLayout(kind, index, side, device)
+
+
+@wp.kernel
+def _limit_rows(
+    joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int), joint_X_p: wp.array(dtype=wp.transformd),
+    joint_X_c: wp.array(dtype=wp.transformd), joint_qd_start: wp.array(dtype=int),
+    body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int), dof_coord: wp.array(dtype=int),
+    limit_lower: wp.array(dtype=wp.float64), limit_upper: wp.array(dtype=wp.float64),
+    limit_ke: wp.array(dtype=wp.float64), limit_kd: wp.array(dtype=wp.float64),
+    row_kind: wp.array(dtype=int), row_index: wp.array(dtype=int), row_side: wp.array(dtype=int),
+    row_count: int, nv: int, dt: wp.float64,
+    joint_q_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
+    v_star_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
+    body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
+    active_out: wp.array2d(dtype=int), J_out: wp.array3d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.float64),
+    v_hat_out: wp.array2d(dtype=wp.float64),
+):
+    world = wp.tid()
+    zero = wp.float64(0.0)
+    for r in range(row_count):
+        for k in range(nv):
+            J_out[world, r, k] = zero
+        side = row_side[r]
+        active = int(0)
+        g0 = zero
+        slot = int(0)
+        if row_kind[r] == 0:
+            dof = row_index[r]
+            slot = dof
+            q = joint_q_in[world, dof_coord[dof]]
+            window = wp.float64(LIMIT_WINDOW_FACTOR) * dt * wp.max(wp.abs(v0_in[world, dof]),
+                                                                   wp.abs(v_star_in[world, dof]))
+            if side < 0:
+                if limit_lower[dof] >= q - window:
+                    active = 1
+                    g0 = q - limit_lower[dof]
+            else:
+                if limit_upper[dof] <= q + window:
+                    active = 1
+                    g0 = limit_upper[dof] - q
+            J_out[world, r, dof] = wp.float64(-side)
+        else:
+            j = row_index[r]
+            slot = joint_qd_start[j]
+            p = joint_parent[j]
+            c = joint_child[j]
+            p_P = wp.transform_get_translation(joint_X_p[j])
+            if p >= 0:
+                p_P = wp.transform_point(body_X_in[world, p], wp.transform_get_translation(joint_X_p[j]))
+            p_C = wp.transform_point(body_X_in[world, c], wp.transform_get_translation(joint_X_c[j]))
+            dvec = p_C - p_P
+            dist = wp.length(dvec)
+            if dist >= wp.float64(DISTANCE_EPS):
+                n = dvec / dist
+                # J = −side·n̂ᵀ(J_v,C(p_C) − J_v,P(p_P)): +rate for a lower limit, −rate for an upper one.
+                add_point_jacobian_along(world, c, p_C, n, wp.float64(-side), r, body_parent, body_joint,
+                                         joint_qd_start, body_X_in, dof_S_in, J_out)
+                add_point_jacobian_along(world, p, p_P, n, wp.float64(side), r, body_parent, body_joint,
+                                         joint_qd_start, body_X_in, dof_S_in, J_out)
+                rate0 = zero
+                rate_star = zero
+                for k in range(nv):  # J = −side·(row), so |J v| is the distance rate either way
+                    rate0 = rate0 + J_out[world, r, k] * v0_in[world, k]
+                    rate_star = rate_star + J_out[world, r, k] * v_star_in[world, k]
+                window = wp.float64(LIMIT_WINDOW_FACTOR) * dt * wp.max(wp.abs(rate0), wp.abs(rate_star))
+                if side < 0:
+                    if limit_lower[slot] >= dist - window:
+                        active = 1
+                        g0 = dist - limit_lower[slot]
+                else:
+                    if limit_upper[slot] <= dist + window:
+                        active = 1
+                        g0 = limit_upper[slot] - dist
+        active_out[world, r] = active
+        if active == 1:
+            w = zero
+            for k in range(nv):
+                w = w + J_out[world, r, k] * J_out[world, r, k] / A_in[world, k, k]
+            w = wp.max(w, wp.float64(1e-12))
+            ke = limit_ke[slot]
+            tau = limit_kd[slot] / ke
+            R = wp.max(wp.float64(LIMIT_BETA * LIMIT_BETA / _FOUR_PI2) * w, wp.float64(1.0) / (dt * ke * (dt + tau)))
+            R_out[world, r] = R
+            v_hat_out[world, r] = -g0 / (dt + tau)
+
+
+@wp.kernel
+def _drive_rows(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype=wp.float64),
+                target_kd: wp.array(dtype=wp.float64), drive_dof: wp.array(dtype=int), drive_count: int,
+                dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
+                q0_out: wp.array2d(dtype=wp.float64), Kp_out: wp.array2d(dtype=wp.float64),
+                Kd_out: wp.array2d(dtype=wp.float64)):
+    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr."""
+    world = wp.tid()
+    for i in range(drive_count):
+        dof = drive_dof[i]
+        Kp = target_ke[dof]
+        Kd = target_kd[dof]
+        R_nr = wp.float64(DRIVE_BETA * DRIVE_BETA / _FOUR_PI2) / A_in[world, dof, dof]
+        R = wp.float64(1.0) / (dt * (dt * Kp + Kd))
+        if R < R_nr:
+            if dt * Kp > Kd:
+                tau = Kd / Kp
+                Kp = wp.float64(1.0) / (dt * (dt + tau) * R_nr)
+                Kd = tau * Kp
+            else:
+                ratio = Kp / Kd
+                Kd = wp.float64(1.0) / (dt * (wp.float64(1.0) + dt * ratio) * R_nr)
+                Kp = ratio * Kd
+        q0_out[world, i] = joint_q_in[world, dof_coord[dof]]
+        Kp_out[world, i] = Kp
+        Kd_out[world, i] = Kd
+
+
+@wp.kernel
+def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limit_count: int,
+                   drive_dof: wp.array(dtype=int), drive_count: int, count_in: wp.array(dtype=int),
+                   contact_J_in: wp.array3d(dtype=wp.float64), limit_active_in: wp.array2d(dtype=int),
+                   limit_J_in: wp.array3d(dtype=wp.float64), tree_scratch: wp.array2d(dtype=int),
+                   v0_in: wp.array2d(dtype=wp.float64), v_star_in: wp.array2d(dtype=wp.float64),
+                   dof_mask_out: wp.array2d(dtype=int), v_out: wp.array2d(dtype=wp.float64)):
+    """Trees touched by a constraint row (spec §2); the Newton start: v₀ there, v* elsewhere."""
+    world = wp.tid()
+    for t in range(tree_count):
+        tree_scratch[world, t] = 0
+    for k in range(nv):
+        touched = int(0)
+        for row in range(3 * count_in[world]):
+            if contact_J_in[world, row, k] != wp.float64(0.0):
+                touched = 1
+        for r in range(limit_count):
+            if limit_active_in[world, r] != 0 and limit_J_in[world, r, k] != wp.float64(0.0):
+                touched = 1
+        for i in range(drive_count):
+            if drive_dof[i] == k:
+                touched = 1
+        if touched == 1:
+            tree_scratch[world, dof_tree[k]] = 1
+    for k in range(nv):
+        m = tree_scratch[world, dof_tree[k]]
+        dof_mask_out[world, k] = m
+        if m == 1:
+            v_out[world, k] = v0_in[world, k]
+        else:
+            v_out[world, k] = v_star_in[world, k]
+
+
+def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
+    """Launch: which limit rows are in their window this step, with J, R, v̂ (spec §4.3)."""
+    if layout.count == 0:
+        return
+    wp.launch(_limit_rows, dim=m.num_worlds, device=m.device, inputs=[
+        m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint,
+        m.dof_coord, m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
+        layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X, dof_S],
+        outputs=[active, J, R, v_hat])
+
+
+def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
+    """Launch: each drive row's q₀ and near-rigid effective gains (spec §4.4)."""
+    if drive_count == 0:
+        return
+    wp.launch(_drive_rows, dim=m.num_worlds, device=m.device, inputs=[
+        m.dof_coord, m.joint_target_ke, m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A],
+        outputs=[q0, Kp, Kd])
+
+
+def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
+                  v0, v_star, dof_mask, v) -> None:
+    """Launch: participating DOFs and the Newton warm start."""
+    wp.launch(_participation, dim=m.num_worlds, device=m.device, inputs=[
+        m.dof_tree, m.nv, m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active,
+        limit_J, tree_scratch, v0, v_star], outputs=[dof_mask, v])
+
+
+def make_terms(T):
+    """``(friction_cone, limit_term, drive_term)`` Warp functions in scalar type T (spec §4)."""
+    V3 = wp.types.vector(3, T)
+    M33 = wp.types.matrix((3, 3), T)
+
+    @wp.func
+    def friction_cone(vc: V3, R: V3, v_hat_n: T, mu: T):
+        """γ, G, ℓ and the region of one contact (see sap_ref.constraints.friction_cone)."""
+        y = V3((-vc[0]) / R[0], (-vc[1]) / R[1], (v_hat_n - vc[2]) / R[2])
+        y_r = wp.sqrt(y[0] * y[0] + y[1] * y[1] + T(SOFT_NORM_EPS) * T(SOFT_NORM_EPS))
+        t0 = y[0] / y_r
+        t1 = y[1] / y_r
+        mu_hat = mu * R[0] / R[2]
+        f = T(1.0) / (T(1.0) + mu * mu * R[0] / R[2])
+        gamma = V3(T(0.0), T(0.0), T(0.0))
+        G = M33()
+        mode = int(NO_CONTACT)
+        if y_r <= mu * y[2]:
+            mode = int(STICTION)
+            gamma = y
+            for i in range(3):
+                G[i, i] = T(1.0) / R[i]
+        elif y[2] > -mu_hat * y_r and mu * y[2] < y_r:
+            mode = int(SLIDING)
+            g_n = f * (y[2] + mu_hat * y_r)
+            gamma = V3(mu * g_n * t0, mu * g_n * t1, g_n)
+            D = M33()
+            P00 = t0 * t0
+            P01 = t0 * t1
+            P11 = t1 * t1
+            a = g_n / y_r
+            b = mu_hat * f
+            D[0, 0] = mu * (a * (T(1.0) - P00) + b * P00)
+            D[0, 1] = mu * (-a * P01 + b * P01)
+            D[1, 0] = D[0, 1]
+            D[1, 1] = mu * (a * (T(1.0) - P11) + b * P11)
+            D[0, 2] = mu * f * t0
+            D[1, 2] = mu * f * t1
+            D[2, 0] = mu_hat * f * t0
+            D[2, 1] = mu_hat * f * t1
+            D[2, 2] = f
+            for i in range(3):
+                for j in range(3):
+                    G[i, j] = D[i, j] / R[j]
+        ell = T(0.5) * (gamma[0] * R[0] * gamma[0] + gamma[1] * R[1] * gamma[1] + gamma[2] * R[2] * gamma[2])
+        return gamma, G, ell, mode
+
+    @wp.func
+    def limit_term(vc: T, R: T, v_hat: T):
+        """γ = max(0, y), G = 1/R while y > 0, ℓ = ½Rγ² (y = (v̂ − vc)/R)."""
+        y = (v_hat - vc) / R
+        gamma = wp.max(y, T(0.0))
+        G = T(0.0)
+        if y > T(0.0):
+            G = T(1.0) / R
+        return gamma, G, T(0.5) * R * gamma * gamma
+
+    @wp.func
+    def drive_term(vc: T, h: T, q0: T, q_target: T, v_target: T, u0: T, Kp: T, Kd: T, e: T):
+        """γ = h·clamp(y, ±e), G = h(hKp + Kd) inside, ℓ = (h/c)Φ_e(y) (spec §4.4)."""
+        y = -Kp * (q0 + h * vc - q_target) - Kd * (vc - v_target) + u0
+        c = h * Kp + Kd
+        gamma = h * wp.clamp(y, -e, e)
+        G = T(0.0)
+        phi = T(0.0)
+        if wp.abs(y) <= e:
+            G = h * c
+            phi = T(0.5) * y * y
+        else:
+            phi = e * (wp.abs(y) - T(0.5) * e)
+        return gamma, G, (h / c) * phi
+
+    return friction_cone, limit_term, drive_term

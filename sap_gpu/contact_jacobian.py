@@ -1,0 +1,215 @@
+"""Stage 2 for contacts on the device: frames, points, Jacobian rows, weights, R and v̂.
+
+Counterpart of :mod:`sap_ref.contact_jacobian`, one thread per world. The Jacobian row block of
+contact c (rows 3c, 3c+1, 3c+2 = t₁, t₂, n) is ``R_WCᵀ [J_v,1(p₁) − J_v,0(p₀)]``; a body's point
+Jacobian column for DOF k on its path to the root is ``S_v,k + S_ω,k × (p − p_k)`` with p_k the
+origin of the joint's child body. Weights, R and v̂ are computed in the scalar type of
+``sap_contact_weight_precision`` (kernels built per type) and stored as float64.
+"""
+
+import warp as wp
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
+
+WEIGHT_FLOOR = 1e-12  # DESIGN §5, as sap_ref.contact_jacobian.WEIGHT_FLOOR
+_KERNELS: dict = {}
+
+
+@wp.func
+def contact_frame(u: wp.vec3d) -> wp.mat33d:
+    """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents (spec §8.1)."""
+    i = int(0)
+    if wp.abs(u[1]) < wp.abs(u[i]):
+        i = 1
+    if wp.abs(u[2]) < wp.abs(u[i]):
+        i = 2
+    j = (i + 1) % 3
+    k = (j + 1) % 3
+    root = wp.sqrt(wp.float64(1.0) - u[i] * u[i])
+    r = wp.float64(1.0) / root
+    s = -u[i] / root
+    x = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    y = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    x[j] = -r * u[k]
+    x[k] = r * u[j]
+    y[i] = root
+    y[j] = s * u[j]
+    y[k] = s * u[k]
+    return wp.mat33d(x[0], y[0], u[0], x[1], y[1], u[1], x[2], y[2], u[2])
+
+
+@wp.func
+def midpoint_weight(k0: wp.float64, k1: wp.float64) -> wp.float64:
+    """α₀ = k₀/(k₀+k₁); ½ for 0/0 and ∞/∞; 1 (or 0) for ∞ against a finite stiffness."""
+    inf0 = wp.isinf(k0)
+    inf1 = wp.isinf(k1)
+    if inf0 and not inf1:
+        return wp.float64(1.0)
+    if inf1 and not inf0:
+        return wp.float64(0.0)
+    if inf0 or k0 + k1 <= wp.float64(0.0):
+        return wp.float64(0.5)
+    return k0 / (k0 + k1)
+
+
+@wp.func
+def add_point_jacobian(world: int, body: int, p: wp.vec3d, R_WC: wp.mat33d, sign: wp.float64, row: int,
+                       body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+                       joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
+                       dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
+    """J[row:row+3] += sign · R_WCᵀ J_v(body, p) (the world, body −1, adds nothing)."""
+    b = body
+    Rt = wp.transpose(R_WC)
+    while b >= 0:
+        j = body_joint[b]
+        o = wp.transform_get_translation(body_X[world, b])
+        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            S = dof_S[world, k]
+            w = wp.vec3d(S[0], S[1], S[2])
+            col = Rt * (wp.vec3d(S[3], S[4], S[5]) + wp.cross(w, p - o))
+            for a in range(3):
+                J[world, row + a, k] = J[world, row + a, k] + sign * col[a]
+        b = body_parent[b]
+
+
+@wp.func
+def add_point_jacobian_along(world: int, body: int, p: wp.vec3d, n: wp.vec3d, sign: wp.float64, row: int,
+                             body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+                             joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
+                             dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
+    """J[row] += sign · n̂ᵀ J_v(body, p): one direction of a point velocity (distance limits)."""
+    b = body
+    while b >= 0:
+        j = body_joint[b]
+        o = wp.transform_get_translation(body_X[world, b])
+        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            S = dof_S[world, k]
+            col = wp.vec3d(S[3], S[4], S[5]) + wp.cross(wp.vec3d(S[0], S[1], S[2]), p - o)
+            J[world, row, k] = J[world, row, k] + sign * wp.dot(n, col)
+        b = body_parent[b]
+
+
+@wp.kernel
+def _contact_geometry(
+    body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
+    nv: int, midpoint: int,
+    count_in: wp.array(dtype=int), body0_in: wp.array2d(dtype=int), body1_in: wp.array2d(dtype=int),
+    x0_in: wp.array2d(dtype=wp.vec3d), x1_in: wp.array2d(dtype=wp.vec3d), normal_in: wp.array2d(dtype=wp.vec3d),
+    ke0_in: wp.array2d(dtype=wp.float64), ke1_in: wp.array2d(dtype=wp.float64),
+    body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
+    R_WC_out: wp.array2d(dtype=wp.mat33d), p0_out: wp.array2d(dtype=wp.vec3d), p1_out: wp.array2d(dtype=wp.vec3d),
+    J_out: wp.array3d(dtype=wp.float64),
+):
+    world = wp.tid()
+    for c in range(count_in[world]):
+        R = contact_frame(normal_in[world, c])
+        R_WC_out[world, c] = R
+        p0 = x0_in[world, c]
+        p1 = x1_in[world, c]
+        if midpoint != 0:
+            a0 = midpoint_weight(ke0_in[world, c], ke1_in[world, c])
+            p0 = a0 * p0 + (wp.float64(1.0) - a0) * p1
+            p1 = p0
+        p0_out[world, c] = p0
+        p1_out[world, c] = p1
+        for a in range(3):
+            for k in range(nv):
+                J_out[world, 3 * c + a, k] = wp.float64(0.0)
+        add_point_jacobian(world, body1_in[world, c], p1, R, wp.float64(1.0), 3 * c, body_parent, body_joint,
+                           joint_qd_start, body_X_in, dof_S_in, J_out)
+        add_point_jacobian(world, body0_in[world, c], p0, R, wp.float64(-1.0), 3 * c, body_parent, body_joint,
+                           joint_qd_start, body_X_in, dof_S_in, J_out)
+
+
+def _weights_kernel(T):
+    V3 = wp.types.vector(3, T)
+    M33 = wp.types.matrix((3, 3), T)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def contact_weights_kernel(
+        body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
+        body_inertia_inv: wp.array(dtype=wp.mat33d), body_static: wp.array(dtype=int), nv: int,
+        delassus: int, dt: wp.float64, beta: wp.float64, sigma: wp.float64,
+        count_in: wp.array(dtype=int), body0_in: wp.array2d(dtype=int), body1_in: wp.array2d(dtype=int),
+        phi0_in: wp.array2d(dtype=wp.float64), ke_in: wp.array2d(dtype=wp.float64),
+        tau_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
+        body_X_in: wp.array2d(dtype=wp.transformd), R_WC_in: wp.array2d(dtype=wp.mat33d),
+        p0_in: wp.array2d(dtype=wp.vec3d), p1_in: wp.array2d(dtype=wp.vec3d), J_in: wp.array3d(dtype=wp.float64),
+        w_out: wp.array2d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.vec3d), v_hat_out: wp.array2d(dtype=wp.float64),
+    ):
+        world = wp.tid()
+        for c in range(count_in[world]):
+            w = T(0.0)
+            if delassus != 0:  # ‖J diag(A)⁻¹ Jᵀ‖_F / 3
+                W = M33()
+                for k in range(nv):
+                    inv_a = T(1.0) / T(A_in[world, k, k])
+                    for i in range(3):
+                        for j in range(3):
+                            W[i, j] = W[i, j] + T(J_in[world, 3 * c + i, k]) * inv_a * T(J_in[world, 3 * c + j, k])
+                s = T(0.0)
+                for i in range(3):
+                    for j in range(3):
+                        s = s + W[i, j] * W[i, j]
+                w = wp.sqrt(s) / T(3.0)
+            else:  # ⅓ Σ_c Σ_b 1/m_b + (R_bᵀ(r × c))ᵀ I_b⁻¹ (R_bᵀ(r × c))
+                for side in range(2):
+                    b = body0_in[world, c]
+                    p = p0_in[world, c]
+                    if side == 1:
+                        b = body1_in[world, c]
+                        p = p1_in[world, c]
+                    if b < 0:
+                        continue
+                    if body_static[b] != 0 or body_mass[b] == wp.float64(0.0):
+                        continue
+                    X = body_X_in[world, b]
+                    Rb = wp.quat_to_matrix(wp.transform_get_rotation(X))
+                    r = p - wp.transform_point(X, body_com[b])
+                    Rbt = M33()
+                    I_inv = M33()
+                    for i in range(3):
+                        for j in range(3):
+                            Rbt[i, j] = T(Rb[j, i])
+                            I_inv[i, j] = T(body_inertia_inv[b][i, j])
+                    for axis in range(3):
+                        cw = wp.cross(r, wp.vec3d(R_WC_in[world, c][0, axis], R_WC_in[world, c][1, axis],
+                                                  R_WC_in[world, c][2, axis]))
+                        arm = Rbt * V3(T(cw[0]), T(cw[1]), T(cw[2]))
+                        w = w + T(1.0) / T(body_mass[b]) + wp.dot(arm, I_inv * arm)
+                w = w / T(3.0)
+            w = wp.max(w, T(WEIGHT_FLOOR))
+            h = T(dt)
+            tau = T(tau_in[world, c])
+            R_n = T(beta) * T(beta) / T(4.0 * 3.141592653589793 * 3.141592653589793) * w
+            stiffness = T(ke_in[world, c])
+            if not wp.isinf(stiffness):
+                R_n = wp.max(R_n, T(1.0) / (h * stiffness * (h + tau)))
+            R_t = T(sigma) * w
+            w_out[world, c] = wp.float64(w)
+            R_out[world, c] = wp.vec3d(wp.float64(R_t), wp.float64(R_t), wp.float64(R_n))
+            v_hat_out[world, c] = wp.float64(-T(phi0_in[world, c]) / (h + tau))
+
+    return contact_weights_kernel
+
+
+def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J) -> None:
+    """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``."""
+    wp.launch(_contact_geometry, dim=m.num_worlds, device=m.device, inputs=[
+        m.body_parent, m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0,
+        contacts.body1, contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S],
+        outputs=[R_WC, p0, p1, J])
+
+
+def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma, A, body_X, R_WC, p0, p1, J,
+                    w, R, v_hat) -> None:
+    """Launch: weights ``w``, regularization ``R = (σw, σw, R_n)`` and normal bias ``v̂`` per contact."""
+    T = wp.float32 if precision == "fp32" else wp.float64
+    if T not in _KERNELS:
+        _KERNELS[T] = _weights_kernel(T)
+    wp.launch(_KERNELS[T], dim=m.num_worlds, device=m.device, inputs=[
+        m.body_mass, m.body_com, m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt),
+        wp.float64(beta), wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0,
+        contacts.ke, contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

@@ -1,0 +1,376 @@
+"""Stage 3 on the device: Newton on ℓ(v) with per-world done flags (spec §2, §5).
+
+Counterpart of :mod:`sap_ref.contact_solve`. One iteration for every world still running:
+
+1. ``evaluate``: row velocities vc = J v, terms γ, G, ℓ, the gradient ∇ℓ = A(v − v*) − Jᵀγ,
+   Drake's stopping tests over participating DOFs (optimality, then the cost criterion of the
+   previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ and −∇ℓ in
+   the linear-solve buffers and is counted in ``pending``.
+2. the batched, masked Cholesky (:mod:`sap_gpu.linear_solve`) gives Δv for pending worlds;
+3. ``line_search``: the configured search along Δv, then v ← v + αΔv.
+
+``solve`` loops with ``wp.capture_while`` on the number of pending worlds: no host
+synchronization inside a CUDA graph. Non-participating DOFs start at v* with zero gradient, so
+their Δv is exactly zero. Kernels are built per (objective scalar, linear-solve scalar, line
+search) on first use.
+"""
+
+import warp as wp
+
+from sap_common.state import StepStatus
+
+from .constraints import make_terms
+from .line_search import make_line_search
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["NewtonKernels", "newton_kernels"]
+
+CONVERGED = wp.constant(int(StepStatus.CONVERGED))
+LINE_SEARCH_FAILURE = wp.constant(int(StepStatus.LINE_SEARCH_FAILURE))
+MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
+NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
+LINEAR_SOLVE_FAILURE = wp.constant(int(StepStatus.LINEAR_SOLVE_FAILURE))
+
+_CACHE: dict = {}
+
+
+class NewtonKernels:
+    """The struct type and the kernels of one (T, TL, line search) combination."""
+
+    def __init__(self, Problem, Newton, evaluate, line_search, finish):
+        self.Problem, self.Newton = Problem, Newton
+        self.evaluate, self.line_search, self.finish = evaluate, line_search, finish
+
+
+def newton_kernels(T, TL, variant: str) -> NewtonKernels:
+    key = (T, TL, variant)
+    if key not in _CACHE:
+        _CACHE[key] = _build(T, TL, variant)
+    return _CACHE[key]
+
+
+def _build(T, TL, variant):
+    V3 = wp.types.vector(3, T)
+    M33 = wp.types.matrix((3, 3), T)
+    friction_cone, limit_term, drive_term = make_terms(T)
+
+    @wp.struct
+    class Problem:
+        """One step's SAP problem for every world (float64 inputs, read as T)."""
+        nv: int
+        n_pad: int
+        limit_count: int
+        drive_count: int
+        h: wp.float64
+        A: wp.array3d(dtype=wp.float64)
+        v_star: wp.array2d(dtype=wp.float64)
+        dof_mask: wp.array2d(dtype=int)
+        contact_count: wp.array(dtype=int)
+        contact_J: wp.array3d(dtype=wp.float64)
+        contact_R: wp.array2d(dtype=wp.vec3d)
+        contact_v_hat: wp.array2d(dtype=wp.float64)
+        contact_mu: wp.array2d(dtype=wp.float64)
+        limit_active: wp.array2d(dtype=int)
+        limit_J: wp.array3d(dtype=wp.float64)
+        limit_R: wp.array2d(dtype=wp.float64)
+        limit_v_hat: wp.array2d(dtype=wp.float64)
+        drive_dof: wp.array(dtype=int)
+        drive_q0: wp.array2d(dtype=wp.float64)
+        drive_Kp: wp.array2d(dtype=wp.float64)
+        drive_Kd: wp.array2d(dtype=wp.float64)
+        q_target: wp.array2d(dtype=wp.float64)
+        v_target: wp.array2d(dtype=wp.float64)
+        u0: wp.array2d(dtype=wp.float64)
+        effort: wp.array(dtype=wp.float64)
+        # Newton state (objective scalar T)
+        v: wp.array2d(dtype=T)
+        dv: wp.array2d(dtype=T)
+        grad: wp.array2d(dtype=T)
+        vc: wp.array2d(dtype=T)
+        dvc: wp.array2d(dtype=T)
+        dp: wp.array2d(dtype=T)
+        line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
+
+    @wp.struct
+    class Newton:
+        """Per-world iteration state and the solver settings."""
+        ell: wp.array(dtype=T)
+        ell_prev: wp.array(dtype=T)
+        alpha_prev: wp.array(dtype=T)
+        residual: wp.array(dtype=T)
+        scale: wp.array(dtype=T)
+        iterations: wp.array(dtype=int)
+        ls_iterations: wp.array(dtype=int)
+        done: wp.array(dtype=int)
+        pending: wp.array(dtype=int)
+        status: wp.array(dtype=int)
+        count: wp.array(dtype=int)
+        max_iterations: int
+        ls_max_iterations: int
+        abs_tol: T
+        rel_tol: T
+        cost_abs: T
+        cost_rel: T
+        rho: T
+        armijo_c: T
+        slop: T
+
+    @wp.func
+    def contact_vc(P: Problem, world: int, c: int, alpha: T) -> V3:
+        r = 3 * c
+        return V3(P.vc[world, r] + alpha * P.dvc[world, r], P.vc[world, r + 1] + alpha * P.dvc[world, r + 1],
+                  P.vc[world, r + 2] + alpha * P.dvc[world, r + 2])
+
+    @wp.func
+    def contact_params(P: Problem, world: int, c: int):
+        R = P.contact_R[world, c]
+        return V3(T(R[0]), T(R[1]), T(R[2])), T(P.contact_v_hat[world, c]), T(P.contact_mu[world, c])
+
+    @wp.func
+    def drive_params(P: Problem, world: int, i: int):
+        dof = P.drive_dof[i]
+        return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
+                T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
+
+    @wp.func
+    def phi(P: Problem, world: int, alpha: T):
+        """ℓ(v + αΔv), dℓ/dα, d²ℓ/dα² (spec §5.3): dynamics part from P.line, terms recomputed."""
+        ell = P.line[world, 0] + alpha * P.line[world, 1] + T(0.5) * alpha * alpha * P.line[world, 2]
+        dell = P.line[world, 1] + alpha * P.line[world, 2]
+        d2ell = P.line[world, 2]
+        for c in range(P.contact_count[world]):
+            R, vh, mu = contact_params(P, world, c)
+            g, G, l, mode = friction_cone(contact_vc(P, world, c, alpha), R, vh, mu)
+            d = V3(P.dvc[world, 3 * c], P.dvc[world, 3 * c + 1], P.dvc[world, 3 * c + 2])
+            ell = ell + l
+            dell = dell - wp.dot(d, g)
+            d2ell = d2ell + wp.dot(d, G * d)
+        o = P.contact_J.shape[1]
+        for r in range(P.limit_count):
+            if P.limit_active[world, r] != 0:
+                vc = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
+                gl, Gl, ll = limit_term(vc, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                ell = ell + ll
+                dell = dell - P.dvc[world, o + r] * gl
+                d2ell = d2ell + P.dvc[world, o + r] * Gl * P.dvc[world, o + r]
+        o2 = o + P.limit_count
+        h = T(P.h)
+        for i in range(P.drive_count):
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            vcd = P.vc[world, o2 + i] + alpha * P.dvc[world, o2 + i]
+            gd, Gd, ld = drive_term(vcd, h, q0, qt, vt, u, Kp, Kd, e)
+            ell = ell + ld
+            dell = dell - P.dvc[world, o2 + i] * gd
+            d2ell = d2ell + P.dvc[world, o2 + i] * Gd * P.dvc[world, o2 + i]
+        return ell, dell, d2ell
+
+    search = make_line_search(T, phi, Problem, variant)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def evaluate(P: Problem, N: Newton, H: wp.array3d(dtype=TL), rhs: wp.array3d(dtype=TL)):
+        world = wp.tid()
+        N.pending[world] = 0
+        if N.done[world] != 0:
+            return
+        nv = P.nv
+        o = P.contact_J.shape[1]
+        o2 = o + P.limit_count
+        zero = T(0.0)
+        # Row velocities vc = J v.
+        for row in range(3 * P.contact_count[world]):
+            s = zero
+            for k in range(nv):
+                s = s + T(P.contact_J[world, row, k]) * P.v[world, k]
+            P.vc[world, row] = s
+        for r in range(P.limit_count):
+            s = zero
+            if P.limit_active[world, r] != 0:
+                for k in range(nv):
+                    s = s + T(P.limit_J[world, r, k]) * P.v[world, k]
+            P.vc[world, o + r] = s
+        for i in range(P.drive_count):
+            P.vc[world, o2 + i] = P.v[world, P.drive_dof[i]]
+        # ℓ_A and A(v − v*) into grad; momentum norm needs A v.
+        ell = zero
+        for i in range(nv):
+            Adv = zero
+            for k in range(nv):
+                Adv = Adv + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
+            P.grad[world, i] = Adv
+            ell = ell + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
+        # Terms; Jᵀγ is accumulated into dv (scratch here) and subtracted from the gradient.
+        for k in range(nv):
+            P.dv[world, k] = zero
+        for c in range(P.contact_count[world]):
+            R, vh, mu = contact_params(P, world, c)
+            g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
+            ell = ell + l
+            for k in range(nv):
+                P.dv[world, k] = P.dv[world, k] + T(P.contact_J[world, 3 * c, k]) * g[0] + T(
+                    P.contact_J[world, 3 * c + 1, k]) * g[1] + T(P.contact_J[world, 3 * c + 2, k]) * g[2]
+        for r in range(P.limit_count):
+            if P.limit_active[world, r] != 0:
+                gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                ell = ell + ll
+                for k in range(nv):
+                    P.dv[world, k] = P.dv[world, k] + T(P.limit_J[world, r, k]) * gl
+        h = T(P.h)
+        for i in range(P.drive_count):
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
+            ell = ell + ld
+            P.dv[world, P.drive_dof[i]] = P.dv[world, P.drive_dof[i]] + gd
+        # Stopping tests over participating DOFs (spec §5.2): D̃ = diag(A)^(-1/2).
+        r2 = zero
+        sA = zero
+        sJ = zero
+        finite = int(1)
+        for i in range(nv):
+            P.grad[world, i] = P.grad[world, i] - P.dv[world, i]
+            if not wp.isfinite(P.grad[world, i]):
+                finite = 0
+            if P.dof_mask[world, i] != 0:
+                d = T(1.0) / wp.sqrt(T(P.A[world, i, i]))
+                Av = zero
+                for k in range(nv):
+                    Av = Av + T(P.A[world, i, k]) * P.v[world, k]
+                r2 = r2 + d * d * P.grad[world, i] * P.grad[world, i]
+                sA = sA + d * d * Av * Av
+                sJ = sJ + d * d * P.dv[world, i] * P.dv[world, i]
+        if not wp.isfinite(ell):
+            finite = 0
+        residual = wp.sqrt(r2)
+        scale = wp.max(wp.sqrt(sA), wp.sqrt(sJ))
+        N.residual[world] = residual
+        N.scale[world] = scale
+        N.ell[world] = ell
+        if finite == 0:
+            N.status[world] = N.status[world] | NON_FINITE
+            N.done[world] = 1
+            return
+        cost_reached = int(0)
+        if N.iterations[world] > 0:
+            e0 = N.ell_prev[world]
+            if wp.abs(e0 - ell) < N.cost_abs + N.cost_rel * T(0.5) * (wp.abs(ell) + wp.abs(e0)):
+                if N.alpha_prev[world] > T(0.5):
+                    cost_reached = 1
+        if residual <= N.abs_tol + N.rel_tol * scale or cost_reached == 1:
+            N.status[world] = N.status[world] | CONVERGED
+            N.done[world] = 1
+            return
+        if N.iterations[world] == N.max_iterations:
+            N.status[world] = N.status[world] | MAX_ITERATIONS
+            N.done[world] = 1
+            return
+        # H = A + Jᵀ G J, and the right-hand side −∇ℓ, in the linear-solve scalar TL.
+        for i in range(P.n_pad):
+            rhs[world, i, 0] = TL(0.0)
+            for k in range(P.n_pad):
+                H[world, i, k] = TL(0.0)
+            if i >= nv:
+                H[world, i, i] = TL(1.0)
+        for i in range(nv):
+            rhs[world, i, 0] = TL(-P.grad[world, i])
+            for k in range(nv):
+                H[world, i, k] = TL(P.A[world, i, k])
+        for c in range(P.contact_count[world]):
+            R, vh, mu = contact_params(P, world, c)
+            g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
+            for i in range(nv):
+                Ji = V3(T(P.contact_J[world, 3 * c, i]), T(P.contact_J[world, 3 * c + 1, i]),
+                        T(P.contact_J[world, 3 * c + 2, i]))
+                if Ji[0] == zero and Ji[1] == zero and Ji[2] == zero:
+                    continue
+                GJi = wp.transpose(G) * Ji
+                for k in range(nv):
+                    Jk = V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
+                            T(P.contact_J[world, 3 * c + 2, k]))
+                    H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
+        for r in range(P.limit_count):
+            if P.limit_active[world, r] != 0:
+                gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                if Gl != zero:
+                    for i in range(nv):
+                        for k in range(nv):
+                            H[world, i, k] = H[world, i, k] + TL(Gl * T(P.limit_J[world, r, i]) * T(P.limit_J[world, r, k]))
+        for i in range(P.drive_count):
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
+            dof = P.drive_dof[i]
+            H[world, dof, dof] = H[world, dof, dof] + TL(Gd)
+        N.pending[world] = 1
+        wp.atomic_add(N.count, 0, 1)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def line_search(P: Problem, N: Newton, dv_in: wp.array3d(dtype=TL)):
+        world = wp.tid()
+        if N.pending[world] == 0:
+            return
+        nv = P.nv
+        zero = T(0.0)
+        for k in range(nv):
+            P.dv[world, k] = T(dv_in[world, k, 0])
+            if not wp.isfinite(P.dv[world, k]):
+                N.status[world] = N.status[world] | LINEAR_SOLVE_FAILURE
+                N.done[world] = 1
+                return
+        o = P.contact_J.shape[1]
+        o2 = o + P.limit_count
+        for row in range(3 * P.contact_count[world]):
+            s = zero
+            for k in range(nv):
+                s = s + T(P.contact_J[world, row, k]) * P.dv[world, k]
+            P.dvc[world, row] = s
+        for r in range(P.limit_count):
+            s = zero
+            if P.limit_active[world, r] != 0:
+                for k in range(nv):
+                    s = s + T(P.limit_J[world, r, k]) * P.dv[world, k]
+            P.dvc[world, o + r] = s
+        for i in range(P.drive_count):
+            P.dvc[world, o2 + i] = P.dv[world, P.drive_dof[i]]
+        ell_A = zero
+        slope = zero
+        curvature = zero
+        dphi0 = zero
+        for i in range(nv):
+            dp = zero
+            for k in range(nv):
+                dp = dp + T(P.A[world, i, k]) * P.dv[world, k]
+            dvs = P.v[world, i] - T(P.v_star[world, i])
+            slope = slope + dp * dvs
+            curvature = curvature + dp * P.dv[world, i]
+            dphi0 = dphi0 + P.grad[world, i] * P.dv[world, i]
+        # ℓ_A(v) = ℓ(v) − Σ ℓ_i: recompute it directly to stay exact.
+        for i in range(nv):
+            Adv = zero
+            for k in range(nv):
+                Adv = Adv + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
+            ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
+        P.line[world, 0] = ell_A
+        P.line[world, 1] = slope
+        P.line[world, 2] = curvature
+        alpha, evals, failed = search(P, world, N.ell[world], dphi0, N.ls_max_iterations, N.rho, N.armijo_c, N.slop,
+                                      N.cost_abs, N.cost_rel)
+        N.iterations[world] = N.iterations[world] + 1
+        N.ls_iterations[world] = N.ls_iterations[world] + evals
+        if failed != 0:
+            N.status[world] = N.status[world] | LINE_SEARCH_FAILURE
+            N.done[world] = 1
+            return
+        for k in range(nv):
+            P.v[world, k] = P.v[world, k] + alpha * P.dv[world, k]
+        N.alpha_prev[world] = alpha
+        N.ell_prev[world] = N.ell[world]
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def finish(P: Problem, v1_out: wp.array2d(dtype=wp.float64)):
+        world = wp.tid()
+        for k in range(P.nv):
+            if P.dof_mask[world, k] != 0:
+                v1_out[world, k] = wp.float64(P.v[world, k])
+            else:
+                v1_out[world, k] = P.v_star[world, k]
+
+    return NewtonKernels(Problem, Newton, evaluate, line_search, finish)

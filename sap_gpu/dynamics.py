@@ -1,0 +1,222 @@
+"""Mass matrix (CRBA) and generalized forces (RNEA), one thread per world, float64.
+
+Counterpart of :mod:`sap_ref.dynamics`. From the poses ``body_X``, twists ``body_V`` and motion
+subspaces ``dof_S`` of :mod:`sap_gpu.kinematics`:
+
+* CRBA: composite inertias at body origins, ``M_kl = S_lᵀ (Ic_c S_k)`` moved up the tree;
+  written padded into ``(n_pad, n_pad)`` with the identity on the padding.
+* RNEA with q̈ = 0 and the world accelerating at −g gives ``C(q,v)v − τ_g − Σ J_bᵀ F_b``
+  (external wrenches subtracted per body before the backward pass). Accelerations are the
+  classical ones of each body origin; an axis a fixed in a frame turning at Ω has ȧ = Ω × a
+  (Ω = ω_parent, plus the preceding angular axes for a D6 axis), so with r = p_C − p_P,
+  d = p_C − p_Mo:
+      ω̇_C = ω̇_P + Σ_k (Ω_k × a_k) qd_k
+      a_C = a_P + ω̇_P × r + ω_P × (v_C − v_P) + Σ_k ṡ_k qd_k,
+      ṡ_k = (Ω_k × a_k) × d + a_k × (ω_C × d)   (angular DOF),   ṡ_k = Ω_k × l_k (linear DOF).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from .kinematics import BALL, D6, DISTANCE, FREE, PRISMATIC, REVOLUTE, twist_v, twist_w
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["mass_matrix", "generalized_forces"]
+
+
+@wp.func
+def wrench(t: wp.vec3d, f: wp.vec3d) -> wp.spatial_vectord:
+    return wp.spatial_vectord(t[0], t[1], t[2], f[0], f[1], f[2])
+
+
+@wp.func
+def shift_wrench(W: wp.spatial_vectord, r: wp.vec3d) -> wp.spatial_vectord:
+    """The same wrench about a point r before its point: τ ← τ + r × f."""
+    f = twist_v(W)
+    return wrench(twist_w(W) + wp.cross(r, f), f)
+
+
+@wp.func
+def skew(v: wp.vec3d) -> wp.mat33d:
+    zero = wp.float64(0.0)
+    return wp.mat33d(zero, -v[2], v[1], v[2], zero, -v[0], -v[1], v[0], zero)
+
+
+@wp.func
+def spatial_inertia(mass: wp.float64, c: wp.vec3d, I_C: wp.mat33d) -> wp.spatial_matrixd:
+    """About the body origin, world axes: [[I_C + m[c][c]ᵀ, m[c]], [m[c]ᵀ, m·1]] (c = R·com)."""
+    C = skew(c)
+    top = I_C + mass * C * wp.transpose(C)
+    mC = mass * C
+    mCt = wp.transpose(mC)
+    S = wp.spatial_matrixd()
+    for i in range(3):
+        for j in range(3):
+            S[i, j] = top[i, j]
+            S[i, j + 3] = mC[i, j]
+            S[i + 3, j] = mCt[i, j]
+        S[i + 3, i + 3] = mass
+    return S
+
+
+@wp.func
+def shift_matrix(r: wp.vec3d) -> wp.spatial_matrixd:
+    """T(r): a twist at A to the same motion at A + r (v ← v + ω × r = v − [r]ω)."""
+    T = wp.identity(n=6, dtype=wp.float64)
+    R = skew(r)
+    for i in range(3):
+        for j in range(3):
+            T[i + 3, j] = -R[i, j]
+    return T
+
+
+@wp.kernel
+def _mass_matrix(
+    body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
+    body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+    joint_child: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int), joint_order: wp.array(dtype=int),
+    joint_armature: wp.array(dtype=wp.float64), joint_damping: wp.array(dtype=wp.float64),
+    joint_count: int, nv: int, n_pad: int, dt: wp.float64,
+    body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
+    Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), A_out: wp.array3d(dtype=wp.float64),
+):
+    world = wp.tid()
+    zero = wp.float64(0.0)
+    for k in range(joint_count):
+        c = joint_child[joint_order[k]]
+        R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, c]))
+        Ic_scratch[world, c] = spatial_inertia(body_mass[c], R * body_com[c], R * body_inertia[c] * wp.transpose(R))
+    for k in range(joint_count):  # children before parents
+        c = joint_child[joint_order[joint_count - 1 - k]]
+        p = body_parent[c]
+        if p >= 0:
+            T = shift_matrix(wp.transform_get_translation(body_X_in[world, c])
+                             - wp.transform_get_translation(body_X_in[world, p]))
+            Ic_scratch[world, p] = Ic_scratch[world, p] + wp.transpose(T) * Ic_scratch[world, c] * T
+    for i in range(n_pad):
+        for j in range(n_pad):
+            A_out[world, i, j] = zero
+    for j in range(joint_count):
+        c = joint_child[j]
+        for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            F = Ic_scratch[world, c] * dof_S_in[world, kd]
+            for ld in range(kd, joint_qd_start[j + 1]):
+                Mkl = wp.dot(dof_S_in[world, ld], F)
+                A_out[world, kd, ld] = Mkl
+                A_out[world, ld, kd] = Mkl
+            b = c
+            while body_parent[b] >= 0:
+                a = body_parent[b]
+                F = shift_wrench(F, wp.transform_get_translation(body_X_in[world, b])
+                                 - wp.transform_get_translation(body_X_in[world, a]))
+                i = body_joint[a]
+                for ld in range(joint_qd_start[i], joint_qd_start[i + 1]):
+                    Mkl = wp.dot(dof_S_in[world, ld], F)
+                    A_out[world, kd, ld] = Mkl
+                    A_out[world, ld, kd] = Mkl
+                b = a
+    for i in range(nv):
+        A_out[world, i, i] = A_out[world, i, i] + joint_armature[i] + dt * joint_damping[i]
+    for i in range(nv, n_pad):
+        A_out[world, i, i] = wp.float64(1.0)
+
+
+@wp.kernel
+def _generalized_forces(
+    body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
+    body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int),
+    joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
+    joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
+    joint_qd_start: wp.array(dtype=int), joint_lin_count: wp.array(dtype=int), joint_order: wp.array(dtype=int),
+    joint_count: int, body_count: int, gravity: wp.vec3d,
+    body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
+    dof_S_in: wp.array2d(dtype=wp.spatial_vectord), joint_qd_in: wp.array2d(dtype=wp.float64),
+    body_f_in: wp.array2d(dtype=wp.spatial_vectord),
+    acc_scratch: wp.array2d(dtype=wp.spatial_vectord), wrench_scratch: wp.array2d(dtype=wp.spatial_vectord),
+    tau_out: wp.array2d(dtype=wp.float64),
+):
+    """tau = C(q,v)v − τ_g − Σ J_bᵀ F_b for every DOF (RNEA, q̈ = 0, base acceleration −g)."""
+    world = wp.tid()
+    zero = wp.float64(0.0)
+    zero3 = wp.vec3d(zero, zero, zero)
+    qd = joint_qd_in[world]
+    for k in range(joint_count):
+        j = joint_order[k]
+        jt = joint_type[j]
+        c = joint_child[j]
+        p = joint_parent[j]
+        if jt == FREE or jt == DISTANCE:
+            acc_scratch[world, c] = wp.spatial_vectord(zero, zero, zero, -gravity[0], -gravity[1], -gravity[2])
+            continue
+        w_P = zero3
+        v_P = zero3
+        wd_P = zero3
+        a_P = -gravity
+        p_P = zero3
+        X_WF = joint_X_p[j]
+        if p >= 0:
+            w_P = twist_w(body_V_in[world, p])
+            v_P = twist_v(body_V_in[world, p])
+            wd_P = twist_w(acc_scratch[world, p])
+            a_P = twist_v(acc_scratch[world, p])
+            p_P = wp.transform_get_translation(body_X_in[world, p])
+            X_WF = body_X_in[world, p] * joint_X_p[j]
+        p_C = wp.transform_get_translation(body_X_in[world, c])
+        p_Mo = wp.transform_point(body_X_in[world, c], wp.transform_get_translation(joint_X_c[j]))
+        d = p_C - p_Mo
+        w_C = twist_w(body_V_in[world, c])
+        v_C = twist_v(body_V_in[world, c])
+        wd_C = wd_P
+        a_C = a_P + wp.cross(wd_P, p_C - p_P) + wp.cross(w_P, v_C - v_P)
+        Omega = w_P
+        ds = joint_qd_start[j]
+        for kd in range(ds, joint_qd_start[j + 1]):
+            a = twist_w(dof_S_in[world, kd])
+            l = twist_v(dof_S_in[world, kd])
+            is_linear = jt == PRISMATIC or (jt == D6 and kd - ds < joint_lin_count[j])
+            if is_linear:
+                a_C = a_C + wp.cross(Omega, l) * qd[kd]
+            else:
+                a_dot = wp.cross(Omega, a)
+                wd_C = wd_C + a_dot * qd[kd]
+                a_C = a_C + (wp.cross(a_dot, d) + wp.cross(a, wp.cross(w_C, d))) * qd[kd]
+                if jt == D6:  # later D6 axes turn with this one
+                    Omega = Omega + a * qd[kd]
+        acc_scratch[world, c] = wp.spatial_vectord(wd_C[0], wd_C[1], wd_C[2], a_C[0], a_C[1], a_C[2])
+    for b in range(body_count):
+        R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, b]))
+        c_W = R * body_com[b]
+        I_C = R * body_inertia[b] * wp.transpose(R)
+        w = twist_w(body_V_in[world, b])
+        wd = twist_w(acc_scratch[world, b])
+        f = body_mass[b] * (twist_v(acc_scratch[world, b]) + wp.cross(wd, c_W) + wp.cross(w, wp.cross(w, c_W)))
+        wrench_scratch[world, b] = wrench(I_C * wd + wp.cross(w, I_C * w) + wp.cross(c_W, f), f) - body_f_in[world, b]
+    for k in range(joint_count):  # children before parents
+        j = joint_order[joint_count - 1 - k]
+        c = joint_child[j]
+        for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            tau_out[world, kd] = wp.dot(dof_S_in[world, kd], wrench_scratch[world, c])
+        p = body_parent[c]
+        if p >= 0:
+            wrench_scratch[world, p] = wrench_scratch[world, p] + shift_wrench(
+                wrench_scratch[world, c], wp.transform_get_translation(body_X_in[world, c])
+                - wp.transform_get_translation(body_X_in[world, p]))
+
+
+def mass_matrix(m, dt, body_X, dof_S, Ic_scratch, A) -> None:
+    """Launch: ``A = M(q) + diag(armature) + dt·diag(damping)`` padded to ``A.shape[1]`` (dt = 0: M)."""
+    wp.launch(_mass_matrix, dim=m.num_worlds, device=m.device, inputs=[
+        m.body_mass, m.body_com, m.body_inertia, m.body_parent, m.body_joint, m.joint_child, m.joint_qd_start,
+        m.joint_order, m.joint_armature, m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt),
+        body_X, dof_S], outputs=[Ic_scratch, A])
+
+
+def generalized_forces(m, body_X, body_V, dof_S, joint_qd_sap, body_f_sap, acc_scratch, wrench_scratch, tau) -> None:
+    """Launch: ``tau = C(q,v)v − τ_g − Σ_b J_bᵀ F_b`` (``bias_forces`` minus the body wrenches)."""
+    wp.launch(_generalized_forces, dim=m.num_worlds, device=m.device, inputs=[
+        m.body_mass, m.body_com, m.body_inertia, m.body_parent, m.joint_type, m.joint_parent, m.joint_child,
+        m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.joint_lin_count, m.joint_order, m.joint_count, m.body_count,
+        m.gravity, body_X, body_V, dof_S, joint_qd_sap, body_f_sap],
+        outputs=[acc_scratch, wrench_scratch, tau])

@@ -1,0 +1,85 @@
+"""Stage 1 on the device: A = M + h·diag(D) and v* from A (v* − v₀) = h·k (spec §1).
+
+Counterpart of :mod:`sap_ref.free_motion`. ``k = −(C v₀ − τ_g − Σ J_bᵀ F_b) − D v₀ + joint_f +
+u_explicit`` with ``u_explicit`` the effort-clamped ``joint_act`` of undriven DOFs. With
+``precision="fp32"`` A and h·k are rounded to float32 and the Cholesky runs in float32;
+``v* = v₀ + cast₆₄(Δv₃₂)``, exactly as sap_ref.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from . import blocked_cholesky
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["free_motion_rhs", "solve_free_motion", "cast_matrix"]
+
+
+@wp.kernel
+def _free_motion_rhs(joint_damping: wp.array(dtype=wp.float64), joint_effort_limit: wp.array(dtype=wp.float64),
+                     joint_target_ke: wp.array(dtype=wp.float64), joint_target_kd: wp.array(dtype=wp.float64),
+                     nv: int, n_pad: int, dt: wp.float64,
+                     tau_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
+                     joint_f_in: wp.array2d(dtype=wp.float64), joint_act_in: wp.array2d(dtype=wp.float64),
+                     rhs_out: wp.array3d(dtype=wp.float64)):
+    world = wp.tid()
+    for i in range(nv):
+        u = wp.float64(0.0)
+        if joint_target_ke[i] == wp.float64(0.0) and joint_target_kd[i] == wp.float64(0.0):
+            e = joint_effort_limit[i]
+            u = wp.clamp(joint_act_in[world, i], -e, e)
+        k = -tau_in[world, i] - joint_damping[i] * v0_in[world, i] + joint_f_in[world, i] + u
+        rhs_out[world, i, 0] = dt * k
+    for i in range(nv, n_pad):
+        rhs_out[world, i, 0] = wp.float64(0.0)
+
+
+@wp.kernel
+def _cast_3d(src: wp.array3d(dtype=wp.float64), dst: wp.array3d(dtype=wp.float32)):
+    w, i, j = wp.tid()
+    dst[w, i, j] = wp.float32(src[w, i, j])
+
+
+@wp.kernel
+def _add_increment_f64(v0_in: wp.array2d(dtype=wp.float64), dv_in: wp.array3d(dtype=wp.float64),
+                       v_out: wp.array2d(dtype=wp.float64)):
+    w, i = wp.tid()
+    v_out[w, i] = v0_in[w, i] + dv_in[w, i, 0]
+
+
+@wp.kernel
+def _add_increment_f32(v0_in: wp.array2d(dtype=wp.float64), dv_in: wp.array3d(dtype=wp.float32),
+                       v_out: wp.array2d(dtype=wp.float64)):
+    w, i = wp.tid()
+    v_out[w, i] = v0_in[w, i] + wp.float64(dv_in[w, i, 0])
+
+
+def cast_matrix(src, dst) -> None:
+    """Launch: float64 → float32 copy of a (W, n, m) array (fl₃₂ rounding)."""
+    wp.launch(_cast_3d, dim=src.shape, inputs=[src], outputs=[dst], device=src.device)
+
+
+def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
+    """Launch: ``rhs = h·k`` padded, (W, n_pad, 1)."""
+    wp.launch(_free_motion_rhs, dim=m.num_worlds, device=m.device, inputs=[
+        m.joint_damping, m.joint_effort_limit, m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1],
+        wp.float64(dt), tau, v0, joint_f, joint_act], outputs=[rhs])
+
+
+def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str) -> None:
+    """``v* = v₀ + A⁻¹ rhs`` per active world, at ``precision``.
+
+    ``scratch`` holds the solver's buffers: ``dv64``/``L64`` and, for fp32, ``A32``/``rhs32``/
+    ``dv32``/``L32``.
+    """
+    W, nv = v0.shape
+    if precision == "fp32":
+        cast_matrix(A, scratch["A32"])
+        cast_matrix(rhs, scratch["rhs32"])
+        blocked_cholesky.solve(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["L32"])
+        wp.launch(_add_increment_f32, dim=(W, nv), inputs=[v0, scratch["dv32"]], outputs=[v_star], device=A.device)
+    else:
+        blocked_cholesky.solve(A, rhs, scratch["dv64"], active, scratch["L64"])
+        wp.launch(_add_increment_f64, dim=(W, nv), inputs=[v0, scratch["dv64"]], outputs=[v_star], device=A.device)

@@ -1,0 +1,357 @@
+"""SolverSAP on the device: the sap_ref time step batched over num_worlds in Warp (DESIGN §2).
+
+    solver = SolverSAP(model, max_rigid_contact=16, contact_preset_variant="drake", device="cuda:0")
+    state, control = sap_gpu.state(model, device), sap_gpu.control(model, device)
+    pipeline = sap_gpu.CollisionPipeline(model, 16, device=device)
+    contacts = pipeline.contacts()
+    pipeline.collide(state, contacts)
+    solver.step(state, state, control, contacts, dt)
+
+Same constructor arguments, ``step()`` signature, diagnostics and errors as
+:class:`sap_ref.solver.SolverSAP`, plus ``device``. Every buffer is allocated here; ``step()``
+launches kernels and copies into its own buffers only (no allocation, no host synchronization
+inside the Newton loop: ``wp.capture_while``), so ``collide`` + ``step`` can be captured in a
+CUDA graph. Diagnostics (``last_status`` …) are device arrays; :meth:`diagnostics` copies them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from sap_common.config import SapConfig
+from sap_common.model import SapModel
+from sap_common.state import SapContacts, SapControl, SapState, StepStatus
+
+from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
+from .arrays import GpuModel
+from .contact_solve import newton_kernels
+from .linear_solve import cholesky_solve
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts"]
+
+NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
+CONTACT_OVERFLOW = wp.constant(int(StepStatus.CONTACT_OVERFLOW))
+
+
+def _check(name, a, shape, dtype, device):
+    if not isinstance(a, wp.array):
+        raise ValueError(f"{name}: expected a wp.array (use sap_gpu.to_device), got {type(a).__name__}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {wp.types.type_repr(dtype)}, got {wp.types.type_repr(a.dtype)}")
+    if a.device != device:
+        raise ValueError(f"{name}: on device {a.device}, but the solver runs on {device}")
+
+
+def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> None:
+    """``ValueError`` naming the field if a device state does not match the model (DESIGN §8)."""
+    W, B = m.num_worlds, m.body_count
+    _check(f"{name}.joint_q", state.joint_q, (W, m.nq), wp.float64, m.device)
+    _check(f"{name}.joint_qd", state.joint_qd, (W, m.nv), wp.float64, m.device)
+    _check(f"{name}.body_q", state.body_q, (W, B), wp.transformd, m.device)
+    _check(f"{name}.body_qd", state.body_qd, (W, B), wp.spatial_vectord, m.device)
+    _check(f"{name}.body_f", state.body_f, (W, B), wp.spatial_vectord, m.device)
+    for flag in ("joint_qd_order", "body_f_order"):
+        if getattr(state, flag) not in ("public", "sap"):
+            raise ValueError(f"{name}.{flag}: must be one of 'public', 'sap', got {getattr(state, flag)!r}")
+
+
+def check_device_control(m: GpuModel, control: SapControl, name: str = "control") -> None:
+    for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
+        _check(f"{name}.{f}", getattr(control, f), (m.num_worlds, m.nv), wp.float64, m.device)
+    if control.joint_f_order not in ("public", "sap"):
+        raise ValueError(f"{name}.joint_f_order: must be one of 'public', 'sap', got {control.joint_f_order!r}")
+
+
+def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, name: str = "contacts") -> None:
+    W, C = m.num_worlds, capacity
+    if not isinstance(contacts, SapContacts):
+        raise ValueError(f"{name}: expected SapContacts or None, got {type(contacts).__name__}")
+    if isinstance(contacts.shape0, wp.array) and contacts.shape0.ndim == 2 and contacts.shape0.shape[1] != C:
+        raise ValueError(f"{name}: capacity {contacts.shape0.shape[1]} does not match the solver's "
+                         f"max_rigid_contact {C}")
+    for f in ("count", "overflow"):
+        _check(f"{name}.{f}", getattr(contacts, f), (W,), wp.int32, m.device)
+    for f in ("shape0", "shape1", "body0", "body1"):
+        _check(f"{name}.{f}", getattr(contacts, f), (W, C), wp.int32, m.device)
+    for f in ("phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d"):
+        _check(f"{name}.{f}", getattr(contacts, f), (W, C), wp.float64, m.device)
+    for f in ("x0", "x1", "normal"):
+        _check(f"{name}.{f}", getattr(contacts, f), (W, C), wp.vec3d, m.device)
+
+
+@wp.kernel
+def _check_inputs(nq: int, nv: int, body_count: int, joint_q: wp.array2d(dtype=wp.float64),
+                  joint_qd: wp.array2d(dtype=wp.float64), joint_f: wp.array2d(dtype=wp.float64),
+                  joint_act: wp.array2d(dtype=wp.float64), target_pos: wp.array2d(dtype=wp.float64),
+                  target_vel: wp.array2d(dtype=wp.float64), body_f: wp.array2d(dtype=wp.spatial_vectord),
+                  status: wp.array(dtype=int), done: wp.array(dtype=int)):
+    """A world whose inputs are not finite is flagged and takes no part (sap_ref: left unchanged)."""
+    world = wp.tid()
+    ok = int(1)
+    for i in range(nq):
+        if not wp.isfinite(joint_q[world, i]):
+            ok = 0
+    for i in range(nv):
+        if not (wp.isfinite(joint_qd[world, i]) and wp.isfinite(joint_f[world, i]) and wp.isfinite(joint_act[world, i])
+                and wp.isfinite(target_pos[world, i]) and wp.isfinite(target_vel[world, i])):
+            ok = 0
+    for b in range(body_count):
+        for i in range(6):
+            if not wp.isfinite(body_f[world, b][i]):
+                ok = 0
+    status[world] = 0
+    done[world] = 0
+    if ok == 0:
+        status[world] = NON_FINITE
+        done[world] = 1
+
+
+@wp.kernel
+def _select_outputs(nq: int, nv: int, q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
+                    overflow: wp.array(dtype=int), q1: wp.array2d(dtype=wp.float64), v1: wp.array2d(dtype=wp.float64),
+                    status: wp.array(dtype=int)):
+    """Flag non-finite results and contact overflow; a NON_FINITE world keeps q₀, v₀ (DESIGN §8)."""
+    world = wp.tid()
+    ok = int(1)
+    for i in range(nq):
+        if not wp.isfinite(q1[world, i]):
+            ok = 0
+    for i in range(nv):
+        if not wp.isfinite(v1[world, i]):
+            ok = 0
+    if ok == 0:
+        status[world] = status[world] | NON_FINITE
+    if (status[world] & NON_FINITE) != 0:
+        for i in range(nq):
+            q1[world, i] = q0[world, i]
+        for i in range(nv):
+            v1[world, i] = v0[world, i]
+    if overflow[world] > 0:
+        status[world] = status[world] | CONTACT_OVERFLOW
+
+
+@wp.kernel
+def _set_one(a: wp.array(dtype=int)):
+    a[0] = 1
+
+
+class SolverSAP:
+    """Drake's SAP time step for every world of ``model``, in Warp (see the module docstring).
+
+    Args:
+        model: the model (at least one articulated DOF).
+        max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
+        contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
+        device: Warp device (default: Warp's default device).
+        **overrides: any :class:`~sap_common.config.SapConfig` knob.
+
+    After :meth:`step`: ``last_status``, ``last_newton_iterations``, ``last_line_search_iterations``
+    and ``last_truncated_contact_count`` are device arrays over worlds (:meth:`diagnostics` gives
+    NumPy copies).
+    """
+
+    def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
+                 device=None, **overrides):
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if model.joint_dof_count < 1:
+            raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
+        self.model = model
+        self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
+                                                  **overrides)
+        self.device = wp.get_device(device)
+        self.m = m = GpuModel(model, self.device)
+        W, B, nq, nv, C = m.num_worlds, m.body_count, m.nq, m.nv, cfg.max_rigid_contact
+        self.n_pad = n = blocked_cholesky.padded_size(nv)
+        d = self.device
+        z = lambda shape, dtype=wp.float64: wp.zeros(shape, dtype=dtype, device=d)  # noqa: E731
+        # stage 0/1/4/5 buffers
+        self.q0, self.v0, self.joint_f, self.joint_act = z((W, nq)), z((W, nv)), z((W, nv)), z((W, nv))
+        self.target_pos, self.target_vel = z((W, nv)), z((W, nv))
+        self.body_f = z((W, B), wp.spatial_vectord)
+        self.body_X, self.body_V = z((W, B), wp.transformd), z((W, B), wp.spatial_vectord)
+        self.dof_S = z((W, nv), wp.spatial_vectord)
+        self.body_Xc, self.dof_Sc = z((W, B), wp.transformd), z((W, nv), wp.spatial_vectord)
+        self.Ic = z((W, B), wp.spatial_matrixd)
+        self.acc, self.wrench = z((W, B), wp.spatial_vectord), z((W, B), wp.spatial_vectord)
+        self.tau, self.v_star, self.v1, self.q1 = z((W, nv)), z((W, nv)), z((W, nv)), z((W, nq))
+        self.A, self.rhs = z((W, n, n)), z((W, n, 1))
+        self.fm_scratch = {"dv64": z((W, n, 1)), "L64": z((W, n, n))}
+        if cfg.free_motion_solve_precision == "fp32":
+            f32 = wp.float32
+            self.fm_scratch.update(A32=z((W, n, n), f32), rhs32=z((W, n, 1), f32), dv32=z((W, n, 1), f32),
+                                   L32=z((W, n, n), f32))
+        self.all_worlds = wp.array(np.ones(W, np.int32), dtype=int, device=d)
+        # stage 2 buffers
+        self.R_WC, self.p0, self.p1 = z((W, C), wp.mat33d), z((W, C), wp.vec3d), z((W, C), wp.vec3d)
+        self.contact_J = z((W, 3 * C, nv))
+        self.contact_w, self.contact_R, self.contact_v_hat = z((W, C)), z((W, C), wp.vec3d), z((W, C))
+        self.contact_mu = z((W, C))
+        self.limits = constraints.limit_layout(model, d)
+        L = self.limits.count
+        self.limit_active, self.limit_J = z((W, max(L, 1)), wp.int32), z((W, max(L, 1), nv))
+        self.limit_R, self.limit_v_hat = z((W, max(L, 1))), z((W, max(L, 1)))
+        driven = np.flatnonzero((model.joint_target_ke > 0) | (model.joint_target_kd > 0)).astype(np.int32)
+        self.drive_count = len(driven)
+        self.drive_dof = wp.array(driven if len(driven) else np.zeros(1, np.int32), dtype=int, device=d)
+        D = max(self.drive_count, 1)
+        self.drive_q0, self.drive_Kp, self.drive_Kd = z((W, D)), z((W, D)), z((W, D))
+        self.dof_mask, self.tree_scratch = z((W, nv), wp.int32), z((W, max(model.tree_count, 1)), wp.int32)
+        self.v_init = z((W, nv))
+        # stage 3 buffers
+        T = wp.float32 if cfg.contact_solve_precision == "fp32" else wp.float64
+        TL = wp.float32 if cfg.contact_linear_solve_precision == "fp32" else wp.float64
+        self.T, self.TL = T, TL
+        self.kernels = kk = newton_kernels(T, TL, cfg.line_search_variant)
+        rows = 3 * C + L + self.drive_count
+        P = kk.Problem()
+        P.nv, P.n_pad, P.limit_count, P.drive_count, P.h = nv, n, L, self.drive_count, wp.float64(0.0)
+        P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
+        P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = self.contact_J, self.contact_R, self.contact_v_hat, \
+            self.contact_mu
+        P.limit_active, P.limit_J, P.limit_R, P.limit_v_hat = self.limit_active, self.limit_J, self.limit_R, \
+            self.limit_v_hat
+        P.drive_dof, P.drive_q0, P.drive_Kp, P.drive_Kd = self.drive_dof, self.drive_q0, self.drive_Kp, self.drive_Kd
+        P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, m.joint_effort_limit
+        P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
+        P.vc, P.dvc, P.dp, P.line = z((W, max(rows, 1)), T), z((W, max(rows, 1)), T), z((W, nv), T), z((W, 3), T)
+        P.contact_count = wp.zeros(W, dtype=int, device=d)
+        self.P = P
+        N = kk.Newton()
+        N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
+        N.residual, N.scale = z(W, T), z(W, T)
+        N.iterations, N.ls_iterations = z(W, wp.int32), z(W, wp.int32)
+        N.done, N.pending, N.status, N.count = z(W, wp.int32), z(W, wp.int32), z(W, wp.int32), z(1, wp.int32)
+        N.max_iterations, N.ls_max_iterations = cfg.max_iterations, cfg.line_search_max_iterations
+        N.abs_tol, N.rel_tol = T(cfg.optimality_abs_tol), T(cfg.optimality_rel_tol)
+        N.cost_abs, N.cost_rel = T(cfg.cost_abs_tol), T(cfg.cost_rel_tol)
+        N.rho, N.armijo_c, N.slop = T(cfg.rho), T(cfg.armijo_c), T(cfg.line_search_relative_slop)
+        self.N = N
+        self.H, self.newton_rhs, self.newton_dv = z((W, n, n), TL), z((W, n, 1), TL), z((W, n, 1), TL)
+        self.newton_L = z((W, n, n), TL)
+        self.loop_condition = z(1, wp.int32)
+        self.empty_contacts = None
+        # diagnostics (device arrays, refreshed by step)
+        self.last_status = N.status
+        self.last_newton_iterations = N.iterations
+        self.last_line_search_iterations = N.ls_iterations
+        self.last_truncated_contact_count = z(W, wp.int32)
+
+    # ------------------------------------------------------------------ the time step
+
+    def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
+             dt: float) -> None:
+        """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
+        m, cfg, P, N = self.m, self.config, self.P, self.N
+        if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) or not (
+                np.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt: must be a finite time step > 0 s, got {dt!r}")
+        check_device_state(m, state_in, "state_in")
+        check_device_state(m, state_out, "state_out")
+        check_device_control(m, control)
+        if contacts is None:
+            if self.empty_contacts is None:
+                from .arrays import contacts as make_contacts
+                self.empty_contacts = make_contacts(m.num_worlds, cfg.max_rigid_contact, self.device)
+            contacts = self.empty_contacts
+        check_device_contacts(m, contacts, cfg.max_rigid_contact)
+        pose32 = not cfg.use_f64_boundary_pose
+        h = float(dt)
+        # 0. boundary in
+        wp.copy(self.q0, state_in.joint_q)
+        wp.copy(self.joint_act, control.joint_act)
+        wp.copy(self.target_pos, control.joint_target_pos)
+        wp.copy(self.target_vel, control.joint_target_vel)
+        wp.launch(_check_inputs, dim=m.num_worlds, device=self.device, inputs=[
+            m.nq, m.nv, m.body_count, state_in.joint_q, state_in.joint_qd, control.joint_f, control.joint_act,
+            control.joint_target_pos, control.joint_target_vel, state_in.body_f], outputs=[N.status, N.done])
+        boundary.joint_arrays_to_sap(m, state_in, control, pose32, self.v0, self.joint_f)
+        kinematics.forward_kinematics(m, self.q0, self.v0, self.body_X, self.body_V, self.dof_S)
+        boundary.body_wrenches_to_sap(m, state_in, pose32, self.body_X, self.body_f)
+        # 1. free motion
+        dynamics.mass_matrix(m, h, self.body_X, self.dof_S, self.Ic, self.A)
+        dynamics.generalized_forces(m, self.body_X, self.body_V, self.dof_S, self.v0, self.body_f, self.acc,
+                                    self.wrench, self.tau)
+        free_motion.free_motion_rhs(m, h, self.tau, self.v0, self.joint_f, self.joint_act, self.rhs)
+        free_motion.solve_free_motion(self.A, self.rhs, self.v0, self.v_star, self.all_worlds, self.fm_scratch,
+                                      cfg.free_motion_solve_precision)
+        # 2. contact Jacobians and weights, limit and drive rows
+        body_X, dof_S = self.body_X, self.dof_S
+        if pose32:  # the pose crossing into the contact stage is float32
+            kinematics.round_poses(self.body_X, self.body_Xc)
+            kinematics.motion_subspaces(m, self.q0, self.body_Xc, self.dof_Sc)
+            body_X, dof_S = self.body_Xc, self.dof_Sc
+        wp.copy(P.contact_count, contacts.count)
+        wp.copy(self.contact_mu, contacts.mu)
+        contact_jacobian.contact_geometry(m, contacts, cfg.contact_point_mode == "contact_midpoint", body_X, dof_S,
+                                          self.R_WC, self.p0, self.p1, self.contact_J)
+        contact_jacobian.contact_weights(m, contacts, cfg.contact_weight_mode == "diag_delassus",
+                                         cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
+                                         self.A, body_X, self.R_WC, self.p0, self.p1, self.contact_J, self.contact_w,
+                                         self.contact_R, self.contact_v_hat)
+        constraints.limit_rows(m, self.limits, h, self.q0, self.v0, self.v_star, self.A, body_X, dof_S,
+                               self.limit_active, self.limit_J, self.limit_R, self.limit_v_hat)
+        constraints.drive_rows(m, self.drive_dof, self.drive_count, h, self.q0, self.A, self.drive_q0, self.drive_Kp,
+                               self.drive_Kd)
+        constraints.participation(m, self.limits.count, self.drive_dof, self.drive_count, contacts, self.contact_J,
+                                  self.limit_active, self.limit_J, self.tree_scratch, self.v0, self.v_star,
+                                  self.dof_mask, self.v_init)
+        # 3. Newton
+        self._newton(h)
+        # 4. integration, 5. boundary out
+        integration.integrate_positions(m, self.q0, self.v0, self.v1, h, cfg.position_integration, self.q1)
+        wp.launch(_select_outputs, dim=m.num_worlds, device=self.device, inputs=[
+            m.nq, m.nv, self.q0, self.v0, contacts.overflow], outputs=[self.q1, self.v1, N.status])
+        wp.copy(self.last_truncated_contact_count, contacts.overflow)
+        wp.copy(state_out.joint_q, self.q1)
+        if state_out.joint_qd_order == "public":
+            boundary.joint_velocities_to_public(m, pose32, self.q1, self.v1, state_out.joint_qd)
+        else:
+            wp.copy(state_out.joint_qd, self.v1)
+        kinematics.forward_kinematics(m, self.q1, self.v1, self.body_X, self.body_V, self.dof_S)
+        wp.copy(state_out.body_q, self.body_X)
+        boundary.body_twists_to_public(m, self.body_X, self.body_V, state_out.body_qd)
+
+    def _newton(self, h: float) -> None:
+        P, N, kk, d = self.P, self.N, self.kernels, self.device
+        W = self.m.num_worlds
+        P.h = wp.float64(h)
+        wp.copy(P.v, self.v_init) if self.T == wp.float64 else _cast_into(self.v_init, P.v)
+        N.iterations.zero_()
+        N.ls_iterations.zero_()
+        N.alpha_prev.zero_()
+        wp.launch(_set_one, dim=1, inputs=[self.loop_condition], device=d)
+
+        def body():
+            N.count.zero_()
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N], outputs=[self.H, self.newton_rhs], device=d)
+            cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
+            wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv], device=d)
+            wp.copy(self.loop_condition, N.count)
+
+        wp.capture_while(self.loop_condition, body)
+        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], device=d)
+
+    # ------------------------------------------------------------------ helpers
+
+    def diagnostics(self) -> dict:
+        """NumPy copies of the per-world diagnostics of the last step."""
+        return {"status": self.last_status.numpy().copy(),
+                "newton_iterations": self.last_newton_iterations.numpy().copy(),
+                "line_search_iterations": self.last_line_search_iterations.numpy().copy(),
+                "truncated_contact_count": self.last_truncated_contact_count.numpy().copy()}
+
+
+@wp.kernel
+def _cast_f64_f32(src: wp.array2d(dtype=wp.float64), dst: wp.array2d(dtype=wp.float32)):
+    w, i = wp.tid()
+    dst[w, i] = wp.float32(src[w, i])
+
+
+def _cast_into(src, dst) -> None:
+    wp.launch(_cast_f64_f32, dim=src.shape, inputs=[src], outputs=[dst], device=src.device)
