@@ -235,6 +235,8 @@ def _package_file(package: str, relative: str, hint: str) -> str:
 
 
 def _mjcf_scene(name, path, num_worlds, description):
+    if importlib.util.find_spec("mujoco") is None:
+        raise ValueError(f"scene name: {name!r} needs the 'mujoco' package (pip install mujoco)")
     from .io.mjcf import load_mjcf
 
     with warnings.catch_warnings():  # documented above: MuJoCo's passive joint springs are dropped

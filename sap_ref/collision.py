@@ -1,25 +1,44 @@
 """Collision: the narrow phase for the model's candidate shape pairs, one world at a time.
 
-``CollisionPipeline(model, max_rigid_contact).collide(state, contacts)`` fills
-:class:`~sap_common.state.SapContacts` (DESIGN §4, §6). For a candidate pair (a, b) of
-``model.shape_pair``, shape 0 = a and shape 1 = b whatever their types:
+``CollisionPipeline(model, max_rigid_contact, config).collide(state, contacts)`` fills
+:class:`~sap_common.state.SapContacts` (DESIGN §4, §6). For each candidate pair (a, b) of
+``model.shape_pair`` (a < b, already filtered), shape 0 = a and shape 1 = b whatever their
+types. Conventions (spec §8.1–§8.2, docs/conventions.md):
 
-* ``normal`` n̂ points from shape 0 into shape 1; ``x0`` is the point of shape 0 deepest into
-  shape 1 (on shape 0's surface), ``x1`` the point of shape 1 deepest into shape 0, and
-  ``phi0 = n̂·(x1 − x0)`` (so x1 − x0 = φ₀ n̂, φ₀ < 0 in penetration) — spec §8.1/§8.2;
-* a contact is kept while ``phi0 < margin0 + margin1``;
-* materials per shape (NaN = unset → the config's ``fallback_mu``, ``fallback_stiffness``,
-  ``contact_tau_d``) combine as Drake does (spec §8.3): ``μ = 2μ₀μ₁/(μ₀+μ₁)``,
-  ``k = k₀k₁/(k₀+k₁)``, ``τ_d = τ₀ + τ₁``;
-* beyond ``max_rigid_contact`` per world the deepest contacts are kept (ties: generation
-  order), kept contacts stay in generation order, and the dropped ones are counted in
-  ``contacts.overflow``.
+* ``normal`` n̂ is a unit vector from shape 0 into shape 1 (world frame);
+* ``x0`` is the point of shape 0 deepest inside shape 1 (on shape 0's surface), ``x1`` the
+  point of shape 1 deepest inside shape 0 (on shape 1's surface), and
+  ``phi0 = n̂·(x1 − x0)`` with x1 − x0 = φ₀ n̂ exactly: φ₀ < 0 in penetration;
+* a contact is reported while ``phi0 < margin0 + margin1`` (DESIGN §6; a non-finite φ₀, from a
+  non-finite pose, is never reported);
+* per shape, an unset (NaN) material takes the config's fallback (``fallback_mu``,
+  ``fallback_stiffness``, ``contact_tau_d``); a pair combines them as Drake does (spec §8.3):
+  μ = 2μ₀μ₁/(μ₀+μ₁), k = k₀k₁/(k₀+k₁) (one ∞: the other), τ_d = τ₀ + τ₁;
+* per world, contacts are in generation order (pairs in ``model.shape_pair`` order, points in
+  each routine's fixed order). Beyond ``max_rigid_contact`` the deepest are kept (smallest φ₀,
+  ties by generation order), still in generation order, and ``contacts.overflow[w]`` counts
+  the dropped ones; nothing is written past the capacity; unused slots hold the allocation
+  values (ids −1, zeros).
 
-Point sets per pair (``MAX_CONTACTS_PER_PAIR``): plane–sphere 1, plane–capsule 2 (segment ends),
-plane–box 8 (corners), sphere–sphere 1, sphere–capsule 1, sphere–box 1, capsule–capsule 1
-(2 at the overlap ends when parallel), capsule–box 3 (segment ends, plus the segment's deepest
-point when it is deeper than both ends), box–box 8 (see ``collision_box``).
-Drake: ``QueryObject::ComputePointPairPenetration`` for point contact.
+Points per pair (``MAX_CONTACTS_PER_PAIR``): plane–sphere 1; plane–capsule 2 (the segment's end
+spheres); plane–box 8 (corners); sphere–sphere, sphere–capsule, sphere–box 1; capsule–capsule 1
+(2 at the ends of the overlap of (nearly) parallel segments); capsule–box 3 (the end spheres,
+plus the segment's deepest point when it is deeper than both ends); box–box 8
+(:mod:`sap_ref.collision_box`). Each routine is written for one canonical type order (lower
+``ShapeType`` first); :func:`pair_contacts` swaps the witness points and negates the normal for
+the other order. Multi-point manifolds (corners, end spheres, clipped faces) extend Drake, which
+reports one point pair per geometry pair. For the shallower end sphere of a tilted capsule the
+capsule-side witness lies on that end sphere, i.e. on or inside the capsule (the usual
+two-point capsule manifold, as in MuJoCo); every other witness point is on its shape's surface.
+
+Degenerate cases are deterministic and finite: coincident sphere centres take n̂ = +z
+(``DEFAULT_NORMAL``); a sphere centre on a capsule's segment takes the capsule frame's x axis;
+intersecting capsule segments take their axes' common perpendicular; a zero-length capsule is
+one sphere (one point, not two coincident ones); a point inside a box uses its nearest face
+(first axis on ties).
+
+Drake: ``QueryObject::ComputePointPairPenetration`` (point contact; sphere pairs through
+``penetration_as_point_pair::Callback`` / ``SignedDistanceToPoint``, other pairs through FCL).
 """
 
 from __future__ import annotations
@@ -35,30 +54,39 @@ from sap_common.state import SapContacts, SapState, check_contacts, check_state
 
 from .collision_box import box_box, box_signed_distance, closest_point_on_box, segment_closest_points
 
-__all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts",
-           "combine_materials"]
+__all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
+           "plane_sphere", "plane_capsule", "plane_box", "sphere_sphere", "sphere_capsule", "sphere_box",
+           "capsule_capsule", "capsule_box", "box_box"]
 
 P, S, C, B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
+# Most contacts one pair can produce, by unordered pair of shape types.
 MAX_CONTACTS_PER_PAIR = {
     frozenset([P, S]): 1, frozenset([P, C]): 2, frozenset([P, B]): 8, frozenset([S]): 1,
     frozenset([S, C]): 1, frozenset([S, B]): 1, frozenset([C]): 2, frozenset([C, B]): 3, frozenset([B]): 8,
 }
-# Normal used when two centres coincide and no direction is defined (any fixed unit vector
-# keeps the result deterministic).
+# Normal used when two sphere centres coincide and no direction is defined (any fixed unit
+# vector keeps the result deterministic; +z is "up" in every scene).
 DEFAULT_NORMAL = np.array([0.0, 0.0, 1.0])
 # Closer than this [m], two core points "coincide": their difference is rounding noise and its
 # direction meaningless, so the routine's fallback normal is used instead.
 COINCIDENT_DISTANCE = 1e-12
-# Segments whose directions' cross product is below this (unit directions) count as parallel.
+# Segments whose unit directions' cross product is below this (sin θ ≤ 1e-6) count as parallel.
 PARALLEL_TOL = 1e-6
 # capsule–box: the segment's interior minimum is a separate contact only when it is deeper than
 # both ends by more than this [m] (a capsule lying flat on a face gives just its two ends).
 INTERIOR_DEPTH_MARGIN = 1e-6
-GOLDEN_ITERATIONS = 80  # golden-section steps on [0, 1]: 0.618^80 ≈ 2e-17
+GOLDEN_ITERATIONS = 80  # golden-section steps on [0, 1]: 0.618^80 ≈ 2e-17, below float64 resolution
+# capsule–box golden section: values within this [m] count as equal and the search moves toward
+# t = 0. Along a segment inside a box the signed distance has flat stretches where the two probes
+# differ only by rounding (~1e-17 m); the tolerance makes the outcome independent of that
+# rounding (so sap_gpu, which rounds differently, finds the same point), and 1e-12 m is far below
+# any contact depth that matters.
+GOLDEN_TIE = 1e-12
 
 
 def contact_capacity(model: SapModel) -> int:
-    """Most contacts the narrow phase can report for one world of ``model``."""
+    """Most contacts the narrow phase can report for one world: Σ over ``model.shape_pair`` of
+    ``MAX_CONTACTS_PER_PAIR`` (a ``max_rigid_contact`` that can never overflow)."""
     return sum(MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
                                                 ShapeType(int(model.shape_type[b]))])]
                for a, b in model.shape_pair)
@@ -75,16 +103,28 @@ def _perpendicular(X) -> np.ndarray:
 
 
 def _segment(X, half_length):
-    """World end points of a capsule's segment (along the shape frame's z)."""
+    """World end points (p₋, p₊) = p ∓ R e_z·half_length of a capsule's segment."""
     axis = spatial.quat_rotate(X[3:], [0.0, 0.0, half_length])
     return X[:3] - axis, X[:3] + axis
 
 
+def _end_spheres(X, half_length):
+    """Centres of a capsule's end spheres: (p₋, p₊), or (p₋,) when the two are closer than
+    ``COINCIDENT_DISTANCE`` (a capsule that is a sphere gives one contact, not two)."""
+    p0, p1 = _segment(X, half_length)
+    return (p0, p1) if 2.0 * half_length > COINCIDENT_DISTANCE else (p0,)
+
+
 def _closest_on_segment(p0, p1, x):
+    """p0 + t(p1 − p0) with t = clamp((x − p0)·d/|d|², 0, 1) (t = 0 for a point segment)."""
     d = p1 - p0
     dd = d @ d
     t = 0.0 if dd == 0.0 else float(np.clip((x - p0) @ d / dd, 0.0, 1.0))
     return p0 + t * d
+
+
+def _with_position(X, p):
+    return np.concatenate([p, X[3:]])
 
 
 # ----------------------------------------------------------------------------- pair routines
@@ -92,7 +132,12 @@ def _closest_on_segment(p0, p1, x):
 
 
 def plane_sphere(Xp, size_p, Xs, size_s):
-    """φ = n̂·(c − p₀) − r; x0 = c − (φ + r) n̂ (on the plane), x1 = c − r n̂."""
+    """Plane (half-space n̂·(x − p₀) ≤ 0, n̂ = R e_z) against a sphere (centre c, radius r).
+
+    d = n̂·(c − p₀), φ = d − r, x0 = c − d n̂ (the centre projected on the plane), x1 = c − r n̂,
+    normal n̂ (out of the half-space, into the sphere). Drake: the sphere–half-space case of
+    ``ComputePointPairPenetration``.
+    """
     n = spatial.quat_rotate(Xp[3:], [0.0, 0.0, 1.0])
     c, r = Xs[:3], size_s[0]
     d = n @ (c - Xp[:3])
@@ -100,25 +145,24 @@ def plane_sphere(Xp, size_p, Xs, size_s):
 
 
 def plane_capsule(Xp, size_p, Xc, size_c):
-    """The two segment end spheres against the plane (φ is linear along the segment).
-
-    Each end reports its end sphere's deepest point: on the capsule's surface for the deeper
-    end (and for both when the capsule lies flat), inside the capsule body for the shallower
-    end of a tilted capsule — the usual two-point manifold of a capsule.
+    """Plane against the capsule's two end spheres (φ is linear along the segment, so its
+    minimum is at an end): each end e gives :func:`plane_sphere` of the sphere (e, r), in the
+    order p₋, p₊. A standing capsule gets one contact (the other end is far), a lying one two.
     """
-    out = []
-    for e in _segment(Xc, size_c[1]):
-        out += plane_sphere(Xp, size_p, np.concatenate([e, Xc[3:]]), size_c)
-    return out
+    return [c for e in _end_spheres(Xc, size_c[1]) for c in plane_sphere(Xp, size_p, _with_position(Xc, e), size_c)]
 
 
 def _box_corners(Xb, size_b):
+    """The 8 corners R(s ⊙ h) + p, s ∈ {−1, 1}³ with x slowest and z fastest, − before +."""
     signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
     return spatial.transform_point(np.broadcast_to(Xb, (8, 7)), signs * size_b)
 
 
 def plane_box(Xp, size_p, Xb, size_b):
-    """Each of the 8 corners: φ = n̂·(corner − p₀), x0 its projection on the plane."""
+    """Plane against each of the box's 8 corners v (in :func:`_box_corners` order):
+    φ = n̂·(v − p₀), x0 = v − φ n̂ (its projection on the plane), x1 = v, normal n̂.
+    A box resting on a face gets 4 contacts, on an edge 2, on a corner 1.
+    """
     n = spatial.quat_rotate(Xp[3:], [0.0, 0.0, 1.0])
     out = []
     for corner in _box_corners(Xb, size_b):
@@ -133,68 +177,86 @@ def _sphere_sphere(c0, r0, c1, r1, fallback=DEFAULT_NORMAL):
 
 
 def sphere_sphere(X0, size0, X1, size1):
-    """Centres c₀, c₁: n̂ = (c₁ − c₀)/|c₁ − c₀|, φ = |c₁ − c₀| − r₀ − r₁ (n̂ = +z if they coincide;
-    with a capsule, a direction ⊥ its segment)."""
+    """Centres c₀, c₁, radii r₀, r₁: n̂ = (c₁ − c₀)/|c₁ − c₀|, φ = |c₁ − c₀| − r₀ − r₁,
+    x0 = c₀ + r₀n̂, x1 = c₁ − r₁n̂. Coincident centres (closer than ``COINCIDENT_DISTANCE``):
+    n̂ = ``DEFAULT_NORMAL`` (+z). Drake: ``penetration_as_point_pair::Callback`` (sphere–sphere).
+    """
     return [_sphere_sphere(X0[:3], size0[0], X1[:3], size1[0])]
 
 
 def sphere_capsule(Xs, size_s, Xc, size_c):
-    """Sphere against the capsule's segment point closest to the sphere centre."""
+    """Sphere (c, r) against the sphere (q, r_c) at the capsule segment's point q closest to c:
+    q = p₋ + clamp((c − p₋)·d/|d|², 0, 1) d, then :func:`sphere_sphere`. A centre on the segment
+    takes n̂ = the capsule frame's x axis (⊥ the segment, so x1 stays on the capsule's surface).
+    Drake: sphere–capsule in ``penetration_as_point_pair::Callback``.
+    """
     q = _closest_on_segment(*_segment(Xc, size_c[1]), Xs[:3])
-    # Centre on the segment: any direction ⊥ the segment keeps both points on their surfaces.
     return [_sphere_sphere(Xs[:3], size_s[0], q, size_c[0], _perpendicular(Xc))]
 
 
 def sphere_box(Xs, size_s, Xb, size_b):
-    """Closest box point q to the centre c: outside, n̂ = (c − q)/|c − q| from the box; inside,
-    the face of least penetration. Returned for the order (sphere, box)."""
+    """Sphere (c, r) against a box: q, n̂_B, d = the box surface point nearest to c, the box's
+    outward normal there and c's signed distance (:func:`~sap_ref.collision_box.closest_point_on_box`;
+    a centre inside uses the face of least penetration). Normal −n̂_B (sphere into box),
+    φ = d − r, x0 = c − r n̂_B, x1 = q. Drake: sphere–box through ``SignedDistanceToPoint``.
+    """
     c, r = Xs[:3], size_s[0]
-    q, n_box, dist = closest_point_on_box(Xb, size_b, c)  # n_box: outward from the box at q
-    # dist is the signed distance of c to the box (negative inside).
+    q, n_box, dist = closest_point_on_box(Xb, size_b, c)
     return [(c - r * n_box, q, -n_box, dist - r)]
 
 
 def capsule_capsule(X0, size0, X1, size1):
-    """Closest points of the two segments as spheres; for (nearly) parallel overlapping
-    segments, the two ends of the overlap instead (a stable line contact)."""
+    """Two capsules as spheres at the closest points of their segments (Ericson §5.1.9).
+
+    With the axes û₀, û₁ (the shape frames' z): (nearly) parallel segments
+    (|û₀ × û₁| < ``PARALLEL_TOL``) whose projections on û₀ overlap over more than
+    ``COINCIDENT_DISTANCE`` give 2 contacts instead, at the ends lo < hi of the overlap:
+    p = p₋ + s û₀ for s ∈ {lo, hi}, against the point of segment 1 closest to p (a stable line
+    contact). Coincident closest points (intersecting segments) take n̂ = û₀ × û₁ (⊥ both axes,
+    so both witness points stay on their surfaces), or the capsule-0 frame's x axis when the axes
+    are parallel. Drake: capsule–capsule through FCL.
+    """
     a0, a1 = _segment(X0, size0[1])
     b0, b1 = _segment(X1, size1[1])
-    da, db = a1 - a0, b1 - b0
-    la, lb = np.linalg.norm(da), np.linalg.norm(db)
-    if la > 0 and lb > 0 and np.linalg.norm(np.cross(da / la, db / lb)) < PARALLEL_TOL:
-        u = da / la
-        s0, s1 = sorted(((b0 - a0) @ u, (b1 - a0) @ u))
-        lo, hi = max(0.0, s0), min(la, s1)
-        if hi > lo:
+    u0, u1 = spatial.quat_rotate(X0[3:], [0.0, 0.0, 1.0]), spatial.quat_rotate(X1[3:], [0.0, 0.0, 1.0])
+    axis_cross = np.cross(u0, u1)
+    parallel = np.linalg.norm(axis_cross) < PARALLEL_TOL
+    if parallel:
+        s0, s1 = sorted(((b0 - a0) @ u0, (b1 - a0) @ u0))
+        lo, hi = max(0.0, s0), min(2.0 * size0[1], s1)
+        if hi - lo > COINCIDENT_DISTANCE:
             out = []
             for s in (lo, hi):
-                pa = a0 + s * u
+                pa = a0 + s * u0
                 out.append(_sphere_sphere(pa, size0[0], _closest_on_segment(b0, b1, pa), size1[0],
                                           _perpendicular(X0)))
             return out
     pa, pb = segment_closest_points(a0, a1, b0, b1)
-    # Intersecting segments: a direction ⊥ both axes keeps both points on their surfaces: the
-    # axes' common perpendicular, else (parallel, or a zero-length segment) a ⊥ of the other one.
-    fallback = np.cross(da, db)
-    if np.linalg.norm(fallback) < PARALLEL_TOL * max(la * lb, 1e-300):
-        fallback = _perpendicular(X1) if la == 0.0 else _perpendicular(X0)
-    return [_sphere_sphere(pa, size0[0], pb, size1[0], _unit(fallback))]
+    fallback = _perpendicular(X0) if parallel else axis_cross / np.linalg.norm(axis_cross)
+    return [_sphere_sphere(pa, size0[0], pb, size1[0], fallback)]
 
 
 def capsule_box(Xc, size_c, Xb, size_b):
-    """Segment end spheres against the box, plus the segment point of least signed distance to
-    the box (convex along the segment: golden section) when deeper than both ends."""
+    """Capsule (segment p(t) = p₋ + t(p₊ − p₋), radius r) against a box.
+
+    Contacts, in this order: :func:`sphere_box` for each end sphere (p₋, r), (p₊, r); then, only
+    if f(t*) < min(f(0), f(1)) − ``INTERIOR_DEPTH_MARGIN``, for the sphere (p(t*), r) at the
+    minimizer t* of f(t) = signed distance of p(t) to the box. f is convex (the signed
+    distance of a convex set is convex), so golden-section search (``GOLDEN_ITERATIONS``, ties
+    within ``GOLDEN_TIE`` resolved toward t = 0) finds t*. A capsule lying flat on a face gets
+    its 2 ends, one crossing an edge the crossing point.
+    """
     p0, p1 = _segment(Xc, size_c[1])
+    out = [c for e in _end_spheres(Xc, size_c[1]) for c in sphere_box(_with_position(Xc, e), size_c, Xb, size_b)]
+    if len(out) == 1:  # a point segment (one end sphere): nothing in between
+        return out
     sd = lambda t: box_signed_distance(Xb, size_b, p0 + t * (p1 - p0))  # noqa: E731
-    out = []
-    for p in (p0, p1):
-        out += sphere_box(np.concatenate([p, Xc[3:]]), size_c, Xb, size_b)
     lo, hi = 0.0, 1.0
     g = (math.sqrt(5.0) - 1.0) / 2.0
     x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
     f1, f2 = sd(x1), sd(x2)
     for _ in range(GOLDEN_ITERATIONS):
-        if f1 <= f2:
+        if f1 <= f2 + GOLDEN_TIE:
             hi, x2, f2 = x2, x1, f1
             x1 = hi - g * (hi - lo)
             f1 = sd(x1)
@@ -204,7 +266,7 @@ def capsule_box(Xc, size_c, Xb, size_b):
             f2 = sd(x2)
     t = 0.5 * (lo + hi)
     if sd(t) < min(sd(0.0), sd(1.0)) - INTERIOR_DEPTH_MARGIN:
-        out += sphere_box(np.concatenate([p0 + t * (p1 - p0), Xc[3:]]), size_c, Xb, size_b)
+        out += sphere_box(_with_position(Xc, p0 + t * (p1 - p0)), size_c, Xb, size_b)
     return out
 
 
@@ -216,20 +278,32 @@ _ROUTINES = {
 
 
 def pair_contacts(type0, X0, size0, type1, X1, size1):
-    """Contacts ``[(x0, x1, normal, phi0)]`` of shape 0 against shape 1 (any type order)."""
+    """Contacts ``[(x0, x1, normal, phi0)]`` of shape 0 against shape 1, in either type order.
+
+    The routine of the canonical order (lower ``ShapeType`` first) runs; for the other order its
+    outputs are swapped (x0 ↔ x1) and the normal negated, so φ₀ and the point order are the
+    same both ways. ``X0``/``X1`` are world poses ``[p, q_xyzw]``; no margin filtering here.
+    """
     t0, t1 = ShapeType(int(type0)), ShapeType(int(type1))
     if (t0, t1) in _ROUTINES:
         return _ROUTINES[(t0, t1)](X0, size0, X1, size1)
-    if (t1, t0) in _ROUTINES:  # canonical order is (t1, t0): swap the points, flip the normal
+    if (t1, t0) in _ROUTINES:
         return [(x1, x0, -n, phi) for x0, x1, n, phi in _ROUTINES[(t1, t0)](X1, size1, X0, size0)]
     raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
 
 
 def combine_materials(model: SapModel, a: int, b: int, config: SapConfig):
-    """``(mu, ke, ke0, ke1, tau_d)`` of pair (a, b) with the config's fallbacks (spec §8.3)."""
+    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b), spec §8.3 with the config's fallbacks.
+
+    Per shape, NaN → ``fallback_mu`` / ``fallback_stiffness`` / ``contact_tau_d``. Then
+    μ = 2μ₀μ₁/(μ₀+μ₁) (0 if both are 0), k = k₀k₁/(k₀+k₁) (one ∞: the other; both ∞: ∞; both 0: 0),
+    τ_d = τ₀ + τ₁; ke0, ke1 are the resolved per-shape stiffnesses. Drake:
+    ``CalcContactFrictionFromSurfaceProperties``, ``GetCombinedPointContactStiffness``,
+    ``GetCombinedDissipationTimeConstant``.
+    """
     def get(arr, s, fallback):
         v = arr[s]
-        return fallback if np.isnan(v) else float(v)
+        return float(fallback) if np.isnan(v) else float(v)
 
     mu0, mu1 = (get(model.shape_material_mu, s, config.fallback_mu) for s in (a, b))
     k0, k1 = (get(model.shape_material_ke, s, config.fallback_stiffness) for s in (a, b))
@@ -238,7 +312,7 @@ def combine_materials(model: SapModel, a: int, b: int, config: SapConfig):
     if math.isinf(k0) or math.isinf(k1):
         ke = k1 if math.isinf(k0) else k0
     else:
-        ke = k0 * k1 / (k0 + k1)
+        ke = 0.0 if k0 + k1 == 0.0 else k0 * k1 / (k0 + k1)
     return mu, ke, k0, k1, t0 + t1
 
 
@@ -246,8 +320,9 @@ class CollisionPipeline:
     """Narrow phase over ``model.shape_pair`` for every world (NumPy, one world at a time).
 
     Args:
-        model: the model.
-        max_rigid_contact: contact slots per world (≥ 0).
+        model: the model (its ``shape_*`` fields and candidate pairs).
+        max_rigid_contact: contact slots per world, an integer ≥ 0 (:func:`contact_capacity`
+            gives one that never overflows).
         config: supplies the material fallbacks (default ``SapConfig()``).
     """
 
@@ -257,22 +332,28 @@ class CollisionPipeline:
         if isinstance(max_rigid_contact, bool) or not isinstance(max_rigid_contact, (int, np.integer)) \
                 or max_rigid_contact < 0:
             raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {max_rigid_contact!r}")
+        if config is not None and not isinstance(config, SapConfig):
+            raise ValueError(f"config: expected a SapConfig or None, got {type(config).__name__}")
         self.model, self.max_rigid_contact = model, int(max_rigid_contact)
-        self.config = config or SapConfig()
+        self.config = SapConfig() if config is None else config
+        # Per candidate pair: (mu, ke, ke0, ke1, tau_d); materials are static.
         self._materials = [combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair]
 
     def contacts(self) -> SapContacts:
-        """Empty contact buffers for this pipeline."""
+        """Empty contact buffers for this pipeline: ``(num_worlds, max_rigid_contact)`` slots."""
         return SapContacts.allocate(self.model.num_worlds, self.max_rigid_contact)
 
-    def _shape_pose(self, body_q, s):
-        b = int(self.model.shape_body[s])
-        X = self.model.shape_transform[s]
-        return X if b < 0 else spatial.transform_compose(body_q[b], X)
-
     def collide(self, state: SapState, contacts: SapContacts) -> None:
-        """Fill ``contacts`` from ``state.body_q`` for every world."""
+        """Fill ``contacts`` for every world from ``state.body_q`` (world pose of each body origin).
+
+        Shape s's world pose is X_WB ∘ X_BS with X_WB = ``body_q[w, shape_body[s]]`` and
+        X_BS = ``shape_transform[s]`` (for a world shape, body −1, X_BS is already X_WS).
+        Raises ``ValueError`` (naming the field) when ``state`` or ``contacts`` does not match
+        the model or this pipeline's capacity.
+        """
         m = self.model
+        if not isinstance(state, SapState):
+            raise ValueError(f"state: expected a SapState, got {type(state).__name__}")
         check_state(m, state, "state")
         if not isinstance(contacts, SapContacts):
             raise ValueError(f"contacts: expected SapContacts, got {type(contacts).__name__}")
@@ -281,22 +362,31 @@ class CollisionPipeline:
             raise ValueError(f"contacts: capacity {contacts.capacity} does not match max_rigid_contact "
                              f"{self.max_rigid_contact}")
         for w in range(m.num_worlds):
-            self._collide_world(state.body_q[w], contacts, w)
+            self._collide_world(np.asarray(state.body_q[w], dtype=np.float64), contacts, w)
+
+    def _shape_poses(self, body_q) -> np.ndarray:
+        """World pose X_WS of every shape, (S, 7)."""
+        m = self.model
+        X = np.array(m.shape_transform, dtype=np.float64)
+        on_body = m.shape_body >= 0
+        if np.any(on_body):
+            X[on_body] = spatial.transform_compose(body_q[m.shape_body[on_body]], m.shape_transform[on_body])
+        return X
 
     def _collide_world(self, body_q, contacts: SapContacts, w: int) -> None:
         m = self.model
-        found = []
+        X = self._shape_poses(body_q)
+        found = []  # (a, b, x0, x1, normal, phi0, materials) in generation order
         for (a, b), mat in zip(m.shape_pair, self._materials):
             a, b = int(a), int(b)
             margin = m.shape_margin[a] + m.shape_margin[b]
-            for x0, x1, n, phi in pair_contacts(m.shape_type[a], self._shape_pose(body_q, a), m.shape_size[a],
-                                                m.shape_type[b], self._shape_pose(body_q, b), m.shape_size[b]):
-                if phi < margin and np.isfinite(phi):
+            for x0, x1, n, phi in pair_contacts(m.shape_type[a], X[a], m.shape_size[a],
+                                                m.shape_type[b], X[b], m.shape_size[b]):
+                if phi < margin and math.isfinite(phi):  # a non-finite pose reports nothing
                     found.append((a, b, x0, x1, n, float(phi), mat))
-        keep = range(len(found))
-        if len(found) > self.max_rigid_contact:  # keep the deepest, in generation order
+        keep = list(range(len(found)))
+        if len(found) > self.max_rigid_contact:  # the deepest (ties: generation order), in generation order
             keep = sorted(sorted(keep, key=lambda i: (found[i][5], i))[:self.max_rigid_contact])
-        keep = list(keep)
         for f in ("shape0", "shape1", "body0", "body1"):
             getattr(contacts, f)[w] = -1
         for f in ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d"):

@@ -1,12 +1,28 @@
-"""Box geometry for the narrow phase: point queries and box–box contact.
+"""Box geometry for the narrow phase: segment and point queries, and box–box contact.
 
-``box_box`` uses the separating-axis test over the 15 candidate axes (3 + 3 face normals,
-9 edge–edge cross products). The axis of largest separation (least penetration) gives the
-normal; face axes win ties within ``EDGE_AXIS_BIAS`` so that resting stacks use face contact.
-Face contact: the incident face of the other box is clipped against the side planes of the
-reference face (Sutherland–Hodgman), up to 8 points, each with its own depth. Edge contact:
-the closest points of the two supporting edges, one point (x1 on the normal through x0). Same output convention as
-``sap_ref.collision``: ``(x0, x1, normal, phi0)`` with the normal from box 0 into box 1.
+``box_box`` is the separating-axis test (SAT) over the 15 candidate axes of two boxes — the
+3 + 3 face normals and the 9 cross products of their edge directions — followed by contact
+generation on the axis of largest separation (least penetration):
+
+* face axis (a face normal of either box; face axes win ties within ``EDGE_AXIS_BIAS`` so that
+  resting stacks get face contact): that face is the *reference* face; the face of the other
+  box most anti-parallel to it (the *incident* face) is clipped against the reference face's
+  four side planes (Sutherland–Hodgman). Every clipped vertex p is a contact with its own depth
+  φ = n̂_ref·p − (n̂_ref·c_ref + h_ref): up to 8 points (a quadrilateral cut by 4 half-planes);
+* edge axis L = e₀ × e₁: the closest points of the two supporting edges, one contact. When
+  those closest points are not interior to both edges (a separated pair whose nearest features
+  are not these two edges, or a deep overlap), the edge pair is not a contact feature and the
+  best face axis is used instead, so the witness points always stay on the boxes' surfaces.
+
+Same output convention as :mod:`sap_ref.collision`, spec §8.1: ``[(x0, x1, normal, phi0)]``,
+normal n̂ from box 0 into box 1, x0 on box 0's surface, x1 on box 1's, x1 − x0 = φ₀ n̂.
+Penetrating pairs report φ₀ = the SAT penetration depth (negative) on the deepest point; a
+separated pair reports a lower bound of its distance (the largest SAT separation), which is all
+a speculative (margin) contact needs.
+
+Drake: ``QueryObject::ComputePointPairPenetration`` delegates box–box to FCL (one point per
+pair); the clipped face manifold is the usual rigid-body-engine extension (ODE ``dBoxBox``,
+Bullet ``btBoxBoxDetector``), used here for resting stability.
 """
 
 from __future__ import annotations
@@ -15,38 +31,63 @@ import numpy as np
 
 from sap_common import spatial
 
-__all__ = ["segment_closest_points", "closest_point_on_box", "box_signed_distance", "box_box", "EDGE_AXIS_BIAS"]
+__all__ = ["segment_closest_params", "segment_closest_points", "closest_point_on_box", "box_signed_distance",
+           "box_box", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS"]
 
-EDGE_AXIS_BIAS = 1e-5  # m: an edge axis must separate by this much more than the best face axis
-DEGENERATE_AXIS = 1e-6  # |u × v| below this: parallel edges, no edge–edge axis
+# m: an edge axis must separate by this much more than the best face axis to be used, so that
+# rounding in stacks of aligned boxes never flips face contact (4 points) to edge contact (1).
+EDGE_AXIS_BIAS = 1e-5
+# |e₀ × e₁| below this (unit edge directions): parallel edges, no edge–edge axis (its
+# direction would be rounding noise; the face axes cover that configuration).
+DEGENERATE_AXIS = 1e-6
+# Squared segment length [m²] at or below which a segment is treated as a point (Ericson's ε).
+_POINT_SEGMENT = 1e-300
+# Relative size of Ericson's denominator a·e − b² (= |d₁|²|d₂|² sin²θ) at or below which two
+# segments are parallel and s is fixed at 0: sin θ ≤ 1e-6, as PARALLEL_TOL in sap_ref.collision.
+_PARALLEL_DENOM = 1e-12
 
 
-def segment_closest_points(a0, a1, b0, b1):
-    """Closest points of two segments (Ericson, Real-Time Collision Detection §5.1.9)."""
+def segment_closest_params(a0, a1, b0, b1) -> tuple[float, float]:
+    """Parameters ``(s, t) ∈ [0, 1]²`` of the closest points a0 + s(a1 − a0), b0 + t(b1 − b0).
+
+    Ericson, Real-Time Collision Detection §5.1.9: minimize |a(s) − b(t)|² over the unit square;
+    for parallel segments s = 0 (then t, then s re-clamped), a deterministic choice.
+    """
     d1, d2, r = a1 - a0, b1 - b0, a0 - b0
     a, e, f = d1 @ d1, d2 @ d2, d2 @ r
-    if a <= 1e-300 and e <= 1e-300:
-        return a0, b0
-    if a <= 1e-300:
-        return a0, b0 + np.clip(f / e, 0.0, 1.0) * d2
+    if a <= _POINT_SEGMENT and e <= _POINT_SEGMENT:
+        return 0.0, 0.0
+    if a <= _POINT_SEGMENT:
+        return 0.0, float(np.clip(f / e, 0.0, 1.0))
     c = d1 @ r
-    if e <= 1e-300:
-        return a0 + np.clip(-c / a, 0.0, 1.0) * d1, b0
+    if e <= _POINT_SEGMENT:
+        return float(np.clip(-c / a, 0.0, 1.0)), 0.0
     b = d1 @ d2
     denom = a * e - b * b
-    s = float(np.clip((b * f - c * e) / denom, 0.0, 1.0)) if denom > 1e-12 * a * e else 0.0
+    s = float(np.clip((b * f - c * e) / denom, 0.0, 1.0)) if denom > _PARALLEL_DENOM * a * e else 0.0
     t = (b * s + f) / e
     if t < 0.0:
         t, s = 0.0, float(np.clip(-c / a, 0.0, 1.0))
     elif t > 1.0:
         t, s = 1.0, float(np.clip((b - c) / a, 0.0, 1.0))
-    return a0 + s * d1, b0 + t * d2
+    return s, float(t)
+
+
+def segment_closest_points(a0, a1, b0, b1):
+    """Closest points ``(p, q)`` of segments [a0, a1] and [b0, b1] (see :func:`segment_closest_params`)."""
+    s, t = segment_closest_params(a0, a1, b0, b1)
+    return a0 + s * (a1 - a0), b0 + t * (b1 - b0)
 
 
 def closest_point_on_box(Xb, size, p):
-    """``(q, n, d)``: the box surface point q nearest to p, the outward unit normal at q, and
-    the signed distance d of p (< 0 inside). Inside, the face of least penetration is used
-    (first axis on ties; the + face when p lies on the mid-plane)."""
+    """``(q, n, d)``: the box surface point q nearest to p, the outward unit normal n at q, and
+    the signed distance d of p to the box (< 0 inside).
+
+    In the box frame, c = R_WBᵀ(p − p_WB). Outside (some |c_i| > h_i): q = clamp(c, −h, h),
+    d = |c − q|, n = (c − q)/d. Inside: the face of least penetration k = argmin(h − |c|)
+    (first axis on ties), q = c with q_k = ±h_k, n = ±e_k, d = −(h_k − |c_k|); a centre on the
+    mid-plane c_k = 0 takes the + face. Drake: ``SignedDistanceToPoint`` for a box.
+    """
     R = spatial.quat_to_matrix(Xb[3:])
     c = R.T @ (np.asarray(p, dtype=np.float64) - Xb[:3])
     h = np.asarray(size, dtype=np.float64)
@@ -67,12 +108,12 @@ def closest_point_on_box(Xb, size, p):
 
 
 def box_signed_distance(Xb, size, p) -> float:
-    """Signed distance of point p to the box (< 0 inside)."""
+    """Signed distance of point p to the box (< 0 inside); see :func:`closest_point_on_box`."""
     return closest_point_on_box(Xb, size, p)[2]
 
 
 def _face_polygon(center, R, h, axis, sign):
-    """World vertices (4, 3) of the face of a box with outward normal sign·R[:, axis], in order."""
+    """World vertices (4, 3) of the face with outward normal sign·R[:, axis], in cyclic order."""
     i, j = (axis + 1) % 3, (axis + 2) % 3
     fc = center + sign * h[axis] * R[:, axis]
     u, v = h[i] * R[:, i], h[j] * R[:, j]
@@ -80,7 +121,7 @@ def _face_polygon(center, R, h, axis, sign):
 
 
 def _clip(poly, n, offset):
-    """Keep the part of polygon ``poly`` with n·x ≤ offset (Sutherland–Hodgman)."""
+    """The part of polygon ``poly`` with n·x ≤ offset (one Sutherland–Hodgman pass)."""
     out = []
     for k in range(len(poly)):
         a, b = poly[k], poly[(k + 1) % len(poly)]
@@ -93,9 +134,13 @@ def _clip(poly, n, offset):
 
 
 def _face_contact(ref_c, ref_R, ref_h, axis, ref_sign, inc_c, inc_R, inc_h):
-    """Points of the incident box's face clipped to the reference face: [(p_inc, depth)]."""
+    """Incident face clipped to the reference face: ``[(p, depth)]``, p on the incident box.
+
+    Reference face: outward normal n̂_ref = ref_sign·ref_R[:, axis]; depth = n̂_ref·p − (n̂_ref·c + h_axis)
+    (< 0 below the face plane). Incident face: the other box's face whose outward normal is most
+    anti-parallel to n̂_ref (it holds the other box's support point along −n̂_ref).
+    """
     n_ref = ref_sign * ref_R[:, axis]
-    # Incident face: the face of the other box whose outward normal is most anti-parallel to n_ref.
     dots = inc_R.T @ n_ref
     k = int(np.argmax(np.abs(dots)))
     inc_sign = -1.0 if dots[k] > 0.0 else 1.0
@@ -110,17 +155,34 @@ def _face_contact(ref_c, ref_R, ref_h, axis, ref_sign, inc_c, inc_R, inc_h):
     return [(p, float(n_ref @ p - face_offset)) for p in poly]
 
 
+def _supporting_edge(c, R, h, axis, direction):
+    """End points of the box edge parallel to R[:, axis] farthest along ``direction`` (+ on ties)."""
+    mid = c.copy()
+    for k in range(3):
+        if k != axis:
+            mid = mid + (-1.0 if direction @ R[:, k] < 0.0 else 1.0) * h[k] * R[:, k]
+    return mid - h[axis] * R[:, axis], mid + h[axis] * R[:, axis]
+
+
 def box_box(X0, size0, X1, size1):
-    """Contacts of box 0 against box 1: ``[(x0, x1, normal, phi0)]``, normal from 0 into 1."""
+    """Box 0 against box 1: SAT over 15 axes, then face clipping (≤ 8) or edge–edge (1).
+
+    With T = c₁ − c₀ and a unit axis L, the separation along L is
+        σ(L) = |T·L| − Σᵢ h₀ᵢ|R₀ᵢ·L| − Σⱼ h₁ⱼ|R₁ⱼ·L|
+    (σ < 0: overlap of the projections). The axis of largest σ gives n̂ = ±L oriented along T.
+    Face axis: φ of each clipped incident vertex (:func:`_face_contact`); edge axis: φ = n̂·(q − p)
+    for the closest points p, q of the supporting edges, x0 = p, x1 = p + φn̂ (= q when p, q are
+    interior to both edges, the only case kept — see the module docstring). Ties: the first face
+    axis (box 0 before box 1, x before y before z); coincident centres take the + direction.
+    Returns ``[(x0, x1, normal, phi0)]`` with the normal from box 0 into box 1.
+    """
     c0, c1 = X0[:3], X1[:3]
     R0, R1 = spatial.quat_to_matrix(X0[3:]), spatial.quat_to_matrix(X1[3:])
     h0, h1 = np.asarray(size0, dtype=np.float64), np.asarray(size1, dtype=np.float64)
     T = c1 - c0
 
     def separation(L):
-        r0 = np.sum(h0 * np.abs(R0.T @ L))
-        r1 = np.sum(h1 * np.abs(R1.T @ L))
-        return abs(T @ L) - r0 - r1
+        return abs(T @ L) - np.sum(h0 * np.abs(R0.T @ L)) - np.sum(h1 * np.abs(R1.T @ L))
 
     best_face = max(((separation(R[:, k]), box, k) for box, R in ((0, R0), (1, R1)) for k in range(3)),
                     key=lambda t: t[0])
@@ -136,21 +198,16 @@ def box_box(X0, size0, X1, size1):
                 best_edge = (s, i, j, L / norm)
 
     if best_edge is not None and best_edge[0] > best_face[0] + EDGE_AXIS_BIAS:
-        s, i, j, L = best_edge
+        _, i, j, L = best_edge
         n = L if L @ T >= 0.0 else -L
-        # Supporting edges: box 0's edge along its axis i farthest along +n, box 1's along −n.
-        def edge(c, R, h, axis, direction):
-            mid = c.copy()
-            for k in range(3):
-                if k != axis:
-                    mid = mid + np.sign(direction @ R[:, k] or 1.0) * h[k] * R[:, k]
-            return mid - h[axis] * R[:, axis], mid + h[axis] * R[:, axis]
-
-        p0, p1 = segment_closest_points(*edge(c0, R0, h0, i, n), *edge(c1, R1, h1, j, -n))
-        phi = float(n @ (p1 - p0))
-        # x1 = p1 slid within the contact plane onto the normal through p0, so x1 − x0 = φ n holds
-        # exactly; it is p1 itself when the closest points are inside both edges (the usual case).
-        return [(p0, p0 + phi * n, n, phi)]
+        a0, a1 = _supporting_edge(c0, R0, h0, i, n)
+        b0, b1 = _supporting_edge(c1, R1, h1, j, -n)
+        s, t = segment_closest_params(a0, a1, b0, b1)
+        if 0.0 < s < 1.0 and 0.0 < t < 1.0:
+            p, q = a0 + s * (a1 - a0), b0 + t * (b1 - b0)
+            phi = float(n @ (q - p))
+            # q − p ∥ n̂ up to rounding here; x1 = p + φn̂ makes x1 − x0 = φ₀n̂ hold exactly.
+            return [(p, p + phi * n, n, phi)]
 
     _, box, k = best_face
     if box == 0:
