@@ -10,6 +10,7 @@ import warp as wp
 wp.config.quiet = True  # Warp's per-module load messages; set wp.config.quiet = False to see them
 
 from .arrays import GpuModel, contacts, control, state, to_device, to_host  # noqa: E402
+from .collision import CollisionPipeline  # noqa: E402
 from .solver import SolverSAP  # noqa: E402
 
-__all__ = ["SolverSAP", "GpuModel", "to_device", "to_host", "state", "control", "contacts"]
+__all__ = ["SolverSAP", "CollisionPipeline", "GpuModel", "to_device", "to_host", "state", "control", "contacts"]

@@ -100,7 +100,7 @@ def device_of(array) -> wp.context.Device:
 
 def _to_device_array(name, a, device):
     if isinstance(a, wp.array):
-        return a if a.device == wp.get_device(device) else a.to(device)
+        return wp.clone(a, device=device)  # always a copy, like the host → device path
     a = np.asarray(a)
     if name in _VEC_FIELDS:
         return wp.array(np.ascontiguousarray(a, dtype=np.float64), dtype=_VEC_FIELDS[name], device=device)
@@ -110,7 +110,11 @@ def _to_device_array(name, a, device):
 
 
 def to_device(obj, device=None):
-    """A copy of a host ``SapState``/``SapControl``/``SapContacts`` with ``wp.array`` fields on ``device``."""
+    """A copy of a ``SapState``/``SapControl``/``SapContacts`` with ``wp.array`` fields on ``device``.
+
+    Host (NumPy) fields are uploaded; fields already on a device are copied to ``device``. The
+    result never shares memory with ``obj``.
+    """
     if not isinstance(obj, (SapState, SapControl, SapContacts)):
         raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
     return dataclasses.replace(obj, **{f.name: _to_device_array(f.name, getattr(obj, f.name), device)

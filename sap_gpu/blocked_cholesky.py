@@ -104,10 +104,22 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
         L_scratch: (W, n, n) factor storage, required when n > tile.
         tile: tile edge T for the blocked path.
     """
+    if A.ndim != 3 or A.shape[1] != A.shape[2]:
+        raise ValueError(f"A: expected a (W, n, n) array, got shape {A.shape}")
     W, n, _ = A.shape
+    if A.dtype not in (wp.float32, wp.float64):
+        raise ValueError(f"A: dtype must be float32 or float64, got {A.dtype}")
+    if B.ndim != 3 or B.shape[:2] != (W, n):
+        raise ValueError(f"B: expected shape ({W}, {n}, nrhs) to match A {A.shape}, got {B.shape}")
     r = B.shape[2]
+    if X.shape != B.shape:
+        raise ValueError(f"X: expected B's shape {B.shape}, got {X.shape}")
     if A.dtype != B.dtype or A.dtype != X.dtype:
         raise ValueError(f"A, B, X: dtypes must match, got {A.dtype}, {B.dtype}, {X.dtype}")
+    if active.shape != (W,) or active.dtype != wp.int32:
+        raise ValueError(f"active: expected an int32 array of shape ({W},), got {active.dtype} {active.shape}")
+    if any(a.device != A.device for a in (B, X, active)):
+        raise ValueError(f"A, B, X, active: must be on one device, A is on {A.device}")
     if n <= tile:
         key = ("single", n, r, A.dtype)
         if key not in _KERNELS:

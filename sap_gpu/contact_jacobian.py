@@ -7,6 +7,8 @@ origin of the joint's child body. Weights, R and v̂ are computed in the scalar 
 ``sap_contact_weight_precision`` (kernels built per type) and stored as float64.
 """
 
+import math
+
 import warp as wp
 
 wp.set_module_options({"enable_backward": False})
@@ -14,6 +16,8 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
 
 WEIGHT_FLOOR = 1e-12  # DESIGN §5, as sap_ref.contact_jacobian.WEIGHT_FLOOR
+# 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
+FOUR_PI2 = 4.0 * math.pi * math.pi
 _KERNELS: dict = {}
 
 
@@ -183,7 +187,7 @@ def _weights_kernel(T):
             w = wp.max(w, T(WEIGHT_FLOOR))
             h = T(dt)
             tau = T(tau_in[world, c])
-            R_n = T(beta) * T(beta) / T(4.0 * 3.141592653589793 * 3.141592653589793) * w
+            R_n = T(beta) * T(beta) / T(FOUR_PI2) * w
             stiffness = T(ke_in[world, c])
             if not wp.isinf(stiffness):
                 R_n = wp.max(R_n, T(1.0) / (h * stiffness * (h + tau)))

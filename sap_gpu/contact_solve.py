@@ -91,6 +91,7 @@ def _build(T, TL, variant):
         dvc: wp.array2d(dtype=T)
         dp: wp.array2d(dtype=T)
         line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
+        gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, limits, drives)
 
     @wp.struct
     class Newton:
@@ -177,6 +178,8 @@ def _build(T, TL, variant):
         o = P.contact_J.shape[1]
         o2 = o + P.limit_count
         zero = T(0.0)
+        for row in range(P.gamma.shape[1]):
+            P.gamma[world, row] = zero
         # Row velocities vc = J v.
         for row in range(3 * P.contact_count[world]):
             s = zero
@@ -206,6 +209,8 @@ def _build(T, TL, variant):
             R, vh, mu = contact_params(P, world, c)
             g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
             ell = ell + l
+            for a in range(3):
+                P.gamma[world, 3 * c + a] = g[a]
             for k in range(nv):
                 P.dv[world, k] = P.dv[world, k] + T(P.contact_J[world, 3 * c, k]) * g[0] + T(
                     P.contact_J[world, 3 * c + 1, k]) * g[1] + T(P.contact_J[world, 3 * c + 2, k]) * g[2]
@@ -213,6 +218,7 @@ def _build(T, TL, variant):
             if P.limit_active[world, r] != 0:
                 gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
                 ell = ell + ll
+                P.gamma[world, o + r] = gl
                 for k in range(nv):
                     P.dv[world, k] = P.dv[world, k] + T(P.limit_J[world, r, k]) * gl
         h = T(P.h)
@@ -220,6 +226,7 @@ def _build(T, TL, variant):
             q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
             gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
             ell = ell + ld
+            P.gamma[world, o2 + i] = gd
             P.dv[world, P.drive_dof[i]] = P.dv[world, P.drive_dof[i]] + gd
         # Stopping tests over participating DOFs (spec §5.2): D̃ = diag(A)^(-1/2).
         r2 = zero

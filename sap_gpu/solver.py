@@ -25,6 +25,7 @@ from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 
 from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel
+from .arrays import contacts as make_contacts
 from .contact_solve import newton_kernels
 from .linear_solve import cholesky_solve
 
@@ -220,6 +221,7 @@ class SolverSAP:
         P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, m.joint_effort_limit
         P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
         P.vc, P.dvc, P.dp, P.line = z((W, max(rows, 1)), T), z((W, max(rows, 1)), T), z((W, nv), T), z((W, 3), T)
+        P.gamma = z((W, max(rows, 1)), T)
         P.contact_count = wp.zeros(W, dtype=int, device=d)
         self.P = P
         N = kk.Newton()
@@ -235,7 +237,7 @@ class SolverSAP:
         self.H, self.newton_rhs, self.newton_dv = z((W, n, n), TL), z((W, n, 1), TL), z((W, n, 1), TL)
         self.newton_L = z((W, n, n), TL)
         self.loop_condition = z(1, wp.int32)
-        self.empty_contacts = None
+        self.empty_contacts = make_contacts(W, C, d)  # what step(contacts=None) reads: no contact
         # diagnostics (device arrays, refreshed by step)
         self.last_status = N.status
         self.last_newton_iterations = N.iterations
@@ -255,9 +257,6 @@ class SolverSAP:
         check_device_state(m, state_out, "state_out")
         check_device_control(m, control)
         if contacts is None:
-            if self.empty_contacts is None:
-                from .arrays import contacts as make_contacts
-                self.empty_contacts = make_contacts(m.num_worlds, cfg.max_rigid_contact, self.device)
             contacts = self.empty_contacts
         check_device_contacts(m, contacts, cfg.max_rigid_contact)
         pose32 = not cfg.use_f64_boundary_pose
@@ -338,6 +337,39 @@ class SolverSAP:
         wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], device=d)
 
     # ------------------------------------------------------------------ helpers
+
+    def evaluate_at(self, v) -> dict:
+        """ℓ, ∇ℓ, γ and H of the last step's problem at velocities ``v (W, nv)`` (SAP order).
+
+        A teaching/debugging hook (and how the tests compare this stage with sap_ref): it
+        reuses the last :meth:`step`'s A, v*, J, R, v̂ and rows, and leaves the step's results
+        alone apart from the Newton scratch buffers. Returns NumPy arrays: ``ell (W,)``,
+        ``grad (W, nv)``, ``H (W, nv, nv)``, ``contact_gamma (W, C, 3)``, ``limit_gamma (W, L)``
+        (0 for inactive rows), ``drive_gamma (W, D)``.
+        """
+        P, N, kk = self.P, self.N, self.kernels
+        W, nv, C, L = self.m.num_worlds, self.m.nv, self.config.max_rigid_contact, self.limits.count
+        v = np.asarray(v, dtype=np.float64).reshape(W, nv)
+        P.v.assign(v.astype(np.float32 if self.T == wp.float32 else np.float64))
+        saved = (N.abs_tol, N.rel_tol, N.max_iterations)
+        # A negative tolerance is never met: evaluate goes on to assemble H for every world.
+        N.abs_tol, N.rel_tol, N.max_iterations = self.T(-1.0), self.T(-1.0), -1
+        done, iterations, status = N.done.numpy(), N.iterations.numpy(), N.status.numpy()
+        N.done.zero_()
+        N.iterations.zero_()
+        try:
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N], outputs=[self.H, self.newton_rhs], device=self.device)
+            gamma = P.gamma.numpy().astype(np.float64)
+            out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64),
+                       H=self.H.numpy()[:, :nv, :nv].astype(np.float64),
+                       contact_gamma=gamma[:, :3 * C].reshape(W, C, 3), limit_gamma=gamma[:, 3 * C:3 * C + L],
+                       drive_gamma=gamma[:, 3 * C + L:3 * C + L + self.drive_count])
+        finally:
+            N.abs_tol, N.rel_tol, N.max_iterations = saved
+            N.done.assign(done)
+            N.iterations.assign(iterations)
+            N.status.assign(status)
+        return out
 
     def diagnostics(self) -> dict:
         """NumPy copies of the per-world diagnostics of the last step."""

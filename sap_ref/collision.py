@@ -78,10 +78,10 @@ INTERIOR_DEPTH_MARGIN = 1e-6
 GOLDEN_ITERATIONS = 80  # golden-section steps on [0, 1]: 0.618^80 ≈ 2e-17, below float64 resolution
 # capsule–box golden section: values within this [m] count as equal and the search moves toward
 # t = 0. Along a segment inside a box the signed distance has flat stretches where the two probes
-# differ only by rounding (~1e-17 m); the tolerance makes the outcome independent of that
-# rounding (so sap_gpu, which rounds differently, finds the same point), and 1e-12 m is far below
-# any contact depth that matters.
-GOLDEN_TIE = 1e-12
+# differ only by rounding (~1e-17 m on metre-scale shapes); the tolerance, ~100 ulps, makes the
+# outcome independent of that rounding (so sap_gpu, which rounds differently, finds the same
+# point) and moves the minimum found by at most a few times itself.
+GOLDEN_TIE = 1e-14
 
 
 def contact_capacity(model: SapModel) -> int:

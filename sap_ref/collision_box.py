@@ -32,7 +32,7 @@ import numpy as np
 from sap_common import spatial
 
 __all__ = ["segment_closest_params", "segment_closest_points", "closest_point_on_box", "box_signed_distance",
-           "box_box", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS"]
+           "box_box", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS", "CLIP_TOL", "FACE_AXIS_TIE"]
 
 # m: an edge axis must separate by this much more than the best face axis to be used, so that
 # rounding in stacks of aligned boxes never flips face contact (4 points) to edge contact (1).
@@ -40,6 +40,14 @@ EDGE_AXIS_BIAS = 1e-5
 # |e₀ × e₁| below this (unit edge directions): parallel edges, no edge–edge axis (its
 # direction would be rounding noise; the face axes cover that configuration).
 DEGENERATE_AXIS = 1e-6
+# m: a face axis must separate by more than this to replace an earlier one (box 0 before box 1,
+# x before y before z). Parallel faces of two boxes (a stack) tie exactly; their separations
+# differ by rounding only, and either choice gives the same points in a different order — the
+# tolerance makes the choice, and so the order, independent of that rounding.
+FACE_AXIS_TIE = 1e-12
+# m: a polygon vertex this close to a clipping plane is on it (see _clip); far below any contact
+# feature, far above the rounding (~1e-17 m) of a point's distance to the plane.
+CLIP_TOL = 1e-12
 # Squared segment length [m²] at or below which a segment is treated as a point (Ericson's ε).
 _POINT_SEGMENT = 1e-300
 # Relative size of Ericson's denominator a·e − b² (= |d₁|²|d₂|² sin²θ) at or below which two
@@ -121,14 +129,20 @@ def _face_polygon(center, R, h, axis, sign):
 
 
 def _clip(poly, n, offset):
-    """The part of polygon ``poly`` with n·x ≤ offset (one Sutherland–Hodgman pass)."""
+    """The part of polygon ``poly`` with n·x ≤ offset (one Sutherland–Hodgman pass).
+
+    A vertex within ``CLIP_TOL`` of the plane counts as on it: kept, and never the end of a cut
+    edge (so it is not doubled). Faces of aligned boxes of equal size lie on each other's side
+    planes up to rounding; the tolerance keeps the clipped polygon, and its vertex order, the
+    same whichever way that rounding goes (sap_gpu rounds differently).
+    """
     out = []
     for k in range(len(poly)):
         a, b = poly[k], poly[(k + 1) % len(poly)]
         da, db = n @ a - offset, n @ b - offset
-        if da <= 0.0:
+        if da <= CLIP_TOL:
             out.append(a)
-        if da * db < 0.0:  # strictly on opposite sides: a vertex on the plane is not doubled
+        if (da < -CLIP_TOL and db > CLIP_TOL) or (da > CLIP_TOL and db < -CLIP_TOL):  # a true cut
             out.append(a + (b - a) * (da / (da - db)))
     return out
 
@@ -172,8 +186,9 @@ def box_box(X0, size0, X1, size1):
     (σ < 0: overlap of the projections). The axis of largest σ gives n̂ = ±L oriented along T.
     Face axis: φ of each clipped incident vertex (:func:`_face_contact`); edge axis: φ = n̂·(q − p)
     for the closest points p, q of the supporting edges, x0 = p, x1 = p + φn̂ (= q when p, q are
-    interior to both edges, the only case kept — see the module docstring). Ties: the first face
-    axis (box 0 before box 1, x before y before z); coincident centres take the + direction.
+    interior to both edges, the only case kept — see the module docstring). Ties (within
+    ``FACE_AXIS_TIE``): the first face axis (box 0 before box 1, x before y before z); coincident
+    centres take the + direction.
     Returns ``[(x0, x1, normal, phi0)]`` with the normal from box 0 into box 1.
     """
     c0, c1 = X0[:3], X1[:3]
@@ -184,8 +199,12 @@ def box_box(X0, size0, X1, size1):
     def separation(L):
         return abs(T @ L) - np.sum(h0 * np.abs(R0.T @ L)) - np.sum(h1 * np.abs(R1.T @ L))
 
-    best_face = max(((separation(R[:, k]), box, k) for box, R in ((0, R0), (1, R1)) for k in range(3)),
-                    key=lambda t: t[0])
+    best_face = None  # (separation, box, axis): a later axis must beat the best by FACE_AXIS_TIE
+    for box, R in ((0, R0), (1, R1)):
+        for k in range(3):
+            s = separation(R[:, k])
+            if best_face is None or s > best_face[0] + FACE_AXIS_TIE:
+                best_face = (s, box, k)
     best_edge = None
     for i in range(3):
         for j in range(3):

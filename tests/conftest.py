@@ -19,6 +19,23 @@ settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 DATA = pathlib.Path(__file__).parent / "data"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=os.environ.get("SAP_TEST_DEVICE", "cpu"),
+                     help="Warp device for the sap_gpu tests: cpu (default, CI) or cuda:0; env SAP_TEST_DEVICE")
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The Warp device the sap_gpu tests run on (``--device`` / ``SAP_TEST_DEVICE``)."""
+    import warp as wp
+
+    name = request.config.getoption("--device")
+    try:
+        return wp.get_device(name)
+    except (RuntimeError, ValueError) as e:
+        raise pytest.UsageError(f"--device: Warp has no device {name!r} here ({e})") from None
 DRAKE_ANCHORS = sorted(p for p in (DATA / "drake").glob("*.json") if p.name != "index.json")
 
 

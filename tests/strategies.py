@@ -104,3 +104,65 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
             q[sl] = draw(vectors(sl.stop - sl.start, -2.0, 2.0)) if sl.stop > sl.start else []
     qd = draw(vectors(model.joint_dof_count, -3.0, 3.0)) if model.joint_dof_count else np.zeros(0)
     return model, q, qd
+
+
+@st.composite
+def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
+    """``(model, joint_q, joint_qd_public)``: a random tree whose scalar DOFs may carry limits and PD
+    drives, with a sphere or capsule on every body and a ground plane (so states below z = 0
+    make contacts). Every joint type appears."""
+    n = draw(st.integers(1, max_bodies))
+    b = ModelBuilder(gravity=(0.0, 0.0, -9.81))
+    for i in range(n):
+        mass = draw(st.floats(0.2, 3.0))
+        b.add_body(mass, com=draw(vectors(3, -0.1, 0.1)), inertia=draw(inertias(mass)))
+    for i in range(n):
+        jt = draw(st.sampled_from(JOINT_TYPES))
+        parent = -1 if jt == JointType.FREE else draw(st.integers(-1, i - 1))
+        xp, xc = draw(transforms(0.3)), draw(transforms(0.2))
+        scalar = dict(
+            limit_lower=draw(st.one_of(st.just(-np.inf), st.floats(-1.0, -0.05))),
+            limit_upper=draw(st.one_of(st.just(np.inf), st.floats(0.05, 1.0))),
+            target_ke=draw(st.one_of(st.just(0.0), st.floats(1.0, 1e4))),
+            target_kd=draw(st.one_of(st.just(0.0), st.floats(0.1, 100.0))),
+            effort_limit=draw(st.one_of(st.just(np.inf), st.floats(1.0, 50.0))),
+            armature=draw(st.floats(0.0, 0.05)), damping=draw(st.floats(0.0, 1.0)),
+        )
+        if jt == JointType.PRISMATIC:
+            b.add_joint_prismatic(parent, i, xp, xc, draw(unit_vectors()), **scalar)
+        elif jt == JointType.REVOLUTE:
+            b.add_joint_revolute(parent, i, xp, xc, draw(unit_vectors()), **scalar)
+        elif jt == JointType.BALL:
+            b.add_joint_ball(parent, i, xp, xc, damping=scalar["damping"])
+        elif jt == JointType.FIXED:
+            b.add_joint_fixed(parent, i, xp, xc)
+        elif jt == JointType.FREE:
+            b.add_joint_free(-1, i)
+        elif jt == JointType.DISTANCE:
+            b.add_joint_distance(parent, i, xp, xc, limit_upper=draw(st.floats(0.3, 1.0)))
+        else:
+            nl = draw(st.integers(0, 2))
+            Rl, Ra = spatial.quat_to_matrix(draw(quaternions())), spatial.quat_to_matrix(draw(quaternions()))
+            b.add_joint_d6(parent, i, xp, xc, linear_axes=list(Rl.T[:nl]), angular_axes=list(Ra.T[:2 - nl + 1]),
+                           **scalar)
+    b.add_ground_plane(mu=draw(st.floats(0.1, 1.0)), ke=draw(st.sampled_from([1e4, 1e5, 1e6, np.inf])), tau=0.01)
+    for i in range(n):
+        if draw(st.booleans()):
+            b.add_shape_sphere(i, radius=draw(st.floats(0.05, 0.2)))
+        else:
+            b.add_shape_capsule(i, draw(transforms(0.05)), radius=draw(st.floats(0.03, 0.15)),
+                                half_length=draw(st.floats(0.0, 0.2)))
+    model = b.replicate(num_worlds).finalize()
+    q = np.zeros(model.joint_coord_count)
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        sl = model.joint_q_slice(j)
+        if jt == JointType.BALL:
+            q[sl] = draw(quaternions())
+        elif jt in (JointType.FREE, JointType.DISTANCE):
+            q[sl] = np.concatenate([draw(vectors(3, -0.3, 0.3)), draw(quaternions())])
+        elif sl.stop > sl.start:
+            q[sl] = draw(vectors(sl.stop - sl.start, -0.9, 0.9))
+    qd = draw(vectors(model.joint_dof_count, -2.0, 2.0)) if model.joint_dof_count else np.zeros(0)
+    assume(model.joint_dof_count >= 1)
+    return model, q, qd

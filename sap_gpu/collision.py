@@ -1,0 +1,642 @@
+"""Collision on the device: the narrow phase of :mod:`sap_ref.collision`, one thread per world.
+
+Same pairs (``model.shape_pair``), same routines, same conventions (normal from shape 0 into
+shape 1, x1 − x0 = φ₀ n̂, reported while φ₀ < margin₀ + margin₁, Drake's material
+combination with the solver fallbacks) and the same order: contacts are generated pair by pair
+into a per-world scratch buffer; if more than ``max_rigid_contact`` were generated the deepest
+are kept (ties by generation order), in generation order, and the rest counted in
+``contacts.overflow``. Nothing is ever written beyond the capacity.
+"""
+
+import math
+
+import numpy as np
+import warp as wp
+
+from sap_common.config import SapConfig
+from sap_common.model import SapModel, ShapeType
+from sap_common.state import SapContacts, SapState
+from sap_ref.collision import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,
+                               INTERIOR_DEPTH_MARGIN, PARALLEL_TOL, combine_materials, contact_capacity)
+from sap_ref.collision_box import (_PARALLEL_DENOM, _POINT_SEGMENT, CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
+                                   FACE_AXIS_TIE)
+
+from .arrays import GpuModel
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["CollisionPipeline"]
+
+PLANE = wp.constant(int(ShapeType.PLANE))
+SPHERE = wp.constant(int(ShapeType.SPHERE))
+CAPSULE = wp.constant(int(ShapeType.CAPSULE))
+BOX = wp.constant(int(ShapeType.BOX))
+mat83d = wp.types.matrix((8, 3), wp.float64)
+
+
+@wp.struct
+class Scratch:
+    """Generated contacts of every world before capacity selection."""
+    pair: wp.array2d(dtype=int)
+    x0: wp.array2d(dtype=wp.vec3d)
+    x1: wp.array2d(dtype=wp.vec3d)
+    normal: wp.array2d(dtype=wp.vec3d)
+    phi: wp.array2d(dtype=wp.float64)
+    count: wp.array(dtype=int)
+    margin: wp.array(dtype=wp.float64)  # per pair: margin0 + margin1
+
+
+@wp.func
+def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3d, n: wp.vec3d, phi: wp.float64):
+    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
+    if not (phi < S.margin[pair]) or not wp.isfinite(phi):
+        return
+    k = S.count[world]
+    S.pair[world, k] = pair
+    S.phi[world, k] = phi
+    if swap != 0:
+        S.x0[world, k] = x1
+        S.x1[world, k] = x0
+        S.normal[world, k] = -n
+    else:
+        S.x0[world, k] = x0
+        S.x1[world, k] = x1
+        S.normal[world, k] = n
+    S.count[world] = k + 1
+
+
+@wp.func
+def default_normal() -> wp.vec3d:
+    """sap_ref.collision.DEFAULT_NORMAL, used when two centres coincide."""
+    return wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0))
+
+
+@wp.func
+def unit_or(v: wp.vec3d, fallback: wp.vec3d) -> wp.vec3d:
+    n = wp.length(v)
+    if n < wp.float64(COINCIDENT_DISTANCE):
+        return fallback
+    return v / n
+
+
+@wp.func
+def frame_x(X: wp.transformd) -> wp.vec3d:
+    return wp.quat_rotate(wp.transform_get_rotation(X), wp.vec3d(wp.float64(1.0), wp.float64(0.0), wp.float64(0.0)))
+
+
+@wp.func
+def plane_normal(X: wp.transformd) -> wp.vec3d:
+    return wp.quat_rotate(wp.transform_get_rotation(X), wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0)))
+
+
+@wp.func
+def segment_end(X: wp.transformd, half_length: wp.float64, sign: wp.float64) -> wp.vec3d:
+    axis = wp.quat_rotate(wp.transform_get_rotation(X), wp.vec3d(wp.float64(0.0), wp.float64(0.0), half_length))
+    return wp.transform_get_translation(X) + sign * axis
+
+
+@wp.func
+def closest_on_segment(a: wp.vec3d, b: wp.vec3d, x: wp.vec3d) -> wp.vec3d:
+    d = b - a
+    dd = wp.dot(d, d)
+    t = wp.float64(0.0)
+    if dd != wp.float64(0.0):
+        t = wp.clamp(wp.dot(x - a, d) / dd, wp.float64(0.0), wp.float64(1.0))
+    return a + t * d
+
+
+@wp.func
+def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
+    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
+    d1 = a1 - a0
+    d2 = b1 - b0
+    r = a0 - b0
+    a = wp.dot(d1, d1)
+    e = wp.dot(d2, d2)
+    f = wp.dot(d2, r)
+    tiny = wp.float64(_POINT_SEGMENT)
+    zero = wp.float64(0.0)
+    one = wp.float64(1.0)
+    if a <= tiny and e <= tiny:
+        return zero, zero
+    if a <= tiny:
+        return zero, wp.clamp(f / e, zero, one)
+    c = wp.dot(d1, r)
+    if e <= tiny:
+        return wp.clamp(-c / a, zero, one), zero
+    b = wp.dot(d1, d2)
+    denom = a * e - b * b
+    s = zero
+    if denom > wp.float64(_PARALLEL_DENOM) * a * e:
+        s = wp.clamp((b * f - c * e) / denom, zero, one)
+    t = (b * s + f) / e
+    if t < zero:
+        t = zero
+        s = wp.clamp(-c / a, zero, one)
+    elif t > one:
+        t = one
+        s = wp.clamp((b - c) / a, zero, one)
+    return s, t
+
+
+@wp.func
+def segment_closest_points(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
+    s, t = segment_closest_params(a0, a1, b0, b1)
+    return a0 + s * (a1 - a0), b0 + t * (b1 - b0)
+
+
+@wp.func
+def two_ends(half_length: wp.float64) -> int:
+    """2 end spheres, or 1 for a capsule shorter than COINCIDENT_DISTANCE (sap_ref._end_spheres)."""
+    if wp.float64(2.0) * half_length > wp.float64(COINCIDENT_DISTANCE):
+        return 2
+    return 1
+
+
+@wp.func
+def sphere_sphere(c0: wp.vec3d, r0: wp.float64, c1: wp.vec3d, r1: wp.float64, fallback: wp.vec3d):
+    n = unit_or(c1 - c0, fallback)
+    return c0 + r0 * n, c1 - r1 * n, n, wp.length(c1 - c0) - r0 - r1
+
+
+@wp.func
+def box_point_query(Xb: wp.transformd, h: wp.vec3d, p: wp.vec3d):
+    """(surface point q, outward normal at q, signed distance of p) — sap_ref.closest_point_on_box."""
+    q_B = wp.transform_get_rotation(Xb)
+    c = wp.quat_rotate_inv(q_B, p - wp.transform_get_translation(Xb))
+    outside = int(0)
+    for i in range(3):
+        if wp.abs(c[i]) > h[i]:
+            outside = 1
+    if outside == 1:
+        q = wp.vec3d(wp.clamp(c[0], -h[0], h[0]), wp.clamp(c[1], -h[1], h[1]), wp.clamp(c[2], -h[2], h[2]))
+        diff = c - q
+        d = wp.length(diff)
+        return wp.transform_point(Xb, q), wp.quat_rotate(q_B, diff / d), d
+    k = int(0)
+    gap = h[0] - wp.abs(c[0])
+    for i in range(1, 3):
+        g = h[i] - wp.abs(c[i])
+        if g < gap:
+            gap = g
+            k = i
+    s = wp.float64(1.0)
+    if c[k] < wp.float64(0.0):
+        s = wp.float64(-1.0)
+    q = c
+    q[k] = s * h[k]
+    n = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    n[k] = s
+    return wp.transform_point(Xb, q), wp.quat_rotate(q_B, n), -gap
+
+
+@wp.func
+def sphere_box(S: Scratch, world: int, pair: int, swap: int, c: wp.vec3d, r: wp.float64, Xb: wp.transformd, h: wp.vec3d):
+    q, n_box, d = box_point_query(Xb, h, c)
+    emit(S, world, pair, swap, c - r * n_box, q, -n_box, d - r)
+
+
+@wp.func
+def box_corner(Xb: wp.transformd, h: wp.vec3d, i: int) -> wp.vec3d:
+    """Corner i of the box in sap_ref's order (x slowest, z fastest; − before +)."""
+    sx = wp.float64(1.0)
+    sy = wp.float64(1.0)
+    sz = wp.float64(1.0)
+    if i < 4:
+        sx = wp.float64(-1.0)
+    if (i // 2) % 2 == 0:
+        sy = wp.float64(-1.0)
+    if i % 2 == 0:
+        sz = wp.float64(-1.0)
+    return wp.transform_point(Xb, wp.vec3d(sx * h[0], sy * h[1], sz * h[2]))
+
+
+@wp.func
+def capsule_box(S: Scratch, world: int, pair: int, swap: int, Xc: wp.transformd, size_c: wp.vec3d,
+                Xb: wp.transformd, h: wp.vec3d):
+    p0 = segment_end(Xc, size_c[1], wp.float64(-1.0))
+    p1 = segment_end(Xc, size_c[1], wp.float64(1.0))
+    r = size_c[0]
+    sphere_box(S, world, pair, swap, p0, r, Xb, h)
+    if two_ends(size_c[1]) == 1:  # a point segment: one end sphere, nothing in between
+        return
+    sphere_box(S, world, pair, swap, p1, r, Xb, h)
+    lo = wp.float64(0.0)
+    hi = wp.float64(1.0)
+    g = (wp.sqrt(wp.float64(5.0)) - wp.float64(1.0)) / wp.float64(2.0)
+    x1 = hi - g * (hi - lo)
+    x2 = lo + g * (hi - lo)
+    q1, n1, f1 = box_point_query(Xb, h, p0 + x1 * (p1 - p0))
+    q2, n2, f2 = box_point_query(Xb, h, p0 + x2 * (p1 - p0))
+    for it in range(GOLDEN_ITERATIONS):
+        if f1 <= f2 + wp.float64(GOLDEN_TIE):
+            hi = x2
+            x2 = x1
+            f2 = f1
+            x1 = hi - g * (hi - lo)
+            q1, n1, f1 = box_point_query(Xb, h, p0 + x1 * (p1 - p0))
+        else:
+            lo = x1
+            x1 = x2
+            f1 = f2
+            x2 = lo + g * (hi - lo)
+            q2, n2, f2 = box_point_query(Xb, h, p0 + x2 * (p1 - p0))
+    t = wp.float64(0.5) * (lo + hi)
+    qt, nt, ft = box_point_query(Xb, h, p0 + t * (p1 - p0))
+    qa, na, fa = box_point_query(Xb, h, p0)
+    qb, nb, fb = box_point_query(Xb, h, p1)
+    if ft < wp.min(fa, fb) - wp.float64(INTERIOR_DEPTH_MARGIN):
+        sphere_box(S, world, pair, swap, p0 + t * (p1 - p0), r, Xb, h)
+
+
+@wp.func
+def clip_polygon(poly: mat83d, n_in: int, normal: wp.vec3d, offset: wp.float64):
+    """Keep the part of the polygon with n·x ≤ offset (Sutherland–Hodgman with CLIP_TOL, as sap_ref)."""
+    out = mat83d()
+    m = int(0)
+    for k in range(n_in):
+        a = wp.vec3d(poly[k, 0], poly[k, 1], poly[k, 2])
+        kb = (k + 1) % n_in
+        b = wp.vec3d(poly[kb, 0], poly[kb, 1], poly[kb, 2])
+        da = wp.dot(normal, a) - offset
+        db = wp.dot(normal, b) - offset
+        tol = wp.float64(CLIP_TOL)
+        if da <= tol and m < 8:
+            for i in range(3):
+                out[m, i] = a[i]
+            m += 1
+        if ((da < -tol and db > tol) or (da > tol and db < -tol)) and m < 8:
+            p = a + (b - a) * (da / (da - db))
+            for i in range(3):
+                out[m, i] = p[i]
+            m += 1
+    return out, m
+
+
+@wp.func
+def face_contact(S: Scratch, world: int, pair: int, swap: int, ref_is_0: int, ref_c: wp.vec3d, ref_R: wp.mat33d,
+                 ref_h: wp.vec3d, axis: int, ref_sign: wp.float64, inc_c: wp.vec3d, inc_R: wp.mat33d, inc_h: wp.vec3d):
+    n_ref = ref_sign * wp.vec3d(ref_R[0, axis], ref_R[1, axis], ref_R[2, axis])
+    dots = wp.transpose(inc_R) * n_ref
+    k = int(0)
+    for i in range(1, 3):
+        if wp.abs(dots[i]) > wp.abs(dots[k]):
+            k = i
+    inc_sign = wp.float64(1.0)
+    if dots[k] > wp.float64(0.0):
+        inc_sign = wp.float64(-1.0)
+    i1 = (k + 1) % 3
+    i2 = (k + 2) % 3
+    fc = inc_c + inc_sign * inc_h[k] * wp.vec3d(inc_R[0, k], inc_R[1, k], inc_R[2, k])
+    u = inc_h[i1] * wp.vec3d(inc_R[0, i1], inc_R[1, i1], inc_R[2, i1])
+    v = inc_h[i2] * wp.vec3d(inc_R[0, i2], inc_R[1, i2], inc_R[2, i2])
+    poly = mat83d()
+    for c in range(4):
+        su = wp.float64(1.0)
+        sv = wp.float64(1.0)
+        if c == 1 or c == 2:
+            su = wp.float64(-1.0)
+        if c == 2 or c == 3:
+            sv = wp.float64(-1.0)
+        p = fc + su * u + sv * v
+        for i in range(3):
+            poly[c, i] = p[i]
+    m = int(4)
+    for sidx in range(2):
+        side = (axis + 1 + sidx) % 3
+        for sgn in range(2):
+            s = wp.float64(1.0)
+            if sgn == 1:
+                s = wp.float64(-1.0)
+            n_side = s * wp.vec3d(ref_R[0, side], ref_R[1, side], ref_R[2, side])
+            if m > 0:
+                poly, m = clip_polygon(poly, m, n_side, wp.dot(n_side, ref_c) + ref_h[side])
+    face_offset = wp.dot(n_ref, ref_c) + ref_h[axis]
+    for c in range(m):
+        p = wp.vec3d(poly[c, 0], poly[c, 1], poly[c, 2])
+        depth = wp.dot(n_ref, p) - face_offset
+        if ref_is_0 != 0:
+            emit(S, world, pair, swap, p - depth * n_ref, p, n_ref, depth)
+        else:
+            n = -n_ref
+            emit(S, world, pair, swap, p, p + depth * n, n, depth)
+
+
+@wp.func
+def box_separation(L: wp.vec3d, T: wp.vec3d, R0: wp.mat33d, h0: wp.vec3d, R1: wp.mat33d, h1: wp.vec3d) -> wp.float64:
+    a = wp.transpose(R0) * L
+    b = wp.transpose(R1) * L
+    r0 = h0[0] * wp.abs(a[0]) + h0[1] * wp.abs(a[1]) + h0[2] * wp.abs(a[2])
+    r1 = h1[0] * wp.abs(b[0]) + h1[1] * wp.abs(b[1]) + h1[2] * wp.abs(b[2])
+    return wp.abs(wp.dot(T, L)) - r0 - r1
+
+
+@wp.func
+def box_edge(c: wp.vec3d, R: wp.mat33d, h: wp.vec3d, axis: int, direction: wp.vec3d):
+    mid = c
+    for k in range(3):
+        if k != axis:
+            col = wp.vec3d(R[0, k], R[1, k], R[2, k])
+            s = wp.float64(1.0)
+            if wp.dot(direction, col) < wp.float64(0.0):
+                s = wp.float64(-1.0)
+            mid = mid + s * h[k] * col
+    e = h[axis] * wp.vec3d(R[0, axis], R[1, axis], R[2, axis])
+    return mid - e, mid + e
+
+
+@wp.func
+def box_box(S: Scratch, world: int, pair: int, swap: int, X0: wp.transformd, h0: wp.vec3d, X1: wp.transformd,
+            h1: wp.vec3d):
+    """SAT over 15 axes, face clipping or edge–edge, as sap_ref.collision_box.box_box."""
+    c0 = wp.transform_get_translation(X0)
+    c1 = wp.transform_get_translation(X1)
+    R0 = wp.quat_to_matrix(wp.transform_get_rotation(X0))
+    R1 = wp.quat_to_matrix(wp.transform_get_rotation(X1))
+    T = c1 - c0
+    best_face = wp.float64(-1e300)
+    face_box = int(0)
+    face_k = int(0)
+    for box in range(2):
+        for k in range(3):
+            col = wp.vec3d(R0[0, k], R0[1, k], R0[2, k])
+            if box == 1:
+                col = wp.vec3d(R1[0, k], R1[1, k], R1[2, k])
+            s = box_separation(col, T, R0, h0, R1, h1)
+            if s > best_face + wp.float64(FACE_AXIS_TIE):
+                best_face = s
+                face_box = box
+                face_k = k
+    best_edge = wp.float64(-1e300)
+    have_edge = int(0)
+    edge_i = int(0)
+    edge_j = int(0)
+    edge_L = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    for i in range(3):
+        for j in range(3):
+            L = wp.cross(wp.vec3d(R0[0, i], R0[1, i], R0[2, i]), wp.vec3d(R1[0, j], R1[1, j], R1[2, j]))
+            nrm = wp.length(L)
+            if nrm < wp.float64(DEGENERATE_AXIS):
+                continue
+            s = box_separation(L / nrm, T, R0, h0, R1, h1)
+            if have_edge == 0 or s > best_edge:
+                best_edge = s
+                have_edge = 1
+                edge_i = i
+                edge_j = j
+                edge_L = L / nrm
+    if have_edge == 1 and best_edge > best_face + wp.float64(EDGE_AXIS_BIAS):
+        n = edge_L
+        if wp.dot(edge_L, T) < wp.float64(0.0):
+            n = -edge_L
+        a0, a1 = box_edge(c0, R0, h0, edge_i, n)
+        b0, b1 = box_edge(c1, R1, h1, edge_j, -n)
+        es, et = segment_closest_params(a0, a1, b0, b1)
+        zero = wp.float64(0.0)
+        one = wp.float64(1.0)
+        if es > zero and es < one and et > zero and et < one:  # else not an edge feature: face axis
+            p0 = a0 + es * (a1 - a0)
+            p1 = b0 + et * (b1 - b0)
+            phi = wp.dot(n, p1 - p0)
+            emit(S, world, pair, swap, p0, p0 + phi * n, n, phi)
+            return
+    if face_box == 0:
+        col = wp.vec3d(R0[0, face_k], R0[1, face_k], R0[2, face_k])
+        sign = wp.float64(1.0)
+        if wp.dot(col, T) < wp.float64(0.0):
+            sign = wp.float64(-1.0)
+        face_contact(S, world, pair, swap, 1, c0, R0, h0, face_k, sign, c1, R1, h1)
+    else:
+        col = wp.vec3d(R1[0, face_k], R1[1, face_k], R1[2, face_k])
+        sign = wp.float64(1.0)
+        if wp.dot(col, -T) < wp.float64(0.0):
+            sign = wp.float64(-1.0)
+        face_contact(S, world, pair, swap, 0, c1, R1, h1, face_k, sign, c0, R0, h0)
+
+
+@wp.func
+def pair_contacts(S: Scratch, world: int, pair: int, swap: int, t0: int, X0: wp.transformd, s0: wp.vec3d, t1: int,
+                  X1: wp.transformd, s1: wp.vec3d):
+    """Dispatch one pair in canonical order (t0 ≤ t1)."""
+    zero = wp.float64(0.0)
+    if t0 == PLANE:
+        n = plane_normal(X0)
+        p = wp.transform_get_translation(X0)
+        if t1 == SPHERE:
+            c = wp.transform_get_translation(X1)
+            d = wp.dot(n, c - p)
+            emit(S, world, pair, swap, c - d * n, c - s1[0] * n, n, d - s1[0])
+        elif t1 == CAPSULE:
+            for e in range(two_ends(s1[1])):
+                sgn = wp.float64(-1.0)
+                if e == 1:
+                    sgn = wp.float64(1.0)
+                c = segment_end(X1, s1[1], sgn)
+                d = wp.dot(n, c - p)
+                emit(S, world, pair, swap, c - d * n, c - s1[0] * n, n, d - s1[0])
+        elif t1 == BOX:
+            for i in range(8):
+                corner = box_corner(X1, s1, i)
+                d = wp.dot(n, corner - p)
+                emit(S, world, pair, swap, corner - d * n, corner, n, d)
+    elif t0 == SPHERE:
+        c0 = wp.transform_get_translation(X0)
+        if t1 == SPHERE:
+            fb = default_normal()
+            x0, x1, n, phi = sphere_sphere(c0, s0[0], wp.transform_get_translation(X1), s1[0], fb)
+            emit(S, world, pair, swap, x0, x1, n, phi)
+        elif t1 == CAPSULE:
+            q = closest_on_segment(segment_end(X1, s1[1], wp.float64(-1.0)), segment_end(X1, s1[1], wp.float64(1.0)), c0)
+            x0, x1, n, phi = sphere_sphere(c0, s0[0], q, s1[0], frame_x(X1))
+            emit(S, world, pair, swap, x0, x1, n, phi)
+        elif t1 == BOX:
+            sphere_box(S, world, pair, swap, c0, s0[0], X1, s1)
+    elif t0 == CAPSULE:
+        if t1 == CAPSULE:
+            a0 = segment_end(X0, s0[1], wp.float64(-1.0))
+            a1 = segment_end(X0, s0[1], wp.float64(1.0))
+            b0 = segment_end(X1, s1[1], wp.float64(-1.0))
+            b1 = segment_end(X1, s1[1], wp.float64(1.0))
+            u0 = plane_normal(X0)  # the capsules' axes (shape frames' z)
+            u1 = plane_normal(X1)
+            axis_cross = wp.cross(u0, u1)
+            parallel = wp.length(axis_cross) < wp.float64(PARALLEL_TOL)
+            done = int(0)
+            if parallel:
+                sa = wp.dot(b0 - a0, u0)
+                sb = wp.dot(b1 - a0, u0)
+                lo = wp.max(zero, wp.min(sa, sb))
+                hi = wp.min(wp.float64(2.0) * s0[1], wp.max(sa, sb))
+                if hi - lo > wp.float64(COINCIDENT_DISTANCE):
+                    for e in range(2):
+                        s = lo
+                        if e == 1:
+                            s = hi
+                        pa = a0 + s * u0
+                        x0, x1, n, phi = sphere_sphere(pa, s0[0], closest_on_segment(b0, b1, pa), s1[0],
+                                                       frame_x(X0))
+                        emit(S, world, pair, swap, x0, x1, n, phi)
+                    done = 1
+            if done == 0:
+                pa, pb = segment_closest_points(a0, a1, b0, b1)
+                fallback = frame_x(X0)
+                if not parallel:
+                    fallback = axis_cross / wp.length(axis_cross)
+                x0, x1, n, phi = sphere_sphere(pa, s0[0], pb, s1[0], fallback)
+                emit(S, world, pair, swap, x0, x1, n, phi)
+        elif t1 == BOX:
+            capsule_box(S, world, pair, swap, X0, s0, X1, s1)
+    elif t0 == BOX:
+        box_box(S, world, pair, swap, X0, s0, X1, s1)
+
+
+@wp.kernel
+def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
+              shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
+              shape_pair: wp.array2d(dtype=int), pair_count: int, body_q: wp.array2d(dtype=wp.transformd),
+              S: Scratch):
+    world = wp.tid()
+    S.count[world] = 0
+    for p in range(pair_count):
+        a = shape_pair[p, 0]
+        b = shape_pair[p, 1]
+        Xa = shape_transform[a]
+        if shape_body[a] >= 0:
+            Xa = body_q[world, shape_body[a]] * shape_transform[a]
+        Xb = shape_transform[b]
+        if shape_body[b] >= 0:
+            Xb = body_q[world, shape_body[b]] * shape_transform[b]
+        if shape_type[a] <= shape_type[b]:
+            pair_contacts(S, world, p, 0, shape_type[a], Xa, shape_size[a], shape_type[b], Xb, shape_size[b])
+        else:
+            pair_contacts(S, world, p, 1, shape_type[b], Xb, shape_size[b], shape_type[a], Xa, shape_size[a])
+
+
+@wp.kernel
+def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
+            shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
+            pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
+            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), capacity: int, S: Scratch,
+            count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
+            shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
+            x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
+            phi0: wp.array2d(dtype=wp.float64), margin0: wp.array2d(dtype=wp.float64),
+            margin1: wp.array2d(dtype=wp.float64), mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
+            ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64)):
+    world = wp.tid()
+    n = S.count[world]
+    zero = wp.float64(0.0)
+    for slot in range(capacity):
+        shape0[world, slot] = -1
+        shape1[world, slot] = -1
+        body0[world, slot] = -1
+        body1[world, slot] = -1
+        x0[world, slot] = wp.vec3d(zero, zero, zero)
+        x1[world, slot] = wp.vec3d(zero, zero, zero)
+        normal[world, slot] = wp.vec3d(zero, zero, zero)
+        phi0[world, slot] = zero
+        margin0[world, slot] = zero
+        margin1[world, slot] = zero
+        mu[world, slot] = zero
+        ke[world, slot] = zero
+        ke0[world, slot] = zero
+        ke1[world, slot] = zero
+        tau_d[world, slot] = zero
+    slot = int(0)
+    for i in range(n):
+        keep = int(1)
+        if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
+            rank = int(0)
+            for j in range(n):
+                if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                    rank += 1
+            if rank >= capacity:
+                keep = 0
+        if keep == 1:
+            p = S.pair[world, i]
+            a = shape_pair[p, 0]
+            b = shape_pair[p, 1]
+            shape0[world, slot] = a
+            shape1[world, slot] = b
+            body0[world, slot] = shape_body[a]
+            body1[world, slot] = shape_body[b]
+            x0[world, slot] = S.x0[world, i]
+            x1[world, slot] = S.x1[world, i]
+            normal[world, slot] = S.normal[world, i]
+            phi0[world, slot] = S.phi[world, i]
+            margin0[world, slot] = shape_margin[a]
+            margin1[world, slot] = shape_margin[b]
+            mu[world, slot] = pair_mu[p]
+            ke[world, slot] = pair_ke[p]
+            ke0[world, slot] = pair_ke0[p]
+            ke1[world, slot] = pair_ke1[p]
+            tau_d[world, slot] = pair_tau[p]
+            slot += 1
+    count[world] = slot
+    overflow[world] = n - slot
+
+
+class CollisionPipeline:
+    """The narrow phase of :class:`sap_ref.collision.CollisionPipeline`, batched on a Warp device.
+
+    Args:
+        model: the model.
+        max_rigid_contact: contact slots per world (≥ 0).
+        config: supplies the material fallbacks (default ``SapConfig()``).
+        device: Warp device.
+    """
+
+    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if isinstance(max_rigid_contact, bool) or not isinstance(max_rigid_contact, (int, np.integer)) \
+                or max_rigid_contact < 0:
+            raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {max_rigid_contact!r}")
+        if config is not None and not isinstance(config, SapConfig):
+            raise ValueError(f"config: expected a SapConfig or None, got {type(config).__name__}")
+        self.model, self.max_rigid_contact = model, int(max_rigid_contact)
+        self.config = SapConfig() if config is None else config
+        self.device = wp.get_device(device)
+        self.m = GpuModel(model, self.device)
+        d, W = self.device, model.num_worlds
+        mats = np.array([combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair],
+                        dtype=np.float64).reshape(-1, 5)
+        f64 = lambda x: wp.array(np.ascontiguousarray(x, np.float64), dtype=wp.float64, device=d)  # noqa: E731
+        self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau = (f64(mats[:, i]) for i in range(5))
+        cap = max(contact_capacity(model), 1)
+        S = Scratch()
+        S.pair = wp.zeros((W, cap), dtype=int, device=d)
+        S.x0, S.x1, S.normal = (wp.zeros((W, cap), dtype=wp.vec3d, device=d) for _ in range(3))
+        S.phi = wp.zeros((W, cap), dtype=wp.float64, device=d)
+        S.count = wp.zeros(W, dtype=int, device=d)
+        pairs = model.shape_pair
+        S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if len(pairs) else np.zeros(1))
+        self.scratch = S
+
+    def contacts(self) -> SapContacts:
+        """Empty device contacts for this pipeline."""
+        from .arrays import contacts
+
+        return contacts(self.model.num_worlds, self.max_rigid_contact, self.device)
+
+    def collide(self, state, contacts: SapContacts) -> None:
+        """Fill device ``contacts`` from ``state.body_q`` for every world."""
+        from .solver import check_device_contacts
+
+        m = self.m
+        if not isinstance(state, SapState):
+            raise ValueError(f"state: expected a SapState, got {type(state).__name__}")
+        if not isinstance(state.body_q, wp.array) or tuple(state.body_q.shape) != (m.num_worlds, m.body_count) \
+                or state.body_q.dtype != wp.transformd:
+            raise ValueError(f"state.body_q: expected a wp.array of wp.transformd shaped "
+                             f"{(m.num_worlds, m.body_count)}")
+        check_device_contacts(m, contacts, self.max_rigid_contact)
+        wp.launch(_generate, dim=m.num_worlds, device=self.device, inputs=[
+            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, state.body_q,
+            self.scratch])
+        c = contacts
+        wp.launch(_select, dim=m.num_worlds, device=self.device, inputs=[
+            m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
+            self.pair_tau, self.max_rigid_contact, self.scratch], outputs=[
+            c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,
+            c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d])

@@ -1,0 +1,166 @@
+"""sap_gpu against sap_ref stage by stage, from identical inputs (STYLE rule 10).
+
+Hypothesis draws builder models (every joint type, limits, drives, spheres/capsules over a ground
+plane) and states; both solvers take one step from the same state with the same contacts
+(sap_ref's pipeline; the device pipeline is compared in test_gpu_collision). Compared: A, v*,
+contact J, w, R, v̂, the limit and drive rows, then γ, ℓ, ∇ℓ and H at the same v, and finally the
+full step: sap_gpu's v₁ must solve sap_ref's problem to the solver tolerance (STYLE: compare
+solves on optimality and cost, not on iterates).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sap_gpu
+from sap_common.config import SapConfig
+from sap_common.conventions import joint_qd_public_to_sap
+from sap_ref.collision import CollisionPipeline
+from sap_ref.contact_solve import evaluate, hessian, stopping_criterion
+from sap_ref.solver import SolverSAP as RefSolver
+from strategies import random_constrained_models
+
+# Tolerances (relative to the largest entry of the compared quantity):
+TOL = {
+    # float64 everywhere, same formulas, different summation order: a few hundred ulps.
+    "fp64": 1e-10,
+    # fp32 weights (w, R, v̂): one float32 rounding of inputs and a handful of operations.
+    "fp32_weights": 2e-6,
+    # fp32 free-motion solve: float32 Cholesky, error ≈ κ(A)·ε₃₂ relative to Δv (bounded per case).
+    "fp32_solve_factor": 10.0,
+    # H stored in float32 (contact_linear_solve_precision fp32): one rounding, ε₃₂ = 6e-8.
+    "fp32_hessian": 2e-7,
+    # Float32 boundary pose (use_f64_boundary_pose=False): the two backends' float64 poses differ
+    # by an ulp, so one near a float32 rounding boundary may round either way: one float32 ulp
+    # (1.2e-7 relative) in a position or rotation entry, times lever arms ≤ 1 m, in J.
+    "fp32_pose": 2.4e-7,
+}
+PRESETS = ("approx32", "approx64", "drake")
+LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
+
+
+def _close(a, b, rtol, what, scale=None):
+    """|a − b| ≤ rtol · max(1, scale), scale defaulting to max|b|."""
+    scale = np.abs(b).max(initial=0.0) if scale is None else scale
+    err = np.abs(np.asarray(a, float) - np.asarray(b, float)).max(initial=0.0)
+    assert err <= rtol * max(scale, 1.0), f"{what}: |Δ| = {err:.3e}, scale {scale:.3e}, rtol {rtol}"
+
+
+def _close_rel(a, b, rtol, what):
+    """Entrywise |a − b| ≤ rtol·|b|: for positive quantities spanning decades (w, R), where a
+    max-scaled bound would let a small entry be wrong in every digit."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    err = (np.abs(a - b) / np.maximum(np.abs(b), np.finfo(float).tiny)).max(initial=0.0)
+    assert err <= rtol, f"{what}: relative |Δ| = {err:.3e}, rtol {rtol}"
+
+
+def _setup(case, device, **config):
+    model, q, qd = case
+    state = model.state()
+    state.joint_q[0] = q
+    state.joint_qd[0] = qd
+    from sap_common.kinematics import body_state
+    state.body_q[:], state.body_qd[:] = body_state(model, state.joint_q, state.joint_qd, "public")
+    cap = 16
+    ref = RefSolver(model, max_rigid_contact=cap, **config)
+    gpu = sap_gpu.SolverSAP(model, max_rigid_contact=cap, device=device, **config)
+    pipe = CollisionPipeline(model, cap, ref.config)
+    contacts = pipe.contacts()
+    pipe.collide(state, contacts)
+    control = model.control()
+    control.joint_target_pos[0] = np.linspace(-0.3, 0.3, model.joint_dof_count)
+    control.joint_act[0] = np.linspace(1.0, -1.0, model.joint_dof_count)
+    return model, state, control, contacts, ref, gpu
+
+
+@settings(max_examples=25)
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+def test_stages_match_sap_ref(device, case, preset, line_search):
+    model, state, control, contacts, ref, gpu = _setup(case, device, contact_preset_variant=preset,
+                                                       line_search_variant=line_search)
+    out_gpu = sap_gpu.to_device(state, device)
+    gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
+             sap_gpu.to_device(contacts, device), 1e-3)
+    out_ref = state.copy()
+    ref.step(state, out_ref, control, contacts, 1e-3)
+    r, cfg, nv = ref.last_results[0], ref.config, model.joint_dof_count
+    # Stage 1: A and v*.
+    _close(gpu.A.numpy()[0, :nv, :nv], r.free_motion.A, TOL["fp64"], "A")
+    dv_ref = r.free_motion.v_star - joint_qd_public_to_sap(model, state.joint_q[0], state.joint_qd[0])
+    if cfg.free_motion_solve_precision == "fp64":
+        _close(gpu.v_star.numpy()[0], r.free_motion.v_star, TOL["fp64"], "v_star")
+    else:
+        bound = TOL["fp32_solve_factor"] * np.linalg.cond(r.free_motion.A) * np.finfo(np.float32).eps
+        _close(gpu.v_star.numpy()[0], r.free_motion.v_star, bound * max(1.0, np.abs(dv_ref).max()), "v_star (fp32)")
+    # Stage 2: contact rows, weights, R, v̂.
+    C = int(contacts.count[0])
+    jtol = TOL["fp64"] if cfg.use_f64_boundary_pose else TOL["fp32_pose"]
+    if C:
+        _close(gpu.contact_J.numpy()[0, :3 * C], r.contacts.J.reshape(3 * C, nv), jtol, "J")
+        wtol = TOL["fp64"] if cfg.sap_contact_weight_precision == "fp64" else TOL["fp32_weights"]
+        _close_rel(gpu.contact_w.numpy()[0, :C], r.w, wtol, "w")
+        _close_rel(gpu.contact_R.numpy()[0, :C], r.R, wtol, "R")
+        _close(gpu.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol, "v_hat")
+    # Limit and drive rows: the same active set, J, R and v̂.
+    if gpu.limits.count:
+        active = gpu.limit_active.numpy()[0, :gpu.limits.count].astype(bool)
+        assert active.sum() == len(r.limits.R)
+        _close(gpu.limit_J.numpy()[0, :gpu.limits.count][active], r.limits.J, jtol, "limit J")
+        _close_rel(gpu.limit_R.numpy()[0, :gpu.limits.count][active], r.limits.R, TOL["fp64"], "limit R")
+        _close(gpu.limit_v_hat.numpy()[0, :gpu.limits.count][active], r.limits.v_hat, TOL["fp64"], "limit v_hat")
+    if gpu.drive_count:
+        _close_rel(gpu.drive_Kp.numpy()[0, :gpu.drive_count], r.drives.Kp, TOL["fp64"], "drive Kp")
+        _close_rel(gpu.drive_Kd.numpy()[0, :gpu.drive_count], r.drives.Kd, TOL["fp64"], "drive Kd")
+    # Stage 3 at a fixed v (sap_ref's solution): γ, ℓ, ∇ℓ, H, isolated from stages 1–2 by giving
+    # sap_ref's objective the device's v*, J, R and v̂ (they differ by float32 ulps under approx32).
+    p, dofs = r.problem, r.problem.dofs
+    p = dataclasses.replace(p, v_star=gpu.v_star.numpy()[0, dofs].astype(p.dtype))
+    if C:
+        v_hat = p.contact_v_hat.copy()
+        v_hat[:, 2] = gpu.contact_v_hat.numpy()[0, :C]
+        J = gpu.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
+        p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.contact_R.numpy()[0, :C].astype(p.dtype),
+                                contact_v_hat=v_hat)
+    if gpu.limits.count and active.any():
+        p = dataclasses.replace(p, limit_J=gpu.limit_J.numpy()[0, :gpu.limits.count][active][:, dofs].astype(p.dtype))
+    v = r.v1.copy()
+    ev_gpu = gpu.evaluate_at(v[None])
+    ev_ref = evaluate(p, v[dofs])
+    # ∇ℓ = A(v − v*) − Jᵀγ cancels near the solution: compare relative to its two terms.
+    terms = max(np.abs(ev_ref.jt_gamma).max(initial=0.0), np.abs(ev_ref.grad + ev_ref.jt_gamma).max(initial=0.0))
+    _close(ev_gpu["grad"][0, dofs], ev_ref.grad, TOL["fp64"], "grad", scale=terms)
+    htol = TOL["fp64"] if cfg.contact_linear_solve_precision == "fp64" else TOL["fp32_hessian"]
+    _close(ev_gpu["H"][0][np.ix_(dofs, dofs)], hessian(p, ev_ref), htol, "H")
+    assert ev_gpu["ell"][0] == pytest.approx(ev_ref.ell, rel=TOL["fp64"], abs=1e-12)
+    if C:
+        _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"], "contact gamma")
+    # Full step: sap_gpu's v₁ solves sap_ref's problem (optimality or cost criterion met), when
+    # both converged.
+    status = gpu.diagnostics()["status"][0]
+    if status == 1 and ref.last_status[0] == 1:
+        v_gpu = gpu.v1.numpy()[0]
+        ev = evaluate(p, v_gpu[dofs])
+        ok, res, scale = stopping_criterion(p, ev, cfg)
+        # Within the Newton tolerance, or at the same cost to the cost criterion's precision.
+        assert ok or abs(ev.ell - r.solve.evaluation.ell) <= 10 * (cfg.cost_abs_tol + cfg.cost_rel_tol * abs(ev.ell)) \
+            + 1e-9 * max(1.0, abs(ev.ell))
+        rest = np.setdiff1d(np.arange(nv), dofs)  # non-participating DOFs keep v = v*
+        _close(v_gpu[rest], gpu.v_star.numpy()[0, rest], 0.0, "v1 = v* off the participating trees")
+
+
+def test_config_knobs_reach_the_kernels(device):
+    """approx32 really runs its fp32 paths: float32 Newton system and free-motion buffers."""
+    import warp as wp
+    from sap_common import scenes
+
+    scene = scenes.get("box_slide")
+    s32 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device)
+    s64 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_preset_variant="approx64")
+    assert s32.H.dtype == wp.float32 and s32.fm_scratch["A32"].dtype == wp.float32 and s32.T == wp.float64
+    assert s64.H.dtype == wp.float64 and "A32" not in s64.fm_scratch
+    s = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_solve_precision="fp32")
+    assert s.P.v.dtype == wp.float32 and s.P.grad.dtype == wp.float32
+    assert isinstance(s.config, SapConfig)
