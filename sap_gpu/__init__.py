@@ -7,7 +7,10 @@ Same stage files and function names as ``sap_ref`` (DESIGN §1), plus ``blocked_
 
 import warp as wp
 
-wp.config.quiet = True  # Warp's per-module load messages; set wp.config.quiet = False to see them
+# Warp's per-module "Module … load on device" lines are INFO; keep warnings and errors. Set
+# wp.config.log_level = wp.LOG_INFO after importing sap_gpu to see them again.
+if wp.config.log_level < wp.LOG_WARNING:
+    wp.config.log_level = wp.LOG_WARNING
 
 from .arrays import GpuModel, contacts, control, state, to_device, to_host  # noqa: E402
 from .collision import CollisionPipeline  # noqa: E402

@@ -30,3 +30,4 @@ def test_readme_example_runs():
     assert namespace["state"].joint_q.shape == (16, 7)
     assert namespace["stack"].sap_model.num_worlds == 16
     assert (namespace["solver"].last_status == 1).all()
+    assert (namespace["gpu"].diagnostics()["status"] == 1).all()

@@ -11,7 +11,6 @@ differences are recorded: Δ_precision = ‖v(approx64) − v(approx32)‖, Δ_m
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -20,27 +19,16 @@ import numpy as np
 from sap_ref.collision import CollisionPipeline
 from sap_ref.compare import preset_deltas
 from sap_ref.solver import SolverSAP
+from tools.cli import load_rollout, rollout_parser
 from tools.progress import Progress
-from tools.scenes import _load
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="sap-compare-presets", description=__doc__.split("\n")[0])
-    parser.add_argument("scene", help="built-in scene name or JSON scene file")
-    parser.add_argument("--steps", type=int, default=None, help="rollout length (default: the scene's)")
-    parser.add_argument("--every", type=int, default=10, help="compare every N steps (default 10)")
+    parser = rollout_parser("sap-compare-presets", __doc__, "line_search_variant for every configuration")
     parser.add_argument("--reference", default="drake", help="preset of the rollout (default drake)")
-    parser.add_argument("--line-search", default=None, help="line_search_variant for every configuration")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        scene = _load(args.scene, 1)
-        if args.steps is not None and args.steps < 1:
-            raise ValueError(f"--steps: must be >= 1, got {args.steps}")
-        if args.every < 1:
-            raise ValueError(f"--every: must be >= 1, got {args.every}")
-        overrides = {} if args.line_search is None else {"line_search_variant": args.line_search}
+        scene, overrides = load_rollout(args)
         solver = SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact,
                            contact_preset_variant=args.reference, **overrides)
     except ValueError as e:
