@@ -109,7 +109,7 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
 @st.composite
 def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
     """``(model, joint_q, joint_qd_public)``: a random tree whose scalar DOFs may carry limits and PD
-    drives, with a sphere or capsule on every body and a ground plane (so states below z = 0
+    drives, with a sphere, capsule or box on every body and a ground plane (so states below z = 0
     make contacts). Every joint type appears."""
     n = draw(st.integers(1, max_bodies))
     b = ModelBuilder(gravity=(0.0, 0.0, -9.81))
@@ -147,11 +147,15 @@ def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
                            **scalar)
     b.add_ground_plane(mu=draw(st.floats(0.1, 1.0)), ke=draw(st.sampled_from([1e4, 1e5, 1e6, np.inf])), tau=0.01)
     for i in range(n):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["sphere", "capsule", "box"]))
+        if kind == "sphere":
             b.add_shape_sphere(i, radius=draw(st.floats(0.05, 0.2)))
-        else:
+        elif kind == "capsule":
             b.add_shape_capsule(i, draw(transforms(0.05)), radius=draw(st.floats(0.03, 0.15)),
                                 half_length=draw(st.floats(0.0, 0.2)))
+        else:
+            hx, hy, hz = draw(vectors(3, 0.03, 0.15))
+            b.add_shape_box(i, draw(transforms(0.05)), hx=hx, hy=hy, hz=hz)
     model = b.replicate(num_worlds).finalize()
     q = np.zeros(model.joint_coord_count)
     for j in range(model.joint_count):
