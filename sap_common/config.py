@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "SapConfig",
+    "collision_pipeline_args",
     "PRESETS",
     "PRESET_KNOBS",
     "PRECISIONS",
@@ -327,3 +328,19 @@ class SapConfig:
     def as_dict(self) -> dict:
         """Every knob and its resolved value."""
         return {k: getattr(self, k) for k in self.knob_names()}
+
+
+def collision_pipeline_args(model, max_rigid_contact, config) -> tuple[int, SapConfig]:
+    """``(max_rigid_contact, config)`` of a collision pipeline (either backend), validated:
+    ``ValueError`` naming the argument for a non-model, a capacity that is not an integer ≥ 0,
+    or a config that is not a :class:`SapConfig` (``None`` gives ``SapConfig()``)."""
+    from .model import SapModel
+
+    if not isinstance(model, SapModel):
+        raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+    if isinstance(max_rigid_contact, bool) or not isinstance(max_rigid_contact, (int, np.integer)) \
+            or max_rigid_contact < 0:
+        raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {max_rigid_contact!r}")
+    if config is not None and not isinstance(config, SapConfig):
+        raise ValueError(f"config: expected a SapConfig or None, got {type(config).__name__}")
+    return int(max_rigid_contact), SapConfig() if config is None else config

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import warp as wp
 
-from sap_common.config import SapConfig
+from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState
 from sap_ref.collision import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,
@@ -587,15 +587,8 @@ class CollisionPipeline:
     """
 
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
-        if not isinstance(model, SapModel):
-            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
-        if isinstance(max_rigid_contact, bool) or not isinstance(max_rigid_contact, (int, np.integer)) \
-                or max_rigid_contact < 0:
-            raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {max_rigid_contact!r}")
-        if config is not None and not isinstance(config, SapConfig):
-            raise ValueError(f"config: expected a SapConfig or None, got {type(config).__name__}")
-        self.model, self.max_rigid_contact = model, int(max_rigid_contact)
-        self.config = SapConfig() if config is None else config
+        self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
+        self.model = model
         self.device = wp.get_device(device)
         self.m = GpuModel(model, self.device)
         d, W = self.device, model.num_worlds

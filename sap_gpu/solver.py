@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from sap_common.conventions import check_order
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
@@ -57,15 +58,13 @@ def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> Non
     _check(f"{name}.body_qd", state.body_qd, (W, B), wp.spatial_vectord, m.device)
     _check(f"{name}.body_f", state.body_f, (W, B), wp.spatial_vectord, m.device)
     for flag in ("joint_qd_order", "body_f_order"):
-        if getattr(state, flag) not in ("public", "sap"):
-            raise ValueError(f"{name}.{flag}: must be one of 'public', 'sap', got {getattr(state, flag)!r}")
+        check_order(f"{name}.{flag}", getattr(state, flag))
 
 
 def check_device_control(m: GpuModel, control: SapControl, name: str = "control") -> None:
     for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
         _check(f"{name}.{f}", getattr(control, f), (m.num_worlds, m.nv), wp.float64, m.device)
-    if control.joint_f_order not in ("public", "sap"):
-        raise ValueError(f"{name}.joint_f_order: must be one of 'public', 'sap', got {control.joint_f_order!r}")
+    check_order(f"{name}.joint_f_order", control.joint_f_order)
 
 
 def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, name: str = "contacts") -> None:

@@ -48,7 +48,7 @@ import math
 import numpy as np
 
 from sap_common import spatial
-from sap_common.config import SapConfig
+from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, check_contacts, check_state
 
@@ -327,15 +327,8 @@ class CollisionPipeline:
     """
 
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None):
-        if not isinstance(model, SapModel):
-            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
-        if isinstance(max_rigid_contact, bool) or not isinstance(max_rigid_contact, (int, np.integer)) \
-                or max_rigid_contact < 0:
-            raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {max_rigid_contact!r}")
-        if config is not None and not isinstance(config, SapConfig):
-            raise ValueError(f"config: expected a SapConfig or None, got {type(config).__name__}")
-        self.model, self.max_rigid_contact = model, int(max_rigid_contact)
-        self.config = SapConfig() if config is None else config
+        self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
+        self.model = model
         # Per candidate pair: (mu, ke, ke0, ke1, tau_d); materials are static.
         self._materials = [combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair]
 

@@ -58,6 +58,22 @@ JOINT_TYPES = (JointType.PRISMATIC, JointType.REVOLUTE, JointType.BALL, JointTyp
                JointType.FREE, JointType.DISTANCE, JointType.D6)
 
 
+def _draw_joint_q(draw, model, position: float, scalar: float) -> np.ndarray:
+    """Random coordinates: unit quaternions for BALL, positions in ±``position`` plus a unit
+    quaternion for FREE/DISTANCE, values in ±``scalar`` for every other coordinate."""
+    q = np.zeros(model.joint_coord_count)
+    for j in range(model.joint_count):
+        jt = JointType(int(model.joint_type[j]))
+        sl = model.joint_q_slice(j)
+        if jt == JointType.BALL:
+            q[sl] = draw(quaternions())
+        elif jt in (JointType.FREE, JointType.DISTANCE):
+            q[sl] = np.concatenate([draw(vectors(3, -position, position)), draw(quaternions())])
+        elif sl.stop > sl.start:
+            q[sl] = draw(vectors(sl.stop - sl.start, -scalar, scalar))
+    return q
+
+
 @st.composite
 def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds: int = 1, min_dofs: int = 1):
     """``(model, joint_q, joint_qd_public)`` for a random tree (one world) with ≥ ``min_dofs`` DOFs."""
@@ -92,16 +108,7 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
             b.add_joint_d6(parent, i, xp, xc, linear_axes=list(Rl.T[:nl]), angular_axes=list(Ra.T[:na]))
     model = b.replicate(num_worlds).finalize()
     assume(model.joint_dof_count >= min_dofs)
-    q = np.zeros(model.joint_coord_count)
-    for j in range(model.joint_count):
-        jt = JointType(int(model.joint_type[j]))
-        sl = model.joint_q_slice(j)
-        if jt == JointType.BALL:
-            q[sl] = draw(quaternions())
-        elif jt in (JointType.FREE, JointType.DISTANCE):
-            q[sl] = np.concatenate([draw(vectors(3, -2, 2)), draw(quaternions())])
-        else:
-            q[sl] = draw(vectors(sl.stop - sl.start, -2.0, 2.0)) if sl.stop > sl.start else []
+    q = _draw_joint_q(draw, model, 2.0, 2.0)
     qd = draw(vectors(model.joint_dof_count, -3.0, 3.0)) if model.joint_dof_count else np.zeros(0)
     return model, q, qd
 
@@ -157,16 +164,7 @@ def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
             hx, hy, hz = draw(vectors(3, 0.03, 0.15))
             b.add_shape_box(i, draw(transforms(0.05)), hx=hx, hy=hy, hz=hz)
     model = b.replicate(num_worlds).finalize()
-    q = np.zeros(model.joint_coord_count)
-    for j in range(model.joint_count):
-        jt = JointType(int(model.joint_type[j]))
-        sl = model.joint_q_slice(j)
-        if jt == JointType.BALL:
-            q[sl] = draw(quaternions())
-        elif jt in (JointType.FREE, JointType.DISTANCE):
-            q[sl] = np.concatenate([draw(vectors(3, -0.3, 0.3)), draw(quaternions())])
-        elif sl.stop > sl.start:
-            q[sl] = draw(vectors(sl.stop - sl.start, -0.9, 0.9))
+    q = _draw_joint_q(draw, model, 0.3, 0.9)
     qd = draw(vectors(model.joint_dof_count, -2.0, 2.0)) if model.joint_dof_count else np.zeros(0)
     assume(model.joint_dof_count >= 1)
     return model, q, qd
