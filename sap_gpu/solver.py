@@ -242,6 +242,14 @@ class SolverSAP:
         self.last_newton_iterations = N.iterations
         self.last_line_search_iterations = N.ls_iterations
         self.last_truncated_contact_count = z(W, wp.int32)
+        # Profiling hook: when set, called with a stage name after each stage's launches
+        # (``tools/benchmark.py --breakdown`` synchronizes there). None costs nothing and keeps
+        # step() capturable.
+        self.stage_hook = None
+
+    def _stage(self, name: str) -> None:
+        if self.stage_hook is not None:
+            self.stage_hook(name)
 
     # ------------------------------------------------------------------ the time step
 
@@ -271,6 +279,7 @@ class SolverSAP:
         boundary.joint_arrays_to_sap(m, state_in, control, pose32, self.v0, self.joint_f)
         kinematics.forward_kinematics(m, self.q0, self.v0, self.body_X, self.body_V, self.dof_S)
         boundary.body_wrenches_to_sap(m, state_in, pose32, self.body_X, self.body_f)
+        self._stage("boundary_in")
         # 1. free motion
         dynamics.mass_matrix(m, h, self.body_X, self.dof_S, self.Ic, self.A)
         dynamics.generalized_forces(m, self.body_X, self.body_V, self.dof_S, self.v0, self.body_f, self.acc,
@@ -278,6 +287,7 @@ class SolverSAP:
         free_motion.free_motion_rhs(m, h, self.tau, self.v0, self.joint_f, self.joint_act, self.rhs)
         free_motion.solve_free_motion(self.A, self.rhs, self.v0, self.v_star, self.all_worlds, self.fm_scratch,
                                       cfg.free_motion_solve_precision)
+        self._stage("free_motion")
         # 2. contact Jacobians and weights, limit and drive rows
         body_X, dof_S = self.body_X, self.dof_S
         if pose32:  # the pose crossing into the contact stage is float32
@@ -292,6 +302,7 @@ class SolverSAP:
                                          cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
                                          self.A, body_X, self.R_WC, self.p0, self.p1, self.contact_J, self.contact_w,
                                          self.contact_R, self.contact_v_hat)
+        self._stage("contact_jacobian")
         constraints.limit_rows(m, self.limits, h, self.q0, self.v0, self.v_star, self.A, body_X, dof_S,
                                self.limit_active, self.limit_J, self.limit_R, self.limit_v_hat)
         constraints.drive_rows(m, self.drive_dof, self.drive_count, h, self.q0, self.A, self.drive_q0, self.drive_Kp,
@@ -299,10 +310,12 @@ class SolverSAP:
         constraints.participation(m, self.limits.count, self.drive_dof, self.drive_count, contacts, self.contact_J,
                                   self.limit_active, self.limit_J, self.tree_scratch, self.v0, self.v_star,
                                   self.dof_mask, self.v_init)
+        self._stage("constraints")
         # 3. Newton
         self._newton(h)
         # 4. integration, 5. boundary out
         integration.integrate_positions(m, self.q0, self.v0, self.v1, h, cfg.position_integration, self.q1)
+        self._stage("integration")
         wp.launch(_select_outputs, dim=m.num_worlds, device=self.device, inputs=[
             m.nq, m.nv, self.q0, self.v0, contacts.overflow], outputs=[self.q1, self.v1, N.status])
         wp.copy(self.last_truncated_contact_count, contacts.overflow)
@@ -314,6 +327,7 @@ class SolverSAP:
         kinematics.forward_kinematics(m, self.q1, self.v1, self.body_X, self.body_V, self.dof_S)
         wp.copy(state_out.body_q, self.body_X)
         boundary.body_twists_to_public(m, self.body_X, self.body_V, state_out.body_qd)
+        self._stage("boundary_out")
 
     def _newton(self, h: float) -> None:
         P, N, kk, d = self.P, self.N, self.kernels, self.device
@@ -328,12 +342,16 @@ class SolverSAP:
         def body():
             N.count.zero_()
             wp.launch(kk.evaluate, dim=W, inputs=[P, N], outputs=[self.H, self.newton_rhs], device=d)
+            self._stage("newton_evaluate")
             cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
+            self._stage("linear_solve")
             wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv], device=d)
             wp.copy(self.loop_condition, N.count)
+            self._stage("line_search")
 
         wp.capture_while(self.loop_condition, body)
         wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], device=d)
+        self._stage("newton_finish")
 
     # ------------------------------------------------------------------ helpers
 

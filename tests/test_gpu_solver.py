@@ -265,3 +265,32 @@ def test_bad_step_arguments_are_refused_before_any_launch(device, small):
         solver.step(tagged, state, control, contacts, 1e-3)
     assert np.array_equal(state.joint_q.numpy(), before)
     assert isinstance(contacts, SapContacts)
+
+
+def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device):
+    """The profiling hook (tools/benchmark.py --breakdown) is called once per stage, in
+    pipeline order, once per Newton stage per iteration, and leaves the results bit-identical."""
+    scene = scenes.get("box_stack", num_worlds=2)
+
+    def run(hook):
+        solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device)
+        solver.stage_hook = hook
+        pipeline = sap_gpu.CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config, device=device)
+        state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
+        contacts = pipeline.contacts()
+        pipeline.collide(state, contacts)
+        solver.step(state, state, control, contacts, scene.dt)
+        return sap_gpu.to_host(state), solver.diagnostics()
+
+    names = []
+    with_hook, d = run(names.append)
+    without_hook, _ = run(None)
+    np.testing.assert_array_equal(with_hook.joint_q, without_hook.joint_q)
+    np.testing.assert_array_equal(with_hook.joint_qd, without_hook.joint_qd)
+    head = ["boundary_in", "free_motion", "contact_jacobian", "constraints"]
+    tail = ["newton_finish", "integration", "boundary_out"]
+    assert names[:4] == head and names[-3:] == tail
+    loop = names[4:-3]
+    iterations = int(d["newton_iterations"].max())
+    # One pass per Newton iteration, plus the last pass that only evaluates and stops.
+    assert loop == ["newton_evaluate", "linear_solve", "line_search"] * (iterations + 1)
