@@ -32,6 +32,7 @@ __all__ = [
     "CONTACT_POINT_MODES",
     "POSITION_INTEGRATIONS",
     "LINE_SEARCH_VARIANTS",
+    "LINEAR_SOLVERS",
     "precision_dtype",
     "normalize_preset",
 ]
@@ -41,6 +42,7 @@ CONTACT_WEIGHT_MODES = ("body_inertia", "diag_delassus")
 CONTACT_POINT_MODES = ("witness_point", "contact_midpoint")
 POSITION_INTEGRATIONS = ("midpoint", "sap_euler")
 LINE_SEARCH_VARIANTS = ("monotone_decay", "armijo_decay", "exact_root")
+LINEAR_SOLVERS = ("cholesky", "pcr")
 
 # The preset table of DESIGN §5. Only these eight knobs depend on the preset.
 PRESETS = MappingProxyType({
@@ -100,6 +102,12 @@ COST_TOL_DEFAULTS = MappingProxyType({
     "exact_root": (1e-30, 1e-15),
 })
 RELATIVE_SLOP_FACTOR = 1000.0  # Drake: relative_slop = 1000 · machine epsilon
+
+# PCR defaults. The relative tolerance follows contact_linear_solve_precision: 1e-10 in float64
+# leaves the solve ~6 orders below the Newton optimality tolerance (1e-6); in float32 the
+# residual cannot drop far below κ·ε₃₂, so 1e-6 (≈ 8 ε₃₂) is the tightest useful target.
+PCR_MAX_ITERATIONS_DEFAULT = 200  # CR ends in ≤ n steps in exact arithmetic; 2n slack at nv ≈ 100
+PCR_RTOL_DEFAULTS = MappingProxyType({"fp64": 1e-10, "fp32": 1e-6})
 
 
 def _key(value) -> str:
@@ -192,6 +200,14 @@ class SapConfig:
         fallback_stiffness: point-contact stiffness [N/m] of a shape that sets none (1e6).
         fallback_mu: friction coefficient of a shape that sets none (0.5).
         max_rigid_contact: contact slots per world (≥ 0).
+        contact_linear_solver: ``cholesky`` (default: dense factorization of H) or ``pcr``
+            (matrix-free preconditioned conjugate residual, H·p = A·p + Jᵀ(G(J·p))).
+        pcr_max_iterations: PCR iteration cap per linear solve (200).
+        pcr_rtol / pcr_atol: PCR stops when ‖r‖ ≤ max(atol, rtol·‖b‖); rtol defaults to 1e-10
+            with an fp64 ``contact_linear_solve_precision``, 1e-6 with fp32; atol 0.
+        pcr_regularization: ε_reg ≥ 0 added to diag(H) in the Jacobi preconditioner (0).
+        matrixfree_representation: solve the free motion A (v* − v₀) = h k with PCR on A·p
+            products too (no factorization of A); defaults to ``contact_linear_solver == "pcr"``.
     """
 
     contact_preset_variant: str = "approx32"
@@ -219,6 +235,12 @@ class SapConfig:
     fallback_stiffness: float = 1e6
     fallback_mu: float = 0.5
     max_rigid_contact: int = 64
+    contact_linear_solver: str = "cholesky"
+    pcr_max_iterations: int = PCR_MAX_ITERATIONS_DEFAULT
+    pcr_rtol: float | None = None
+    pcr_atol: float = 0.0
+    pcr_regularization: float = 0.0
+    matrixfree_representation: bool | None = None
     # Fields the user set explicitly (kept so replace() can re-expand a preset).
     _explicit: frozenset = field(default=frozenset(), repr=False, compare=False)
 
@@ -259,6 +281,21 @@ class SapConfig:
         set_("line_search_max_iterations", _int("line_search_max_iterations", self.line_search_max_iterations, 1))
         set_("max_iterations", _int("max_iterations", self.max_iterations, 1))
         set_("max_rigid_contact", _int("max_rigid_contact", self.max_rigid_contact, 0))
+        solver = _choice("contact_linear_solver", self.contact_linear_solver, {k: k for k in LINEAR_SOLVERS},
+                         LINEAR_SOLVERS)
+        set_("contact_linear_solver", solver)
+        set_("pcr_max_iterations", _int("pcr_max_iterations", self.pcr_max_iterations, 1))
+        if self.pcr_rtol is None:
+            set_("pcr_rtol", PCR_RTOL_DEFAULTS[self.contact_linear_solve_precision])
+        set_("pcr_rtol", _real("pcr_rtol", self.pcr_rtol, low=0.0, low_open=False))
+        set_("pcr_atol", _real("pcr_atol", self.pcr_atol, low=0.0, low_open=False))
+        set_("pcr_regularization", _real("pcr_regularization", self.pcr_regularization, low=0.0, low_open=False))
+        if self.matrixfree_representation is None:
+            set_("matrixfree_representation", solver == "pcr")
+        if not isinstance(self.matrixfree_representation, (bool, np.bool_)):
+            raise ValueError(f"matrixfree_representation: must be True or False, got "
+                             f"{self.matrixfree_representation!r}")
+        set_("matrixfree_representation", bool(self.matrixfree_representation))
 
         abs_default, rel_default = COST_TOL_DEFAULTS[ls]
         if self.cost_abs_tol is None:

@@ -8,7 +8,8 @@ and the builder describe the same model (a test holds them equal). Materials a s
 unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
 μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
 caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
-ships with ``mujoco-warp``) and ``ant`` (gymnasium's, when gymnasium is installed); their joint
+ships with ``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the
+large-system benchmark model) and ``ant`` (gymnasium's, when gymnasium is installed); their joint
 stiffness (MuJoCo passive springs) has no counterpart here and is dropped.
 """
 
@@ -253,6 +254,42 @@ def _humanoid(num_worlds):
                        "standing above the ground plane.")
 
 
+# humanoid3: the humanoids stand this far apart along y [m]. A humanoid's widest point (its elbow
+# capsules) is 0.37 m either side of its torso, so 1.5 m leaves 0.76 m between neighbours: no
+# contact at the start, while a sideways fall (a humanoid is 1.5 m tall) can reach a neighbour.
+HUMANOID3_SPACING = 1.5
+# Contact slots per world of humanoid3 (load_mjcf's cap, as for one humanoid). A fallen humanoid
+# touches the ground at most 15 times (sap-benchmark humanoid: 16 worlds × 1000 steps of 5 ms with
+# control noise σ 0.1), so three need ≤ 45 plus any between them; the benchmark reports any that
+# are dropped (truncated).
+HUMANOID3_MAX_RIGID_CONTACT = 64
+
+
+def _humanoid3_xml(path: str) -> str:
+    """An MJCF string that attaches the humanoid of ``path`` three times (prefixes h0_, h1_, h2_).
+
+    The options and visual settings repeat the humanoid's own, so MuJoCo's attach has no
+    conflicts to report (it keeps the parent's values, which are then the same)."""
+    frames = "".join(f'    <frame pos="0 {(i - 1) * HUMANOID3_SPACING:g} 0">'
+                     f'<attach model="humanoid" body="torso" prefix="h{i}_"/></frame>\n' for i in range(3))
+    return (f'<mujoco model="humanoid3">\n'
+            f'  <option timestep="0.005" iterations="10" ls_iterations="20"><flag eulerdamp="disable"/></option>\n'
+            f'  <visual><map force="0.1" zfar="30"/></visual>\n'
+            f'  <asset><model name="humanoid" file="{path}"/></asset>\n'
+            f'  <worldbody>\n'
+            f'    <geom name="floor" size="0 0 .05" type="plane" condim="3"/>\n'
+            f'{frames}  </worldbody>\n</mujoco>\n')
+
+
+def _humanoid3(num_worlds):
+    path = _package_file("mujoco_warp", "test_data/humanoid/humanoid.xml", "pip install mujoco-warp")
+    scene = _mjcf_scene("humanoid3", _humanoid3_xml(path), num_worlds,
+                        f"Three of MuJoCo's humanoids side by side ({HUMANOID3_SPACING:g} m apart along y) in one "
+                        f"world: 81 DOFs in three trees, 63 motors; the large-system benchmark model.")
+    scene.max_rigid_contact = HUMANOID3_MAX_RIGID_CONTACT
+    return scene
+
+
 def _ant(num_worlds):
     path = _package_file("gymnasium", "envs/mujoco/assets/ant.xml", "pip install gymnasium")
     return _mjcf_scene("ant", path, num_worlds, "Gymnasium's ant (a torso on four two-joint legs).")
@@ -271,6 +308,7 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "sphere_on_sphere": _sphere_on_sphere,
     "arm_push_block": _arm_push_block,
     "humanoid": _humanoid,
+    "humanoid3": _humanoid3,
     "ant": _ant,
 }
 
@@ -281,7 +319,8 @@ def names() -> tuple[str, ...]:
 
 
 # Scenes that need an optional package: scene name -> (package, install hint).
-_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"), "ant": ("gymnasium", "pip install gymnasium")}
+_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"),
+             "humanoid3": ("mujoco_warp", "pip install mujoco-warp"), "ant": ("gymnasium", "pip install gymnasium")}
 
 
 def availability(name: str) -> tuple[bool, str]:

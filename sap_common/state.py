@@ -27,6 +27,8 @@ class StepStatus(enum.IntFlag):
     NON_FINITE: the world's inputs or iterates were not finite; its state was left unchanged.
     CONTACT_OVERFLOW: the collision stage dropped contacts for lack of capacity.
     LINEAR_SOLVE_FAILURE: the Newton system could not be factored (H not SPD).
+    DIRECTION_FALLBACK: an inexact (PCR) Newton direction was not a descent direction at least
+        once in the step, and the negative preconditioned gradient −P∇ℓ was used instead.
     """
 
     CONVERGED = 1
@@ -35,6 +37,7 @@ class StepStatus(enum.IntFlag):
     NON_FINITE = 8
     CONTACT_OVERFLOW = 16
     LINEAR_SOLVE_FAILURE = 32
+    DIRECTION_FALLBACK = 64
 
 
 def _copy_fields(obj):

@@ -7,12 +7,15 @@ Counterpart of :mod:`sap_ref.contact_solve`. One iteration for every world still
    previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ and −∇ℓ in
    the linear-solve buffers and is counted in ``pending``.
 2. the batched, masked Cholesky (:mod:`sap_gpu.linear_solve`) gives Δv for pending worlds;
+   or, with ``contact_linear_solver="pcr"``, ``evaluate`` stores the factors G and diag(H)
+   instead of H and ``newton_pcr`` runs matrix-free PCR on H·p = A·p + Jᵀ(G(J·p)), falling back
+   to Δv = −P∇ℓ (flagged ``DIRECTION_FALLBACK``) when the PCR iterate is not a descent direction;
 3. ``line_search``: the configured search along Δv, then v ← v + αΔv.
 
 ``solve`` loops with ``wp.capture_while`` on the number of pending worlds: no host
 synchronization inside a CUDA graph. Non-participating DOFs start at v* with zero gradient, so
 their Δv is exactly zero. Kernels are built per (objective scalar, linear-solve scalar, line
-search) on first use.
+search, linear solver) on first use.
 """
 
 import warp as wp
@@ -21,6 +24,7 @@ from sap_common.state import StepStatus
 
 from .constraints import make_terms
 from .line_search import make_line_search
+from .linear_solve import make_pcr, pcr_types
 
 wp.set_module_options({"enable_backward": False})
 
@@ -31,6 +35,7 @@ LINE_SEARCH_FAILURE = wp.constant(int(StepStatus.LINE_SEARCH_FAILURE))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 LINEAR_SOLVE_FAILURE = wp.constant(int(StepStatus.LINEAR_SOLVE_FAILURE))
+DIRECTION_FALLBACK = wp.constant(int(StepStatus.DIRECTION_FALLBACK))
 
 _CACHE: dict = {}
 
@@ -38,21 +43,24 @@ _CACHE: dict = {}
 class NewtonKernels:
     """The struct type and the kernels of one (T, TL, line search) combination."""
 
-    def __init__(self, Problem, Newton, evaluate, line_search, finish):
-        self.Problem, self.Newton = Problem, Newton
-        self.evaluate, self.line_search, self.finish = evaluate, line_search, finish
+    def __init__(self, Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr):
+        self.Problem, self.Newton, self.PcrWork = Problem, Newton, PcrWork
+        self.evaluate, self.line_search, self.finish, self.newton_pcr = evaluate, line_search, finish, newton_pcr
 
 
-def newton_kernels(T, TL, variant: str) -> NewtonKernels:
-    key = (T, TL, variant)
+def newton_kernels(T, TL, variant: str, solver: str = "cholesky") -> NewtonKernels:
+    key = (T, TL, variant, solver)
     if key not in _CACHE:
-        _CACHE[key] = _build(T, TL, variant)
+        _CACHE[key] = _build(T, TL, variant, solver)
     return _CACHE[key]
 
 
-def _build(T, TL, variant):
+def _build(T, TL, variant, solver):
     V3 = wp.types.vector(3, T)
     M33 = wp.types.matrix((3, 3), T)
+    V3L = wp.types.vector(3, TL)
+    PcrWork, M33L = pcr_types(TL)
+    matrix_free = solver == "pcr"
     friction_cone, limit_term, drive_term = make_terms(T)
 
     @wp.struct
@@ -168,8 +176,82 @@ def _build(T, TL, variant):
 
     search = make_line_search(T, phi, Problem, variant)
 
+    @wp.func
+    def contact_row_J(P: Problem, world: int, c: int, k: int) -> V3L:
+        return V3L(TL(P.contact_J[world, 3 * c, k]), TL(P.contact_J[world, 3 * c + 1, k]),
+                   TL(P.contact_J[world, 3 * c + 2, k]))
+
+    @wp.func
+    def store_pcr_terms(P: Problem, S: PcrWork, world: int, rhs: wp.array3d(dtype=TL)):
+        """rhs = −∇ℓ; S: G of every row (rounded to TL) and diag(H) = diag(A) + Σ (JᵢᵀGᵢJᵢ)_kk."""
+        nv = P.nv
+        zero = T(0.0)
+        o = P.contact_J.shape[1]
+        o2 = o + P.limit_count
+        for i in range(P.n_pad):
+            rhs[world, i, 0] = TL(0.0)
+        for i in range(nv):
+            rhs[world, i, 0] = TL(-P.grad[world, i])
+            S.diag[world, i] = TL(P.A[world, i, i])
+        for c in range(P.contact_count[world]):
+            R, vh, mu = contact_params(P, world, c)
+            g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
+            GL = M33L(TL(G[0, 0]), TL(G[0, 1]), TL(G[0, 2]), TL(G[1, 0]), TL(G[1, 1]), TL(G[1, 2]),
+                      TL(G[2, 0]), TL(G[2, 1]), TL(G[2, 2]))
+            S.contact_G[world, c] = GL
+            for k in range(nv):
+                Jk = contact_row_J(P, world, c, k)
+                S.diag[world, k] = S.diag[world, k] + wp.dot(Jk, GL * Jk)
+        for r in range(P.limit_count):
+            S.limit_G[world, r] = TL(0.0)
+            if P.limit_active[world, r] != 0:
+                gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                GlL = TL(Gl)
+                S.limit_G[world, r] = GlL
+                for k in range(nv):
+                    Jl = TL(P.limit_J[world, r, k])
+                    S.diag[world, k] = S.diag[world, k] + Jl * GlL * Jl
+        h = T(P.h)
+        for i in range(P.drive_count):
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
+            S.drive_G[world, i] = TL(Gd)
+            dof = P.drive_dof[i]
+            S.diag[world, dof] = S.diag[world, dof] + TL(Gd)
+
+    @wp.func
+    def hessian_product(P: Problem, S: PcrWork, world: int, n: int, src: wp.array2d(dtype=TL),
+                        dst: wp.array2d(dtype=TL)):
+        """dst = A src + Σᵢ Jᵢᵀ(Gᵢ(Jᵢ src)), every factor rounded to TL (sap_ref.hessian_product)."""
+        nv = P.nv
+        for i in range(nv):
+            s = TL(0.0)
+            for k in range(nv):
+                s = s + TL(P.A[world, i, k]) * src[world, k]
+            dst[world, i] = s
+        for c in range(P.contact_count[world]):
+            u = V3L(TL(0.0), TL(0.0), TL(0.0))
+            for k in range(nv):
+                u = u + contact_row_J(P, world, c, k) * src[world, k]
+            g = S.contact_G[world, c] * u
+            for k in range(nv):
+                dst[world, k] = dst[world, k] + wp.dot(contact_row_J(P, world, c, k), g)
+        for r in range(P.limit_count):
+            if P.limit_active[world, r] != 0:
+                ul = TL(0.0)
+                for k in range(nv):
+                    ul = ul + TL(P.limit_J[world, r, k]) * src[world, k]
+                gl = S.limit_G[world, r] * ul
+                for k in range(nv):
+                    dst[world, k] = dst[world, k] + TL(P.limit_J[world, r, k]) * gl
+        for i in range(P.drive_count):
+            dof = P.drive_dof[i]
+            dst[world, dof] = dst[world, dof] + S.drive_G[world, i] * src[world, dof]
+
+    pcr_iterate = make_pcr(TL, Problem, hessian_product)
+
     @wp.kernel(enable_backward=False, module="unique")
-    def evaluate(P: Problem, N: Newton, H: wp.array3d(dtype=TL), rhs: wp.array3d(dtype=TL)):
+    def evaluate(P: Problem, N: Newton, S: PcrWork, H: wp.array3d(dtype=TL), rhs: wp.array3d(dtype=TL)):
         world = wp.tid()
         N.pending[world] = 0
         if N.done[world] != 0:
@@ -269,6 +351,12 @@ def _build(T, TL, variant):
         if N.iterations[world] == N.max_iterations:
             N.status[world] = N.status[world] | MAX_ITERATIONS
             N.done[world] = 1
+            return
+        if wp.static(matrix_free):
+            # PCR: −∇ℓ, the factors G and diag(H) in TL; H itself is never formed.
+            store_pcr_terms(P, S, world, rhs)
+            N.pending[world] = 1
+            wp.atomic_add(N.count, 0, 1)
             return
         # H = A + Jᵀ G J, and the right-hand side −∇ℓ, in the linear-solve scalar TL.
         for i in range(P.n_pad):
@@ -380,4 +468,33 @@ def _build(T, TL, variant):
             else:
                 v1_out[world, k] = P.v_star[world, k]
 
-    return NewtonKernels(Problem, Newton, evaluate, line_search, finish)
+    @wp.kernel(enable_backward=False, module="unique")
+    def newton_pcr(P: Problem, N: Newton, S: PcrWork, rhs: wp.array3d(dtype=TL), dv_out: wp.array3d(dtype=TL)):
+        """Δv of every pending world by PCR; −P∇ℓ (flagged) if that is not a finite descent direction."""
+        world = wp.tid()
+        if N.pending[world] == 0:
+            return
+        nv = P.nv
+        for i in range(nv):
+            S.pinv[world, i] = TL(1.0) / (S.diag[world, i] + S.regularization)
+        k, relative = pcr_iterate(P, S, world, nv, rhs)
+        S.iterations[world] = S.iterations[world] + k
+        S.residual[world] = wp.max(S.residual[world], relative)
+        slope = T(0.0)
+        finite = int(1)
+        for i in range(nv):
+            if not wp.isfinite(S.best[world, i]):
+                finite = 0
+            slope = slope + P.grad[world, i] * T(S.best[world, i])
+        descent = finite == 1 and slope < T(0.0)
+        if not descent:
+            N.status[world] = N.status[world] | DIRECTION_FALLBACK
+        for i in range(dv_out.shape[1]):
+            dv_out[world, i, 0] = TL(0.0)
+        for i in range(nv):
+            if descent:
+                dv_out[world, i, 0] = S.best[world, i]
+            else:
+                dv_out[world, i, 0] = S.pinv[world, i] * rhs[world, i, 0]
+
+    return NewtonKernels(Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warp as wp
 
 from . import blocked_cholesky
+from . import linear_solve
 
 wp.set_module_options({"enable_backward": False})
 
@@ -68,18 +69,28 @@ def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
         wp.float64(dt), tau, v0, joint_f, joint_act], outputs=[rhs])
 
 
-def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str) -> None:
-    """``v* = v₀ + A⁻¹ rhs`` per active world, at ``precision``.
+def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str, matrix_free: bool = False) -> None:
+    """``v* = v₀ + A⁻¹ rhs`` per active world, at ``precision``: Cholesky, or PCR on A·p
+    products when ``matrix_free`` (``matrixfree_representation``).
 
-    ``scratch`` holds the solver's buffers: ``dv64``/``L64`` and, for fp32, ``A32``/``rhs32``/
-    ``dv32``/``L32``.
+    ``scratch`` holds the solver's buffers: ``dv64`` and ``L64`` (Cholesky) or ``pcr`` (a PCR
+    work struct); for fp32 also ``A32``/``rhs32``/``dv32`` and ``L32`` (Cholesky).
     """
     W, nv = v0.shape
+    if matrix_free:  # per-step counts (not reported; kept bounded)
+        scratch["pcr"].iterations.zero_()
+        scratch["pcr"].residual.zero_()
     if precision == "fp32":
         cast_matrix(A, scratch["A32"])
         cast_matrix(rhs, scratch["rhs32"])
-        blocked_cholesky.solve(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["L32"])
+        if matrix_free:
+            linear_solve.pcr(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["pcr"], nv)
+        else:
+            blocked_cholesky.solve(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["L32"])
         wp.launch(_add_increment_f32, dim=(W, nv), inputs=[v0, scratch["dv32"]], outputs=[v_star], device=A.device)
     else:
-        blocked_cholesky.solve(A, rhs, scratch["dv64"], active, scratch["L64"])
+        if matrix_free:
+            linear_solve.pcr(A, rhs, scratch["dv64"], active, scratch["pcr"], nv)
+        else:
+            blocked_cholesky.solve(A, rhs, scratch["dv64"], active, scratch["L64"])
         wp.launch(_add_increment_f64, dim=(W, nv), inputs=[v0, scratch["dv64"]], outputs=[v_star], device=A.device)

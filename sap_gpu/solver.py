@@ -28,7 +28,7 @@ from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_solve import newton_kernels
-from .linear_solve import cholesky_solve
+from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
 
@@ -181,11 +181,17 @@ class SolverSAP:
         self.acc, self.wrench = z((W, B), wp.spatial_vectord), z((W, B), wp.spatial_vectord)
         self.tau, self.v_star, self.v1, self.q1 = z((W, nv)), z((W, nv)), z((W, nv)), z((W, nq))
         self.A, self.rhs = z((W, n, n)), z((W, n, 1))
-        self.fm_scratch = {"dv64": z((W, n, 1)), "L64": z((W, n, n))}
-        if cfg.free_motion_solve_precision == "fp32":
+        fm32 = cfg.free_motion_solve_precision == "fp32"
+        self.fm_scratch = {"dv64": z((W, n, 1))}
+        if fm32:
             f32 = wp.float32
-            self.fm_scratch.update(A32=z((W, n, n), f32), rhs32=z((W, n, 1), f32), dv32=z((W, n, 1), f32),
-                                   L32=z((W, n, n), f32))
+            self.fm_scratch.update(A32=z((W, n, n), f32), rhs32=z((W, n, 1), f32), dv32=z((W, n, 1), f32))
+        if cfg.matrixfree_representation:  # PCR on A·p: no factor storage
+            self.fm_scratch["pcr"] = allocate_pcr_work(wp.float32 if fm32 else wp.float64, W, nv, cfg, d)
+        elif fm32:
+            self.fm_scratch["L32"] = z((W, n, n), wp.float32)
+        else:
+            self.fm_scratch["L64"] = z((W, n, n))
         self.all_worlds = wp.array(np.ones(W, np.int32), dtype=int, device=d)
         # stage 2 buffers
         self.R_WC, self.p0, self.p1 = z((W, C), wp.mat33d), z((W, C), wp.vec3d), z((W, C), wp.vec3d)
@@ -207,7 +213,7 @@ class SolverSAP:
         T = wp.float32 if cfg.contact_solve_precision == "fp32" else wp.float64
         TL = wp.float32 if cfg.contact_linear_solve_precision == "fp32" else wp.float64
         self.T, self.TL = T, TL
-        self.kernels = kk = newton_kernels(T, TL, cfg.line_search_variant)
+        self.kernels = kk = newton_kernels(T, TL, cfg.line_search_variant, cfg.contact_linear_solver)
         rows = 3 * C + L + self.drive_count
         P = kk.Problem()
         P.nv, P.n_pad, P.limit_count, P.drive_count, P.h = nv, n, L, self.drive_count, wp.float64(0.0)
@@ -233,8 +239,16 @@ class SolverSAP:
         N.cost_abs, N.cost_rel = T(cfg.cost_abs_tol), T(cfg.cost_rel_tol)
         N.rho, N.armijo_c, N.slop = T(cfg.rho), T(cfg.armijo_c), T(cfg.line_search_relative_slop)
         self.N = N
-        self.H, self.newton_rhs, self.newton_dv = z((W, n, n), TL), z((W, n, 1), TL), z((W, n, 1), TL)
-        self.newton_L = z((W, n, n), TL)
+        self.newton_rhs, self.newton_dv = z((W, n, 1), TL), z((W, n, 1), TL)
+        pcr = cfg.contact_linear_solver == "pcr"
+        # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
+        # struct is a stand-in too (its arrays are never read).
+        self.H = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        self.newton_L = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        self.pcr_work = allocate_pcr_work(TL, W, nv, cfg, d, C, L, self.drive_count) if pcr \
+            else allocate_pcr_work(TL, 1, 1, cfg, d)
+        self.last_linear_solver_iterations = self.pcr_work.iterations if pcr else z(W, wp.int32)
+        self.last_linear_solver_residual = self.pcr_work.residual if pcr else z(W, TL)
         self.loop_condition = z(1, wp.int32)
         self.empty_contacts = make_contacts(W, C, d)  # what step(contacts=None) reads: no contact
         # diagnostics (device arrays, refreshed by step)
@@ -286,7 +300,7 @@ class SolverSAP:
                                     self.wrench, self.tau)
         free_motion.free_motion_rhs(m, h, self.tau, self.v0, self.joint_f, self.joint_act, self.rhs)
         free_motion.solve_free_motion(self.A, self.rhs, self.v0, self.v_star, self.all_worlds, self.fm_scratch,
-                                      cfg.free_motion_solve_precision)
+                                      cfg.free_motion_solve_precision, cfg.matrixfree_representation)
         self._stage("free_motion")
         # 2. contact Jacobians and weights, limit and drive rows
         body_X, dof_S = self.body_X, self.dof_S
@@ -337,13 +351,20 @@ class SolverSAP:
         N.iterations.zero_()
         N.ls_iterations.zero_()
         N.alpha_prev.zero_()
+        S = self.pcr_work
+        S.iterations.zero_()
+        S.residual.zero_()
+        pcr = self.config.contact_linear_solver == "pcr"
         wp.launch(_set_one, dim=1, inputs=[self.loop_condition], device=d)
 
         def body():
             N.count.zero_()
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N], outputs=[self.H, self.newton_rhs], device=d)
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[self.H, self.newton_rhs], device=d)
             self._stage("newton_evaluate")
-            cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
+            if pcr:
+                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, self.newton_rhs], outputs=[self.newton_dv], device=d)
+            else:
+                cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
             self._stage("linear_solve")
             wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv], device=d)
             wp.copy(self.loop_condition, N.count)
@@ -361,7 +382,8 @@ class SolverSAP:
         A teaching/debugging hook (and how the tests compare this stage with sap_ref): it
         reuses the last :meth:`step`'s A, v*, J, R, v̂ and rows, and leaves the step's results
         alone apart from the Newton scratch buffers. Returns NumPy arrays: ``ell (W,)``,
-        ``grad (W, nv)``, ``H (W, nv, nv)``, ``contact_gamma (W, C, 3)``, ``limit_gamma (W, L)``
+        ``grad (W, nv)``, ``H (W, nv, nv)`` (None with PCR, which never forms it), ``H_diag (W, nv)``,
+        ``contact_gamma (W, C, 3)``, ``limit_gamma (W, L)``
         (0 for inactive rows), ``drive_gamma (W, D)``.
         """
         P, N, kk = self.P, self.N, self.kernels
@@ -375,10 +397,14 @@ class SolverSAP:
         N.done.zero_()
         N.iterations.zero_()
         try:
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N], outputs=[self.H, self.newton_rhs], device=self.device)
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
+                      device=self.device)
             gamma = P.gamma.numpy().astype(np.float64)
+            pcr = self.config.contact_linear_solver == "pcr"
             out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64),
-                       H=self.H.numpy()[:, :nv, :nv].astype(np.float64),
+                       H=None if pcr else self.H.numpy()[:, :nv, :nv].astype(np.float64),
+                       H_diag=(self.pcr_work.diag.numpy() if pcr else
+                               np.diagonal(self.H.numpy()[:, :nv, :nv], axis1=1, axis2=2)).astype(np.float64),
                        contact_gamma=gamma[:, :3 * C].reshape(W, C, 3), limit_gamma=gamma[:, 3 * C:3 * C + L],
                        drive_gamma=gamma[:, 3 * C + L:3 * C + L + self.drive_count])
         finally:
@@ -393,7 +419,9 @@ class SolverSAP:
         return {"status": self.last_status.numpy().copy(),
                 "newton_iterations": self.last_newton_iterations.numpy().copy(),
                 "line_search_iterations": self.last_line_search_iterations.numpy().copy(),
-                "truncated_contact_count": self.last_truncated_contact_count.numpy().copy()}
+                "truncated_contact_count": self.last_truncated_contact_count.numpy().copy(),
+                "linear_solver_iterations": self.last_linear_solver_iterations.numpy().copy(),
+                "linear_solver_residual": self.last_linear_solver_residual.numpy().astype(np.float64)}
 
 
 @wp.kernel

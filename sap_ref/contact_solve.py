@@ -9,6 +9,12 @@ each factorization (so an exact guess takes zero iterations); else ``Δv = −H�
 search. Only the DOFs of trees touched by a constraint take part; the others keep v = v*.
 ℓ, ∇ℓ and H are evaluated in ``contact_solve_precision``, the Newton system is solved in
 ``contact_linear_solve_precision``. Drake: ``SapSolver::SolveWithGuessImpl``.
+
+With ``contact_linear_solver="pcr"`` H is never formed: :func:`hessian_product` gives
+H·x = A·x + Jᵀ(G(J·x)) and :func:`~sap_ref.linear_solve.pcr` returns an inexact Δv. The line
+search needs a descent direction; if ∇ℓ·Δv < 0 fails (or Δv is not finite) the step falls back
+to Δv = −P∇ℓ with the Jacobi preconditioner P = (diag(H) + ε_reg)⁻¹, which is always a descent
+direction, and the world is flagged ``DIRECTION_FALLBACK``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from sap_common.state import StepStatus
 
 from .constraints import DriveConstraints, LimitConstraints, drive_terms, friction_cone, limit_terms
 from .line_search import LineSearchResult, line_search
-from .linear_solve import cholesky_solve
+from .linear_solve import PcrResult, PcrSettings, cholesky_solve, pcr
 
 __all__ = [
     "SapProblem",
@@ -34,6 +40,9 @@ __all__ = [
     "make_problem",
     "evaluate",
     "hessian",
+    "hessian_product",
+    "hessian_diagonal",
+    "newton_direction",
     "cost_along_line",
     "stopping_criterion",
     "solve",
@@ -117,6 +126,8 @@ class NewtonIterate:
     dv: np.ndarray
     alpha: float
     line_search: LineSearchResult
+    linear_solve: PcrResult | None = None  # the PCR solve (None with Cholesky)
+    fallback: bool = False  # Δv = −P∇ℓ replaced a non-descent PCR direction
 
 
 @dataclass
@@ -131,6 +142,8 @@ class SolveResult:
         status: :class:`StepStatus` bits.
         residual: ‖D̃∇ℓ‖ at ``v``; ``scale`` = max(‖D̃Av‖, ‖D̃Jᵀγ‖).
         history: one :class:`NewtonIterate` per iteration.
+        linear_solver_iterations: PCR iterations summed over the Newton iterations (0: Cholesky).
+        linear_solver_residual: the largest final ‖b − HΔv‖/‖b‖ of those PCR solves (0: Cholesky).
     """
 
     v: np.ndarray
@@ -141,6 +154,8 @@ class SolveResult:
     residual: float
     scale: float
     history: list = field(default_factory=list)
+    linear_solver_iterations: int = 0
+    linear_solver_residual: float = 0.0
 
 
 def participating_dofs(model: SapModel, *row_blocks: np.ndarray) -> np.ndarray:
@@ -200,6 +215,48 @@ def hessian(p: SapProblem, ev: Evaluation) -> np.ndarray:
             + p.limit_J.T @ (ev.limit_G[:, None] * p.limit_J) + Jd.T @ (ev.drive_G[:, None] * Jd))
 
 
+def _linear_solve_terms(p: SapProblem, ev: Evaluation, dtype):
+    c = lambda x: np.asarray(x, dtype=dtype)  # noqa: E731
+    return (c(p.A), c(p.contact_J), c(ev.contact_G), c(p.limit_J), c(ev.limit_G), c(p.drive.J), c(ev.drive_G))
+
+
+def hessian_product(p: SapProblem, ev: Evaluation, x: np.ndarray, precision: str = "fp64") -> np.ndarray:
+    """``H x = A x + Jᵀ(G(J x))`` without forming H, every factor rounded to ``precision``."""
+    A, cJ, cG, lJ, lG, dJ, dG = _linear_solve_terms(p, ev, precision_dtype(precision))
+    x = np.asarray(x, dtype=A.dtype)
+    cvc = np.einsum("cin,n->ci", cJ, x)
+    return (A @ x + np.einsum("cin,ci->n", cJ, np.einsum("cij,cj->ci", cG, cvc))
+            + lJ.T @ (lG * (lJ @ x)) + dJ.T @ (dG * (dJ @ x)))
+
+
+def hessian_diagonal(p: SapProblem, ev: Evaluation, precision: str = "fp64") -> np.ndarray:
+    """``diag(H)_k = A_kk + Σ_i (J_iᵀ G_i J_i)_kk`` in ``precision``."""
+    A, cJ, cG, lJ, lG, dJ, dG = _linear_solve_terms(p, ev, precision_dtype(precision))
+    return (np.diag(A) + np.einsum("cik,cij,cjk->k", cJ, cG, cJ) + (lJ * lJ).T @ lG + (dJ * dJ).T @ dG)
+
+
+def newton_direction(p: SapProblem, ev: Evaluation, config: SapConfig):
+    """``(Δv, ok, pcr_result, fallback)``: the Newton direction by the configured linear solver.
+
+    Cholesky: ``ok`` is False if H does not factor. PCR: the returned iterate, or −P∇ℓ if that
+    is not a finite descent direction (``fallback``); ``ok`` is False only if even −P∇ℓ is not
+    finite.
+    """
+    prec = config.contact_linear_solve_precision
+    if config.contact_linear_solver == "cholesky":
+        dv, ok = cholesky_solve(hessian(p, ev), -ev.grad, prec)
+        return dv.astype(p.dtype), ok, None, False
+    settings = PcrSettings.from_config(config)
+    diag = hessian_diagonal(p, ev, prec)
+    res = pcr(lambda x: hessian_product(p, ev, x, prec), -ev.grad, diag, settings, prec)
+    dv = res.x.astype(p.dtype)
+    if np.all(np.isfinite(dv)) and ev.grad @ dv < 0:
+        return dv, True, res, False
+    Pinv = diag.dtype.type(1.0) / (diag + diag.dtype.type(settings.regularization))
+    dv = (Pinv * (-ev.grad).astype(diag.dtype)).astype(p.dtype)
+    return dv, bool(np.all(np.isfinite(dv))), res, True
+
+
 def cost_along_line(p: SapProblem, ev: Evaluation, dv: np.ndarray):
     """``phi(α) -> (ℓ(v + αΔv), dℓ/dα, d²ℓ/dα²)`` with the dynamics part from precomputed
     coefficients and the constraint terms recomputed at ``vc + αΔvc`` (spec §5.3)."""
@@ -236,6 +293,7 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
     v = np.asarray(v_guess, dtype=p.dtype).copy()
     ev = evaluate(p, v)
     history, ls_iterations, cost_reached = [], 0, False
+    lin_iterations, lin_residual = 0, 0.0
     status = StepStatus(0)
     k = 0
     while True:
@@ -249,14 +307,19 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         if k == config.max_iterations:
             status |= StepStatus.MAX_ITERATIONS
             break
-        dv, ok = cholesky_solve(hessian(p, ev), -ev.grad, config.contact_linear_solve_precision)
+        dv, ok, lin, fallback = newton_direction(p, ev, config)
+        if lin is not None:
+            lin_iterations += lin.iterations
+            lin_residual = max(lin_residual, lin.residual)
+        if fallback:
+            status |= StepStatus.DIRECTION_FALLBACK
         if not ok:
             status |= StepStatus.LINEAR_SOLVE_FAILURE
             break
-        dv = dv.astype(p.dtype)
         ls = line_search(cost_along_line(p, ev, dv), float(ev.ell), float(ev.grad @ dv), config)
         ls_iterations += ls.iterations
-        history.append(NewtonIterate(v=v.copy(), ell=float(ev.ell), residual=r, dv=dv, alpha=ls.alpha, line_search=ls))
+        history.append(NewtonIterate(v=v.copy(), ell=float(ev.ell), residual=r, dv=dv, alpha=ls.alpha, line_search=ls,
+                                     linear_solve=lin, fallback=fallback))
         k += 1
         if ls.failed:
             status |= StepStatus.LINE_SEARCH_FAILURE
@@ -270,4 +333,5 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
                         and ls.alpha > 0.5)
     _, r, s = stopping_criterion(p, ev, config) if np.all(np.isfinite(ev.grad)) else (False, np.inf, np.inf)
     return SolveResult(v=v, evaluation=ev, iterations=k, line_search_iterations=ls_iterations, status=status,
-                       residual=r, scale=s, history=history)
+                       residual=r, scale=s, history=history, linear_solver_iterations=lin_iterations,
+                       linear_solver_residual=lin_residual)

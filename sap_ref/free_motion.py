@@ -3,6 +3,9 @@
     A = M(q₀) + h·diag(D)                     (M includes the armature)
     A (v* − v₀) = h · k,   k = τ_g − C(q₀, v₀) v₀ − D v₀ + joint_f + Σ_b J_bᵀ body_f_b + u_explicit
 
+With ``pcr`` settings (``matrixfree_representation``) A is not factored: Δv = v* − v₀ comes from
+:func:`~sap_ref.linear_solve.pcr` on products A·p, Jacobi-preconditioned by diag(A).
+
 Joint damping is explicit in k (−D v₀) and implicit in A (+h D): backward Euler on damping.
 ``u_explicit`` is ``joint_act`` on DOFs without a drive, clamped to the effort limit; on a
 driven DOF the actuation goes inside the drive constraint instead (DESIGN §2, spec §4.4).
@@ -19,6 +22,7 @@ import scipy.linalg
 from sap_common.config import precision_dtype
 from sap_common.model import SapModel
 
+from .linear_solve import PcrSettings, pcr
 from .dynamics import bias_forces, body_wrench_forces, mass_matrix
 from .kinematics import forward_kinematics, motion_subspaces
 
@@ -59,7 +63,7 @@ def dynamics_matrix(model: SapModel, M: np.ndarray, dt: float) -> np.ndarray:
 
 
 def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp64", joint_f=None,
-                body_f=None, joint_act=None, body_q=None) -> FreeMotion:
+                body_f=None, joint_act=None, body_q=None, pcr_settings: PcrSettings | None = None) -> FreeMotion:
     """A, k and v* of one world. All velocity/force inputs in SAP order.
 
     Args:
@@ -74,6 +78,7 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         body_f: body wrenches ``[τ_O; f]`` at each body origin, world, (B, 6) or None.
         joint_act: feed-forward actuation per DOF, (nv,) or None.
         body_q: body poses if already computed, (B, 7).
+        pcr_settings: solve with PCR on A·p products at ``precision`` instead of Cholesky.
 
     Returns:
         :class:`FreeMotion` with M, A, k, v_star.
@@ -93,5 +98,10 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         k = k + explicit_actuation(model, joint_act)
     dtype = precision_dtype(precision)
     A_p, rhs = A.astype(dtype), (dt * k).astype(dtype)
-    dv = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A_p, lower=True), rhs) if len(rhs) else rhs
+    if not len(rhs):
+        dv = rhs
+    elif pcr_settings is not None:
+        dv = pcr(lambda x: A_p @ x, rhs, np.diag(A_p), pcr_settings, precision).x
+    else:
+        dv = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A_p, lower=True), rhs)
     return FreeMotion(M=M, A=A, k=k, v_star=v0 + dv.astype(np.float64))

@@ -28,6 +28,7 @@ from .contact_jacobian import (ContactGeometry, body_inertia_weights, contact_ge
                                delassus_weights)
 from .contact_solve import SapProblem, SolveResult, make_problem, solve
 from .free_motion import FreeMotion, free_motion
+from .linear_solve import PcrSettings
 from .integration import integrate_positions
 from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
 
@@ -84,7 +85,10 @@ class SolverSAP:
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
     ``last_line_search_iterations``, ``last_truncated_contact_count``, ``last_status``
-    (:class:`StepStatus` bits), and ``last_results`` (one :class:`WorldResult` per world).
+    (:class:`StepStatus` bits), ``last_linear_solver_iterations`` and
+    ``last_linear_solver_residual`` (PCR iterations summed over the step's Newton iterations and
+    the largest final relative residual; 0 with Cholesky), and ``last_results`` (one
+    :class:`WorldResult` per world). :meth:`diagnostics` returns them as a dict, like sap_gpu.
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
@@ -100,6 +104,8 @@ class SolverSAP:
         self.last_line_search_iterations = np.zeros(W, dtype=np.int32)
         self.last_truncated_contact_count = np.zeros(W, dtype=np.int32)
         self.last_status = np.zeros(W, dtype=np.int32)
+        self.last_linear_solver_iterations = np.zeros(W, dtype=np.int32)
+        self.last_linear_solver_residual = np.zeros(W, dtype=np.float64)
         self.last_results: list[WorldResult] = []
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
@@ -125,6 +131,16 @@ class SolverSAP:
         self.last_newton_iterations[:] = [r.solve.iterations if r.solve else 0 for r in results]
         self.last_line_search_iterations[:] = [r.solve.line_search_iterations if r.solve else 0 for r in results]
         self.last_truncated_contact_count[:] = contacts.overflow
+        self.last_linear_solver_iterations[:] = [r.solve.linear_solver_iterations if r.solve else 0 for r in results]
+        self.last_linear_solver_residual[:] = [r.solve.linear_solver_residual if r.solve else 0.0 for r in results]
+
+    def diagnostics(self) -> dict:
+        """Copies of the per-world diagnostics of the last step (the keys of sap_gpu's)."""
+        return {"status": self.last_status.copy(), "newton_iterations": self.last_newton_iterations.copy(),
+                "line_search_iterations": self.last_line_search_iterations.copy(),
+                "truncated_contact_count": self.last_truncated_contact_count.copy(),
+                "linear_solver_iterations": self.last_linear_solver_iterations.copy(),
+                "linear_solver_residual": self.last_linear_solver_residual.copy()}
 
     def _step_world(self, w: int, x: boundary.SapInputs, contacts: SapContacts, dt: float) -> WorldResult:
         """Stages 1–4 for world w."""
@@ -135,7 +151,8 @@ class SolverSAP:
             return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, StepStatus.NON_FINITE)
         body_q = forward_kinematics(model, q0)
         fm = free_motion(model, q0, v0, dt, precision=cfg.free_motion_solve_precision, joint_f=x.joint_f[w],
-                         body_f=x.body_f[w], joint_act=x.joint_act[w], body_q=body_q)
+                         body_f=x.body_f[w], joint_act=x.joint_act[w], body_q=body_q,
+                         pcr_settings=PcrSettings.from_config(cfg) if cfg.matrixfree_representation else None)
         if not cfg.use_f64_boundary_pose:  # the pose crossing into the contact stage is float32
             body_q = body_q.astype(np.float32).astype(np.float64)
         J_bodies = body_jacobians(model, q0, body_q, motion_subspaces(model, q0, body_q))

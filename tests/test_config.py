@@ -172,6 +172,15 @@ BAD = [
     (dict(fallback_stiffness=0.0), r"fallback_stiffness: must be finite and in \(0.0, inf\) N/m"),
     (dict(fallback_mu=-0.5), r"fallback_mu: must be finite and in \[0.0, inf\)"),
     (dict(rho="0.5"), r"rho: must be a real number"),
+    (dict(contact_linear_solver="lu"), r"contact_linear_solver: 'lu' is not valid; valid: cholesky, pcr"),
+    (dict(pcr_max_iterations=0), r"pcr_max_iterations: must be an integer >= 1"),
+    (dict(pcr_max_iterations=10.0), r"pcr_max_iterations: must be an integer >= 1"),
+    (dict(pcr_rtol=-1e-8), r"pcr_rtol: must be finite and in \[0.0, inf\)"),
+    (dict(pcr_rtol=float("nan")), r"pcr_rtol: must be finite"),
+    (dict(pcr_atol=-1.0), r"pcr_atol: must be finite and in \[0.0, inf\)"),
+    (dict(pcr_regularization=float("inf")), r"pcr_regularization: must be finite"),
+    (dict(pcr_regularization=-1e-9), r"pcr_regularization: must be finite and in \[0.0, inf\)"),
+    (dict(matrixfree_representation="yes"), r"matrixfree_representation: must be True or False"),
 ]
 
 
@@ -193,3 +202,22 @@ def test_zero_absolute_tolerances_are_valid():
     # monotone_decay's own default cost_abs_tol is 0: a relative-only test.
     c = SapConfig(optimality_abs_tol=0.0, cost_abs_tol=0.0, line_search_relative_slop=0.0)
     assert c.optimality_abs_tol == 0.0 and c.cost_abs_tol == 0.0
+
+
+def test_linear_solver_knobs_and_their_dependent_defaults():
+    c = SapConfig()
+    assert (c.contact_linear_solver, c.pcr_max_iterations, c.pcr_atol, c.pcr_regularization) == ("cholesky", 200,
+                                                                                                   0.0, 0.0)
+    assert c.matrixfree_representation is False
+    # rtol follows contact_linear_solve_precision (approx32: fp32) unless given.
+    assert c.pcr_rtol == 1e-6
+    assert SapConfig.from_preset("drake").pcr_rtol == 1e-10
+    assert SapConfig.from_preset("approx32", contact_linear_solve_precision="fp64").pcr_rtol == 1e-10
+    assert SapConfig.from_preset("drake", pcr_rtol=1e-4).pcr_rtol == 1e-4
+    # matrixfree_representation follows the solver choice unless given.
+    p = SapConfig(contact_linear_solver="PCR")
+    assert p.contact_linear_solver == "pcr" and p.matrixfree_representation is True
+    assert SapConfig(contact_linear_solver="pcr", matrixfree_representation=False).matrixfree_representation is False
+    assert p.replace(contact_linear_solver="cholesky").matrixfree_representation is False
+    assert SapConfig(matrixfree_representation=True).contact_linear_solver == "cholesky"
+    assert p.replace(contact_preset_variant="drake").pcr_rtol == 1e-10
