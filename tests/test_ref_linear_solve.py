@@ -222,3 +222,86 @@ def test_newton_falls_back_to_the_preconditioned_gradient_and_flags_it(monkeypat
     d = solver.diagnostics()
     assert d["status"][0] == StepStatus.CONVERGED
     assert d["linear_solver_iterations"][0] > 0 and 0 < d["linear_solver_residual"][0] <= 1e-9
+
+
+def _gradient_full(r, nv):
+    g = np.zeros(nv)
+    if r.problem is not None and r.solve is not None:
+        g[r.problem.dofs] = r.solve.evaluation.grad
+    return g
+
+
+def pcr_step_bound(r_chol, r_pcr, nv):
+    """``(‖Δv₁‖_A, bound)`` for two solves of one step from the same state.
+
+    ℓ is A-strongly convex, so ‖v − v_opt‖_A ≤ ‖∇ℓ(v)‖_{A⁻¹} for either solver's problem, and
+    problems differing only in v* have optima ‖Δv*‖_A apart (∇ℓ shifts by A Δv*). Hence
+    ‖v₁ − v₁'‖_A ≤ ‖∇ℓ(v₁)‖_{A⁻¹} + ‖∇ℓ'(v₁')‖_{A⁻¹} + ‖v* − v*'‖_A: the solver tolerance,
+    measured, plus the free-motion solve's own difference.
+    """
+    A = r_chol.free_motion.A
+    a_norm = lambda x: float(np.sqrt(max(x @ A @ x, 0.0)))  # noqa: E731
+    a_inv_norm = lambda g: float(np.sqrt(max(g @ np.linalg.solve(A, g), 0.0)))  # noqa: E731
+    bound = (a_inv_norm(_gradient_full(r_chol, nv)) + a_inv_norm(_gradient_full(r_pcr, nv))
+             + a_norm(r_chol.free_motion.v_star - r_pcr.free_motion.v_star))
+    return a_norm(r_chol.v1 - r_pcr.v1), bound, a_norm(r_chol.v1)
+
+
+ANCHORS = ("double_pendulum", "free_spin", "pendulum_limit", "prismatic_pd", "sphere_drop", "sphere_slide",
+           "box_corners_slide")
+# Rounding in forming the two A-norms (float64, n ≤ 12): far below any tolerance that matters.
+STEP_BOUND_SLACK = 1e-12
+
+
+COMPARED_STEPS = 60  # per anchor, spread over the recording (contact onsets included)
+
+
+def anchor_states(name):
+    """``(scene, [(step, state)])``: Drake's own recorded states at COMPARED_STEPS steps of the
+    anchor (taken from the recording, so no long rollout is needed to reach them)."""
+    from conftest import DATA
+    from sap_common.io import drake_qv_to_joint, load_json, load_recording
+    from sap_common.kinematics import body_state
+
+    scene = load_json(DATA / "drake" / f"{name}.json")
+    rec = load_recording(scene)
+    steps = np.unique(np.linspace(0, scene.num_steps - 1, COMPARED_STEPS).astype(int))
+    cc = rec["contact_count"]
+    if cc.any():  # and the first steps in contact
+        first = int(np.argmax(cc > 0))
+        steps = np.union1d(steps, np.arange(first, min(first + 5, scene.num_steps)))
+    for extreme in (np.argmin(rec["q"], axis=0), np.argmax(rec["q"], axis=0)):  # limits engage there
+        steps = np.union1d(steps, np.clip(extreme.astype(int), 0, scene.num_steps - 1))
+    out = []
+    for n in steps:
+        state = scene.state.copy()
+        state.joint_q[0], state.joint_qd[0] = drake_qv_to_joint(scene, rec["q"][n], rec["v"][n])
+        state.body_q[:], state.body_qd[:] = body_state(scene.sap_model, state.joint_q, state.joint_qd, "public")
+        out.append((int(n), state))
+    return scene, out
+
+
+@pytest.mark.parametrize("name", ANCHORS)
+def test_pcr_steps_agree_with_cholesky_on_every_drake_anchor(name):
+    """Steps of every Drake anchor, from Drake's recorded states, by both linear solvers (PCR with
+    the matrix-free free motion too): v₁ within the strong-convexity bound of the two solves'
+    residuals, and PCR converges wherever Cholesky does."""
+    scene, states = anchor_states(name)
+    mk = lambda **kw: SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact,  # noqa: E731
+                                **{**scene.solver_kwargs, **kw})
+    chol, pcr_solver = mk(), mk(contact_linear_solver="pcr")
+    assert pcr_solver.config.matrixfree_representation
+    pipeline = CollisionPipeline(scene.sap_model, scene.max_rigid_contact, chol.config)
+    contacts = pipeline.contacts()
+    nv = scene.sap_model.joint_dof_count
+    constrained = 0
+    for n, state in states:
+        pipeline.collide(state, contacts)
+        chol.step(state, state.copy(), scene.control, contacts, scene.dt)
+        pcr_solver.step(state, state.copy(), scene.control, contacts, scene.dt)
+        assert pcr_solver.last_status[0] == StepStatus.CONVERGED == chol.last_status[0], f"step {n}"
+        dv, bound, scale = pcr_step_bound(chol.last_results[0], pcr_solver.last_results[0], nv)
+        assert dv <= bound + STEP_BOUND_SLACK * max(1.0, scale), f"step {n}: {dv:.3e} > {bound:.3e}"
+        constrained += pcr_solver.last_linear_solver_iterations[0] > 0
+    if name not in ("double_pendulum", "free_spin"):  # these two have no constraint at all
+        assert constrained > 0, "PCR never ran: the comparison covered only the free motion"
