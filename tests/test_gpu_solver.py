@@ -167,10 +167,12 @@ def test_contact_overflow_is_counted_and_flagged(device):
     assert np.isfinite(out.joint_q).all()
 
 
-def test_step_allocates_nothing(device, monkeypatch):
+@pytest.mark.parametrize("linear_solver", ["cholesky", "pcr"])
+def test_step_allocates_nothing(device, monkeypatch, linear_solver):
     """DESIGN §2: every buffer is made at construction; step() launches and copies only."""
     scene = scenes.get(BATCH_SCENE, num_worlds=2)
-    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device)
+    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device,
+                               contact_linear_solver=linear_solver)
     pipeline = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
     contacts = pipeline.contacts()
     state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
@@ -192,12 +194,14 @@ def test_step_allocates_nothing(device, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_collide_and_step_capture_in_a_cuda_graph(device):
+@pytest.mark.parametrize("linear_solver", ["cholesky", "pcr"])
+def test_collide_and_step_capture_in_a_cuda_graph(device, linear_solver):
     if not device.is_cuda:
         pytest.skip("CUDA graph capture needs a CUDA device (run with --device cuda:0)")
     scene = scenes.get(BATCH_SCENE, num_worlds=8)
     host = _perturbed_states(scene, seed=5)
-    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device)
+    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device,
+                               contact_linear_solver=linear_solver)
     pipeline = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
     contacts = pipeline.contacts()
     control = sap_gpu.to_device(scene.control, device)
