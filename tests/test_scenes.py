@@ -85,3 +85,40 @@ def test_unknown_scene_lists_the_names():
         scenes.get("sphere_drop", num_worlds=0)
     assert scenes.get("Box-Stack").name == "box_stack"
     assert "Three 10 cm cubes" in scenes.describe("box_stack")
+
+
+def test_humanoid3_is_three_humanoids_side_by_side_in_one_world():
+    ok, reason = scenes.availability("humanoid3")
+    if not ok:
+        pytest.skip(f"scene 'humanoid3' {reason}")
+    import mujoco
+
+    from sap_common.scenes import HUMANOID3_SPACING
+
+    one, three = scenes.get("humanoid"), scenes.get("humanoid3")
+    m1, m3 = one.sap_model, three.sap_model
+    assert m3.joint_dof_count == 3 * m1.joint_dof_count == 81 and m3.tree_count == 3
+    assert (m3.body_count, m3.shape_count - 1) == (3 * m1.body_count, 3 * (m1.shape_count - 1))  # one floor
+    assert len(three.mujoco_map.actuators) == 63 and three.mj_model.nv == 81 and three.dt == one.dt == 0.005
+    # Each humanoid is the single one, moved by (0, (i - 1) · spacing, 0); the same masses and inertias.
+    B = m1.body_count
+    for i in range(3):
+        offset = np.array([0.0, (i - 1) * HUMANOID3_SPACING, 0.0])
+        np.testing.assert_allclose(three.state.body_q[0, i * B:(i + 1) * B, :3], one.state.body_q[0, :, :3] + offset,
+                                   atol=MIRROR_TOL, rtol=0)
+        np.testing.assert_allclose(m3.body_mass[i * B:(i + 1) * B], m1.body_mass, rtol=0, atol=0)
+        assert m3.body_name[i * B] == f"h{i}_torso"
+    # Their y extents (capsule end caps and spheres) are more than half a metre apart at the start.
+    mj = three.mj_model
+    data = mujoco.MjData(mj)
+    mujoco.mj_kinematics(mj, data)
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    for g in range(mj.ngeom):
+        name = mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_GEOM, g)
+        if name == "floor":
+            continue
+        k, r = int(name[1]), mj.geom_size[g, 0]
+        half = mj.geom_size[g, 1] if mj.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE else 0.0
+        ys = data.geom_xpos[g, 1] + np.array([-1, 1]) * half * data.geom_xmat[g].reshape(3, 3)[1, 2]
+        lo[k], hi[k] = min(lo[k], ys.min() - r), max(hi[k], ys.max() + r)
+    assert np.all(lo[1:] - hi[:-1] > 0.5)

@@ -238,10 +238,11 @@ class _Noise:
 
     def __init__(self, ch: NoiseChannels, sigma: float, seed: int, num_worlds: int, device):
         self.ch, self.sigma, self.seed, self.W, self.device = ch, float(sigma), int(seed), num_worlds, device
-        k = max(ch.count, 1)  # Warp arrays are never empty; a zero-channel scene launches nothing
-        pad = lambda a, dt: wp.array(np.resize(a, k) if ch.count else np.zeros(k), dtype=dt, device=device)  # noqa
+        # A zero-channel scene launches nothing; its arrays hold one unused entry.
+        pad = lambda a, dt: wp.array(a if ch.count else np.zeros(1), dtype=dt, device=device)  # noqa: E731
         self.key, self.dof = pad(ch.key, wp.int32), pad(ch.dof, wp.int32)
-        self.gain, self.lower, self.upper = pad(ch.gain, wp.float64), pad(ch.lower, wp.float64), pad(ch.upper, wp.float64)
+        self.gain, self.lower = pad(ch.gain, wp.float64), pad(ch.lower, wp.float64)
+        self.upper = pad(ch.upper, wp.float64)
         self.step = wp.zeros(1, dtype=wp.int32, device=device)
 
     def sap(self, base, out) -> None:
@@ -267,7 +268,8 @@ def percentile_from_histogram(hist: np.ndarray, q: float = PERCENTILE) -> int:
     total = int(counts.sum())
     if total == 0:
         return 0
-    return int(np.searchsorted(np.cumsum(counts), math.ceil(q / 100.0 * total)))
+    rank = math.ceil(round(q * total / 100.0, 9))  # round: 0.95 · 100 must not become 96
+    return int(np.searchsorted(np.cumsum(counts), rank))
 
 
 def _memory_in_use(device) -> int | None:
@@ -365,12 +367,14 @@ class MjwarpRun:
             self.d = mjw.put_data(mjm, mjd, nworld=self.W, nconmax=nconmax, njmax=njmax)
         self.max_iterations = int(mjm.opt.iterations)
         # Capacity overflows make a MuJoCo Warp run invalid; reaching its iteration caps is its design.
-        self.capacity_bits = int(mjw.OverflowType.ALL) & ~int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
+        cap = mjw.OverflowType
+        self.capacity_bits = int(cap.ALL) & ~int(cap.ITERATIONS | cap.LS_ITERATIONS)
         self.noise = _Noise(noise, sigma, seed, self.W, device)
         self.stats = wp.zeros((self.W, len(_STAT_NAMES)), dtype=wp.int64, device=device)
         self.newton_hist = wp.zeros((self.W, self.max_iterations + 1), dtype=wp.int32, device=device)
 
     def step(self, mark=None) -> None:
+        """One step of every world (``mark`` is accepted for symmetry; MuJoCo Warp has no breakdown here)."""
         with wp.ScopedDevice(self.device):
             self.noise.ctrl(self.d.ctrl)
             self.mjw.step(self.m, self.d)
@@ -393,7 +397,9 @@ class MjwarpRun:
                     contacts_per_world_mean=float(st[:, S_CONTACTS].sum() / pairs), contacts_per_world_max=None,
                     truncated_contacts=None, converged_fraction=float(st[:, S_CONVERGED].sum() / pairs),
                     non_finite_steps=None, non_finite_worlds=int((~finite).sum()),
-                    overflow_worlds=int((overflow != 0).sum()))
+                    overflow_worlds=int((overflow != 0).sum()),
+                    overflow_flags=[f.name for f in self.mjw.OverflowType
+                                    if f.value and not f.value & (f.value - 1) and np.any(overflow & f.value)])
 
 
 # ----------------------------------------------------------------------------- timing
@@ -515,7 +521,8 @@ def _run_one(make, label: str, scene: LoadedScene, args, device, extra: dict) ->
     if run.backend == "sap_gpu" and row["converged_fraction"] < MIN_CONVERGED_FRACTION:
         reasons.append(f"converged fraction {row['converged_fraction']:.4f} < {MIN_CONVERGED_FRACTION}")
     if row.get("overflow_worlds"):
-        reasons.append(f"{row['overflow_worlds']} worlds overflowed MuJoCo Warp's nconmax/njmax")
+        reasons.append(f"{row['overflow_worlds']} worlds overflowed MuJoCo Warp's capacity "
+                       f"({', '.join(row['overflow_flags'])}: raise --mjwarp-nconmax / --mjwarp-njmax)")
     row["valid"], row["invalid_reason"] = not reasons, "; ".join(reasons) or None
     if args.breakdown and run.backend == "sap_gpu":
         row["breakdown"] = breakdown(run, args.breakdown_steps)
@@ -696,11 +703,11 @@ def main(argv=None) -> int:
     ratios = _ratios(rows)
     for q in ratios:
         print(f"ratio sap_gpu/mjwarp ({q['preset']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
-    result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device), valid=all(r["valid"] for r in rows),
-                  runs=rows, ratios=ratios)
+    result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device),
+                  valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
-        result = {**sap_rows[0], **result, "valid": result["valid"]}
+        result = {**sap_rows[0], **result}
         if len(ratios) == 1:
             result["ratio"] = ratios[0]["ratio"]
     if args.out:

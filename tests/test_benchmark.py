@@ -1,0 +1,177 @@
+"""tools.benchmark and tools.plot_benchmark (sap-benchmark, sap-plot-benchmark): smoke runs on the
+test device, the device control noise, the iteration percentile, and flag errors."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import warp as wp
+
+import tools.benchmark as bench
+from sap_common import scenes
+from tools.benchmark import main, noise_channels, percentile_from_histogram
+
+# Keys every run reports (DESIGN §10, issue 6).
+RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset", "device", "realtime_factor",
+            "gpu_memory_mib", "newton_mean", "newton_p95", "line_search_mean", "line_search_p95",
+            "contacts_per_world_mean", "converged_fraction", "truncated_contacts", "graph"}
+SOLVER_STAGES = ("boundary_in", "free_motion", "contact_jacobian", "constraints", "newton_evaluate", "linear_solve",
+                 "line_search", "newton_finish", "integration", "boundary_out")
+# Sample-moment tolerance of the noise test: 4 standard errors of a 20000-sample std estimate.
+NOISE_SAMPLES = 20000
+NOISE_STD_TOL = 4.0 / np.sqrt(2 * NOISE_SAMPLES)
+HAVE_MJWARP = importlib.util.find_spec("mujoco_warp") is not None and importlib.util.find_spec("mujoco") is not None
+
+
+def _last_json(capsys):
+    out = capsys.readouterr().out.strip().splitlines()
+    return out, json.loads(out[-1])
+
+
+def test_smoke_run_is_valid_and_reports_every_key(capsys, device):
+    assert main(["sphere_drop", "--num-worlds", "4", "--steps", "5", "--warmup", "2", "--device", str(device),
+                 "--json", "--quiet"]) == 0
+    lines, row = _last_json(capsys)
+    assert RUN_KEYS <= set(row) and row["valid"] is True and row["num_worlds"] == 4 and row["preset"] == "approx32"
+    assert row["device"] == str(device) and row["world_steps_per_s"] > 0 and row["converged_fraction"] == 1.0
+    assert row["ms_per_step"] == pytest.approx(1e3 * 4 / row["world_steps_per_s"])
+    assert row["realtime_factor"] == pytest.approx(row["dt"] * 1e3 / row["ms_per_step"])
+    assert len(row["runs"]) == 1 and RUN_KEYS <= set(row["runs"][0])
+    assert any(line.startswith("approx32") for line in lines)
+    assert (row["gpu_memory_mib"] is None) == (not wp.get_device(device).is_cuda)
+
+
+def test_breakdown_names_every_stage_and_sums_to_the_total(capsys, device):
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--breakdown",
+                 "--breakdown-steps", "2", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, row = _last_json(capsys)
+    b = row["breakdown"]
+    names = [s["stage"] for s in b["stages"]]
+    assert names == ["collision", "control_noise", *SOLVER_STAGES, "statistics"]
+    assert sum(s["percent"] for s in b["stages"]) == pytest.approx(100.0)
+    assert sum(s["ms_per_step"] for s in b["stages"]) == pytest.approx(b["ms_per_step"])
+    newton = next(s for s in b["stages"] if s["stage"] == "newton_evaluate")
+    assert newton["calls_per_step"] >= 1  # one call per batched Newton iteration
+    assert any("dominant stage:" in line for line in lines)
+
+
+def test_sweep_writes_results_that_plot(tmp_path, capsys, device):
+    out = tmp_path / "results.json"
+    assert main(["sphere_drop", "--num-worlds", "2,3", "--preset", "approx32", "drake", "--steps", "3",
+                 "--warmup", "1", "--device", str(device), "--out", str(out), "--json", "--quiet"]) == 0
+    _, result = _last_json(capsys)
+    runs = result["runs"]
+    assert [(r["num_worlds"], r["preset"]) for r in runs] == [(2, "approx32"), (2, "drake"), (3, "approx32"),
+                                                              (3, "drake")]
+    assert result["valid"] is True and all(RUN_KEYS <= set(r) for r in runs)
+    assert "world_steps_per_s" not in result  # a sweep keeps per-run numbers in "runs" only
+    assert json.loads(out.read_text())["runs"] == runs
+    pytest.importorskip("matplotlib", reason="sap-plot-benchmark needs matplotlib (the 'plot' extra)")
+    from tools.plot_benchmark import main as plot_main, series
+
+    png = tmp_path / "sweep.png"
+    assert plot_main([str(out), "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+    assert set(series(runs)) == {"sap_gpu approx32", "sap_gpu drake"}
+    assert plot_main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_control_noise_is_normal_clamped_and_the_same_for_both_backends(device):
+    """Channel k of world w gets u = clamp(σ n, lo, hi): sap_gpu writes base + gain·u into its DOF,
+    MuJoCo Warp's ctrl kernel writes u; the draws are N(0, σ), differ between steps and repeat per seed."""
+    ch = bench.NoiseChannels(key=np.array([2, 0], np.int32), num_keys=3, dof=np.array([1, 3], np.int32),
+                             gain=np.array([40.0, 1.0]), lower=np.array([-1.0, -np.inf]),
+                             upper=np.array([1.0, np.inf]), target="joint_act", units="ctrl")
+    W, sigma = NOISE_SAMPLES, 0.5
+    noise = bench._Noise(ch, sigma, seed=7, num_worlds=W, device=device)
+    base = wp.array(np.full((W, 4), 3.0), dtype=wp.float64, device=device)
+    out = wp.clone(base)  # as in SapRun: the control array itself, base a copy of it
+    ctrl = wp.zeros((W, 3), dtype=wp.float32, device=device)
+    noise.sap(base, out)
+    noise.ctrl(ctrl)
+    joint, u = out.numpy(), ctrl.numpy().astype(np.float64)
+    np.testing.assert_array_equal(joint[:, [0, 2]], 3.0)  # DOFs without a channel keep their value
+    np.testing.assert_array_equal(u[:, 1], 0.0)  # a key without a channel stays 0
+    np.testing.assert_allclose(joint[:, 1], 3.0 + 40.0 * u[:, 2], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(joint[:, 3], 3.0 + u[:, 0], rtol=0, atol=1e-12)
+    assert np.abs(u[:, 2]).max() <= 1.0 and np.abs(u[:, 2]).max() == 1.0  # clamped at the ctrlrange
+    assert abs(u[:, 0].mean()) < 4 * sigma / np.sqrt(W)
+    assert abs(u[:, 0].std() / sigma - 1.0) < NOISE_STD_TOL
+    assert abs(np.corrcoef(u[:, 0], u[:, 2])[0, 1]) < 4 / np.sqrt(W)  # channels independent
+    noise.advance()
+    noise.ctrl(ctrl)
+    assert np.all(ctrl.numpy()[:, 0] != u[:, 0].astype(np.float32))  # a new step draws anew
+    again = wp.zeros((W, 3), dtype=wp.float32, device=device)
+    bench._Noise(ch, sigma, seed=7, num_worlds=W, device=device).ctrl(again)
+    np.testing.assert_array_equal(again.numpy(), u.astype(np.float32))  # same seed, same step: same draws
+
+
+@pytest.mark.skipif(not HAVE_MJWARP, reason="the humanoid needs mujoco and mujoco-warp (the 'test' extra)")
+def test_humanoid_noise_channels_are_its_21_motors():
+    ch = noise_channels(scenes.get("humanoid"))
+    assert ch.count == 21 and ch.num_keys == 21 and ch.target == "joint_act" and ch.units == "MuJoCo ctrl"
+    assert sorted(ch.key) == list(range(21)) and ch.gain.max() == 120.0  # hip_y: gear 120
+    np.testing.assert_array_equal(ch.lower, -1.0)
+    np.testing.assert_array_equal(ch.upper, 1.0)
+    plain = noise_channels(scenes.get("box_stack"))
+    assert plain.count == 18 and plain.target == "joint_f" and np.all(np.isinf(plain.upper))
+
+
+def test_percentile_from_histogram():
+    # 100 samples: 90 with count 2, 6 with count 3, 4 with count 7 -> the 95th is 3.
+    hist = np.zeros((2, 10), np.int32)
+    hist[0, 2], hist[1, 2], hist[0, 3], hist[1, 7] = 50, 40, 6, 4
+    assert percentile_from_histogram(hist) == 3
+    assert percentile_from_histogram(hist, 96) == 3 and percentile_from_histogram(hist, 97) == 7
+    assert percentile_from_histogram(np.zeros((3, 4))) == 0
+
+
+@pytest.mark.skipif(not HAVE_MJWARP, reason="--vs-mjwarp needs mujoco and mujoco-warp (the 'test' extra)")
+def test_vs_mjwarp_runs_both_on_the_same_noise(capsys, device):
+    assert main(["humanoid", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--vs-mjwarp",
+                 "--mjwarp-nconmax", "24", "--mjwarp-njmax", "64", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, row = _last_json(capsys)
+    sap, mj = row["runs"]
+    assert sap["backend"] == "sap_gpu" and mj["backend"] == "mujoco_warp" and mj["valid"] and sap["valid"]
+    assert row["ratio"] == pytest.approx(sap["world_steps_per_s"] / mj["world_steps_per_s"])
+    assert any(line.startswith("ratio sap_gpu/mjwarp (approx32, 2 worlds)") for line in lines)
+    # After one step each, MuJoCo Warp's ctrl is sap_gpu's joint_act / (gear·gain), motor by motor.
+    scene = scenes.get("humanoid", 2)
+    ch = noise_channels(scene)
+    sap_run = bench.SapRun(scene, "approx32", {}, wp.get_device(device), scene.dt, ch, 0.1, 3)
+    mj_run = bench.MjwarpRun(scene, wp.get_device(device), scene.dt, ch, 0.1, 3, 24, 64)
+    sap_run.step()
+    mj_run.step()
+    act, ctrl = sap_run.control.joint_act.numpy(), mj_run.d.ctrl.numpy()
+    assert np.abs(ctrl).max() > 0
+    np.testing.assert_allclose(act[:, ch.dof] / ch.gain, ctrl[:, ch.key], rtol=1e-6, atol=0)
+
+
+def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
+    def no_run(*a, **k):
+        raise AssertionError("a run was built before the flags were checked")
+
+    monkeypatch.setattr(bench, "SapRun", no_run)
+    monkeypatch.setattr(bench, "MjwarpRun", no_run)
+    cases = [(["--num-worlds", "0"], "--num-worlds: expected integers >= 1"),
+             (["--num-worlds", "4,x"], "--num-worlds: expected integers >= 1, got 'x'"),
+             (["--steps", "0"], "--steps: must be >= 1"),
+             (["--warmup", "0"], "--warmup: must be >= 1"),
+             (["--preset", "approx33"], "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
+             (["--line-search", "newton"], "--line-search: line_search_variant: 'newton' is not valid; valid: "),
+             (["--dt", "-1"], "--dt: must be a finite time step > 0 s"),
+             (["--noise-std", "nan"], "--noise-std: must be finite and >= 0"),
+             (["--max-rigid-contact", "-1"], "--max-rigid-contact: must be >= 0"),
+             (["--mjwarp-njmax", "64"], "--mjwarp-njmax: needs --vs-mjwarp"),
+             (["--device", "tpu"], "--device: Warp has no device 'tpu'"),
+             (["--vs-mjwarp"], "--vs-mjwarp: needs an MJCF scene")]
+    for flags, message in cases:
+        assert main(["sphere_drop", "--quiet", *flags]) == 2, flags
+        assert message in capsys.readouterr().err, flags
+    assert main(["nope", "--quiet"]) == 2
+    assert "scene name: 'nope' is not a built-in scene" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse: names the flag and the choices
+        main(["sphere_drop", "--linear-solver", "lu"])
+    assert e.value.code == 2
+    assert "--linear-solver: invalid choice: 'lu' (choose from" in capsys.readouterr().err
