@@ -175,3 +175,13 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
         main(["sphere_drop", "--linear-solver", "lu"])
     assert e.value.code == 2
     assert "--linear-solver: invalid choice: 'lu' (choose from" in capsys.readouterr().err
+
+
+def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "4", "--warmup", "2", "--linear-solver", "cholesky",
+                 "pcr", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    assert result["valid"] is True
+    assert [(r["label"], r["linear_solver"]) for r in result["runs"]] == [("approx32/cholesky", "cholesky"),
+                                                                          ("approx32/pcr", "pcr")]
+    assert any(line.startswith("approx32/pcr") for line in lines)

@@ -565,8 +565,8 @@ def breakdown_table(row: dict) -> str:
 
 def _ratios(rows: list[dict]) -> list[dict]:
     mj = {r["num_worlds"]: r for r in rows if r["backend"] == "mujoco_warp"}
-    return [dict(num_worlds=r["num_worlds"], preset=r["preset"],
-                 ratio=r["world_steps_per_s"] / mj[r["num_worlds"]]["world_steps_per_s"])
+    return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r.get("linear_solver"),
+                 label=r["label"], ratio=r["world_steps_per_s"] / mj[r["num_worlds"]]["world_steps_per_s"])
             for r in rows if r["backend"] == "sap_gpu" and r["num_worlds"] in mj]
 
 
@@ -597,8 +597,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", nargs="+", default=["approx32"],
                    help=f"contact_preset_variant(s): {', '.join(PRESETS)} (default approx32; several = a sweep)")
     p.add_argument("--line-search", default=None, help="line_search_variant (default: the preset's)")
-    p.add_argument("--linear-solver", default=None, choices=("cholesky", "pcr"),
-                   help="contact_linear_solver of sap_gpu (default: the config's)")
+    p.add_argument("--linear-solver", nargs="+", default=None, choices=("cholesky", "pcr"),
+                   help="contact_linear_solver(s) of sap_gpu (default: the config's; several = a sweep, "
+                        "runs labelled preset/solver)")
     p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
@@ -636,8 +637,8 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     overrides = {}
     if args.line_search is not None:
         overrides["line_search_variant"] = args.line_search
-    if args.linear_solver is not None:  # passed only when given: the knob is newer than this tool
-        overrides["contact_linear_solver"] = args.linear_solver
+    if args.linear_solver is not None:
+        overrides["contact_linear_solver"] = args.linear_solver[0]  # each is applied per run in main()
     presets = [p.strip() for v in args.preset for p in str(v).split(",") if p.strip()]
     for p in presets:  # preset alone, then with the line search, then with the linear solver
         for flag, keys in (("--preset", ()), ("--line-search", ("line_search_variant",)),
@@ -669,7 +670,9 @@ def main(argv=None) -> int:
     dt = args.dt if args.dt is not None else scene0.dt
     C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
     channels = noise_channels(scene0)
-    cfg_note = "".join(f", {k} {v}" for k, v in overrides.items())
+    cfg_note = "".join(f", {k} {v}" for k, v in overrides.items() if k != "contact_linear_solver")
+    if args.linear_solver:
+        cfg_note += f", contact_linear_solver {' / '.join(args.linear_solver)}"
     print(f"sap-benchmark: {scene0.name} (nv {scene0.sap_model.joint_dof_count}, {C} contact slots), dt {dt:g} s, "
           f"{args.steps} timed steps after {args.warmup} warm-up; noise σ {args.noise_std:g} ({channels.units}) on "
           f"{channels.count} {channels.target} channels, seed {args.seed}; {device} = {_hardware(device)}{cfg_note}")
@@ -680,11 +683,16 @@ def main(argv=None) -> int:
         common = dict(noise_std=args.noise_std, seed=args.seed, noise_channels=channels.count,
                       max_rigid_contact=C, nv=scene.sap_model.joint_dof_count, warp_version=wp.__version__)
         for preset in presets:
-            cfg = SapConfig.from_preset(preset, **overrides)
-            extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
-                         linear_solver=args.linear_solver, **common)
-            rows.append(_run_one(lambda: SapRun(scene, preset, overrides, device, dt, channels, args.noise_std,
-                                                args.seed), extra["preset"], scene, args, device, extra))
+            for solver in (args.linear_solver or [None]):
+                run_overrides = dict(overrides)
+                if solver is not None:
+                    run_overrides["contact_linear_solver"] = solver
+                cfg = SapConfig.from_preset(preset, **run_overrides)
+                extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
+                             linear_solver=cfg.contact_linear_solver, **common)
+                label = cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
+                rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
+                                                    args.noise_std, args.seed), label, scene, args, device, extra))
         if args.vs_mjwarp:
             import mujoco_warp
 
@@ -702,7 +710,7 @@ def main(argv=None) -> int:
             print(breakdown_table(r))
     ratios = _ratios(rows)
     for q in ratios:
-        print(f"ratio sap_gpu/mjwarp ({q['preset']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
+        print(f"ratio sap_gpu/mjwarp ({q['label']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
     result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
