@@ -16,7 +16,7 @@ from .contact_jacobian import add_point_jacobian_along
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["LimitLayout", "limit_layout", "limit_rows", "drive_rows", "participation", "make_terms",
+__all__ = ["LimitLayout", "limit_layout", "limit_rows", "drive_rows", "participation", "row_support", "make_terms",
            "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
 
 SOFT_NORM_EPS = 1e-7  # N·s, Drake's friction-cone soft norm (as sap_ref.constraints)
@@ -211,6 +211,45 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
             v_out[world, k] = v_star_in[world, k]
 
 
+@wp.kernel
+def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype=int),
+                 contact_J_in: wp.array3d(dtype=wp.float64), limit_active_in: wp.array2d(dtype=int),
+                 limit_J_in: wp.array3d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
+                 contact_cols_out: wp.array3d(dtype=int), contact_ncols_out: wp.array2d(dtype=int),
+                 limit_cols_out: wp.array3d(dtype=int), limit_ncols_out: wp.array2d(dtype=int),
+                 A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int)):
+    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0.
+
+    ``dense != 0`` lists every column (the plain path). A NaN entry counts as non-zero, so a
+    non-finite J or A still reaches the products and is flagged there.
+    """
+    world = wp.tid()
+    zero = wp.float64(0.0)
+    for c in range(count_in[world]):
+        n = int(0)
+        for k in range(nv):
+            if (dense != 0 or contact_J_in[world, 3 * c, k] != zero or contact_J_in[world, 3 * c + 1, k] != zero
+                    or contact_J_in[world, 3 * c + 2, k] != zero):
+                contact_cols_out[world, c, n] = k
+                n = n + 1
+        contact_ncols_out[world, c] = n
+    for r in range(limit_count):
+        n = int(0)
+        if limit_active_in[world, r] != 0:
+            for k in range(nv):
+                if dense != 0 or limit_J_in[world, r, k] != zero:
+                    limit_cols_out[world, r, n] = k
+                    n = n + 1
+        limit_ncols_out[world, r] = n
+    for i in range(nv):
+        n = int(0)
+        for k in range(nv):
+            if dense != 0 or A_in[world, i, k] != zero:
+                A_cols_out[world, i, n] = k
+                n = n + 1
+        A_ncols_out[world, i] = n
+
+
 def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
     """Launch: which limit rows are in their window this step, with J, R, v̂ (spec §4.3)."""
     if layout.count == 0:
@@ -237,6 +276,19 @@ def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, l
     wp.launch(_participation, dim=m.num_worlds, device=m.device, inputs=[
         m.dof_tree, m.nv, m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active,
         limit_J, tree_scratch, v0, v_star], outputs=[dof_mask, v])
+
+
+def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
+                limit_cols, limit_ncols, A_cols, A_ncols) -> None:
+    """Launch: the non-zero columns of every contact block, active limit row and row of A.
+
+    The Newton loop's products (J·v, Jᵀγ, JᵀGJ, A·x) run over these lists only; an entry left
+    out is exactly zero, so the sums are the dense ones term for term (``dense=True``: every
+    column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``).
+    """
+    wp.launch(_row_support, dim=m.num_worlds, device=m.device, inputs=[
+        m.nv, limit_count, int(dense), contacts.count, contact_J, limit_active, limit_J, A],
+        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols])
 
 
 def make_terms(T):

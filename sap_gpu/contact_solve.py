@@ -91,6 +91,14 @@ def _build(T, TL, variant, solver):
         v_target: wp.array2d(dtype=wp.float64)
         u0: wp.array2d(dtype=wp.float64)
         effort: wp.array(dtype=wp.float64)
+        # Non-zero columns (constraints.row_support): of each contact's 3 rows, of each limit
+        # row, of each row of A. Every J and A product below runs over these lists.
+        contact_cols: wp.array3d(dtype=int)
+        contact_ncols: wp.array2d(dtype=int)
+        limit_cols: wp.array3d(dtype=int)
+        limit_ncols: wp.array2d(dtype=int)
+        A_cols: wp.array3d(dtype=int)
+        A_ncols: wp.array2d(dtype=int)
         # Newton state (objective scalar T)
         v: wp.array2d(dtype=T)
         dv: wp.array2d(dtype=T)
@@ -135,6 +143,43 @@ def _build(T, TL, variant, solver):
     def contact_params(P: Problem, world: int, c: int):
         R = P.contact_R[world, c]
         return V3(T(R[0]), T(R[1]), T(R[2])), T(P.contact_v_hat[world, c]), T(P.contact_mu[world, c])
+
+    @wp.func
+    def A_row_dot(P: Problem, world: int, i: int, x: wp.array2d(dtype=T)) -> T:
+        """(A x)_i over the non-zero columns of row i."""
+        s = T(0.0)
+        for t in range(P.A_ncols[world, i]):
+            k = P.A_cols[world, i, t]
+            s = s + T(P.A[world, i, k]) * x[world, k]
+        return s
+
+    @wp.func
+    def A_row_dot_shifted(P: Problem, world: int, i: int) -> T:
+        """(A (v − v*))_i over the non-zero columns of row i."""
+        s = T(0.0)
+        for t in range(P.A_ncols[world, i]):
+            k = P.A_cols[world, i, t]
+            s = s + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
+        return s
+
+    @wp.func
+    def contact_rows_dot(P: Problem, world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
+        """(J_c x) for the 3 rows of contact c, over its non-zero columns."""
+        s = V3(T(0.0), T(0.0), T(0.0))
+        for t in range(P.contact_ncols[world, c]):
+            k = P.contact_cols[world, c, t]
+            s = s + V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
+                       T(P.contact_J[world, 3 * c + 2, k])) * x[world, k]
+        return s
+
+    @wp.func
+    def limit_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
+        """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list)."""
+        s = T(0.0)
+        for t in range(P.limit_ncols[world, r]):
+            k = P.limit_cols[world, r, t]
+            s = s + T(P.limit_J[world, r, k]) * x[world, k]
+        return s
 
     @wp.func
     def drive_params(P: Problem, world: int, i: int):
@@ -199,7 +244,8 @@ def _build(T, TL, variant, solver):
             GL = M33L(TL(G[0, 0]), TL(G[0, 1]), TL(G[0, 2]), TL(G[1, 0]), TL(G[1, 1]), TL(G[1, 2]),
                       TL(G[2, 0]), TL(G[2, 1]), TL(G[2, 2]))
             S.contact_G[world, c] = GL
-            for k in range(nv):
+            for t in range(P.contact_ncols[world, c]):
+                k = P.contact_cols[world, c, t]
                 Jk = contact_row_J(P, world, c, k)
                 S.diag[world, k] = S.diag[world, k] + wp.dot(Jk, GL * Jk)
         for r in range(P.limit_count):
@@ -208,7 +254,8 @@ def _build(T, TL, variant, solver):
                 gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
                 GlL = TL(Gl)
                 S.limit_G[world, r] = GlL
-                for k in range(nv):
+                for t in range(P.limit_ncols[world, r]):
+                    k = P.limit_cols[world, r, t]
                     Jl = TL(P.limit_J[world, r, k])
                     S.diag[world, k] = S.diag[world, k] + Jl * GlL * Jl
         h = T(P.h)
@@ -223,26 +270,32 @@ def _build(T, TL, variant, solver):
     def hessian_product(P: Problem, S: PcrWork, world: int, n: int, src: wp.array2d(dtype=TL),
                         dst: wp.array2d(dtype=TL)):
         """dst = A src + Σᵢ Jᵢᵀ(Gᵢ(Jᵢ src)), every factor rounded to TL (sap_ref.hessian_product)."""
-        nv = P.nv
-        for i in range(nv):
+        for i in range(P.nv):
             s = TL(0.0)
-            for k in range(nv):
+            for t in range(P.A_ncols[world, i]):
+                k = P.A_cols[world, i, t]
                 s = s + TL(P.A[world, i, k]) * src[world, k]
             dst[world, i] = s
         for c in range(P.contact_count[world]):
+            n = P.contact_ncols[world, c]
             u = V3L(TL(0.0), TL(0.0), TL(0.0))
-            for k in range(nv):
+            for t in range(n):
+                k = P.contact_cols[world, c, t]
                 u = u + contact_row_J(P, world, c, k) * src[world, k]
             g = S.contact_G[world, c] * u
-            for k in range(nv):
+            for t in range(n):
+                k = P.contact_cols[world, c, t]
                 dst[world, k] = dst[world, k] + wp.dot(contact_row_J(P, world, c, k), g)
         for r in range(P.limit_count):
             if P.limit_active[world, r] != 0:
+                n = P.limit_ncols[world, r]
                 ul = TL(0.0)
-                for k in range(nv):
+                for t in range(n):
+                    k = P.limit_cols[world, r, t]
                     ul = ul + TL(P.limit_J[world, r, k]) * src[world, k]
                 gl = S.limit_G[world, r] * ul
-                for k in range(nv):
+                for t in range(n):
+                    k = P.limit_cols[world, r, t]
                     dst[world, k] = dst[world, k] + TL(P.limit_J[world, r, k]) * gl
         for i in range(P.drive_count):
             dof = P.drive_dof[i]
@@ -263,25 +316,18 @@ def _build(T, TL, variant, solver):
         for row in range(P.gamma.shape[1]):
             P.gamma[world, row] = zero
         # Row velocities vc = J v.
-        for row in range(3 * P.contact_count[world]):
-            s = zero
-            for k in range(nv):
-                s = s + T(P.contact_J[world, row, k]) * P.v[world, k]
-            P.vc[world, row] = s
+        for c in range(P.contact_count[world]):
+            Jv = contact_rows_dot(P, world, c, P.v)
+            for a in range(3):
+                P.vc[world, 3 * c + a] = Jv[a]
         for r in range(P.limit_count):
-            s = zero
-            if P.limit_active[world, r] != 0:
-                for k in range(nv):
-                    s = s + T(P.limit_J[world, r, k]) * P.v[world, k]
-            P.vc[world, o + r] = s
+            P.vc[world, o + r] = limit_row_dot(P, world, r, P.v)
         for i in range(P.drive_count):
             P.vc[world, o2 + i] = P.v[world, P.drive_dof[i]]
         # ℓ_A and A(v − v*) into grad; momentum norm needs A v.
         ell = zero
         for i in range(nv):
-            Adv = zero
-            for k in range(nv):
-                Adv = Adv + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
+            Adv = A_row_dot_shifted(P, world, i)
             P.grad[world, i] = Adv
             ell = ell + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
         # Terms; Jᵀγ is accumulated into dv (scratch here) and subtracted from the gradient.
@@ -293,7 +339,8 @@ def _build(T, TL, variant, solver):
             ell = ell + l
             for a in range(3):
                 P.gamma[world, 3 * c + a] = g[a]
-            for k in range(nv):
+            for t in range(P.contact_ncols[world, c]):
+                k = P.contact_cols[world, c, t]
                 P.dv[world, k] = P.dv[world, k] + T(P.contact_J[world, 3 * c, k]) * g[0] + T(
                     P.contact_J[world, 3 * c + 1, k]) * g[1] + T(P.contact_J[world, 3 * c + 2, k]) * g[2]
         for r in range(P.limit_count):
@@ -301,7 +348,8 @@ def _build(T, TL, variant, solver):
                 gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
                 ell = ell + ll
                 P.gamma[world, o + r] = gl
-                for k in range(nv):
+                for t in range(P.limit_ncols[world, r]):
+                    k = P.limit_cols[world, r, t]
                     P.dv[world, k] = P.dv[world, k] + T(P.limit_J[world, r, k]) * gl
         h = T(P.h)
         for i in range(P.drive_count):
@@ -321,9 +369,7 @@ def _build(T, TL, variant, solver):
                 finite = 0
             if P.dof_mask[world, i] != 0:
                 d = T(1.0) / wp.sqrt(T(P.A[world, i, i]))
-                Av = zero
-                for k in range(nv):
-                    Av = Av + T(P.A[world, i, k]) * P.v[world, k]
+                Av = A_row_dot(P, world, i, P.v)
                 r2 = r2 + d * d * P.grad[world, i] * P.grad[world, i]
                 sA = sA + d * d * Av * Av
                 sJ = sJ + d * d * P.dv[world, i] * P.dv[world, i]
@@ -372,13 +418,14 @@ def _build(T, TL, variant, solver):
         for c in range(P.contact_count[world]):
             R, vh, mu = contact_params(P, world, c)
             g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
-            for i in range(nv):
+            n = P.contact_ncols[world, c]
+            for ti in range(n):
+                i = P.contact_cols[world, c, ti]
                 Ji = V3(T(P.contact_J[world, 3 * c, i]), T(P.contact_J[world, 3 * c + 1, i]),
                         T(P.contact_J[world, 3 * c + 2, i]))
-                if Ji[0] == zero and Ji[1] == zero and Ji[2] == zero:
-                    continue
                 GJi = wp.transpose(G) * Ji
-                for k in range(nv):
+                for tk in range(n):
+                    k = P.contact_cols[world, c, tk]
                     Jk = V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
                             T(P.contact_J[world, 3 * c + 2, k]))
                     H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
@@ -386,8 +433,11 @@ def _build(T, TL, variant, solver):
             if P.limit_active[world, r] != 0:
                 gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
                 if Gl != zero:
-                    for i in range(nv):
-                        for k in range(nv):
+                    n = P.limit_ncols[world, r]
+                    for ti in range(n):
+                        i = P.limit_cols[world, r, ti]
+                        for tk in range(n):
+                            k = P.limit_cols[world, r, tk]
                             H[world, i, k] = H[world, i, k] + TL(Gl * T(P.limit_J[world, r, i]) * T(P.limit_J[world, r, k]))
         for i in range(P.drive_count):
             q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
@@ -412,17 +462,12 @@ def _build(T, TL, variant, solver):
                 return
         o = P.contact_J.shape[1]
         o2 = o + P.limit_count
-        for row in range(3 * P.contact_count[world]):
-            s = zero
-            for k in range(nv):
-                s = s + T(P.contact_J[world, row, k]) * P.dv[world, k]
-            P.dvc[world, row] = s
+        for c in range(P.contact_count[world]):
+            Jdv = contact_rows_dot(P, world, c, P.dv)
+            for a in range(3):
+                P.dvc[world, 3 * c + a] = Jdv[a]
         for r in range(P.limit_count):
-            s = zero
-            if P.limit_active[world, r] != 0:
-                for k in range(nv):
-                    s = s + T(P.limit_J[world, r, k]) * P.dv[world, k]
-            P.dvc[world, o + r] = s
+            P.dvc[world, o + r] = limit_row_dot(P, world, r, P.dv)
         for i in range(P.drive_count):
             P.dvc[world, o2 + i] = P.dv[world, P.drive_dof[i]]
         ell_A = zero
@@ -430,19 +475,14 @@ def _build(T, TL, variant, solver):
         curvature = zero
         dphi0 = zero
         for i in range(nv):
-            dp = zero
-            for k in range(nv):
-                dp = dp + T(P.A[world, i, k]) * P.dv[world, k]
+            dp = A_row_dot(P, world, i, P.dv)
             dvs = P.v[world, i] - T(P.v_star[world, i])
             slope = slope + dp * dvs
             curvature = curvature + dp * P.dv[world, i]
             dphi0 = dphi0 + P.grad[world, i] * P.dv[world, i]
         # ℓ_A(v) = ℓ(v) − Σ ℓ_i: recompute it directly to stay exact.
         for i in range(nv):
-            Adv = zero
-            for k in range(nv):
-                Adv = Adv + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
-            ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
+            ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * A_row_dot_shifted(P, world, i)
         P.line[world, 0] = ell_A
         P.line[world, 1] = slope
         P.line[world, 2] = curvature

@@ -228,6 +228,9 @@ class SolverSAP:
         P.vc, P.dvc, P.dp, P.line = z((W, max(rows, 1)), T), z((W, max(rows, 1)), T), z((W, nv), T), z((W, 3), T)
         P.gamma = z((W, max(rows, 1)), T)
         P.contact_count = wp.zeros(W, dtype=int, device=d)
+        P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
+        P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
+        P.A_cols, P.A_ncols = z((W, nv, nv), wp.int32), z((W, nv), wp.int32)
         self.P = P
         N = kk.Newton()
         N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
@@ -260,6 +263,10 @@ class SolverSAP:
         # (``tools/benchmark.py --breakdown`` synchronizes there). None costs nothing and keeps
         # step() capturable.
         self.stage_hook = None
+        # The Newton loop's J and A products run over each row's non-zero columns
+        # (constraints.row_support); False lists every column: the plain dense path, which gives
+        # the same sums term for term (tests/test_gpu_sparse_rows.py) and is kept for comparison.
+        self.sparse_rows = True
 
     def _stage(self, name: str) -> None:
         if self.stage_hook is not None:
@@ -277,6 +284,9 @@ class SolverSAP:
         check_device_state(m, state_in, "state_in")
         check_device_state(m, state_out, "state_out")
         check_device_control(m, control)
+        if not isinstance(self.sparse_rows, (bool, np.bool_)):
+            raise ValueError(f"sparse_rows: expected True (non-zero columns only) or False (dense), "
+                             f"got {self.sparse_rows!r}")
         if contacts is None:
             contacts = self.empty_contacts
         check_device_contacts(m, contacts, cfg.max_rigid_contact)
@@ -324,6 +334,9 @@ class SolverSAP:
         constraints.participation(m, self.limits.count, self.drive_dof, self.drive_count, contacts, self.contact_J,
                                   self.limit_active, self.limit_J, self.tree_scratch, self.v0, self.v_star,
                                   self.dof_mask, self.v_init)
+        constraints.row_support(m, self.limits.count, not self.sparse_rows, contacts, self.contact_J,
+                                self.limit_active, self.limit_J, self.A, P.contact_cols, P.contact_ncols, P.limit_cols,
+                                P.limit_ncols, P.A_cols, P.A_ncols)
         self._stage("constraints")
         # 3. Newton
         self._newton(h)

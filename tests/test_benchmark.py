@@ -185,3 +185,19 @@ def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
     assert [(r["label"], r["linear_solver"]) for r in result["runs"]] == [("approx32/cholesky", "cholesky"),
                                                                           ("approx32/pcr", "pcr")]
     assert any(line.startswith("approx32/pcr") for line in lines)
+
+
+def test_rows_sweep_reports_the_sparse_over_dense_speedup(capsys, device):
+    """--rows sparse dense: both paths in one process, the same iterations, and the ratio printed."""
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "4", "--warmup", "2", "--rows", "sparse", "dense",
+                 "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    assert result["valid"] is True
+    runs = result["runs"]
+    assert [(r["label"], r["rows"]) for r in runs] == [("approx32/sparse", "sparse"), ("approx32/dense", "dense")]
+    # The two paths compute the same sums, so the same iterations (statistics over every step).
+    for key in ("newton_mean", "line_search_mean", "contacts_per_world_mean"):
+        assert runs[0][key] == runs[1][key], key
+    (q,) = result["sparse_speedups"]
+    assert q["speedup"] == pytest.approx(runs[0]["world_steps_per_s"] / runs[1]["world_steps_per_s"])
+    assert any(line.startswith("speed-up sparse/dense rows (approx32/cholesky, 2 worlds): ") for line in lines)

@@ -291,11 +291,12 @@ class SapRun:
     backend = "sap_gpu"
 
     def __init__(self, scene: LoadedScene, preset: str, overrides: dict, device, dt: float, noise: NoiseChannels,
-                 sigma: float, seed: int):
+                 sigma: float, seed: int, sparse_rows: bool = True):
         m, C = scene.sap_model, scene.max_rigid_contact
         self.device, self.dt, self.W = device, dt, m.num_worlds
         self.solver = sap_gpu.SolverSAP(m, max_rigid_contact=C, contact_preset_variant=preset, device=device,
                                         **overrides)
+        self.solver.sparse_rows = sparse_rows
         self.pipeline = sap_gpu.CollisionPipeline(m, C, self.solver.config, device=device)
         self.contacts = self.pipeline.contacts()
         self.state = sap_gpu.to_device(scene.state, device)
@@ -536,12 +537,13 @@ def _fmt(v, spec: str) -> str:
 
 def table(rows: list[dict]) -> str:
     """The human-readable table of report rows."""
-    head = (f"{'run':<12} {'worlds':>7} {'world-steps/s':>14} {'ms/step':>9} {'RTF':>9} {'mem MiB':>8} "
+    w = max([12] + [len(r["label"]) for r in rows])
+    head = (f"{'run':<{w}} {'worlds':>7} {'world-steps/s':>14} {'ms/step':>9} {'RTF':>9} {'mem MiB':>8} "
             f"{'Newton':>11} {'line search':>12} {'contacts':>9} {'converged':>9} {'trunc':>6} {'graph':>5}  valid")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['label']:<12} {r['num_worlds']:>7} {r['world_steps_per_s']:>14,.0f} {r['ms_per_step']:>9.3f} "
+            f"{r['label']:<{w}} {r['num_worlds']:>7} {r['world_steps_per_s']:>14,.0f} {r['ms_per_step']:>9.3f} "
             f"{r['realtime_factor']:>9.2f} {_fmt(r['gpu_memory_mib'], '8.1f'):>8} "
             f"{_fmt(r['newton_mean'], '.2f') + '/' + _fmt(r['newton_p95'], 'd'):>11} "
             f"{_fmt(r['line_search_mean'], '.2f') + '/' + _fmt(r['line_search_p95'], 'd'):>12} "
@@ -568,6 +570,15 @@ def _ratios(rows: list[dict]) -> list[dict]:
     return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r.get("linear_solver"),
                  label=r["label"], ratio=r["world_steps_per_s"] / mj[r["num_worlds"]]["world_steps_per_s"])
             for r in rows if r["backend"] == "sap_gpu" and r["num_worlds"] in mj]
+
+
+def _sparse_speedups(rows: list[dict]) -> list[dict]:
+    """world-steps/s of sparse rows over dense rows, per (num_worlds, preset, linear solver) run in both."""
+    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"])  # noqa: E731
+    dense = {key(r): r for r in rows if r.get("rows") == "dense"}
+    return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r["linear_solver"],
+                 speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
+            for r in rows if r.get("rows") == "sparse" and key(r) in dense]
 
 
 def _positive_ints(flag: str, values: list[str]) -> list[int]:
@@ -600,6 +611,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--linear-solver", nargs="+", default=None, choices=("cholesky", "pcr"),
                    help="contact_linear_solver(s) of sap_gpu (default: the config's; several = a sweep, "
                         "runs labelled preset/solver)")
+    p.add_argument("--rows", nargs="+", default=["sparse"], choices=("sparse", "dense"),
+                   help="J and A products of the Newton loop over non-zero columns (sparse, default) or every "
+                        "column (dense: the plain path); both = a sweep with the speed-up printed")
     p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
@@ -684,19 +698,22 @@ def main(argv=None) -> int:
                       max_rigid_contact=C, nv=scene.sap_model.joint_dof_count, warp_version=wp.__version__)
         for preset in presets:
             for solver in (args.linear_solver or [None]):
-                run_overrides = dict(overrides)
-                if solver is not None:
-                    run_overrides["contact_linear_solver"] = solver
-                cfg = SapConfig.from_preset(preset, **run_overrides)
-                extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
-                             linear_solver=cfg.contact_linear_solver, **common)
-                label = cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
-                rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
-                                                    args.noise_std, args.seed), label, scene, args, device, extra))
+                for sparsity in dict.fromkeys(args.rows):
+                    run_overrides = dict(overrides)
+                    if solver is not None:
+                        run_overrides["contact_linear_solver"] = solver
+                    cfg = SapConfig.from_preset(preset, **run_overrides)
+                    extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
+                                 linear_solver=cfg.contact_linear_solver, rows=sparsity, **common)
+                    label = (cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
+                             + (f"/{sparsity}" if args.rows != ["sparse"] else ""))
+                    rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
+                                                        args.noise_std, args.seed, sparsity == "sparse"),
+                                         label, scene, args, device, extra))
         if args.vs_mjwarp:
             import mujoco_warp
 
-            extra = dict(preset=None, **common, line_search=None, linear_solver=None,
+            extra = dict(preset=None, **common, line_search=None, linear_solver=None, rows=None,
                          mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
             rows.append(_run_one(lambda: MjwarpRun(scene, device, dt, channels, args.noise_std, args.seed,
                                                    args.mjwarp_nconmax, args.mjwarp_njmax),
@@ -711,8 +728,12 @@ def main(argv=None) -> int:
     ratios = _ratios(rows)
     for q in ratios:
         print(f"ratio sap_gpu/mjwarp ({q['label']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
+    speedups = _sparse_speedups(rows)
+    for q in speedups:
+        print(f"speed-up sparse/dense rows ({q['preset']}/{q['linear_solver']}, {q['num_worlds']} worlds): "
+              f"{q['speedup']:.3f}")
     result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device),
-                  valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios)
+                  valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios, sparse_speedups=speedups)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
         result = {**sap_rows[0], **result}

@@ -1,0 +1,151 @@
+"""The Newton loop's sparse products against the plain dense path (STYLE rule 12).
+
+``SolverSAP.sparse_rows`` (default True) runs every J and A product of the Newton loop over the
+non-zero columns of each contact block, limit row and row of A (``constraints.row_support``);
+False lists every column. An entry left out is exactly zero, so the two paths add the same
+non-zero terms in the same order: results must be *equal*, not close (``np.array_equal``; the
+only possible difference is the sign of a zero, which compares equal).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sap_gpu
+from sap_common import scenes
+from sap_ref.collision import CollisionPipeline
+from strategies import random_constrained_models
+from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
+
+CAP = 16
+
+
+def _inputs(case, device):
+    model, q, qd = case
+    state = model.state()
+    state.joint_q[0] = q
+    state.joint_qd[0] = qd
+    from sap_common.kinematics import body_state
+    state.body_q[:], state.body_qd[:] = body_state(model, state.joint_q, state.joint_qd, "public")
+    pipe = CollisionPipeline(model, CAP)
+    contacts = pipe.contacts()
+    pipe.collide(state, contacts)
+    control = model.control()
+    control.joint_target_pos[0] = np.linspace(-0.3, 0.3, model.joint_dof_count)
+    control.joint_act[0] = np.linspace(1.0, -1.0, model.joint_dof_count)
+    return model, state, control, contacts
+
+
+def _step(model, state, control, contacts, device, sparse, **config):
+    solver = sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, **config)
+    solver.sparse_rows = sparse
+    out = sap_gpu.to_device(state, device)
+    solver.step(sap_gpu.to_device(state, device), out, sap_gpu.to_device(control, device),
+                sap_gpu.to_device(contacts, device), 1e-3)
+    return solver, sap_gpu.to_host(out)
+
+
+def _nonzero_columns(rows):
+    """Ascending non-zero columns of a block of rows (a NaN counts as non-zero)."""
+    return np.flatnonzero(np.any(rows != 0.0, axis=0))
+
+
+def _check_lists(solver, sparse):
+    """The support lists of world 0 are exactly the non-zero columns (every column when dense)."""
+    P, nv, L = solver.P, solver.m.nv, solver.limits.count
+    C = int(P.contact_count.numpy()[0])
+    J, cols, ncols = solver.contact_J.numpy()[0], P.contact_cols.numpy()[0], P.contact_ncols.numpy()[0]
+    for c in range(C):
+        want = _nonzero_columns(J[3 * c:3 * c + 3]) if sparse else np.arange(nv)
+        np.testing.assert_array_equal(cols[c, :ncols[c]], want, err_msg=f"contact {c}")
+    active = solver.limit_active.numpy()[0]
+    lJ, lcols, lncols = solver.limit_J.numpy()[0], P.limit_cols.numpy()[0], P.limit_ncols.numpy()[0]
+    for r in range(L):
+        want = np.arange(0) if not active[r] else (_nonzero_columns(lJ[r:r + 1]) if sparse else np.arange(nv))
+        np.testing.assert_array_equal(lcols[r, :lncols[r]], want, err_msg=f"limit row {r}")
+    A, acols, ancols = solver.A.numpy()[0], P.A_cols.numpy()[0], P.A_ncols.numpy()[0]
+    for i in range(nv):
+        want = _nonzero_columns(A[i:i + 1, :nv]) if sparse else np.arange(nv)
+        np.testing.assert_array_equal(acols[i, :ancols[i]], want, err_msg=f"row {i} of A")
+
+
+def _assert_equal_runs(a, b, what):
+    (sa, oa), (sb, ob) = a, b
+    for f in ("joint_q", "joint_qd"):
+        np.testing.assert_array_equal(getattr(oa, f), getattr(ob, f), err_msg=f"{what}: {f}")
+    da, db = sa.diagnostics(), sb.diagnostics()
+    for k in ("status", "newton_iterations", "line_search_iterations", "linear_solver_iterations",
+              "linear_solver_residual"):
+        np.testing.assert_array_equal(da[k], db[k], err_msg=f"{what}: {k}")
+
+
+@settings(max_examples=15)
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
+       st.sampled_from(LINEAR_SOLVERS))
+def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_solver):
+    """Random models with every joint type, limits, drives and contacts: one step, both paths."""
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search, contact_linear_solver=linear_solver)
+    runs = [_step(model, state, control, contacts, device, sparse, **config) for sparse in (True, False)]
+    _check_lists(runs[0][0], True)
+    _check_lists(runs[1][0], False)
+    _assert_equal_runs(*runs, f"{preset}/{line_search}/{linear_solver}")
+    # ℓ, ∇ℓ, γ and H (or diag H) at a velocity that is not the solution.
+    v = runs[0][0].v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+    ea, eb = (s.evaluate_at(v) for s, _ in runs)
+    for k, x in ea.items():
+        if x is None:
+            assert eb[k] is None
+        else:
+            np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
+
+
+@pytest.mark.parametrize("linear_solver", LINEAR_SOLVERS)
+def test_humanoid_rollout_sparse_equals_dense(device, linear_solver):
+    """A falling humanoid (one tree, ~13 of 27 columns per contact): the sparse path is taken
+    (shorter lists than nv) and a 60-step rollout of 3 worlds equals the dense one."""
+    ok, why = scenes.availability("humanoid")
+    if not ok:
+        pytest.skip(why)
+    scene = scenes.get("humanoid", num_worlds=3)
+    m = scene.sap_model
+    rng = np.random.default_rng(3)
+    outs = []
+    for sparse in (True, False):
+        solver = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device,
+                                   contact_linear_solver=linear_solver, **scene.solver_kwargs)
+        solver.sparse_rows = sparse
+        pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, solver.config, device=device)
+        contacts = pipe.contacts()
+        state = sap_gpu.to_device(scene.state, device)
+        control = scene.control.copy()
+        control.joint_f[:] = rng.normal(0.0, 5.0, control.joint_f.shape) if sparse else outs[0][2]
+        noise = control.joint_f.copy()
+        control = sap_gpu.to_device(control, device)
+        ncols_seen = []
+        for _ in range(60):
+            pipe.collide(state, contacts)
+            solver.step(state, state, control, contacts, scene.dt)
+            count = contacts.count.numpy()
+            ncols_seen += [n for w in range(3) for n in solver.P.contact_ncols.numpy()[w, :count[w]]]
+        _check_lists(solver, sparse)
+        assert np.all(solver.diagnostics()["status"] & 1)
+        outs.append((sap_gpu.to_host(state), solver.diagnostics(), noise, ncols_seen))
+    (sa, da, _, ns), (sb, db, _, nd) = outs
+    assert ns and max(ns) < m.joint_dof_count, "the humanoid's contacts never shortened a column list"
+    assert set(nd) == {m.joint_dof_count}
+    for f in ("joint_q", "joint_qd", "body_q", "body_qd"):
+        np.testing.assert_array_equal(getattr(sa, f), getattr(sb, f), err_msg=f)
+    for k in ("status", "newton_iterations", "line_search_iterations", "linear_solver_iterations"):
+        np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+
+
+@pytest.mark.parametrize("bad", [None, 1, "dense"])
+def test_sparse_rows_must_be_a_bool(device, bad):
+    scene = scenes.get("box_stack", num_worlds=1)
+    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device)
+    solver.sparse_rows = bad
+    state = sap_gpu.to_device(scene.state, device)
+    with pytest.raises(ValueError, match="sparse_rows: expected True .* or False"):
+        solver.step(state, state, sap_gpu.to_device(scene.control, device), None, scene.dt)
