@@ -145,13 +145,19 @@ def _build(T, TL, variant, solver):
         return V3(T(R[0]), T(R[1]), T(R[2])), T(P.contact_v_hat[world, c]), T(P.contact_mu[world, c])
 
     @wp.func
+    def sparse_row_dot(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                       world: int, row: int, x: wp.array2d(dtype=T)) -> T:
+        """M[row] · x over the row's listed non-zero columns (rows of A, limit rows)."""
+        s = T(0.0)
+        for t in range(ncols[world, row]):
+            k = cols[world, row, t]
+            s = s + T(M[world, row, k]) * x[world, k]
+        return s
+
+    @wp.func
     def A_row_dot(P: Problem, world: int, i: int, x: wp.array2d(dtype=T)) -> T:
         """(A x)_i over the non-zero columns of row i."""
-        s = T(0.0)
-        for t in range(P.A_ncols[world, i]):
-            k = P.A_cols[world, i, t]
-            s = s + T(P.A[world, i, k]) * x[world, k]
-        return s
+        return sparse_row_dot(P.A, P.A_cols, P.A_ncols, world, i, x)
 
     @wp.func
     def A_row_dot_shifted(P: Problem, world: int, i: int) -> T:
@@ -175,11 +181,7 @@ def _build(T, TL, variant, solver):
     @wp.func
     def limit_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
         """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list)."""
-        s = T(0.0)
-        for t in range(P.limit_ncols[world, r]):
-            k = P.limit_cols[world, r, t]
-            s = s + T(P.limit_J[world, r, k]) * x[world, k]
-        return s
+        return sparse_row_dot(P.limit_J, P.limit_cols, P.limit_ncols, world, r, x)
 
     @wp.func
     def drive_params(P: Problem, world: int, i: int):
