@@ -16,12 +16,13 @@ import warp as wp
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState
-from sap_ref.collision import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,
-                               INTERIOR_DEPTH_MARGIN, PARALLEL_TOL, combine_materials, contact_capacity)
-from sap_ref.collision_box import (_PARALLEL_DENOM, _POINT_SEGMENT, CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
-                                   FACE_AXIS_TIE)
+from sap_common.collision_rules import combine_materials, contact_capacity
+from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
+                                  FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE, INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM,
+                                  PARALLEL_TOL, POINT_SEGMENT)
 
 from .arrays import GpuModel
+from .device import get_device
 
 wp.set_module_options({"enable_backward": False})
 
@@ -65,9 +66,13 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
     S.count[world] = k + 1
 
 
+# default_normal() spells out DEFAULT_NORMAL for the kernels; keep the two equal.
+assert tuple(DEFAULT_NORMAL) == (0.0, 0.0, 1.0)
+
+
 @wp.func
 def default_normal() -> wp.vec3d:
-    """sap_ref.collision.DEFAULT_NORMAL, used when two centres coincide."""
+    """``sap_common.constants.DEFAULT_NORMAL``, used when two centres coincide."""
     return wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0))
 
 
@@ -114,7 +119,7 @@ def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3
     a = wp.dot(d1, d1)
     e = wp.dot(d2, d2)
     f = wp.dot(d2, r)
-    tiny = wp.float64(_POINT_SEGMENT)
+    tiny = wp.float64(POINT_SEGMENT)
     zero = wp.float64(0.0)
     one = wp.float64(1.0)
     if a <= tiny and e <= tiny:
@@ -127,7 +132,7 @@ def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3
     b = wp.dot(d1, d2)
     denom = a * e - b * b
     s = zero
-    if denom > wp.float64(_PARALLEL_DENOM) * a * e:
+    if denom > wp.float64(PARALLEL_DENOM) * a * e:
         s = wp.clamp((b * f - c * e) / denom, zero, one)
     t = (b * s + f) / e
     if t < zero:
@@ -589,7 +594,7 @@ class CollisionPipeline:
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.model = model
-        self.device = wp.get_device(device)
+        self.device = get_device(device)
         self.m = GpuModel(model, self.device)
         d, W = self.device, model.num_worlds
         mats = np.array([combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair],

@@ -28,6 +28,7 @@ from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_solve import newton_kernels
+from .device import get_device
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
@@ -164,7 +165,7 @@ class SolverSAP:
         self.model = model
         self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
                                                   **overrides)
-        self.device = wp.get_device(device)
+        self.device = get_device(device)
         self.m = m = GpuModel(model, self.device)
         W, B, nq, nv, C = m.num_worlds, m.body_count, m.nq, m.nv, cfg.max_rigid_contact
         self.n_pad = n = blocked_cholesky.padded_size(nv)

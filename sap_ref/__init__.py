@@ -1,7 +1,17 @@
 """sap_ref: the readable single-world NumPy/SciPy reference of Drake's SAP time step.
 
-One world at a time, float64 unless a precision knob says otherwise (DESIGN §1). Its stages
-(kinematics, dynamics, free motion, collision, contact Jacobians, constraints, the Newton
-solve, line searches, integration) are added by the dynamics and reference-solver issues;
-the model, conventions and configuration it runs on live in ``sap_common``.
+One world at a time, float64 unless a precision knob says otherwise. The stages (kinematics,
+dynamics, free motion, collision, contact Jacobians, constraints, the Newton solve, line
+searches, integration) are modules of this package; the model, conventions and configuration
+it runs on live in ``sap_common``.
+
+The top level has ``sap_gpu``'s names (``SolverSAP``, ``CollisionPipeline``, ``state``,
+``control``, ``contacts``, ``to_device``, ``to_host``) with the same arguments, so switching
+backends is one import; ``device`` here can only be the host (None or ``"cpu"``).
 """
+
+from .arrays import contacts, control, state, to_device, to_host
+from .collision import CollisionPipeline
+from .solver import SolverSAP
+
+__all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts"]

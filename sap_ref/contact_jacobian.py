@@ -25,6 +25,7 @@ import numpy as np
 
 from sap_common import spatial
 from sap_common.config import precision_dtype
+from sap_common.constants import WEIGHT_FLOOR
 from sap_common.model import SapModel
 
 from .kinematics import point_jacobian
@@ -39,8 +40,6 @@ __all__ = [
     "body_inertia_weights",
     "contact_regularization",
 ]
-
-WEIGHT_FLOOR = 1e-12  # DESIGN §5: w = max(…, 1e-12) keeps R > 0 for contacts on static bodies
 
 
 @dataclass

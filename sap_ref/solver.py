@@ -23,6 +23,7 @@ from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
 
 from . import boundary
+from .arrays import check_host_device
 from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
 from .contact_jacobian import (ContactGeometry, body_inertia_weights, contact_geometry, contact_regularization,
                                delassus_weights)
@@ -81,6 +82,8 @@ class SolverSAP:
         model: the model (at least one articulated DOF).
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (DESIGN §5).
+        device: None or ``"cpu"`` (sap_ref runs on the host; the argument exists so that
+            ``sap_ref`` and ``sap_gpu`` are called alike).
         **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
@@ -92,7 +95,8 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 **overrides):
+                 device=None, **overrides):
+        check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
         if model.joint_dof_count < 1:
