@@ -30,6 +30,17 @@ class StepStatus(enum.IntFlag):
     LINEAR_SOLVE_FAILURE: the Newton system could not be factored (H not SPD).
     DIRECTION_FALLBACK: an inexact (PCR) Newton direction was not a descent direction at least
         once in the step, and the negative preconditioned gradient −P∇ℓ was used instead.
+    INVALID_QUATERNION: a quaternion of the world's ``joint_q`` (BALL joints, FREE/DISTANCE
+        coordinates 3:7) is not finite or its norm lies outside [QUAT_NORM_MIN, QUAT_NORM_MAX]
+        (``sap_common.constants``, docs/conventions.md); the world was not stepped and its state
+        was left unchanged. (A NaN or inf quaternion also sets NON_FINITE.) Collision pipelines
+        report it in their own ``last_status`` for a ``body_q`` quaternion, and give that world
+        no contacts.
+
+    A world flagged NON_FINITE or INVALID_QUATERNION is *left unchanged*: ``state_out`` gets
+    ``state_in``'s ``joint_q``, ``body_q`` and ``body_qd`` bit for bit, and its ``joint_qd`` bit
+    for bit when both states use the same velocity order (otherwise converted at q₀; with an
+    invalid quaternion that conversion is undefined and the FREE/DISTANCE segments are NaN).
     """
 
     CONVERGED = 1
@@ -39,6 +50,7 @@ class StepStatus(enum.IntFlag):
     CONTACT_OVERFLOW = 16
     LINEAR_SOLVE_FAILURE = 32
     DIRECTION_FALLBACK = 64
+    INVALID_QUATERNION = 128
 
 
 def _copy_fields(obj):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .kinematics import DISTANCE, FREE
+from .kinematics import DISTANCE, FREE, quat_norm_ok
 
 wp.set_module_options({"enable_backward": False})
 
@@ -18,7 +18,10 @@ __all__ = ["joint_arrays_to_sap", "body_wrenches_to_sap", "joint_velocities_to_p
 
 @wp.func
 def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
-    """r = R(q/|q|)·com, in float32 arithmetic when ``pose32`` is set."""
+    """r = R(q/|q|)·com, in float32 arithmetic when ``pose32`` is set; NaN for a rejected quaternion
+    (its world is flagged INVALID_QUATERNION and no rotation is invented for it)."""
+    if quat_norm_ok(q) == 0:
+        return wp.vec3d(wp.float64(wp.nan), wp.float64(wp.nan), wp.float64(wp.nan))
     if pose32 != 0:
         q32 = wp.normalize(wp.quatf(wp.float32(q[0]), wp.float32(q[1]), wp.float32(q[2]), wp.float32(q[3])))
         r32 = wp.quat_rotate(q32, wp.vec3f(wp.float32(com[0]), wp.float32(com[1]), wp.float32(com[2])))

@@ -53,7 +53,8 @@ from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
                                   INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
 from sap_common.model import SapModel, ShapeType
-from sap_common.state import SapContacts, SapState, check_contacts, check_state
+from sap_common.conventions import quaternion_norm_ok
+from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
 
 from .arrays import check_host_device
 from .collision_box import box_box, box_signed_distance, closest_point_on_box, segment_closest_points
@@ -280,6 +281,9 @@ class CollisionPipeline:
         check_host_device(device)
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.model = model
+        # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
+        # rejected (that world got no contacts), else 0, (num_worlds,).
+        self.last_status = np.zeros(model.num_worlds, dtype=np.int32)
         # Per candidate pair: (mu, ke, ke0, ke1, tau_d); materials are static.
         self._materials = [combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair]
 
@@ -293,7 +297,9 @@ class CollisionPipeline:
         Shape s's world pose is X_WB ∘ X_BS with X_WB = ``body_q[w, shape_body[s]]`` and
         X_BS = ``shape_transform[s]`` (for a world shape, body −1, X_BS is already X_WS).
         Raises ``ValueError`` (naming the field) when ``state`` or ``contacts`` does not match
-        the model or this pipeline's capacity.
+        the model or this pipeline's capacity. Body quaternions are normalized on read; a world with
+        a rejected one (not finite, or norm outside [QUAT_NORM_MIN, QUAT_NORM_MAX],
+        docs/conventions.md) gets no contacts and ``last_status[w] = INVALID_QUATERNION``.
         """
         m = self.model
         if not isinstance(state, SapState):
@@ -306,7 +312,10 @@ class CollisionPipeline:
             raise ValueError(f"contacts: capacity {contacts.capacity} does not match max_rigid_contact "
                              f"{self.max_rigid_contact}")
         for w in range(m.num_worlds):
-            self._collide_world(np.asarray(state.body_q[w], dtype=np.float64), contacts, w)
+            body_q = np.asarray(state.body_q[w], dtype=np.float64)
+            accepted = bool(np.all(quaternion_norm_ok(body_q[:, 3:])))
+            self.last_status[w] = 0 if accepted else int(StepStatus.INVALID_QUATERNION)
+            self._collide_world(body_q, contacts, w, accepted)
 
     def _shape_poses(self, body_q) -> np.ndarray:
         """World pose X_WS of every shape, (S, 7)."""
@@ -317,11 +326,11 @@ class CollisionPipeline:
             X[on_body] = spatial.transform_compose(body_q[m.shape_body[on_body]], m.shape_transform[on_body])
         return X
 
-    def _collide_world(self, body_q, contacts: SapContacts, w: int) -> None:
+    def _collide_world(self, body_q, contacts: SapContacts, w: int, accepted: bool = True) -> None:
         m = self.model
-        X = self._shape_poses(body_q)
         found = []  # (a, b, x0, x1, normal, phi0, materials) in generation order
-        for (a, b), mat in zip(m.shape_pair, self._materials):
+        X = self._shape_poses(body_q) if accepted else None
+        for (a, b), mat in zip(m.shape_pair if accepted else (), self._materials):
             a, b = int(a), int(b)
             margin = m.shape_margin[a] + m.shape_margin[b]
             for x0, x1, n, phi in pair_contacts(m.shape_type[a], X[a], m.shape_size[a],

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common.config import SapConfig
+from sap_common.conventions import joint_quaternions_ok
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
 
@@ -121,15 +122,17 @@ class SolverSAP:
             contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
         self._check_contacts(contacts)
         q1, v1 = x.joint_q.copy(), x.v0.copy()
+        keep = np.zeros(model.num_worlds, dtype=bool)
         results = []
         for w in range(model.num_worlds):
             r = self._step_world(w, x, contacts, dt)
-            if not r.status & StepStatus.NON_FINITE:
+            keep[w] = bool(r.status & (StepStatus.NON_FINITE | StepStatus.INVALID_QUATERNION))
+            if not keep[w]:
                 q1[w], v1[w] = r.q1, r.v1
             if contacts.overflow[w] > 0:
                 r.status |= StepStatus.CONTACT_OVERFLOW
             results.append(r)
-        boundary.write_state(model, state_out, q1, v1, cfg.use_f64_boundary_pose)
+        boundary.write_state(model, state_in, state_out, q1, v1, keep, cfg.use_f64_boundary_pose)
         self.last_results = results
         self.last_status[:] = [int(r.status) for r in results]
         self.last_newton_iterations[:] = [r.solve.iterations if r.solve else 0 for r in results]
@@ -150,9 +153,11 @@ class SolverSAP:
         """Stages 1–4 for world w."""
         model, cfg = self.model, self.config
         q0, v0 = x.joint_q[w], x.v0[w]
-        if not all(np.all(np.isfinite(a[w])) for a in (x.joint_q, x.v0, x.joint_f, x.body_f, x.joint_act,
-                                                        x.joint_target_pos, x.joint_target_vel)):
-            return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, StepStatus.NON_FINITE)
+        rejected = StepStatus(0) if x.quat_ok[w] else StepStatus.INVALID_QUATERNION
+        if not x.finite[w]:
+            rejected |= StepStatus.NON_FINITE
+        if rejected:
+            return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, rejected)
         body_q = forward_kinematics(model, q0)
         fm = free_motion(model, q0, v0, dt, precision=cfg.free_motion_solve_precision, joint_f=x.joint_f[w],
                          body_f=x.body_f[w], joint_act=x.joint_act[w], body_q=body_q,
@@ -179,6 +184,8 @@ class SolverSAP:
         status = sol.status
         if not (np.all(np.isfinite(v1)) and np.all(np.isfinite(q1))):
             status |= StepStatus.NON_FINITE
+        elif not joint_quaternions_ok(model, q1)[0]:  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
+            status |= StepStatus.INVALID_QUATERNION
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
                            limits, drives, problem, sol, v1, q1, status)
 
