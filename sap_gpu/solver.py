@@ -23,6 +23,7 @@ from sap_common.conventions import check_order
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
+from sap_common.time_step import check_time_step, time_step_bound
 
 from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel
@@ -316,6 +317,7 @@ class SolverSAP:
         # (constraints.row_support); False lists every column: the plain dense path, which gives
         # the same sums term for term (tests/test_gpu_sparse_rows.py) and is kept for comparison.
         self.sparse_rows = True
+        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
 
     def _stage(self, name: str) -> None:
         if self.stage_hook is not None:
@@ -327,9 +329,7 @@ class SolverSAP:
              dt: float) -> None:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
         m, cfg, P, N = self.m, self.config, self.P, self.N
-        if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) or not (
-                np.isfinite(dt) and dt > 0):
-            raise ValueError(f"dt: must be a finite time step > 0 s, got {dt!r}")
+        check_time_step(self.model, dt, self.dt_bound)
         check_device_state(m, state_in, "state_in")
         check_device_state(m, state_out, "state_out")
         check_device_control(m, control)

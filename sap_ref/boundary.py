@@ -17,6 +17,7 @@ from sap_common import conventions as cv
 from sap_common import kinematics as _kin
 from sap_common.model import JointType, SapModel
 from sap_common.state import SapControl, SapState, check_control, check_state
+from sap_common.time_step import check_time_step
 
 
 __all__ = ["SapInputs", "read_inputs", "write_state"]
@@ -74,15 +75,13 @@ def _floating_dofs(model: SapModel) -> np.ndarray:
 
 
 def read_inputs(model: SapModel, state: SapState, control: SapControl, dt: float,
-                use_f64_boundary_pose: bool = True) -> SapInputs:
+                use_f64_boundary_pose: bool = True, dt_bound: float | None = None) -> SapInputs:
     """Validate and convert one step's inputs to SAP order (``ValueError`` on bad input).
 
     Bad *values* do not raise: a world with a rejected quaternion is marked in ``quat_ok`` and
     its conversions are skipped, so the other worlds convert exactly as in a clean batch.
     """
-    if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) or not (
-            np.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt: must be a finite time step > 0 s, got {dt!r}")
+    check_time_step(model, dt, dt_bound, stacklevel=4)  # the warning points at the caller of step()
     check_state(model, state, "state_in")
     check_control(model, control, "control")
     pose = _pose_dtype(use_f64_boundary_pose)

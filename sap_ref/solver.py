@@ -21,6 +21,7 @@ import numpy as np
 from sap_common.config import SapConfig
 from sap_common.conventions import joint_quaternions_ok
 from sap_common.model import SapModel
+from sap_common.time_step import time_step_bound
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
 
 from . import boundary
@@ -112,12 +113,13 @@ class SolverSAP:
         self.last_linear_solver_iterations = np.zeros(W, dtype=np.int32)
         self.last_linear_solver_residual = np.zeros(W, dtype=np.float64)
         self.last_results: list[WorldResult] = []
+        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
              dt: float) -> None:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
         model, cfg = self.model, self.config
-        x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose)
+        x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose, self.dt_bound)
         if contacts is None:
             contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
         self._check_contacts(contacts)
