@@ -163,3 +163,13 @@ def test_sap_common_top_level_is_numpy_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
     assert sap_common.__all__
+
+
+def test_readme_example_uses_only_top_level_backend_names():
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert "sap_ref.SolverSAP(" in example and "sap_gpu.SolverSAP(" in example
+    submodule_use = re.findall(r"\b(?:from|import)\s+(sap_(?:ref|gpu)\.\w+)", example)
+    assert not submodule_use, f"README example reaches into backend modules: {submodule_use}"
