@@ -31,7 +31,9 @@ def contact_capacity(model) -> int:
 
 
 def combine_materials(model, a: int, b: int, config):
-    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b), with the config's fallbacks.
+    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b) with the config's fallbacks.
+
+    docs/formulation.md § Material combination.
 
     Per shape, NaN → ``fallback_mu`` / ``fallback_stiffness`` / ``contact_tau_d``. Then
     μ = 2μ₀μ₁/(μ₀+μ₁) (0 if both are 0), k = k₀k₁/(k₀+k₁) (one ∞: the other; both ∞: ∞; both 0: 0),

@@ -66,23 +66,23 @@ PARALLEL_DENOM = 1e-12
 
 # ----------------------------------------------------------------------------- constraints
 
-# N·s: Drake's hard-coded soft-norm ε of the friction cone (docs/presets.md, Drake:
-# SapFrictionConeConstraint).
+# N·s: Drake's hard-coded soft-norm ε of the friction cone (docs/formulation.md § Friction cone).
 SOFT_NORM_EPS = 1e-7
-# Near-rigid threshold β of limit constraints (Drake's SapLimitConstraint uses 0.1).
+# Near-rigid threshold β of limit constraints (docs/formulation.md § Regularization; Drake uses 0.1).
 LIMIT_BETA = 0.1
-# Near-rigid threshold β of PD (drive) constraints (Drake's SapPdControllerConstraint uses 0.1).
+# Near-rigid threshold β of PD (drive) constraints (docs/formulation.md § Regularization; Drake uses 0.1).
 DRIVE_BETA = 0.1
-# Limits are added inside the window q₀ ± 2h·max(|v₀|, |v*|) (Drake's limit window factor).
+# Limits are added inside the window q₀ ± 2h·max(|v₀|, |v*|) (docs/formulation.md § Limits).
 LIMIT_WINDOW_FACTOR = 2.0
 # m: below this anchor distance the direction of a DISTANCE joint's limit is undefined and the
 # limit row is skipped for the step.
 DISTANCE_EPS = 1e-9
 # s/kg: contact weights are w = max(…, 1e-12), which keeps R > 0 for contacts between a moving
-# and a static body whose estimate rounds to 0.
+# and a static body whose estimate rounds to 0 (docs/formulation.md § Weights).
 WEIGHT_FLOOR = 1e-12
 
 # ----------------------------------------------------------------------------- line searches
+# (docs/formulation.md § Line searches)
 
 # monotone_decay accepts φ(α) ≤ φ(0) + 1e-14 + 1e-12|φ(0)|: the slop covers the rounding of φ,
 # so a direction that cannot decrease φ below rounding is not reported as a failure.

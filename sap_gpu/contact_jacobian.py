@@ -24,7 +24,10 @@ _KERNELS: dict = {}
 
 @wp.func
 def contact_frame(u: wp.vec3d) -> wp.mat33d:
-    """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents (spec §8.1)."""
+    """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents.
+
+    docs/formulation.md § Contact frame and Jacobian.
+    """
     i = int(0)
     if wp.abs(u[1]) < wp.abs(u[i]):
         i = 1

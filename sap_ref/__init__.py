@@ -1,9 +1,9 @@
 """sap_ref: the readable single-world NumPy/SciPy reference of Drake's SAP time step.
 
-One world at a time, float64 unless a precision knob says otherwise. The stages (kinematics,
-dynamics, free motion, collision, contact Jacobians, constraints, the Newton solve, line
-searches, integration) are modules of this package; the model, conventions and configuration
-it runs on live in ``sap_common``.
+One world at a time, float64 unless a precision knob says otherwise (docs/design.md § Layout). Its stages
+(kinematics, dynamics, free motion, collision, contact Jacobians, constraints, the Newton
+solve, line searches, integration) are one module each (docs/pipeline.md);
+the model, conventions and configuration it runs on live in ``sap_common``.
 
 The top level has ``sap_gpu``'s names (``SolverSAP``, ``CollisionPipeline``, ``state``,
 ``control``, ``contacts``, ``to_device``, ``to_host``) with the same arguments, so switching
