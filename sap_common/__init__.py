@@ -1,6 +1,6 @@
 """What sap_ref and sap_gpu share: model, conventions, configuration, scenes (NumPy only).
 
-DESIGN §1. Nothing here imports Warp.
+See docs/design.md § Layout. Nothing here imports Warp.
 """
 
 from .builder import ModelBuilder

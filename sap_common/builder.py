@@ -32,7 +32,7 @@ __all__ = [
     "rod_inertia",
 ]
 
-# Drake's joint-limit constraint uses k = 1e12 and τ = h (spec §4.3, §9). A model cannot know
+# Drake's joint-limit constraint uses k = 1e12 and τ = h (docs/formulation.md § Limits). A model cannot know
 # h, so the default damping gives τ = kd/ke = 1 ms, Drake's τ at its default 1 ms step.
 DEFAULT_LIMIT_KE = 1e12
 DEFAULT_LIMIT_KD = 1e12 * 1e-3

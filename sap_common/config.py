@@ -1,4 +1,4 @@
-"""Solver configuration: presets, aliases, defaults and validation (DESIGN §5).
+"""Solver configuration: presets, aliases, defaults and validation (docs/presets.md).
 
 A :class:`SapConfig` is frozen and validated: a config that constructs always runs. Every
 knob left unset (``None``) is filled in from the preset (the eight knobs of the preset table)
@@ -44,7 +44,7 @@ POSITION_INTEGRATIONS = ("midpoint", "sap_euler")
 LINE_SEARCH_VARIANTS = ("monotone_decay", "armijo_decay", "exact_root")
 LINEAR_SOLVERS = ("cholesky", "pcr")
 
-# The preset table of DESIGN §5. Only these eight knobs depend on the preset.
+# The preset table of docs/presets.md. Only these eight knobs depend on the preset.
 PRESETS = MappingProxyType({
     "approx32": MappingProxyType(dict(
         use_f64_boundary_pose=False,
@@ -91,13 +91,13 @@ _LINE_SEARCH_ALIASES = {
     "exact_root": "exact_root", "exact": "exact_root",
 }
 
-# Line-search-dependent defaults (DESIGN §5).
+# Line-search-dependent defaults (docs/presets.md).
 LINE_SEARCH_MAX_ITERATIONS_DEFAULT = 40
 EXACT_ROOT_MAX_ITERATIONS_DEFAULT = 100  # Drake's exact line search allows 100 evaluations
 COST_TOL_DEFAULTS = MappingProxyType({
     # monotone_decay stops once the cost stalls to 0.5 %: a decay search cannot refine α.
     "monotone_decay": (0.0, 5e-3),
-    # Drake's SapSolverParameters (spec §5.1): the cost criterion almost never fires.
+    # Drake's SapSolverParameters (docs/formulation.md § Stopping criteria): the cost criterion almost never fires.
     "armijo_decay": (1e-30, 1e-15),
     "exact_root": (1e-30, 1e-15),
 })
@@ -168,7 +168,7 @@ def _real(field_name: str, value, *, low: float, low_open: bool, high: float = m
 
 @dataclass(frozen=True)
 class SapConfig:
-    """Every knob of the SAP time step (DESIGN §5). ``None`` = preset / dependent default.
+    """Every knob of the SAP time step (docs/presets.md). ``None`` = preset / dependent default.
 
     Attributes:
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
@@ -189,8 +189,8 @@ class SapConfig:
         line_search_relative_slop: cost slop relative to the local cost; default
             1000·ε of the ``contact_solve_precision`` dtype.
         max_iterations: Newton iteration cap (100, Drake's default).
-        optimality_abs_tol: ε_a of the optimality criterion [√J] (1e-14, spec §5.1).
-        optimality_rel_tol: ε_r of the optimality criterion (1e-6, spec §5.1).
+        optimality_abs_tol: ε_a of the optimality criterion [√J] (1e-14, docs/formulation.md § Defaults).
+        optimality_rel_tol: ε_r of the optimality criterion (1e-6, docs/formulation.md § Defaults).
         cost_abs_tol / cost_rel_tol: cost criterion; monotone_decay 0.0 / 5e-3,
             armijo_decay and exact_root 1e-30 / 1e-15.
         contact_tau_d: dissipation time scale τ_d [s] of a shape that sets none (0.1 s,

@@ -1,6 +1,6 @@
 """The public ↔ SAP boundary: the one place where velocity and force orders are converted.
 
-DESIGN §3. Only FREE and DISTANCE joint segments (and body wrenches/twists) differ:
+docs/conventions.md. Only FREE and DISTANCE joint segments (and body wrenches/twists) differ:
 
 ========  =========================  =========================
           public                     sap

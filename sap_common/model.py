@@ -1,6 +1,6 @@
 """The model: one world's topology and parameters (frozen, NumPy) plus ``num_worlds``.
 
-DESIGN §3–§4. Field names follow the Newton vocabulary. A model is normally made by
+See docs/design.md § Data model and batching. Field names follow the Newton vocabulary. A model is normally made by
 :class:`sap_common.builder.ModelBuilder`, by :func:`sap_common.io.load_json` or by
 :mod:`sap_common.scenes`; constructing :class:`SapModel` directly is supported and runs the
 same validation. Every array is read-only after construction.
@@ -20,7 +20,7 @@ DISTANCE      7     6     as FREE; the joint frames are anchor points for a dist
 D6            n     n     one scalar per axis, linear axes first; X_FM = T(Σ d_i l_i) R(a_0,θ_0)…
 ============  ====  ====  ====================================================================
 
-FREE/DISTANCE velocities differ between the two orders (DESIGN §3): public ``[v_C, ω]``, SAP
+FREE/DISTANCE velocities differ between the two orders (docs/conventions.md): public ``[v_C, ω]``, SAP
 ``[ω, v_O]``, all in world coordinates. Per-DOF *parameters* of those joints (armature,
 damping) are indexed in SAP order, because A = M + h·diag(D) is diagonal in SAP coordinates.
 D6 angular axes are applied in sequence (each expressed in the frame left by the previous
@@ -597,7 +597,7 @@ class SapModel:
                 raise ValueError(f"{nm}{where}: must be a 32-bit unsigned bitmask, got {v}")
 
     def _candidate_pairs(self) -> np.ndarray:
-        """Shape pairs the narrow phase tests (DESIGN §6 filters), a < b, sorted."""
+        """Shape pairs the narrow phase tests (the filters of docs/design.md § Collision), a < b, sorted."""
         S = len(self.shape_type)
         excluded = {tuple(sorted((int(a), int(b)))) for a, b in self.shape_filter_pair}
         pairs = []

@@ -1,4 +1,4 @@
-"""The scene library used by tests, tools, docs and benchmarks (DESIGN §7).
+"""The scene library used by tests, tools, docs and benchmarks (docs/design.md § Scenes).
 
 ``get(name, num_worlds=1)`` returns a :class:`~sap_common.io.LoadedScene`. Scenes that share
 a name with a Drake anchor (sphere_drop, sphere_slide, box_slide ≈ box_corners_slide,

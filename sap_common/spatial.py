@@ -1,6 +1,6 @@
 """Rotations, rigid transforms and spatial (6-D) algebra, float64, NumPy only.
 
-Conventions (DESIGN §3):
+Conventions (docs/conventions.md):
 
 * Quaternions are ``[x, y, z, w]`` (scalar last, as ``wp.quat``), Hamilton product,
   ``q_AB`` rotates vectors from frame B to frame A: ``v_A = R(q_AB) v_B``.
@@ -11,7 +11,7 @@ Conventions (DESIGN §3):
 Every function accepts leading batch dimensions (``(..., 4)``, ``(..., 7)``, ``(..., 3)``)
 unless its docstring says otherwise. Functions that build a rotation from a quaternion
 normalize it first, as Drake does, so the unnormalized quaternions of Drake's discrete
-update (spec §7) are handled without further care.
+update (docs/formulation.md § Integration) are handled without further care.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def quat_log(q) -> np.ndarray:
 def quat_integrate(q, omega, dt) -> np.ndarray:
     """Exponential-map increment ``exp(ω dt) ⊗ q``, ω expressed in the parent (left) frame.
 
-    This is the rotation part of the ``midpoint`` position map (DESIGN §2 step 4); the result
+    This is the rotation part of the ``midpoint`` position map (docs/formulation.md § Integration); the result
     is normalized.
     """
     dq = quat_exp(_as_f64(omega) * np.asarray(dt, dtype=np.float64)[..., None])
@@ -243,7 +243,7 @@ def quat_integrate(q, omega, dt) -> np.ndarray:
 
 
 def quat_derivative(q, omega) -> np.ndarray:
-    """``q̇ = ½ (ω, 0) ⊗ q`` for ω expressed in the parent (left) frame (spec §7).
+    """``q̇ = ½ (ω, 0) ⊗ q`` for ω expressed in the parent (left) frame (docs/formulation.md § Integration).
 
     ``q`` is used as given (not normalized), exactly as Drake's ``N(q)``.
     """

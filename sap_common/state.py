@@ -1,4 +1,4 @@
-"""Per-step data on the host: state, control and contacts (DESIGN §3–§4).
+"""Per-step data on the host: state, control and contacts (docs/design.md § Data model and batching).
 
 Arrays carry a leading world axis. ``SapModel.state()`` / ``SapModel.control()`` return
 public-order buffers; constructing the dataclasses directly defaults the order flags to
@@ -21,7 +21,7 @@ __all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "check_state",
 class StepStatus(enum.IntFlag):
     """Per-world outcome of a time step (a bitmask; both solvers report it the same way).
 
-    CONVERGED: the optimality or the cost criterion was met (spec §5.2).
+    CONVERGED: the optimality or the cost criterion was met (docs/formulation.md § Stopping criteria).
     LINE_SEARCH_FAILURE: a line search could not meet its acceptance test.
     MAX_ITERATIONS: the Newton iteration cap was reached first.
     NON_FINITE: the world's inputs or iterates were not finite; its state was left unchanged.
@@ -185,7 +185,7 @@ def _check_shape(name: str, a, shape: tuple) -> None:
 
 
 def check_state(model, state: SapState, name: str = "state") -> None:
-    """Raise ``ValueError`` if ``state``'s arrays do not match ``model`` (DESIGN §8)."""
+    """Raise ``ValueError`` if ``state``'s arrays do not match ``model`` (docs/design.md § Bad input)."""
     W, B = model.num_worlds, model.body_count
     _check_shape(f"{name}.joint_q", state.joint_q, (W, model.joint_coord_count))
     _check_shape(f"{name}.joint_qd", state.joint_qd, (W, model.joint_dof_count))

@@ -1,6 +1,6 @@
 """Stages 0 and 5 on the device: public ↔ SAP order for FREE/DISTANCE joints and body wrenches.
 
-Counterpart of :mod:`sap_ref.boundary` and :mod:`sap_common.conventions` (DESIGN §3): with
+Counterpart of :mod:`sap_ref.boundary` and :mod:`sap_common.conventions` (docs/conventions.md): with
 r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
 (``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
 """

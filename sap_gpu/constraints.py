@@ -2,8 +2,8 @@
 
 Counterpart of :mod:`sap_ref.constraints`. Limit and drive rows are laid out once per model
 (host side, :func:`limit_layout`); every step a kernel decides which limit rows are inside the
-window ``q₀ ± 2h·max(|v₀|, |v*|)`` and fills their J, R, v̂ (spec §4.3), and sets the drives'
-near-rigid gains (spec §4.4). The terms are built per scalar type (``contact_solve_precision``)
+window ``q₀ ± 2h·max(|v₀|, |v*|)`` and fills their J, R, v̂ (docs/formulation.md § Limits), and sets the drives'
+near-rigid gains (docs/formulation.md § Drives). The terms are built per scalar type (``contact_solve_precision``)
 by :func:`make_terms`.
 """
 
@@ -185,7 +185,10 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
                    limit_J_in: wp.array3d(dtype=wp.float64), tree_scratch: wp.array2d(dtype=int),
                    v0_in: wp.array2d(dtype=wp.float64), v_star_in: wp.array2d(dtype=wp.float64),
                    dof_mask_out: wp.array2d(dtype=int), v_out: wp.array2d(dtype=wp.float64)):
-    """Trees touched by a constraint row (spec §2); the Newton start: v₀ there, v* elsewhere."""
+    """Trees touched by a constraint row; the Newton start: v₀ there, v* elsewhere.
+
+    docs/formulation.md § Participating DOFs.
+    """
     world = wp.tid()
     for t in range(tree_count):
         tree_scratch[world, t] = 0
@@ -251,7 +254,7 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
 
 
 def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
-    """Launch: which limit rows are in their window this step, with J, R, v̂ (spec §4.3)."""
+    """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
     wp.launch(_limit_rows, dim=m.num_worlds, device=m.device, inputs=[
@@ -262,7 +265,7 @@ def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, 
 
 
 def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
-    """Launch: each drive row's q₀ and near-rigid effective gains (spec §4.4)."""
+    """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
     wp.launch(_drive_rows, dim=m.num_worlds, device=m.device, inputs=[
@@ -292,7 +295,10 @@ def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_
 
 
 def make_terms(T):
-    """``(friction_cone, limit_term, drive_term)`` Warp functions in scalar type T (spec §4)."""
+    """``(friction_cone, limit_term, drive_term)`` Warp functions in scalar type T.
+
+    docs/formulation.md § The cost and its derivatives.
+    """
     V3 = wp.types.vector(3, T)
     M33 = wp.types.matrix((3, 3), T)
 
@@ -350,7 +356,7 @@ def make_terms(T):
 
     @wp.func
     def drive_term(vc: T, h: T, q0: T, q_target: T, v_target: T, u0: T, Kp: T, Kd: T, e: T):
-        """γ = h·clamp(y, ±e), G = h(hKp + Kd) inside, ℓ = (h/c)Φ_e(y) (spec §4.4)."""
+        """γ = h·clamp(y, ±e), G = h(hKp + Kd) inside, ℓ = (h/c)Φ_e(y) (docs/formulation.md § Drives)."""
         y = -Kp * (q0 + h * vc - q_target) - Kd * (vc - v_target) + u0
         c = h * Kp + Kd
         gamma = h * wp.clamp(y, -e, e)

@@ -15,7 +15,7 @@ wp.set_module_options({"enable_backward": False})
 
 __all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
 
-WEIGHT_FLOOR = 1e-12  # DESIGN §5, as sap_ref.contact_jacobian.WEIGHT_FLOOR
+WEIGHT_FLOOR = 1e-12  # docs/formulation.md § Weights, as sap_ref.contact_jacobian.WEIGHT_FLOOR
 # 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
 FOUR_PI2 = 4.0 * math.pi * math.pi
 _KERNELS: dict = {}
@@ -23,7 +23,10 @@ _KERNELS: dict = {}
 
 @wp.func
 def contact_frame(u: wp.vec3d) -> wp.mat33d:
-    """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents (spec §8.1)."""
+    """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents.
+
+    docs/formulation.md § Contact frame and Jacobian.
+    """
     i = int(0)
     if wp.abs(u[1]) < wp.abs(u[i]):
         i = 1

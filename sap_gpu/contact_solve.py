@@ -1,4 +1,4 @@
-"""Stage 3 on the device: Newton on ℓ(v) with per-world done flags (spec §2, §5).
+"""Stage 3 on the device: Newton on ℓ(v) with per-world done flags (docs/formulation.md § Newton loop).
 
 Counterpart of :mod:`sap_ref.contact_solve`. One iteration for every world still running:
 
@@ -191,7 +191,10 @@ def _build(T, TL, variant, solver):
 
     @wp.func
     def phi(P: Problem, world: int, alpha: T):
-        """ℓ(v + αΔv), dℓ/dα, d²ℓ/dα² (spec §5.3): dynamics part from P.line, terms recomputed."""
+        """ℓ(v + αΔv), dℓ/dα, d²ℓ/dα²: dynamics part from P.line, terms recomputed.
+
+        docs/formulation.md § Line searches.
+        """
         ell = P.line[world, 0] + alpha * P.line[world, 1] + T(0.5) * alpha * alpha * P.line[world, 2]
         dell = P.line[world, 1] + alpha * P.line[world, 2]
         d2ell = P.line[world, 2]
@@ -360,7 +363,7 @@ def _build(T, TL, variant, solver):
             ell = ell + ld
             P.gamma[world, o2 + i] = gd
             P.dv[world, P.drive_dof[i]] = P.dv[world, P.drive_dof[i]] + gd
-        # Stopping tests over participating DOFs (spec §5.2): D̃ = diag(A)^(-1/2).
+        # Stopping tests over participating DOFs (docs/formulation.md § Stopping criteria): D̃ = diag(A)^(-1/2).
         r2 = zero
         sA = zero
         sJ = zero

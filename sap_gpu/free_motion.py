@@ -1,4 +1,4 @@
-"""Stage 1 on the device: A = M + h·diag(D) and v* from A (v* − v₀) = h·k (spec §1).
+"""Stage 1 on the device: A = M + h·diag(D) and v* from A (v* − v₀) = h·k (docs/formulation.md § Free motion).
 
 Counterpart of :mod:`sap_ref.free_motion`. ``k = −(C v₀ − τ_g − Σ J_bᵀ F_b) − D v₀ + joint_f +
 u_explicit`` with ``u_explicit`` the effort-clamped ``joint_act`` of undriven DOFs. With

@@ -1,4 +1,4 @@
-"""Stage 4 on the device: q₁ = Φ(q₀, v₀, v₁, h), one thread per world (spec §7).
+"""Stage 4 on the device: q₁ = Φ(q₀, v₀, v₁, h), one thread per world (docs/formulation.md § Integration).
 
 Counterpart of :mod:`sap_ref.integration`: ``sap_euler`` q₁ = q₀ + h N(q₀) v₁ (quaternions not
 re-normalized, Drake), ``midpoint`` with v̄ = (v₀ + v₁)/2 and the normalized exponential map.

@@ -1,6 +1,6 @@
 """Line searches on the device: ``monotone_decay``, ``armijo_decay``, ``exact_root``.
 
-Counterparts of :mod:`sap_ref.line_search` (the same steps and tests, DESIGN §5, spec §5.4–5.5).
+Counterparts of :mod:`sap_ref.line_search` (the same steps and tests, docs/formulation.md § Line searches).
 Each is a ``wp.func`` running inside one world's thread; they call ``phi(P, world, alpha)``, the
 cost along the Newton direction and its two derivatives, which :mod:`sap_gpu.contact_solve`
 supplies. Built per scalar type and per φ by :func:`make_line_search`. Each returns
@@ -72,7 +72,7 @@ def make_line_search(T, phi, P_type, variant: str):
         evals = int(1)
         if dell_max <= T(0.0):
             return alpha_max, evals, 0
-        if -dphi0 < cost_abs + cost_rel * ell_max:  # Drake compares with ℓ(α_max) (spec §5.4)
+        if -dphi0 < cost_abs + cost_rel * ell_max:  # Drake compares with ℓ(α_max) (docs/formulation.md § Line searches)
             return T(1.0), evals, 0
         scale = -dphi0
         alpha0 = alpha_max

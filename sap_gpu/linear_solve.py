@@ -1,4 +1,4 @@
-"""The Newton direction ``H Δv = −∇ℓ`` on the device: Cholesky (spec §5.2) or matrix-free PCR.
+"""The Newton direction ``H Δv = −∇ℓ`` on the device: Cholesky (docs/formulation.md § Linear solve) or matrix-free PCR.
 
 Counterpart of :mod:`sap_ref.linear_solve`.
 

@@ -1,4 +1,4 @@
-"""SolverSAP on the device: the sap_ref time step batched over num_worlds in Warp (DESIGN §2).
+"""SolverSAP on the device: the sap_ref time step batched over num_worlds in Warp (docs/pipeline.md).
 
     solver = SolverSAP(model, max_rigid_contact=16, contact_preset_variant="drake", device="cuda:0")
     state, control = sap_gpu.state(model, device), sap_gpu.control(model, device)
@@ -50,7 +50,7 @@ def _check(name, a, shape, dtype, device):
 
 
 def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> None:
-    """``ValueError`` naming the field if a device state does not match the model (DESIGN §8)."""
+    """``ValueError`` naming the field if a device state does not match the model (docs/design.md § Bad input)."""
     W, B = m.num_worlds, m.body_count
     _check(f"{name}.joint_q", state.joint_q, (W, m.nq), wp.float64, m.device)
     _check(f"{name}.joint_qd", state.joint_qd, (W, m.nv), wp.float64, m.device)
@@ -115,7 +115,7 @@ def _check_inputs(nq: int, nv: int, body_count: int, joint_q: wp.array2d(dtype=w
 def _select_outputs(nq: int, nv: int, q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
                     overflow: wp.array(dtype=int), q1: wp.array2d(dtype=wp.float64), v1: wp.array2d(dtype=wp.float64),
                     status: wp.array(dtype=int)):
-    """Flag non-finite results and contact overflow; a NON_FINITE world keeps q₀, v₀ (DESIGN §8)."""
+    """Flag non-finite results and contact overflow; a NON_FINITE world keeps q₀, v₀ (docs/design.md § Bad input)."""
     world = wp.tid()
     ok = int(1)
     for i in range(nq):

@@ -1,4 +1,4 @@
-"""Stages 0 and 5: the public ↔ SAP boundary of a time step (DESIGN §2, §3, §8).
+"""Stages 0 and 5: the public ↔ SAP boundary of a time step (docs/conventions.md, docs/design.md § Bad input).
 
 ``read_inputs`` checks the state and control against the model and returns SAP-order arrays
 for every world; ``write_state`` stores q₁, v₁ back (``joint_qd`` in the order

@@ -1,18 +1,19 @@
 """Collision: the narrow phase for the model's candidate shape pairs, one world at a time.
 
 ``CollisionPipeline(model, max_rigid_contact, config).collide(state, contacts)`` fills
-:class:`~sap_common.state.SapContacts` (DESIGN §4, §6). For each candidate pair (a, b) of
+:class:`~sap_common.state.SapContacts` (docs/design.md § Collision). For each candidate pair (a, b) of
 ``model.shape_pair`` (a < b, already filtered), shape 0 = a and shape 1 = b whatever their
-types. Conventions (spec §8.1–§8.2, docs/conventions.md):
+types. Conventions (docs/formulation.md § Contact frame and Jacobian, docs/conventions.md):
 
 * ``normal`` n̂ is a unit vector from shape 0 into shape 1 (world frame);
 * ``x0`` is the point of shape 0 deepest inside shape 1 (on shape 0's surface), ``x1`` the
   point of shape 1 deepest inside shape 0 (on shape 1's surface), and
   ``phi0 = n̂·(x1 − x0)`` with x1 − x0 = φ₀ n̂ exactly: φ₀ < 0 in penetration;
-* a contact is reported while ``phi0 < margin0 + margin1`` (DESIGN §6; a non-finite φ₀, from a
+* a contact is reported while ``phi0 < margin0 + margin1`` (docs/design.md § Collision; a non-finite φ₀, from a
   non-finite pose, is never reported);
 * per shape, an unset (NaN) material takes the config's fallback (``fallback_mu``,
-  ``fallback_stiffness``, ``contact_tau_d``); a pair combines them as Drake does (spec §8.3):
+  ``fallback_stiffness``, ``contact_tau_d``); a pair combines them as Drake does
+  (docs/formulation.md § Material combination):
   μ = 2μ₀μ₁/(μ₀+μ₁), k = k₀k₁/(k₀+k₁) (one ∞: the other), τ_d = τ₀ + τ₁;
 * per world, contacts are in generation order (pairs in ``model.shape_pair`` order, points in
   each routine's fixed order). Beyond ``max_rigid_contact`` the deepest are kept (smallest φ₀,
@@ -293,7 +294,9 @@ def pair_contacts(type0, X0, size0, type1, X1, size1):
 
 
 def combine_materials(model: SapModel, a: int, b: int, config: SapConfig):
-    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b), spec §8.3 with the config's fallbacks.
+    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b) with the config's fallbacks.
+
+    docs/formulation.md § Material combination.
 
     Per shape, NaN → ``fallback_mu`` / ``fallback_stiffness`` / ``contact_tau_d``. Then
     μ = 2μ₀μ₁/(μ₀+μ₁) (0 if both are 0), k = k₀k₁/(k₀+k₁) (one ∞: the other; both ∞: ∞; both 0: 0),

@@ -14,7 +14,8 @@ generation on the axis of largest separation (least penetration):
   are not these two edges, or a deep overlap), the edge pair is not a contact feature and the
   best face axis is used instead, so the witness points always stay on the boxes' surfaces.
 
-Same output convention as :mod:`sap_ref.collision`, spec §8.1: ``[(x0, x1, normal, phi0)]``,
+Same output convention as :mod:`sap_ref.collision` (docs/formulation.md § Contact frame and Jacobian):
+``[(x0, x1, normal, phi0)]``,
 normal n̂ from box 0 into box 1, x0 on box 0's surface, x1 on box 1's, x1 − x0 = φ₀ n̂.
 Penetrating pairs report φ₀ = the SAT penetration depth (negative) on the deepest point; a
 separated pair reports a lower bound of its distance (the largest SAT separation), which is all

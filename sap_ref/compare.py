@@ -1,4 +1,4 @@
-"""How much the presets differ, one step from the same state (DESIGN §5).
+"""How much the presets differ, one step from the same state (docs/presets.md).
 
     Δ_precision = ‖v(approx64) − v(approx32)‖   (float32 paths vs float64, same model)
     Δ_model     = ‖v(drake) − v(approx64)‖      (Drake's weight, contact point and position map)

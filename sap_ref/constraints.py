@@ -1,14 +1,16 @@
-"""SAP constraint terms: cost ℓᵢ, impulse γᵢ = −∂ℓᵢ/∂vcᵢ, Hessian Gᵢ = −∂γᵢ/∂vcᵢ (spec §2, §4).
+"""SAP constraint terms: cost ℓᵢ, impulse γᵢ = −∂ℓᵢ/∂vcᵢ, Hessian Gᵢ = −∂γᵢ/∂vcᵢ.
+
+docs/formulation.md § The cost and its derivatives.
 
 Three kinds, each a set of rows ``J`` (so vc = J v) with per-row parameters:
 
-* friction cone (contacts), spec §4.1: regularized projection of ``y = R⁻¹(v̂ − vc)`` onto the
+* friction cone (contacts), docs/formulation.md § Friction cone: regularized projection of ``y = R⁻¹(v̂ − vc)`` onto the
   friction cone in the R-norm, three regions (stiction, sliding, no contact);
-* limits (joint position limits and distance-joint limits), spec §4.3: one-sided
+* limits (joint position limits and distance-joint limits), docs/formulation.md § Limits: one-sided
   ``γ = max(0, y)``, near-rigid with β = 0.1, added only inside the window
   ``q₀ ± 2h·max(|v₀|, |v*|)``;
 * drives (PD toward targets with an effort limit, feed-forward ``joint_act`` inside the
-  clamp), spec §4.4: ``γ = h·clamp(−Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀, ±e)``.
+  clamp), docs/formulation.md § Drives: ``γ = h·clamp(−Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀, ±e)``.
 
 Drake: ``SapFrictionConeConstraint``, ``SapLimitConstraint``, ``SapPdControllerConstraint``.
 """
@@ -42,10 +44,10 @@ __all__ = [
     "drive_terms",
 ]
 
-SOFT_NORM_EPS = 1e-7  # N·s, Drake's hard-coded soft-norm ε of the friction cone (spec §4.1)
-LIMIT_BETA = 0.1  # near-rigid threshold of limit constraints (spec §3)
-DRIVE_BETA = 0.1  # near-rigid threshold of PD constraints (spec §3)
-LIMIT_WINDOW_FACTOR = 2.0  # limits are added inside q₀ ± 2h·max(|v₀|, |v*|) (spec §4.3)
+SOFT_NORM_EPS = 1e-7  # N·s, Drake's hard-coded soft-norm ε of the friction cone (docs/formulation.md § Friction cone)
+LIMIT_BETA = 0.1  # near-rigid threshold of limit constraints (docs/formulation.md § Regularization)
+DRIVE_BETA = 0.1  # near-rigid threshold of PD constraints (docs/formulation.md § Regularization)
+LIMIT_WINDOW_FACTOR = 2.0  # limits are added inside q₀ ± 2h·max(|v₀|, |v*|) (docs/formulation.md § Limits)
 DISTANCE_EPS = 1e-9  # m; below this the distance direction is undefined and the limit is skipped
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
@@ -138,7 +140,7 @@ def _limit_row(rows, g, k, tau, joint, side, J_row):
 
 def limit_constraints(model: SapModel, joint_q, v0, v_star, A, dt: float, body_q=None,
                       J_bodies=None) -> LimitConstraints:
-    """Limit rows active in this step (spec §4.3), with their R and v̂.
+    """Limit rows active in this step (docs/formulation.md § Limits), with their R and v̂.
 
     A limit enters only if it lies inside ``q₀ ± 2δ``, δ = h·max(|v₀|, |v*|) (distance limits:
     the same test on the anchor distance and its rate). ``k = joint_limit_ke``,
@@ -238,7 +240,7 @@ class DriveConstraints:
 
 
 def drive_constraints(model: SapModel, joint_q, A, dt: float, q_target, v_target, u0) -> DriveConstraints:
-    """Drive rows with Drake's near-rigid effective gains (spec §4.4).
+    """Drive rows with Drake's near-rigid effective gains (docs/formulation.md § Drives).
 
     With ``R = 1/(h(h Kp + Kd))`` and ``R_nr = β² w/(4π²)`` (β = 0.1, w = 1/A_dd): if R < R_nr,
     keep the ratio Kd/Kp and lower the gains until R = R_nr.
@@ -272,7 +274,7 @@ def drive_constraints(model: SapModel, joint_q, A, dt: float, q_target, v_target
 
 
 def drive_terms(vc: np.ndarray, d: DriveConstraints):
-    """``(gamma, G, ell)`` of the drive rows (spec §4.4).
+    """``(gamma, G, ell)`` of the drive rows (docs/formulation.md § Drives).
 
     ``y = −Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀``, ``c = h Kp + Kd``, ``γ = h·clamp(y, ±e)``,
     ``G = h c`` inside the clamp else 0, ``ℓ = (h/c)·Φ_e(y)`` with Φ_e(y) = y²/2 for |y| ≤ e and

@@ -5,13 +5,14 @@ For contact i between body 0 and body 1 (normal n̂ from shape 0 into shape 1):
 * frame ``R_WC = [t̂₁ | t̂₂ | n̂]`` with Drake's tangent basis (``RotationMatrix::MakeFromOneUnitVector``);
 * ``J_i v = R_WCᵀ [V₁(p₁) − V₀(p₀)]`` (3 × nv), rows (t₁, t₂, n): the velocity of body 1
   relative to body 0. ``witness_point`` mode uses p₀ = x₀, p₁ = x₁; ``contact_midpoint`` uses
-  p₀ = p₁ = α₀x₀ + α₁x₁ with α₀ = k₀/(k₀+k₁) (Drake's stiffness-weighted point, spec §8.2);
-* weight w_i: ``diag_delassus`` ``‖J_i diag(A)⁻¹ J_iᵀ‖_F / 3`` (Drake, spec §2) or
+  p₀ = p₁ = α₀x₀ + α₁x₁ with α₀ = k₀/(k₀+k₁) (Drake's stiffness-weighted point,
+  docs/formulation.md § Contact frame and Jacobian);
+* weight w_i: ``diag_delassus`` ``‖J_i diag(A)⁻¹ J_iᵀ‖_F / 3`` (Drake, docs/formulation.md § Weights) or
   ``body_inertia`` ``⅓ Σ_c Σ_b [1/m_b + (r_b × c)ᵀ I_b⁻¹ (r_b × c)]`` over the three frame
   directions c and the contact's dynamic bodies (r_b from the body's COM, in body axes),
-  both floored at 1e-12 (DESIGN §5);
+  both floored at 1e-12 (docs/formulation.md § Weights);
 * ``R = diag(σw, σw, max(β²w/(4π²), 1/(h k (h + τ_d))))`` and ``v̂ = (0, 0, −φ₀/(h + τ_d))``
-  (spec §3, §4.1).
+  (docs/formulation.md § Regularization).
 
 Drake: ``DiscreteUpdateManager::AppendDiscreteContactPairsForPointContact``,
 ``SapModel::CalcDelassusDiagonalApproximation``, ``SapFrictionConeConstraint::DoMakeData``.
@@ -40,7 +41,7 @@ __all__ = [
     "contact_regularization",
 ]
 
-WEIGHT_FLOOR = 1e-12  # DESIGN §5: w = max(…, 1e-12) keeps R > 0 for contacts on static bodies
+WEIGHT_FLOOR = 1e-12  # docs/formulation.md § Weights: w = max(…, 1e-12) keeps R > 0 for contacts on static bodies
 
 
 @dataclass
@@ -69,7 +70,7 @@ class ContactGeometry:
 
 
 def contact_frames(normals: np.ndarray) -> np.ndarray:
-    """``R_WC (C, 3, 3)`` with z = n̂ and Drake's tangents (spec §8.1).
+    """``R_WC (C, 3, 3)`` with z = n̂ and Drake's tangents (docs/formulation.md § Contact frame and Jacobian).
 
     With u = n̂, i the index of u's smallest |u_i| (first on ties), j = i+1, k = j+1 (mod 3),
     r = 1/√(1 − u_i²), s = −r u_i: x-axis v (v_i = 0, v_j = −r u_k, v_k = r u_j), y-axis w
@@ -141,7 +142,7 @@ def delassus_weights(J: np.ndarray, A_diag: np.ndarray, precision: str = "fp64")
 
 def body_inertia_weights(model: SapModel, geometry: ContactGeometry, body_q: np.ndarray,
                          precision: str = "fp64") -> np.ndarray:
-    """DESIGN §5 ``body_inertia`` weights: each dynamic body's inverse inertia at the contact.
+    """``body_inertia`` weights (docs/formulation.md § Weights): each dynamic body's inverse inertia at the contact.
 
     ``ω_b(c) = 1/m_b + (R_bᵀ(r_b × c))ᵀ I_b⁻¹ (R_bᵀ(r_b × c))`` with r_b from the body's COM to
     its contact point, summed over the contact's dynamic bodies, averaged over c ∈ (t₁, t₂, n).
@@ -166,7 +167,7 @@ def body_inertia_weights(model: SapModel, geometry: ContactGeometry, body_q: np.
 
 def contact_regularization(w, ke, tau_d, phi0, dt: float, beta: float, sigma: float,
                            precision: str = "fp64"):
-    """``(R (C, 3), v_hat (C, 3))`` of the friction-cone constraints (spec §3, §4.1).
+    """``(R (C, 3), v_hat (C, 3))`` of the friction-cone constraints (docs/formulation.md § Regularization).
 
     ``R_t = σ w``, ``R_n = max(β² w/(4π²), 1/(h k (h + τ_d)))`` (k = ∞ gives the near-rigid
     value), ``v̂ = (0, 0, −φ₀/(h + τ_d))`` with the user τ_d even when R_n is the floor.

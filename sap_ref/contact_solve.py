@@ -1,4 +1,4 @@
-"""Stage 3: Newton's method on the SAP cost ℓ(v) (spec §2, §5).
+"""Stage 3: Newton's method on the SAP cost ℓ(v) (docs/formulation.md § Newton loop).
 
     ℓ(v)  = ½ (v − v*)ᵀ A (v − v*) + Σᵢ ℓᵢ(Jᵢ v)
     ∇ℓ(v) = A (v − v*) − Jᵀ γ(v),        H(v) = A + Jᵀ G(v) J
@@ -159,7 +159,10 @@ class SolveResult:
 
 
 def participating_dofs(model: SapModel, *row_blocks: np.ndarray) -> np.ndarray:
-    """DOFs of every tree touched by a constraint row (spec §2: Drake's participating cliques)."""
+    """DOFs of every tree touched by a constraint row (Drake's participating cliques).
+
+    docs/formulation.md § Participating DOFs.
+    """
     touched = np.zeros(model.joint_dof_count, dtype=bool)
     for J in row_blocks:
         if J.size:
@@ -191,7 +194,7 @@ def _constraint_terms(p: SapProblem, contact_vc, limit_vc, drive_vc):
 
 
 def evaluate(p: SapProblem, v: np.ndarray) -> Evaluation:
-    """ℓ(v), ∇ℓ(v), γ(v), G(v) (spec §2)."""
+    """ℓ(v), ∇ℓ(v), γ(v), G(v) (docs/formulation.md § The cost and its derivatives)."""
     v = np.asarray(v, dtype=p.dtype)
     cvc = np.einsum("cin,n->ci", p.contact_J, v)
     lvc = p.limit_J @ v
@@ -259,7 +262,7 @@ def newton_direction(p: SapProblem, ev: Evaluation, config: SapConfig):
 
 def cost_along_line(p: SapProblem, ev: Evaluation, dv: np.ndarray):
     """``phi(α) -> (ℓ(v + αΔv), dℓ/dα, d²ℓ/dα²)`` with the dynamics part from precomputed
-    coefficients and the constraint terms recomputed at ``vc + αΔvc`` (spec §5.3)."""
+    coefficients and the constraint terms recomputed at ``vc + αΔvc`` (docs/formulation.md § Line searches)."""
     dv = np.asarray(dv, dtype=p.dtype)
     dp = p.A @ dv
     d2_A = dv @ dp
@@ -289,7 +292,7 @@ def stopping_criterion(p: SapProblem, ev: Evaluation, config: SapConfig):
 
 
 def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
-    """Newton iterations from ``v_guess`` (spec §5.2); never raises on a failed solve."""
+    """Newton iterations from ``v_guess`` (docs/formulation.md § Newton loop); never raises on a failed solve."""
     v = np.asarray(v_guess, dtype=p.dtype).copy()
     ev = evaluate(p, v)
     history, ls_iterations, cost_reached = [], 0, False
@@ -328,7 +331,7 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         v = v + p.dtype.type(ls.alpha) * dv
         ev = evaluate(p, v)
         ell = float(ev.ell)
-        # Drake's cost criterion, tested at the top of the next iteration (spec §5.2).
+        # Drake's cost criterion, tested at the top of the next iteration (docs/formulation.md § Stopping criteria).
         cost_reached = (abs(ell_prev - ell) < config.cost_abs_tol + config.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
                         and ls.alpha > 0.5)
     _, r, s = stopping_criterion(p, ev, config) if np.all(np.isfinite(ev.grad)) else (False, np.inf, np.inf)

@@ -8,7 +8,7 @@
 * ``body_wrench_forces`` — generalized forces ``Σ_b J_bᵀ F_b`` of body wrenches.
 
 All spatial quantities are world-frame, at each body origin, angular first (SAP order);
-accelerations are classical (the acceleration of the body-origin point). Spec §1.
+accelerations are classical (the acceleration of the body-origin point). See docs/formulation.md § Free motion.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 1, free motion: the dynamics matrix A and the free-motion velocity v* (spec §1).
+"""Stage 1, free motion: the dynamics matrix A and the free-motion velocity v* (docs/formulation.md § Free motion).
 
     A = M(q₀) + h·diag(D)                     (M includes the armature)
     A (v* − v₀) = h · k,   k = τ_g − C(q₀, v₀) v₀ − D v₀ + joint_f + Σ_b J_bᵀ body_f_b + u_explicit
@@ -8,7 +8,7 @@ With ``pcr`` settings (``matrixfree_representation``) A is not factored: Δv = v
 
 Joint damping is explicit in k (−D v₀) and implicit in A (+h D): backward Euler on damping.
 ``u_explicit`` is ``joint_act`` on DOFs without a drive, clamped to the effort limit; on a
-driven DOF the actuation goes inside the drive constraint instead (DESIGN §2, spec §4.4).
+driven DOF the actuation goes inside the drive constraint instead (docs/formulation.md § Drives).
 Drake: ``SapDriver::CalcLinearDynamicsMatrix``, ``CalcFreeMotionVelocities``.
 """
 

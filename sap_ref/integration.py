@@ -1,4 +1,4 @@
-"""Stage 4, the position update q₁ = Φ(q₀, v₀, v₁, h) (DESIGN §2 step 4, spec §7).
+"""Stage 4, the position update q₁ = Φ(q₀, v₀, v₁, h) (docs/formulation.md § Integration).
 
 * ``sap_euler`` (the drake preset): ``q₁ = q₀ + h N(q₀) v₁`` for every joint, quaternions
   included and never re-normalized, exactly as Drake's discrete update (|q| drifts upward

@@ -134,7 +134,7 @@ def qdot_map(model: SapModel, joint_q: np.ndarray) -> np.ndarray:
 
     Scalar coordinates: 1. Ball: ``½ Q(q)`` with ω in F. FREE/DISTANCE: ``ṗ = v_O`` and
     ``q̇_quat = ½ Q(q) ω``. Q uses the stored, unnormalized quaternion (Drake's
-    ``QuaternionFloatingMobilizer``, spec §7).
+    ``QuaternionFloatingMobilizer``, docs/formulation.md § Integration).
     """
     joint_q = np.asarray(joint_q, dtype=np.float64)
     N = np.zeros((model.joint_coord_count, model.joint_dof_count))

@@ -1,9 +1,9 @@
 """Line searches along the Newton direction: ``monotone_decay``, ``armijo_decay``, ``exact_root``.
 
 Each takes ``phi(α) -> (φ, φ', φ'')``, the cost along ``v + α Δv`` and its first two
-derivatives (:func:`sap_ref.contact_solve.cost_along_line`, spec §5.3), plus φ(0) and φ'(0),
-and returns a :class:`LineSearchResult`. DESIGN §5 describes the three; ``armijo_decay`` is
-Drake's backtracking search (spec §5.5) and ``exact_root`` Drake's exact search (spec §5.4).
+derivatives (:func:`sap_ref.contact_solve.cost_along_line`), plus φ(0) and φ'(0),
+and returns a :class:`LineSearchResult` (all three: docs/formulation.md § Line searches). ``armijo_decay`` is
+Drake's backtracking search and ``exact_root`` Drake's exact search.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ __all__ = [
     "EXACT_F_TOL",
 ]
 
-MONOTONE_ABS_SLOP = 1e-14  # accept φ(α) ≤ φ(0) + 1e-14 + 1e-12|φ(0)| (DESIGN §5): rounding of φ
+MONOTONE_ABS_SLOP = 1e-14  # accept φ(α) ≤ φ(0) + 1e-14 + 1e-12|φ(0)|: rounding of φ (docs/formulation.md § Line searches)
 MONOTONE_REL_SLOP = 1e-12
-MONOTONE_ALPHA_MIN = 1e-8  # below this step monotone_decay reports failure (DESIGN §5)
-EXACT_ALPHA_MAX = 1.5  # Drake's exact line search may over-relax to 1.5 (spec §5.4)
-EXACT_F_TOL = 1e-8  # tolerance on f = φ'(α)/(−φ'(0)) (spec §5.4, hard-coded in Drake)
+MONOTONE_ALPHA_MIN = 1e-8  # below this step monotone_decay reports failure (docs/formulation.md § Line searches)
+EXACT_ALPHA_MAX = 1.5  # Drake's exact line search may over-relax to 1.5 (docs/formulation.md § Line searches)
+EXACT_F_TOL = 1e-8  # tolerance on f = φ'(α)/(−φ'(0)) (docs/formulation.md § Line searches; hard-coded in Drake)
 
 Phi = Callable[[float], tuple[float, float, float]]
 
@@ -82,7 +82,7 @@ def monotone_decay(phi: Phi, phi0: float, dphi0: float, config: SapConfig) -> Li
 
 
 def armijo_decay(phi: Phi, phi0: float, dphi0: float, config: SapConfig) -> LineSearchResult:
-    """Drake's backtracking search (spec §5.5), from α_max = 1/ρ down by factors of ρ.
+    """Drake's backtracking search, from α_max = 1/ρ down by factors of ρ (docs/formulation.md § Line searches).
 
     Accepts α_max at once if φ'(α_max) < 0 or below the slop; otherwise backtracks with the
     Armijo test ``φ(α) < φ(0) + c α φ'(0)``, stopping when the finite-difference slope is below
@@ -118,7 +118,7 @@ def armijo_decay(phi: Phi, phi0: float, dphi0: float, config: SapConfig) -> Line
 
 
 def exact_root(phi: Phi, phi0: float, dphi0: float, config: SapConfig) -> LineSearchResult:
-    """Root of φ'(α) on [0, 1.5] by Newton with bisection fallback (spec §5.4).
+    """Root of φ'(α) on [0, 1.5] by Newton with bisection fallback (docs/formulation.md § Line searches).
 
     Returns α_max = 1.5 if φ'(α_max) ≤ 0, α = 1 if the slope is negligible, else the root of
     ``f(α) = φ'(α)/(−φ'(0))`` from ``α₀ = min(−φ'(0)/φ''(α_max), α_max)`` (Drake takes φ'' at
@@ -131,7 +131,7 @@ def exact_root(phi: Phi, phi0: float, dphi0: float, config: SapConfig) -> LineSe
     ell_max, dell_max, d2ell_max = rec(alpha_max)
     if dell_max <= 0.0:
         return rec.result(alpha_max)
-    # Drake compares with the cost at α_max here (its variable is named ell0, spec §5.4).
+    # Drake compares with the cost at α_max here (its variable is named ell0; docs/formulation.md § Line searches).
     if -dphi0 < config.cost_abs_tol + config.cost_rel_tol * ell_max:
         return rec.result(1.0)
     scale = -dphi0

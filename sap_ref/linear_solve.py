@@ -1,4 +1,4 @@
-"""The Newton direction ``H Δv = −∇ℓ``: dense Cholesky (spec §5.2) or matrix-free PCR.
+"""The Newton direction ``H Δv = −∇ℓ``: dense Cholesky (docs/formulation.md § Linear solve) or matrix-free PCR.
 
 ``precision="fp32"`` really factors and solves in float32 (``contact_linear_solve_precision``):
 H and the right-hand side are rounded to float32 and the result is returned in float32.

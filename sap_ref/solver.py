@@ -1,4 +1,4 @@
-"""SolverSAP: the sap_ref time step, one world at a time (DESIGN §2).
+"""SolverSAP: the sap_ref time step, one world at a time (docs/pipeline.md).
 
     solver = SolverSAP(model, max_rigid_contact=16, contact_preset_variant="drake")
     pipeline = CollisionPipeline(model, 16)
@@ -80,7 +80,7 @@ class SolverSAP:
     Args:
         model: the model (at least one articulated DOF).
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
-        contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (DESIGN §5).
+        contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (docs/presets.md).
         **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,

@@ -12,7 +12,7 @@ import tools.benchmark as bench
 from sap_common import scenes
 from tools.benchmark import main, noise_channels, percentile_from_histogram
 
-# Keys every run reports (docs/benchmarks.md).
+# Keys every run reports (docs/benchmarks.md § Method).
 RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset", "device", "realtime_factor",
             "gpu_memory_mib", "newton_mean", "newton_p95", "line_search_mean", "line_search_p95",
             "contacts_per_world_mean", "converged_fraction", "capped_steps", "world_steps", "truncated_contacts",

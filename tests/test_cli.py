@@ -160,8 +160,8 @@ def test_check_out_and_plain():
     assert check_out("--out", "relative.json") == "relative.json"  # the working directory exists
     with pytest.raises(ValueError, match=r"--x: the directory 'missing' of 'missing/a.json' does not exist"):
         check_out("--x", "missing/a.json")
-    assert plain("``sap-demo`` runs :func:`~sap_ref.solver.step` with `x` and :data:`MIN`") == \
-        "sap-demo runs step with x and MIN"
+    assert plain("``sap-demo`` runs :class:`~sap_ref.solver.SolverSAP` with `x` and :data:`MIN`") == \
+        "sap-demo runs SolverSAP with x and MIN"
     p = parser("tool", "``tool``: does things.\n\n    tool a b   # first\n    tool c \\\n        --d\n\nProse ``x``.\n")
     assert p.description == "Does things." and p.epilog == "examples:\n  tool a b   # first\n  tool c \\\n      --d"
 

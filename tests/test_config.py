@@ -1,4 +1,4 @@
-"""sap_common.config: the DESIGN §5 preset table, aliases, overrides, defaults and validation."""
+"""sap_common.config: the preset table of docs/presets.md, aliases, overrides, defaults and validation."""
 
 import dataclasses
 
@@ -7,7 +7,7 @@ import pytest
 
 from sap_common.config import PRESETS, SapConfig, normalize_preset, precision_dtype
 
-# DESIGN §5, written out here independently of sap_common.config.PRESETS.
+# docs/presets.md § Presets, written out here independently of sap_common.config.PRESETS.
 TABLE = {
     "use_f64_boundary_pose": (False, True, True),
     "free_motion_solve_precision": ("fp32", "fp64", "fp64"),

@@ -1,4 +1,4 @@
-"""sap_common.conventions: the public ↔ SAP maps (DESIGN §3), property-tested (≥ 200 examples)."""
+"""sap_common.conventions: the public ↔ SAP maps (docs/conventions.md), property-tested (≥ 200 examples)."""
 
 import numpy as np
 import pytest
@@ -96,7 +96,7 @@ def test_conversion_uses_current_orientation(com, angle, qd):
 
 def test_drake_unnormalized_quaternion_is_normalized_for_r():
     model = _one_free_body([0.1, 0.0, 0.0])
-    q = np.array([0, 0, 0, 0, 0, 0, 1.0143])  # Drake lets |q| drift (spec §7)
+    q = np.array([0, 0, 0, 0, 0, 0, 1.0143])  # Drake lets |q| drift (docs/formulation.md § Integration)
     qd = np.array([0, 0, 0, 0, 0, 1.0])  # ω = z
     np.testing.assert_allclose(cv.joint_qd_public_to_sap(model, q, qd), [0, 0, 1, 0, -0.1, 0], atol=1e-15)
 

@@ -1,4 +1,4 @@
-"""sap_gpu.to_device / to_host and the device-side constructors (DESIGN §3)."""
+"""sap_gpu.to_device / to_host and the device-side constructors (docs/design.md § Data model and batching)."""
 
 import dataclasses
 

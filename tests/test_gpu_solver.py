@@ -140,7 +140,7 @@ def test_a_non_finite_world_is_flagged_and_leaves_the_others_alone(device):
     assert not np.any(statuses[:, [0, 2]] & StepStatus.NON_FINITE)
     for w in (0, 2):
         _assert_state_equal(_world(out, w), _world(clean, w), f"world {w}")
-    # The flagged world keeps its state (DESIGN §8), which stays finite.
+    # The flagged world keeps its state (docs/design.md § Bad input), which stays finite.
     assert np.array_equal(out.joint_q[1], state.joint_q[1]) and np.array_equal(out.joint_qd[1], state.joint_qd[1])
 
 
@@ -169,7 +169,7 @@ def test_contact_overflow_is_counted_and_flagged(device):
 
 @pytest.mark.parametrize("linear_solver", ["cholesky", "pcr"])
 def test_step_allocates_nothing(device, monkeypatch, linear_solver):
-    """DESIGN §2: every buffer is made at construction; step() launches and copies only."""
+    """Every buffer is made at construction; step() launches and copies only (docs/pipeline.md)."""
     scene = scenes.get(BATCH_SCENE, num_worlds=2)
     solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device,
                                contact_linear_solver=linear_solver)

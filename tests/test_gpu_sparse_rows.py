@@ -1,4 +1,4 @@
-"""The Newton loop's sparse products against the plain dense path (STYLE rule 12).
+"""The Newton loop's sparse products against the plain dense path (docs/testing.md § Fast paths against plain paths).
 
 ``SolverSAP.sparse_rows`` (default True) runs every J and A product of the Newton loop over the
 non-zero columns of each contact block, limit row and row of A (``constraints.row_support``);

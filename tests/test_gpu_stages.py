@@ -1,11 +1,11 @@
-"""sap_gpu against sap_ref stage by stage, from identical inputs (STYLE rule 10).
+"""sap_gpu against sap_ref stage by stage, from identical inputs (docs/testing.md § Cross-backend checks).
 
 Hypothesis draws builder models (every joint type, limits, drives, spheres, capsules and boxes
 over a ground plane) and states; both solvers take one step from the same state with the same
 contacts (sap_ref's pipeline; the device pipeline is compared in test_gpu_collision). Compared: A, v*,
 contact J, w, R, v̂, the limit and drive rows, then γ, ℓ, ∇ℓ and H at the same v, and finally the
-full step: sap_gpu's v₁ must solve sap_ref's problem to the solver tolerance (STYLE: compare
-solves on optimality and cost, not on iterates).
+full step: sap_gpu's v₁ must solve sap_ref's problem to the solver tolerance (docs/testing.md § Comparing solves:
+solves are compared on optimality and cost, not on iterates).
 """
 
 import dataclasses

@@ -17,7 +17,7 @@ from sap_common.io import body_pose_error, drake_qv_to_joint, load_json, load_re
 from sap_common.model import JointType, ShapeType
 from conftest import DATA, DRAKE_ANCHORS
 
-# The anchors' own self-check of body poses is ≤ 1e-15; the issue asks for 1e-12.
+# The anchors' own self-check of body poses is ≤ 1e-15; the loader must keep 1e-12.
 INITIAL_POSE_TOL = 1e-12
 
 
@@ -69,7 +69,7 @@ def test_limits_use_drakes_limit_constraint():
     scene = load_json(DATA / "drake" / "pendulum_limit.json")
     m = scene.sap_model
     assert (m.joint_limit_lower[0], m.joint_limit_upper[0]) == (-0.5, 0.9)
-    # k = 1e12 and τ = kd/ke = h (spec §4.3).
+    # k = 1e12 and τ = kd/ke = h (docs/formulation.md § Limits).
     assert m.joint_limit_ke[0] == 1e12 and m.joint_limit_kd[0] / m.joint_limit_ke[0] == pytest.approx(scene.dt)
 
 
@@ -81,7 +81,7 @@ def test_free_body_velocity_orders():
     _, qd_pub = drake_qv_to_joint(scene, rec["q"][5], rec["v"][5], joint_qd_order="public")
     np.testing.assert_array_equal(qd_sap, rec["v"][5])  # Drake's v is our SAP order
     np.testing.assert_allclose(joint_qd_public_to_sap(scene.sap_model, q, qd_pub), qd_sap, atol=1e-15)
-    # Quaternion reordered wxyz -> xyzw, not normalized (Drake's |q| drifts, spec §7).
+    # Quaternion reordered wxyz -> xyzw, not normalized (Drake's |q| drifts; docs/formulation.md § Integration).
     np.testing.assert_array_equal(q[3:7], rec["q"][5][[1, 2, 3, 0]])
     assert np.linalg.norm(rec["q"][-1][:4]) > 1.01  # the drift is really in the data
     # The initial public velocity is the recorded COM velocity.

@@ -1,5 +1,5 @@
-"""sap_ref.collision: every pair type against analytic geometry, the contact conventions of spec
-§8.1 (normal from shape 0 into shape 1, x1 − x0 = φ₀n̂), Drake's material combination (§8.3),
+"""sap_ref.collision: every pair type against analytic geometry, the contact conventions
+(normal from shape 0 into shape 1, x1 − x0 = φ₀n̂), Drake's material combination,
 margins, capacity/overflow and determinism, and the built-in scenes."""
 
 import dataclasses

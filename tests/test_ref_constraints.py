@@ -1,4 +1,7 @@
-"""sap_ref.constraints: the friction cone's three regions, limits and drives (spec §4)."""
+"""sap_ref.constraints: the friction cone's three regions, limits and drives.
+
+docs/formulation.md § Friction cone, Limits, Drives.
+"""
 
 import numpy as np
 import pytest
@@ -137,7 +140,7 @@ def test_drive_terms(effort):
 
 
 def test_limit_window():
-    """A limit enters only within q₀ ± 2h·max(|v₀|, |v*|); lower then upper rows (spec §4.3)."""
+    """A limit enters only within q₀ ± 2h·max(|v₀|, |v*|); lower then upper rows (docs/formulation.md § Limits)."""
     b = ModelBuilder()
     b.add_joint_revolute(-1, b.add_body(1.0, com=(0, 0, -0.5), inertia=(0.1, 0.1, 0.01)), axis=(0, 1, 0),
                          limit_lower=-0.5, limit_upper=0.5, limit_ke=1e12, limit_kd=1e9)

@@ -1,4 +1,7 @@
-"""sap_ref.contact_jacobian: frames, Jacobians, weights and regularization (spec §2–§4.1, §8)."""
+"""sap_ref.contact_jacobian: frames, Jacobians, weights and regularization.
+
+docs/formulation.md § Contact frame and Jacobian, Weights, Regularization.
+"""
 
 import numpy as np
 import pytest

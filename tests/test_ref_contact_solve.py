@@ -1,4 +1,4 @@
-"""sap_ref.contact_solve and sap_ref.line_search on random SAP problems (spec §2, §5)."""
+"""sap_ref.contact_solve and sap_ref.line_search on random SAP problems (docs/formulation.md § Newton loop)."""
 
 import numpy as np
 import pytest

@@ -15,7 +15,7 @@ from sap_ref.kinematics import body_jacobians, forward_kinematics, qdot_map
 from conftest import DRAKE_ANCHORS
 from strategies import random_models
 
-# The issue asks for 1e-10 against Drake's recorded M, C v and τ_g (observed ≤ 3e-15).
+# Required: 1e-10 against Drake's recorded M, C v and τ_g (observed ≤ 3e-15).
 DRAKE_DYNAMICS_TOL = 1e-10
 # Two float64 evaluations of the same sums in different orders, entries O(1..10).
 RTOL = 1e-11

@@ -1,4 +1,4 @@
-"""sap_ref.dynamics against MuJoCo: M = mj_fullM and C(q,v)v − τ_g = qfrc_bias (issue acceptance).
+"""sap_ref.dynamics against MuJoCo: M = mj_fullM and C(q,v)v − τ_g = qfrc_bias.
 
 Velocities differ between MuJoCo and us only by the map of ``mujoco_qvel_to_joint_qd``
 (v_ours = P(q) v_mj); kinetic energy and power are invariant, so ``M_mj = Pᵀ M P`` and, because
@@ -17,7 +17,7 @@ from sap_common.io import load_mjcf, mujoco_qpos_to_joint_q, mujoco_qvel_to_join
 from sap_ref.dynamics import bias_forces, mass_matrix
 from mjcf_strategies import random_mjcf, random_state
 
-# The issue's bound (observed: ≤ 6e-15 relative on random trees and the humanoid).
+# The required bound (observed: ≤ 6e-15 relative on random trees and the humanoid).
 MUJOCO_RTOL = 1e-9
 
 

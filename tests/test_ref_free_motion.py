@@ -1,4 +1,4 @@
-"""sap_ref.free_motion: A, k, v* (spec §1), the explicit actuation, and the fp32 path."""
+"""sap_ref.free_motion: A, k, v* (docs/formulation.md § Free motion), the explicit actuation, and the fp32 path."""
 
 import numpy as np
 import pytest

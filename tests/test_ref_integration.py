@@ -25,7 +25,7 @@ def test_sap_euler_matches_drake_and_lets_the_norm_drift():
     q1 = sap_euler(m, q0, v1, h)
     np.testing.assert_allclose(q1[:3], [1 + h, 2, 3])
     assert q1[7] == 0.5 + h * 2.0
-    # |q| grows by sqrt(1 + (h|ω|/2)²) per step (spec §7): the increment is orthogonal to q.
+    # |q| grows by sqrt(1 + (h|ω|/2)²) per step (docs/formulation.md § Integration): the increment is orthogonal to q.
     assert np.linalg.norm(q1[3:7]) == pytest.approx(np.sqrt(1 + (h * 9.0 / 2) ** 2), rel=1e-15)
     np.testing.assert_allclose(q1[3:7], q0[3:7] + h * spatial.quat_derivative(q0[3:7], w), atol=1e-16)
 

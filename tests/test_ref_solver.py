@@ -17,7 +17,7 @@ from sap_common.state import SapContacts, StepStatus
 from sap_ref.solver import SolverSAP
 from conftest import DATA
 
-# The bound for Drake's contact-free anchors over the whole recording (observed:
+# The required bound for Drake's contact-free anchors over the whole recording (observed:
 # ≤ 5e-14 m and rad; pendulum_limit and prismatic_pd reach 1e-16 through the Newton solve).
 CONTACT_FREE_POSITION_TOL = 1e-9
 CONTACT_FREE_ROTATION_TOL = 1e-9
@@ -132,7 +132,7 @@ def test_config_and_diagnostics():
     assert solver_contacts.count.tolist() == [0, 0]
 
 
-# ----------------------------------------------------------------------------- bad input (DESIGN §8)
+# ----------------------------------------------------------------------------- bad input (docs/design.md § Bad input)
 
 
 def _solver_and_scene():

@@ -21,7 +21,7 @@ from conftest import DATA
 LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 PRESETS = ("approx32", "approx64", "drake")
 CONTACT_ANCHORS = ("sphere_drop", "sphere_slide", "box_corners_slide")
-# The bounds for Drake's contact anchors (observed with the drake preset: ≤ 1e-15).
+# The required bounds for Drake's contact anchors (observed with the drake preset: ≤ 1e-15).
 CONTACT_POSITION_TOL = 1e-4
 CONTACT_ROTATION_TOL = 1e-3
 

@@ -15,21 +15,21 @@ MIRRORS = {
     "pendulum_limit": "pendulum_limit", "double_pendulum": "double_pendulum",
     "prismatic_pd": "prismatic_pd", "free_spin": "free_spin",
 }
-DESIGN_SCENES = ("sphere_drop", "sphere_slide", "box_slide", "box_stack", "pendulum_limit", "double_pendulum",
+DOCUMENTED_SCENES = ("sphere_drop", "sphere_slide", "box_slide", "box_stack", "pendulum_limit", "double_pendulum",
                  "prismatic_pd", "free_spin", "ball_joint_pendulum", "sphere_on_sphere", "arm_push_block")
 # Products of a few rotations and inertia rotations, float64.
 MIRROR_TOL = 1e-12
 
 
-def test_library_has_the_design_scenes():
-    assert set(DESIGN_SCENES) <= set(scenes.names())
+def test_library_has_the_documented_scenes():  # docs/design.md § Scenes
+    assert set(DOCUMENTED_SCENES) <= set(scenes.names())
 
 
 @pytest.mark.parametrize("name", scenes.names())
 @pytest.mark.parametrize("num_worlds", [1, 3])
 def test_scene_builds_batched(name, num_worlds):
     ok, reason = scenes.availability(name)
-    if not ok:  # only 'ant' (gymnasium is not a dependency); the issue asks for a skip with a reason
+    if not ok:  # only 'ant' (gymnasium is not a dependency): an unavailable scene is skipped with a reason
         pytest.skip(f"scene {name!r} {reason}")
     s = scenes.get(name, num_worlds=num_worlds)
     m = s.sap_model

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sap_common import spatial
 from strategies import quaternions, transforms, unit_vectors, vectors
 
-N = 200  # the issue asks for at least 200 examples per property
+N = 200  # at least 200 examples per property
 # float64 identities of products of a few rotations: ~10 ulps of the values involved.
 TOL = 1e-12
 

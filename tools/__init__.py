@@ -1,1 +1,1 @@
-"""Command-line tools: scene inspection now; benchmarks, backend and preset comparisons later."""
+"""Command-line tools: the demo, scene inspection, benchmarks, backend and preset comparisons."""

@@ -76,7 +76,7 @@ __all__ = ["main", "load_scene", "noise_channels", "percentile_from_histogram", 
            "time_run", "breakdown", "validity", "DEFAULT_NOISE_STD", "MIN_CONVERGED_FRACTION"]
 
 DEFAULT_SCENE = "humanoid"
-DEFAULT_STEPS = 500  # the MuJoCo Warp reference command uses --nstep 500
+DEFAULT_STEPS = 500  # MuJoCo Warp's published reference run (mjwarp-testspeed) uses --nstep 500
 DEFAULT_WARMUP = 10
 DEFAULT_SEED = 0
 # σ of the control noise: a tenth of the humanoid's ctrl half-range (±1), i.e. up to ~12 N·m of

@@ -25,7 +25,7 @@ def drake_qv_to_joint(scene: LoadedScene, q, v, joint_qd_order: str = "public"):
     """Drake ``q (…, nq_drake)``, ``v (…, nv_drake)`` → our ``(joint_q, joint_qd)``.
 
     Rows of a recording can be converted at once (leading axes are kept). Drake's quaternions
-    are not unit norm (spec §7); they are copied as they are, so Drake's ``sap_euler`` update
+    are not unit norm (docs/formulation.md § Integration); they are copied as they are, so Drake's ``sap_euler`` update
     can be followed exactly.
     """
     check_order("joint_qd_order", joint_qd_order)

@@ -6,7 +6,7 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
 * bodies with mass, ``com_B`` and ``inertia_about_com_B``; body 0 is the world;
 * joints ``quaternion_floating`` → FREE, ``revolute``, ``prismatic``, ``ball_rpy`` → our
   quaternion BALL joint, ``weld`` → FIXED; per-v damping; 1-DOF position limits with Drake's
-  limit constraint (k = 1e12, τ = h; docs/presets.md);
+  limit constraint (k = 1e12, τ = h, docs/formulation.md § Limits);
 * actuators: reflected inertia (rotor inertia · gear ratio²) → armature; PD gains → drives
   (``target_ke``/``target_kd``) with the effort limit; desired state → control targets;
   feed-forward → ``joint_act``;
@@ -38,7 +38,7 @@ from .scene import DrakeJoint, LoadedScene
 
 __all__ = ["load_json", "DRAKE_LIMIT_STIFFNESS"]
 
-# Drake's SapLimitConstraint: k = 1e12 and τ = h (docs/presets.md).
+# Drake's SapLimitConstraint: k = 1e12 and τ = h (docs/formulation.md § Limits).
 DRAKE_LIMIT_STIFFNESS = 1e12
 # A scene file without a recording runs this many steps unless it says otherwise.
 DEFAULT_NUM_STEPS = 1000

@@ -26,7 +26,7 @@ inertia inference and URDF parsing apply. Mapping (MuJoCo → ours):
   bodies (welded to the world) are attached to the world at their world pose. MuJoCo's
   contact stiffness and damping (``solref``/``solimp``), ``condim``, ``gap`` and its friction
   combination (max of the two geoms) are not mapped: shapes keep the solver fallbacks for k
-  and τ_d and our combination rule (spec §8).
+  and τ_d and our combination rule (docs/formulation.md § Material combination).
 * **Candidate pairs** = MuJoCo's: weld bodies, parent filter, bitmasks, ``<exclude>``
   (explicit filter pairs make up the difference to our own rules; ``<pair>`` is ignored).
 * **Actuators** with a joint transmission on a hinge/slide and no activation dynamics:
