@@ -151,26 +151,18 @@ def screenshot_viewer(url: str, path: str, width: int = 1000, height: int = 700,
     return path
 
 
-def _close_notices(page, wait: float = 8.0) -> None:
-    """Close viser's notices (its "software WebGL rendering" warning covers a corner of the scene).
-    The warning comes a moment after the scene; wait up to ``wait`` s for it."""
-    close = page.locator("button.mantine-Notification-closeButton")
-    end = time.monotonic() + wait
-    while time.monotonic() < end:
-        if close.count():
-            try:
-                close.first.click(timeout=2000)
-            except Exception:  # noqa: BLE001 - a notice that closed by itself is fine
-                pass
-            end = min(end, time.monotonic() + 1.5)  # a second notice may follow shortly
-        time.sleep(0.25)
+def _close_notices(page) -> None:
+    """Hide viser's notices: its "software WebGL rendering" warning (no GPU here) would cover a
+    corner of the scene, and it may come at any time after the page loads, so a style rule hides
+    every notice for good rather than a click closing the ones present."""
+    page.add_style_tag(content=".mantine-Notifications-root { display: none !important; }")
 
 
-def image_stats(path: str, colors=(), tolerance: float = 60.0) -> dict:
+def image_stats(path: str, colors=(), tolerance: float = 10.0, saturation: float = 0.5) -> dict:
     """What a screenshot shows: ``std`` of its grey levels (0 for a blank page) and, per RGB
-    colour in ``colors``, the number of pixels whose hue and saturation are those of the colour
-    under any shading (its brightness may vary by lighting, its hue must stay within
-    ``tolerance``/360 of a turn)."""
+    colour in ``colors``, the number of pixels of that colour under any shading: hue within
+    ``tolerance`` degrees, saturation at least ``saturation`` times the colour's (lighting
+    changes brightness, translucency over white lowers saturation)."""
     import numpy as np
     from matplotlib import colors as mcolors
     from matplotlib import image
@@ -184,9 +176,19 @@ def image_stats(path: str, colors=(), tolerance: float = 60.0) -> dict:
         h, s, _ = mcolors.rgb_to_hsv(np.asarray(c, float) / 255.0)
         dh = np.abs(hsv[..., 0] - h)
         dh = np.minimum(dh, 1.0 - dh)
-        match = (dh < tolerance / 360.0) & (hsv[..., 1] > 0.5 * s) & (hsv[..., 2] > 0.15)
+        match = (dh < tolerance / 360.0) & (hsv[..., 1] > saturation * s) & (hsv[..., 2] > 0.15)
         out["counts"].append(int(match.sum()))
     return out
+
+
+def shrink(path: str, colors: int = 256) -> str:
+    """Re-save a screenshot as a palette PNG of ``colors`` colours (about a fifth of the size; for
+    docs/). The octree quantizer keeps the bodies' hues (median cut shifts them)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im.convert("RGB").quantize(colors=colors, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
+    return path
 
 
 def _docs() -> int:
@@ -202,17 +204,19 @@ def _docs() -> int:
         return 2
     from tools.inspector import main as inspect_main
 
-    for scene, step in (("box_stack", 10), ("humanoid", 20)):
+    for scene, step, extra in (("box_stack", 12, ["--line-search", "exact_root"]), ("humanoid", 20, [])):
         port = free_port()
         proc = start_viewer(scene, port, "--steps", str(step + 1), "--frame", str(step))
         try:
             screenshot_viewer(f"http://127.0.0.1:{port}/", os.path.join(img, f"view_{scene}.png"), 900, 560)
+            shrink(os.path.join(img, f"view_{scene}.png"))
         finally:
             stop(proc)
         with tempfile.TemporaryDirectory() as tmp:
             report = os.path.join(tmp, "report.html")
-            inspect_main([scene, "--step", str(step), "--out", report, "--quiet"])
+            inspect_main([scene, "--step", str(step), "--out", report, "--quiet", *extra])
             screenshot("file://" + report, os.path.join(img, f"inspect_{scene}.png"), 1100, 1500)
+            shrink(os.path.join(img, f"inspect_{scene}.png"))
     print(f"screenshots written to {img}")
     return 0
 

@@ -248,17 +248,19 @@ def fig_regimes(cap: StepCapture):
 
 def fig_hessian(cap: StepCapture):
     """H's structure and condition number at the solution, and v* against v₁ (and v₀)."""
-    if not cap.hessians:
-        return _no_data("H and velocities", "nothing solved")
+    if not cap.hessians or cap.hessians[-1].size == 0:
+        return _no_data("H and velocities", "no constraint row: nothing solved, v₁ = v*")
     plt = _plt()
     r = cap.result
     H = cap.hessians[-1]
     dofs = r.problem.dofs
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1, 1.5]})
-    mag = np.log10(np.abs(H), out=np.full(H.shape, np.nan), where=H != 0)
+    # Entries below ε·max|H| are rounding left by J's zero columns: drawn (and counted) as zeros.
+    structural = np.abs(H) > np.finfo(float).eps * np.abs(H).max()
+    mag = np.log10(np.abs(H), out=np.full(H.shape, np.nan), where=structural)
     im = ax[0].imshow(mag, cmap="viridis", interpolation="nearest")
     fig.colorbar(im, ax=ax[0], fraction=0.046, label="log₁₀|H_ij| (blank: 0)")
-    nnz = int(np.count_nonzero(H))
+    nnz = int(np.count_nonzero(structural))
     ax[0].set_title(f"H = A + JᵀGJ at the solution ({len(dofs)}×{len(dofs)}, {nnz} non-zeros)\n"
                     f"cond(H) = {cap.conditions[-1]:.3g}; at v₀: {cap.conditions[0]:.3g}", fontsize=9)
     names = [cap.dof_names[d] for d in dofs]

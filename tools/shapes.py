@@ -15,10 +15,11 @@ from sap_common.model import SapModel, ShapeType
 
 __all__ = ["shape_poses", "shape_mesh", "body_colors", "PALETTE"]
 
-# Body colours (RGB 0–255), chosen away from grey and from the viewer's blue controls so that a
-# screenshot test can tell the bodies from the ground, the background and the panel.
-PALETTE = ((230, 85, 13), (49, 163, 84), (204, 40, 150), (230, 171, 2), (150, 60, 200), (200, 30, 45),
-           (120, 180, 30), (250, 120, 90), (160, 110, 40))
+# Body colours (RGB 0–255): eight hues at least 25° apart, none grey and none in the blue of the
+# viewer's controls and force arrows (200°–240°), so a screenshot test can find each body's hue.
+# Neighbouring bodies get distant hues (orange, green, magenta, ...).
+PALETTE = ((235, 130, 20), (30, 170, 80), (210, 50, 160), (225, 190, 20), (140, 60, 210), (20, 175, 165),
+           (215, 40, 40), (120, 200, 30))
 GROUND_COLOR = (200, 200, 200)
 
 
@@ -53,6 +54,17 @@ def _uv_sphere(radius: float, n: int, z_lo: float = -np.pi / 2, z_hi: float = np
     return v, np.array(faces, dtype=np.int32)
 
 
+def _weld(v: np.ndarray, f: np.ndarray):
+    """Merge coincident vertices (a UV sphere's poles) and drop the triangles that collapse."""
+    _, first, inverse = np.unique(np.round(v, 12), axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # keep the vertices in their first-seen order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    f = rank[inverse.ravel()][f]
+    keep = (f[:, 0] != f[:, 1]) & (f[:, 1] != f[:, 2]) & (f[:, 0] != f[:, 2])
+    return v[first[order]], f[keep].astype(np.int32)
+
+
 def shape_mesh(model: SapModel, s: int, plane_size: float = 2.0, n: int = 16):
     """``(vertices (V, 3) [m], faces (F, 3) int32)`` of shape ``s`` in its own frame."""
     kind, size = ShapeType(int(model.shape_type[s])), model.shape_size[s]
@@ -63,7 +75,7 @@ def shape_mesh(model: SapModel, s: int, plane_size: float = 2.0, n: int = 16):
              (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 5, 7), (1, 7, 3)]
         return v, np.array(f, dtype=np.int32)
     if kind == ShapeType.SPHERE:
-        return _uv_sphere(float(size[0]), n)
+        return _weld(*_uv_sphere(float(size[0]), n))
     if kind == ShapeType.CAPSULE:
         r, hl = float(size[0]), float(size[1])
         top_v, top_f = _uv_sphere(r, n, 0.0, np.pi / 2, hl)
@@ -79,7 +91,7 @@ def shape_mesh(model: SapModel, s: int, plane_size: float = 2.0, n: int = 16):
             side += [(a, b, d), (a, d, c)]
         v = np.concatenate([top_v, bot_v])
         f = np.concatenate([top_f, bot_f + len(top_v), np.array(side, dtype=np.int32)])
-        return v, f
+        return _weld(v, f)
     half = plane_size / 2
     v = np.array([[-half, -half, 0], [half, -half, 0], [half, half, 0], [-half, half, 0]], float)
     return v, np.array([(0, 1, 2), (0, 2, 3)], dtype=np.int32)
