@@ -48,6 +48,17 @@ def test_rollout_matches_an_independent_run():
         np.testing.assert_allclose(traj.contact_force[n, 1, :k], r.contact_impulses_W / scene.dt, rtol=1e-12)
 
 
+def test_sap_gpu_rollout_matches_sap_ref(device):
+    """The viewer's sap_gpu rollout (drake preset, fp64) is sap_ref's to rounding, contacts included."""
+    scene = scenes.get("box_stack", num_worlds=2)
+    gpu = rollout_trajectory(scene, 12, backend="gpu", device=device, contact_preset_variant="drake")
+    ref = rollout_trajectory(scene, 12, contact_preset_variant="drake")
+    np.testing.assert_allclose(gpu.body_q, ref.body_q, atol=1e-9)
+    np.testing.assert_array_equal(gpu.contact_count, ref.contact_count)
+    np.testing.assert_allclose(gpu.contact_force, ref.contact_force, atol=1e-6 * np.abs(ref.contact_force).max())
+    assert gpu.source.startswith("sap_gpu rollout")
+
+
 def test_settled_stack_forces_carry_the_weight_above_each_interface():
     """Σ f_z over all contacts = (3 + 2 + 1) m g: the ground carries three boxes, the next interface two."""
     scene = scenes.get("box_stack")

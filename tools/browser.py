@@ -50,7 +50,10 @@ def unavailable_reason() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         missing.append("the Python package playwright is not installed (pip install playwright)")
-    if find_chromium() is None:
+    env = os.environ.get("SAP_CHROMIUM")
+    if env and find_chromium() is None:
+        missing.append(f"SAP_CHROMIUM={env!r} is not an executable file")
+    elif find_chromium() is None:
         missing.append("no Chromium executable: none of " + ", ".join(_CANDIDATES) + " is on PATH and "
                        "SAP_CHROMIUM is not set (Debian/Ubuntu: apt-get install chromium)")
     return "; ".join(missing) or None

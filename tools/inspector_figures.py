@@ -171,7 +171,7 @@ def fig_line_searches(cap: StepCapture):
     panels = _line_search_panels(len(hist))
     cols = min(4, len(panels))
     rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 3.4 * cols), 2.9 * rows), squeeze=False)
     p = cap.result.problem
     for ax, k in zip(axes.flat, panels):
         h = hist[k]
