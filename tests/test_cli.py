@@ -12,18 +12,22 @@ import tools.benchmark
 import tools.compare_backends
 import tools.compare_presets
 import tools.demo
+import tools.inspector
 import tools.plot_benchmark
 import tools.scenes
+import tools.viewer
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
 from tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
 from conftest import DATA
 
 MAINS = {"sap-demo": tools.demo.main, "sap-scenes": tools.scenes.main,
          "sap-compare-presets": tools.compare_presets.main, "sap-compare-backends": tools.compare_backends.main,
-         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main}
+         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main,
+         "sap-inspect": tools.inspector.main, "sap-view": tools.viewer.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
-                "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search")}
+                "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),
+                "sap-inspect": ("--preset", "--line-search"), "sap-view": ("--preset", "--line-search")}
 
 
 def _no_work(monkeypatch):
@@ -68,7 +72,7 @@ def test_help_is_plain_text_and_lists_the_choices(capsys, prog):
 
 
 @pytest.mark.parametrize("prog", ["sap-demo", "sap-scenes", "sap-compare-presets", "sap-compare-backends",
-                                  "sap-benchmark"])
+                                  "sap-benchmark", "sap-view"])
 def test_a_missing_scene_file_is_a_one_line_error(capsys, monkeypatch, tmp_path, prog):
     _no_work(monkeypatch)
     missing = str(tmp_path / "nope.json")
