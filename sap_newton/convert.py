@@ -266,38 +266,6 @@ class _Notes:
                      for what, who in self.items.items())
 
 
-def _shape_geometry(model, n, s, notes, skip):
-    """``(ShapeType, size, X_BS)`` of Newton shape ``s``, or None to skip it."""
-    t = int(n["shape_type"][s])
-    label = f"shape {model.shape_label[s]!r} (index {s})"
-    if t not in _NEWTON_SHAPES:
-        name = newton.GeoType(t).name if t in set(int(x) for x in newton.GeoType) else str(t)
-        if skip:
-            notes.add(f"unsupported collision shapes skipped (SAP has plane, sphere, capsule, box)", label)
-            return None
-        raise ValueError(f"{label} is a {name} collision shape; SAP supports PLANE, SPHERE, CAPSULE and BOX "
-                         "(pass skip_unsupported_shapes=True to drop such shapes)")
-    st = _NEWTON_SHAPES[t]
-    scale, margin, X = n["shape_scale"][s], float(n["shape_margin"][s]), n["shape_transform"][s].copy()
-    if st == ShapeType.PLANE:
-        if int(n["shape_body"][s]) != -1:
-            raise ValueError(f"{label}: a plane on a body; SAP's planes are static half-spaces on the world")
-        if scale[0] > 0 or scale[1] > 0:
-            notes.add("finite planes treated as infinite half-spaces", label)
-        if margin > 0:  # the inflated surface of a half-space is the same half-space, shifted
-            R = _quat_to_matrix(X[3:])
-            X[:3] = X[:3] + R[:, 2] * margin
-        return st, np.zeros(3), X
-    if st == ShapeType.SPHERE:
-        return st, np.array([scale[0] + margin, 0.0, 0.0]), X
-    if st == ShapeType.CAPSULE:
-        return st, np.array([scale[0] + margin, scale[1], 0.0]), X
-    if margin > 0:
-        raise ValueError(f"{label}: a box with margin {margin} m is a rounded box, which SAP's box does not "
-                         "model; set the shape's margin to 0")
-    return st, np.array(scale[:3]), X
-
-
 def _quat_to_matrix(q) -> np.ndarray:
     x, y, z, w = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
     return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
@@ -305,150 +273,181 @@ def _quat_to_matrix(q) -> np.ndarray:
                      [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
-def _material(n, s, contact_material, notes, label):
-    mu = float(n["shape_material_mu"][s])
-    if contact_material == "sap":
-        return mu, math.nan, math.nan
-    ke, kd = float(n["shape_material_ke"][s]), float(n["shape_material_kd"][s])
-    if not ke > 0:
-        notes.add("shapes with ke <= 0 take the solver's fallback_stiffness and contact_tau_d", label)
-        return mu, math.nan, math.nan
-    return mu, ke, max(kd, 0.0) / ke
+def _shape_table(model, n, contact_material, skip, notes) -> dict:
+    """SAP geometry and material of every Newton shape (``use`` marks the ones converted)."""
+    S = len(n["shape_type"])
+    t, body = n["shape_type"].astype(np.int64), n["shape_body"].astype(np.int64)
+    colliding = (n["shape_flags"].astype(np.int64) & _COLLIDE_SHAPES) != 0
+    supported = np.isin(t, list(_NEWTON_SHAPES))
+    for s in np.flatnonzero(colliding & ~supported):
+        label = f"shape {model.shape_label[s]!r} (index {s})"
+        if not skip:
+            name = newton.GeoType(int(t[s])).name if int(t[s]) in {int(x) for x in newton.GeoType} else str(t[s])
+            raise ValueError(f"{label} is a {name} collision shape; SAP supports PLANE, SPHERE, CAPSULE and BOX "
+                             "(pass skip_unsupported_shapes=True to drop such shapes)")
+        notes.add("unsupported collision shapes skipped (SAP has plane, sphere, capsule, box)", label)
+    use = colliding & supported
+    ours = np.array([int(_NEWTON_SHAPES.get(int(x), -1)) for x in t], np.int64).reshape(S)
+    scale, margin, X = n["shape_scale"].reshape(S, 3), n["shape_margin"].reshape(S), n["shape_transform"].copy()
+    plane, sphere, capsule, box = (use & (ours == int(k)) for k in (ShapeType.PLANE, ShapeType.SPHERE,
+                                                                        ShapeType.CAPSULE, ShapeType.BOX))
+    for s in np.flatnonzero(plane & (body >= 0)):
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
+                         "static half-spaces on the world")
+    for s in np.flatnonzero(box & (margin > 0)):
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a box with margin {margin[s]} m is a rounded "
+                         "box, which SAP's box does not model; set the shape's margin to 0")
+    for s in np.flatnonzero(plane):
+        if scale[s, 0] > 0 or scale[s, 1] > 0:
+            notes.add("finite planes treated as infinite half-spaces", f"{model.shape_label[s]!r}")
+        if margin[s] > 0:  # the inflated surface of a half-space is the same half-space, shifted
+            X[s, :3] += _quat_to_matrix(X[s, 3:])[:, 2] * margin[s]
+    size = np.zeros((S, 3))
+    size[sphere, 0] = scale[sphere, 0] + margin[sphere]
+    size[capsule, 0], size[capsule, 1] = scale[capsule, 0] + margin[capsule], scale[capsule, 1]
+    size[box] = scale[box]
+    mu = n["shape_material_mu"].reshape(S).copy()
+    ke, tau = np.full(S, math.nan), np.full(S, math.nan)
+    if contact_material == "newton":
+        k, kd = n["shape_material_ke"].reshape(S), n["shape_material_kd"].reshape(S)
+        for s in np.flatnonzero(use & ~(k > 0)):
+            notes.add("shapes with ke <= 0 take the solver's fallback_stiffness and contact_tau_d",
+                      f"{model.shape_label[s]!r}")
+        good = k > 0
+        ke[good] = k[good]
+        tau[good] = np.maximum(kd[good], 0.0) / k[good]
+    return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau)
 
 
-def _world_template(model, n, w, body_w, joint_w, shape_w, global_shapes, opts, notes):
+def _dof_table(model, n, joint_limits, notes) -> dict:
+    """SAP joint parameters of every Newton DOF, in Newton's DOF indexing.
+
+    ``param`` maps each DOF slot to the Newton DOF whose parameters SAP stores there: the
+    identity, except FREE segments (Newton [linear, angular] → SAP [angular, linear]).
+    """
+    jt = n["joint_type"].astype(np.int64)
+    qs, ds = n["joint_q_start"].astype(np.int64), n["joint_qd_start"].astype(np.int64)
+    nv = int(ds[-1])
+    dof_joint = np.repeat(np.arange(len(jt)), np.diff(ds))
+    dof_type = jt[dof_joint]
+    axis_dof = np.isin(dof_type, [int(newton.JointType.PRISMATIC), int(newton.JointType.REVOLUTE),
+                                  int(newton.JointType.D6)])
+    mode = n["joint_target_mode"].astype(np.int64)
+    ke = np.where(np.isin(mode, _POSITION_MODES), n["joint_target_ke"], 0.0)
+    kd = np.where(np.isin(mode, _DAMPED_MODES), n["joint_target_kd"], 0.0)
+    lo, hi, effort = n["joint_limit_lower"].copy(), n["joint_limit_upper"].copy(), n["joint_effort_limit"].copy()
+    lo[lo <= -MAXVAL], hi[hi >= MAXVAL], effort[effort >= MAXVAL] = -math.inf, math.inf, math.inf
+    for d in np.flatnonzero(axis_dof & ~(effort > 0)):
+        raise ValueError(f"joint {model.joint_label[dof_joint[d]]!r} (DOF {d}): joint_effort_limit must be > 0, "
+                         f"got {effort[d]}")
+    if joint_limits == "newton":
+        lke, lkd = n["joint_limit_ke"].copy(), n["joint_limit_kd"].copy()
+    else:
+        lke, lkd = np.full(nv, DEFAULT_LIMIT_KE), np.full(nv, DEFAULT_LIMIT_KD)
+    pos_target = np.where(axis_dof & (ke > 0), qs[dof_joint] + (np.arange(nv) - ds[dof_joint]), -1)
+    vel_target = np.where(axis_dof & np.isin(mode, _VELOCITY_MODES) & (kd > 0), np.arange(nv), -1)
+
+    def note(what, mask):
+        for j in np.unique(dof_joint[mask]):
+            notes.add(what, f"{model.joint_label[j]!r}")
+
+    if n["joint_stiffness"] is not None:
+        note("passive joint stiffness (springs) dropped", n["joint_stiffness"] != 0)
+    if n["joint_friction"] is not None:
+        note("joint friction dropped", n["joint_friction"] != 0)
+    note("drives on BALL/FREE joints dropped", ~axis_dof & ((ke > 0) | (kd > 0)))
+    note("limits on BALL/FREE joints dropped", ~axis_dof & (np.isfinite(lo) | np.isfinite(hi)))
+    free = dof_type == int(newton.JointType.FREE)
+    note("FREE-joint armature/damping applied in SAP's [ω, v_origin] coordinates",
+         free & ((n["joint_armature"] != 0) | (n["joint_damping"] != 0)))
+    ke[~axis_dof], kd[~axis_dof], lo[~axis_dof], hi[~axis_dof], effort[~axis_dof] = 0, 0, -math.inf, math.inf, \
+        math.inf  # no drive, limit or clamp on ball/free DOFs
+    param = np.arange(nv)
+    for j in np.flatnonzero(jt == int(newton.JointType.FREE)):
+        param[ds[j]:ds[j] + 6] = ds[j] + _FREE_TO_SAP
+    return dict(param=param, ke=ke, kd=kd, lo=lo, hi=hi, effort=effort, lke=lke, lkd=lkd,
+                armature=n["joint_armature"], damping=n["joint_damping"], axis=n["joint_axis"].reshape(nv, 3),
+                pos_target=pos_target, vel_target=vel_target)
+
+
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(start, stop)`` for each pair (vectorized)."""
+    lengths = stops - starts
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return (offsets + np.arange(int(lengths.sum()))).astype(np.int64)
+
+
+def _bucket(world_of: np.ndarray, W: int):
+    """Indices sorted by world (stable: Newton order within a world) and each world's bounds."""
+    order = np.argsort(world_of, kind="stable")
+    return order, np.searchsorted(world_of[order], np.arange(-1, W + 1))[1:]
+
+
+def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local):
     """SapModel keyword arguments and index maps of Newton world ``w``."""
-    contact_material, joint_limits, skip = opts
-    bodies = np.flatnonzero(body_w == w)
-    joints = np.flatnonzero(joint_w == w)
-    local_body = {int(b): i for i, b in enumerate(bodies)}
-    for b in bodies:
-        if not np.any(n["joint_child"][joints] == b):
-            raise ValueError(f"body {model.body_label[b]!r} (index {b}) has no joint; SAP needs every body to be "
-                             "the child of one joint (add_joint_free for a floating body)")
-    q_start, qd_start = n["joint_q_start"].astype(np.int64), n["joint_qd_start"].astype(np.int64)
-    coords, dofs, tq, tqd = [], [], [], []
-    per_dof = {k: [] for k in ("armature", "damping", "target_ke", "target_kd", "effort", "lower", "upper",
-                               "limit_ke", "limit_kd", "axis")}
-    jt_out, parent, child, Xp, Xc, dof_dim, q_init, qd_init = [], [], [], [], [], [], [], []
-    for J in joints:
-        jt = _NEWTON_JOINTS[int(n["joint_type"][J])]
-        label = f"{model.joint_label[J]!r}"
-        p = int(n["joint_parent"][J])
-        if p >= 0 and p not in local_body:
-            raise ValueError(f"joint {label} (index {J}) connects bodies of different worlds")
-        jt_out.append(int(jt))
-        parent.append(local_body.get(p, -1))
-        child.append(local_body[int(n["joint_child"][J])])
-        Xp.append(n["joint_X_p"][J])
-        Xc.append(n["joint_X_c"][J])
-        dof_dim.append(n["joint_dof_dim"][J])
-        cq = np.arange(q_start[J], q_start[J + 1])
-        cd = np.arange(qd_start[J], qd_start[J + 1])
-        coords.append(cq)
-        dofs.append(cd)
-        q_init.append(n["joint_q"][cq])
-        qd_init.append(n["joint_qd"][cd])
-        mode = n["joint_target_mode"][cd].astype(int)
-        ke, kd = n["joint_target_ke"][cd], n["joint_target_kd"][cd]
-        ke = np.where(np.isin(mode, _POSITION_MODES), ke, 0.0)
-        kd = np.where(np.isin(mode, _DAMPED_MODES), kd, 0.0)
-        lo, hi = n["joint_limit_lower"][cd].copy(), n["joint_limit_upper"][cd].copy()
-        lo[lo <= -MAXVAL], hi[hi >= MAXVAL] = -math.inf, math.inf
-        effort = n["joint_effort_limit"][cd].copy()
-        effort[effort >= MAXVAL] = math.inf
-        if np.any(~(effort > 0)):
-            raise ValueError(f"joint {label} (index {J}): joint_effort_limit must be > 0, got {effort.tolist()}")
-        armature, damping = n["joint_armature"][cd], n["joint_damping"][cd]
-        if joint_limits == "newton":
-            lke, lkd = n["joint_limit_ke"][cd], n["joint_limit_kd"][cd]
-        else:
-            lke, lkd = np.full(len(cd), DEFAULT_LIMIT_KE), np.full(len(cd), DEFAULT_LIMIT_KD)
-        if n["joint_stiffness"] is not None and np.any(n["joint_stiffness"][cd] != 0):
-            notes.add("passive joint stiffness (springs) dropped", label)
-        if n["joint_friction"] is not None and np.any(n["joint_friction"][cd] != 0):
-            notes.add("joint friction dropped", label)
-        axis_joint = jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6)
-        pos_target = np.where(ke > 0, q_start[J] + np.arange(len(cd)), -1) if axis_joint else np.full(len(cd), -1)
-        vel_target = np.where(np.isin(mode, _VELOCITY_MODES) & (kd > 0), cd, -1) if axis_joint \
-            else np.full(len(cd), -1)
-        if not axis_joint:
-            if np.any(ke > 0) or np.any(kd > 0):
-                notes.add("drives on BALL/FREE joints dropped", label)
-            ke, kd = np.zeros(len(cd)), np.zeros(len(cd))
-            if np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)):
-                notes.add("limits on BALL/FREE joints dropped", label)
-            lo, hi = np.full(len(cd), -math.inf), np.full(len(cd), math.inf)
-            effort = np.full(len(cd), math.inf)  # no drive to clamp
-        if jt == JointType.FREE:
-            if np.any(armature != 0) or np.any(damping != 0):
-                notes.add("FREE-joint armature/damping applied in SAP's [ω, v_origin] coordinates", label)
-            armature, damping = armature[_FREE_TO_SAP], damping[_FREE_TO_SAP]
-            ke, kd, effort, lo, hi, lke, lkd = (a[_FREE_TO_SAP] for a in (ke, kd, effort, lo, hi, lke, lkd))
-        tq.append(pos_target)
-        tqd.append(vel_target)
-        for k, v in (("armature", armature), ("damping", damping), ("target_ke", ke), ("target_kd", kd),
-                     ("effort", effort), ("lower", lo), ("upper", hi), ("limit_ke", lke), ("limit_kd", lkd),
-                     ("axis", n["joint_axis"][cd])):
-            per_dof[k].append(np.asarray(v, dtype=np.float64))
-
-    own_shapes = [s for s in np.flatnonzero(shape_w == w) if int(n["shape_flags"][s]) & _COLLIDE_SHAPES]
-    shapes, shape_rows = [], []
-    for s in list(global_shapes) + own_shapes:
-        geom = _shape_geometry(model, n, int(s), notes, skip)
-        if geom is None:
-            continue
-        st, size, X = geom
-        b = int(n["shape_body"][s])
-        label = f"{model.shape_label[s]!r}"
-        mu, ke, tau = _material(n, int(s), contact_material, notes, label)
-        shapes.append(int(s))
-        shape_rows.append((int(st), local_body.get(b, -1), X, size, float(n["shape_gap"][s]), mu, ke, tau))
-
-    cat = lambda key: np.concatenate(per_dof[key]) if per_dof[key] else np.zeros(0)  # noqa: E731
+    (b_order, b_bounds), (j_order, j_bounds), (s_order, s_bounds) = buckets
+    bodies = b_order[b_bounds[w]:b_bounds[w + 1]]
+    joints = j_order[j_bounds[w]:j_bounds[w + 1]]
+    body_local[bodies] = np.arange(len(bodies))
+    parent, child = n["joint_parent"][joints].astype(np.int64), n["joint_child"][joints].astype(np.int64)
+    for b in np.setdiff1d(bodies, child):
+        raise ValueError(f"body {model.body_label[b]!r} (index {b}) has no joint; SAP needs every body to be "
+                         "the child of one joint (add_joint_free for a floating body)")
+    stray = (parent >= 0) & ~np.isin(parent, bodies)
+    for j in joints[stray]:
+        raise ValueError(f"joint {model.joint_label[j]!r} (index {j}) connects bodies of different worlds")
+    qs, ds = n["joint_q_start"].astype(np.int64), n["joint_qd_start"].astype(np.int64)
+    coords, dof = _ranges(qs[joints], qs[joints + 1]), _ranges(ds[joints], ds[joints + 1])
+    param = dofs["param"][dof]
+    own = s_order[s_bounds[w]:s_bounds[w + 1]]
+    shape_ids = np.concatenate([global_shapes, own[shapes["use"][own]]]).astype(np.int64)
+    shape_body = n["shape_body"][shape_ids].astype(np.int64)
     g = n["gravity"]
     kwargs = dict(
         body_mass=n["body_mass"][bodies], body_com=n["body_com"][bodies].reshape(-1, 3),
         body_inertia=n["body_inertia"][bodies].reshape(-1, 3, 3),
         body_name=_unique(model.body_label[b] for b in bodies),
-        joint_type=np.array(jt_out, np.int32), joint_parent=np.array(parent, np.int32),
-        joint_child=np.array(child, np.int32), joint_X_p=np.array(Xp).reshape(-1, 7),
-        joint_X_c=np.array(Xc).reshape(-1, 7), joint_dof_dim=np.array(dof_dim, np.int32).reshape(-1, 2),
+        joint_type=np.array([int(_NEWTON_JOINTS[int(t)]) for t in n["joint_type"][joints]], np.int32),
+        joint_parent=np.where(parent >= 0, body_local[np.maximum(parent, 0)], -1).astype(np.int32),
+        joint_child=body_local[child].astype(np.int32), joint_X_p=n["joint_X_p"][joints].reshape(-1, 7),
+        joint_X_c=n["joint_X_c"][joints].reshape(-1, 7),
+        joint_dof_dim=n["joint_dof_dim"][joints].astype(np.int32).reshape(-1, 2),
         joint_name=_unique(model.joint_label[j] for j in joints),
-        joint_axis=cat("axis").reshape(-1, 3), joint_armature=cat("armature"), joint_damping=cat("damping"),
-        joint_target_ke=cat("target_ke"), joint_target_kd=cat("target_kd"), joint_effort_limit=cat("effort"),
-        joint_limit_lower=cat("lower"), joint_limit_upper=cat("upper"), joint_limit_ke=cat("limit_ke"),
-        joint_limit_kd=cat("limit_kd"),
-        joint_q_init=np.concatenate(q_init) if q_init else np.zeros(0),
-        joint_qd_init=np.concatenate(qd_init) if qd_init else np.zeros(0),
-        shape_type=np.array([r[0] for r in shape_rows], np.int32),
-        shape_body=np.array([r[1] for r in shape_rows], np.int32),
-        shape_transform=np.array([r[2] for r in shape_rows]).reshape(-1, 7),
-        shape_size=np.array([r[3] for r in shape_rows]).reshape(-1, 3),
-        shape_margin=np.array([r[4] for r in shape_rows]),
-        shape_material_mu=np.array([r[5] for r in shape_rows]),
-        shape_material_ke=np.array([r[6] for r in shape_rows]),
-        shape_material_tau=np.array([r[7] for r in shape_rows]),
-        shape_collision_group=np.full(len(shape_rows), -1, np.int32),
-        shape_contype=np.ones(len(shape_rows), np.int64), shape_conaffinity=np.ones(len(shape_rows), np.int64),
+        joint_axis=dofs["axis"][dof], joint_armature=dofs["armature"][param], joint_damping=dofs["damping"][param],
+        joint_target_ke=dofs["ke"][param], joint_target_kd=dofs["kd"][param],
+        joint_effort_limit=dofs["effort"][param], joint_limit_lower=dofs["lo"][param],
+        joint_limit_upper=dofs["hi"][param], joint_limit_ke=dofs["lke"][param], joint_limit_kd=dofs["lkd"][param],
+        joint_q_init=n["joint_q"][coords], joint_qd_init=n["joint_qd"][dof],
+        shape_type=shapes["type"][shape_ids].astype(np.int32),
+        shape_body=np.where(shape_body >= 0, body_local[np.maximum(shape_body, 0)], -1).astype(np.int32),
+        shape_transform=shapes["X"][shape_ids].reshape(-1, 7), shape_size=shapes["size"][shape_ids].reshape(-1, 3),
+        shape_margin=shapes["margin"][shape_ids], shape_material_mu=shapes["mu"][shape_ids],
+        shape_material_ke=shapes["ke"][shape_ids], shape_material_tau=shapes["tau"][shape_ids],
+        shape_collision_group=np.full(len(shape_ids), -1, np.int32),
+        shape_contype=np.ones(len(shape_ids), np.int64), shape_conaffinity=np.ones(len(shape_ids), np.int64),
         shape_filter_pair=np.zeros((0, 2), np.int32),
-        shape_name=_unique(model.shape_label[s] for s in shapes),
+        shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
-    maps = dict(body_index=bodies, coord_index=np.concatenate(coords) if coords else np.zeros(0, np.int64),
-                dof_index=np.concatenate(dofs) if dofs else np.zeros(0, np.int64),
-                target_q_index=np.concatenate(tq) if tq else np.zeros(0, np.int64),
-                target_qd_index=np.concatenate(tqd) if tqd else np.zeros(0, np.int64),
-                shape_index=np.array(shapes, np.int64))
+    maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
+                target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
 
 
-def _local_pairs(maps, newton_pairs) -> set:
-    """Newton's candidate pairs among this world's template shapes, as sorted local index pairs."""
-    local = np.full(int(newton_pairs.max(initial=-1)) + 1, -1, np.int64)
-    known = maps["shape_index"][maps["shape_index"] < len(local)]
-    local[known] = np.flatnonzero(maps["shape_index"] < len(local))
-    a, b = local[newton_pairs[:, 0]], local[newton_pairs[:, 1]]
+def _pairs_by_world(pairs: np.ndarray, shape_w: np.ndarray, W: int):
+    """Newton's candidate pairs bucketed by the world of their non-global shape: ``(pairs, bounds)``
+    with world ``w``'s pairs at ``pairs[bounds[w]:bounds[w + 1]]`` (global–global pairs dropped:
+    both static, never simulated)."""
+    w0, w1 = shape_w[pairs[:, 0]], shape_w[pairs[:, 1]]
+    pair_w = np.where(w0 >= 0, w0, w1)
+    pairs, pair_w = pairs[pair_w >= 0], pair_w[pair_w >= 0]
+    order = np.argsort(pair_w, kind="stable")
+    return pairs[order], np.searchsorted(pair_w[order], np.arange(W + 1))
+
+
+def _local_pairs(local_of_shape: np.ndarray, world_pairs: np.ndarray) -> set:
+    """A world's Newton pairs among its template shapes, as sorted local index pairs."""
+    a, b = local_of_shape[world_pairs[:, 0]], local_of_shape[world_pairs[:, 1]]
     keep = (a >= 0) & (b >= 0)
     return {(int(min(x, y)), int(max(x, y))) for x, y in zip(a[keep], b[keep])}
 
@@ -502,8 +501,6 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     n = _host(model)
     _refuse_unsupported(model, n)
     W, body_w, joint_w, shape_w = _effective_worlds(model, n)
-    global_shapes = [s for s in np.flatnonzero((n["shape_body"] < 0) & (shape_w < 0))
-                     if int(n["shape_flags"][s]) & _COLLIDE_SHAPES]
     notes = _Notes()
     counts = getattr(model, "custom_frequency_counts", {}) or {}
     for key, what in (("mujoco:actuator", "MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through "
@@ -511,11 +508,18 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
                       ("mujoco:equality_constraint", "MuJoCo equality constraints ignored")):
         if int(counts.get(key, 0)) > 0:
             notes.add(what, f"{int(counts[key])} in the model")
-    opts = (contact_material, joint_limits, skip_unsupported_shapes)
+    shapes = _shape_table(model, n, contact_material, skip_unsupported_shapes, notes)
+    dofs = _dof_table(model, n, joint_limits, notes)
+    global_shapes = np.flatnonzero((n["shape_body"] < 0) & (shape_w < 0) & shapes["use"])
+    buckets = (_bucket(body_w, W), _bucket(joint_w, W), _bucket(shape_w, W))
+    body_local = np.full(len(n["body_mass"]), -1, np.int64)  # each body lives in one world
     templates, order, filters = {}, [], {}
+    pairs, bounds = _pairs_by_world(n["pairs"], shape_w, W)
+    local_of_shape = np.full(len(n["shape_type"]), -1, np.int64)  # global shapes: same index everywhere
     for w in range(W):
-        kwargs, maps = _world_template(model, n, w, body_w, joint_w, shape_w, global_shapes, opts, notes)
-        wanted = _local_pairs(maps, n["pairs"])
+        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local)
+        local_of_shape[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
+        wanted = _local_pairs(local_of_shape, pairs[bounds[w]:bounds[w + 1]])
         probe_key = _template_key(kwargs) + repr(sorted(wanted)).encode()
         if probe_key not in filters:  # one probe model per distinct world, not per world
             filters[probe_key] = _newton_filters(kwargs, wanted, notes, f"world {w}")
@@ -537,10 +541,9 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
         stack = lambda k: np.stack([m[k] for _, m in members]).astype(np.int32).reshape(len(members), -1)  # noqa
         for slot, (w, maps) in enumerate(members):
             world_group[w], world_slot[w] = g, slot
-            for i, s in enumerate(maps["shape_index"]):
-                shape_local[s] = i
-                if s not in global_shapes:
-                    shape_group[s], shape_slot[s] = g, slot
+            own = maps["shape_index"][len(global_shapes):]
+            shape_local[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
+            shape_group[own], shape_slot[own] = g, slot
         groups.append(WorldGroup(
             sap_model=sap_model, worlds=np.array([w for w, _ in members], np.int32),
             body_index=stack("body_index"), coord_index=stack("coord_index"), dof_index=stack("dof_index"),

@@ -336,3 +336,14 @@ def test_d6_with_two_non_orthonormal_angular_axes_is_refused():
     _articulate(b)
     with pytest.raises(ValueError, match="'skew'.*not orthonormal"):
         sap_newton.convert_model(b.finalize(device="cpu"))
+
+
+def test_free_joint_parameters_are_reordered_to_sap_order():
+    """Newton orders a FREE joint's DOFs [linear, angular], SAP's parameters are [angular, linear]."""
+    model = mixed_robot_newton()
+    armature = model.joint_armature.numpy()
+    armature[:6] = np.arange(1, 7) * 1e-3
+    model.joint_armature.assign(armature)
+    with pytest.warns(UserWarning, match="FREE-joint armature/damping applied in SAP's"):
+        m = sap_newton.to_sap_model(model)
+    np.testing.assert_allclose(m.joint_armature[:6], np.array([4, 5, 6, 1, 2, 3]) * 1e-3, rtol=FLOAT32_RTOL)
