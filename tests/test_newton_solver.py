@@ -288,3 +288,25 @@ def test_notify_model_changed_rereads_the_model(device):
     solver.notify_model_changed(newton.ModelFlags.SHAPE_PROPERTIES)
     after, _ = _rollout(model, solver, 100)
     assert after[-1, 0] > before[-1, 0] + 0.01  # less friction: the box slides further
+
+
+def test_contacts_follow_joint_q_not_a_stale_body_q(device):
+    """The step integrates joint_q; contacts are built on its poses even when body_q lags behind."""
+    model = box_model(device)
+    for collision, newton_contacts in (("sap", False), ("newton", True)):
+        solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision=collision)
+        state, out = model.state(), model.state()
+        q = state.joint_q.numpy()
+        q[2] = 0.095  # 5 mm into the ground; body_q still says 0.1 (touching)
+        state.joint_q.assign(q)
+        contacts = None
+        if newton_contacts:  # Newton's pipeline reads body_q: bring it up to date, as Newton programs do
+            newton.eval_fk(model, state.joint_q, state.joint_qd, state)
+            pipeline = newton.CollisionPipeline(model)
+            contacts = pipeline.contacts()
+            pipeline.collide(state, contacts)
+            state.body_q.assign(model.state().body_q)  # stale again: the step must not use it
+        solver.step(state, out, None, contacts, DT)
+        # Pushed out at about φ₀/(h + τ_d) = 0.005 / 0.022 m/s (falling would give −g h = −0.02 m/s).
+        assert out.joint_qd.numpy()[2] > 0.1, collision
+        assert out.body_q.numpy()[0, 2] == pytest.approx(out.joint_q.numpy()[2])
