@@ -134,6 +134,8 @@ def _route_newton_contacts(
         return
     a = shape0_in[k]
     b = shape1_in[k]
+    if a < 0 or b < 0 or a >= shape_local.shape[0] or b >= shape_local.shape[0]:
+        return  # not a shape of this model
     la = shape_local[a]
     lb = shape_local[b]
     if la < 0 or lb < 0:
