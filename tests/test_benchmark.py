@@ -15,7 +15,8 @@ from tools.benchmark import main, noise_channels, percentile_from_histogram
 # Keys every run reports (docs/benchmarks.md § Method).
 RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset", "device", "realtime_factor",
             "gpu_memory_mib", "newton_mean", "newton_p95", "line_search_mean", "line_search_p95",
-            "contacts_per_world_mean", "converged_fraction", "truncated_contacts", "graph"}
+            "contacts_per_world_mean", "converged_fraction", "capped_steps", "world_steps", "truncated_contacts",
+            "graph", "invalid_reason"}
 SOLVER_STAGES = ("boundary_in", "free_motion", "contact_jacobian", "constraints", "newton_evaluate", "linear_solve",
                  "line_search", "newton_finish", "integration", "boundary_out")
 # Sample-moment tolerance of the noise test: 4 standard errors of a 20000-sample std estimate.
@@ -201,3 +202,52 @@ def test_rows_sweep_reports_the_sparse_over_dense_speedup(capsys, device):
     (q,) = result["sparse_speedups"]
     assert q["speedup"] == pytest.approx(runs[0]["world_steps_per_s"] / runs[1]["world_steps_per_s"])
     assert any(line.startswith("speed-up sparse/dense rows (approx32/cholesky, 2 worlds): ") for line in lines)
+
+
+@pytest.mark.parametrize("capacity", [0, 3])
+def test_truncated_contacts_make_a_run_invalid(capsys, device, capacity):
+    """box_stack needs 16 contact slots: 0 or 3 drop contacts, so the run is invalid, with the reason."""
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "4", "--warmup", "1", "--max-rigid-contact",
+                 str(capacity), "--device", str(device), "--json", "--quiet"]) == 0
+    lines, row = _last_json(capsys)
+    assert row["truncated_contacts"] > 0 and row["valid"] is False and row["runs"][0]["valid"] is False
+    assert f"contacts truncated for lack of slots (max_rigid_contact {capacity}" in row["invalid_reason"]
+    assert any(line.startswith("approx32") and "NO: " in line and "truncated" in line for line in lines)
+
+
+def test_a_rare_capped_step_keeps_a_run_valid_a_frequent_one_does_not(capsys, device):
+    """sphere_drop, one world, no noise, Newton capped at 1 iteration: the impact step (~step 287)
+    is the only one that needs more, so exactly one world-step is capped. In 1200 steps that is
+    1/1200 < 1 − MIN_CONVERGED_FRACTION: valid, and the cap is reported; in 400 steps it is not."""
+    args = ["sphere_drop", "--num-worlds", "1", "--warmup", "1", "--max-iterations", "1", "--noise-std", "0",
+            "--device", str(device), "--json", "--quiet"]
+    assert main(args + ["--steps", "1200"]) == 0
+    lines, row = _last_json(capsys)
+    assert row["capped_steps"] == 1 and row["world_steps"] == 1200
+    assert row["converged_fraction"] == pytest.approx(1199 / 1200) and row["converged_fraction"] < 1.0
+    assert row["valid"] is True and row["invalid_reason"] is None
+    head = next(line for line in lines if line.startswith("run "))
+    assert "capped" in head and any(line.startswith("approx32") and " 99.916% " in line for line in lines)
+    assert main(args + ["--steps", "400"]) == 0
+    _, row = _last_json(capsys)
+    assert row["capped_steps"] == 1 and row["valid"] is False
+    assert "converged fraction 99.7500% < 99.9% (1 of 400 world-steps capped)" in row["invalid_reason"]
+
+
+def test_validity_threshold_and_reasons():
+    base = dict(backend="sap_gpu", non_finite_worlds=0, non_finite_steps=0, truncated_contacts=0,
+                converged_fraction=1.0, capped_steps=0, world_steps=10**6, max_rigid_contact=8)
+    assert bench.validity(base) == (True, None)
+    assert 0.99 < bench.MIN_CONVERGED_FRACTION < 1.0
+    at = dict(base, converged_fraction=bench.MIN_CONVERGED_FRACTION)
+    assert bench.validity(at)[0] is True
+    below = dict(base, converged_fraction=np.nextafter(bench.MIN_CONVERGED_FRACTION, 0.0))
+    assert bench.validity(below)[0] is False
+    valid, reason = bench.validity(dict(base, non_finite_steps=2, truncated_contacts=5, non_finite_worlds=1))
+    assert not valid and reason.split("; ")[0] == "1 worlds end with a non-finite state"
+    assert "2 world-steps flagged NON_FINITE" in reason and "5 contacts truncated" in reason
+    # MuJoCo Warp: its own iteration cap is its design; capacity overflow is not.
+    mj = dict(backend="mujoco_warp", non_finite_worlds=0, converged_fraction=0.5, overflow_worlds=0,
+              overflow_flags=[])
+    assert bench.validity(mj) == (True, None)
+    assert bench.validity(dict(mj, overflow_worlds=3, overflow_flags=["NEFC"]))[0] is False

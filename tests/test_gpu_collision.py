@@ -22,10 +22,8 @@ from sap_gpu.collision import CollisionPipeline as GpuPipeline
 from sap_ref.collision import CollisionPipeline as RefPipeline
 from sap_ref.collision import contact_capacity
 from strategies import quaternions, vectors
+from tools.tolerances import GEOMETRY_TOL  # float64 geometry: a few hundred ulps (reason there)
 
-# float64 geometry on lengths ≤ 1 m through different rotation formulas: a few hundred ulps.
-# (Measured worst over the random pairs below and the scenes: 2e-15.)
-GEOMETRY_TOL = 1e-12
 INT_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")
 FLOAT_FIELDS = ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d")
 TYPES = (ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX)

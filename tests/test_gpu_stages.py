@@ -24,25 +24,9 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
 from sap_ref.solver import SolverSAP as RefSolver
 from strategies import random_constrained_models
-from test_ref_linear_solve import RESIDUAL_GAP_FACTOR
+from tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
 
-# Tolerances (relative to the largest entry of the compared quantity):
-TOL = {
-    # float64 everywhere, same formulas, different summation order: a few hundred ulps.
-    "fp64": 1e-10,
-    # fp32 weights (w, R, v̂): one float32 rounding of inputs and a handful of operations.
-    "fp32_weights": 2e-6,
-    # fp32 free-motion solve: float32 Cholesky, error ≈ κ(A)·ε₃₂ relative to Δv (bounded per case).
-    "fp32_solve_factor": 10.0,
-    # H stored in float32 (contact_linear_solve_precision fp32): one rounding, ε₃₂ = 6e-8.
-    "fp32_hessian": 2e-7,
-    # Float32 boundary pose (use_f64_boundary_pose=False): the two backends' float64 poses differ
-    # by an ulp, so one near a float32 rounding boundary may round either way: one float32 ulp
-    # (1.2e-7 relative) in a position or rotation entry, times lever arms ≤ 1 m, in J.
-    "fp32_pose": 2.4e-7,
-    # A float32 sum: each term and partial sum rounds once, ε₃₂ = 1.2e-7 (times the term count).
-    "fp32_sum_term": 1.2e-7,
-}
+# The tolerance table (each entry with its reason) is shared with sap-compare-backends.
 PRESETS = ("approx32", "approx64", "drake")
 LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 LINEAR_SOLVERS = ("cholesky", "pcr")
@@ -180,7 +164,7 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver):
             # diagonal, each of the m + 1 terms and partial sums may round once.
             m = 3 * C + len(p.limit_R) + len(p.drive.dof)
             _close(ev_gpu["H_diag"][0, dofs], hessian_diagonal(p, ev_ref), TOL["fp32_sum_term"] * (m + 2), "diag H")
-    assert ev_gpu["ell"][0] == pytest.approx(ev_ref.ell, rel=TOL["fp64"], abs=1e-12)
+    assert ev_gpu["ell"][0] == pytest.approx(ev_ref.ell, rel=TOL["fp64"], abs=TOL["ell_abs"])
     if C:
         _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"], "contact gamma")
     # Full step: sap_gpu's v₁ solves sap_ref's problem (optimality or cost criterion met) and is

@@ -2,9 +2,13 @@
 
 import copy
 import json
+import os
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sap_common import spatial
 from sap_common.config import SapConfig
@@ -115,26 +119,263 @@ def test_ball_rpy_loads_as_quaternion_ball_joint():
     assert scene.source is None and scene.name == "pendulum_limit"
 
 
-BAD_SPECS = [
-    (lambda s: s["joints"][0].update(type="screw"), r"joint 'hinge'.*joint type 'screw' is not supported; valid: quaternion_floating, revolute"),
-    (lambda s: s["joints"][0].update(parent_body="moon"), r"joint 'hinge'.*unknown body 'moon'; bodies: world, pendulum"),
-    (lambda s: s["plant"].update(time_step=0.0), r"plant.time_step must be > 0 s"),
-    (lambda s: s.pop("bodies"), r"missing required key 'bodies'"),
-    (lambda s: s["bodies"][1].update(mass=-1.0), r"mass must be finite and >= 0"),
-    (lambda s: s["geometries"].append({"index": 0, "name": "cyl", "body": "pendulum", "body_index": 1,
-                                       "shape": {"type": "cylinder"}, "X_BG": {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]},
-                                       "point_contact_stiffness": 1e6, "relaxation_time": 0.1, "dynamic_friction": 0.5}),
-     r"shape 'cylinder' is not supported; valid: sphere, box, half_space"),
-    (lambda s: s["sap_internals"]["solver_parameters"].update(line_search_type="wolfe"), r"line_search_type: 'wolfe' is not supported"),
-]
+def _box_spec():
+    return json.loads((DATA / "drake" / "box_corners_slide.json").read_text())
 
 
-@pytest.mark.parametrize("edit,match", BAD_SPECS)
-def test_bad_scene_files(edit, match):
-    spec = copy.deepcopy(_pendulum_spec())
-    edit(spec)
-    with pytest.raises(ValueError, match=match):
-        load_json(spec)
+def _pd_spec():
+    return json.loads((DATA / "drake" / "prismatic_pd.json").read_text())
+
+
+def _set(path, value):
+    """An edit that sets ``spec[path...] = value`` (path: keys and list indices)."""
+    def edit(spec):
+        c = spec
+        for k in path[:-1]:
+            c = c[k]
+        c[path[-1]] = value
+        return spec
+    return edit
+
+
+def _delete(path):
+    def edit(spec):
+        c = spec
+        for k in path[:-1]:
+            c = c[k]
+        del c[path[-1]]
+        return spec
+    return edit
+
+
+def _cylinder(spec):
+    spec["geometries"].append({"index": 0, "name": "cyl", "body": "pendulum", "body_index": 1,
+                               "shape": {"type": "cylinder"}, "X_BG": {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]},
+                               "point_contact_stiffness": 1e6, "relaxation_time": 0.1, "dynamic_friction": 0.5})
+    return spec
+
+
+# The catalogue of malformed scene files: (make the spec from a good one, the message after
+# "<file>: "; a regex). Each names the JSON path of the bad value and what was expected there.
+MALFORMED = {
+    "top-level list": (lambda: [_pendulum_spec()], r"top level: expected an object with keys plant, bodies, joints"),
+    "top-level number": (lambda: 3, r"top level: expected an object .*got the number 3"),
+    "no plant": (lambda: _delete(["plant"])(_pendulum_spec()), r"plant: missing; expected an object"),
+    "time step zero": (lambda: _set(["plant", "time_step"], 0.0)(_pendulum_spec()),
+                       r"plant\.time_step: expected a finite number > 0 \[s\], got 0\.0"),
+    "time step string": (lambda: _set(["plant", "time_step"], "1ms")(_pendulum_spec()),
+                         r"plant\.time_step: expected a finite number > 0 \[s\], got the string '1ms'"),
+    "gravity of 2": (lambda: _set(["plant", "gravity_W"], [0, -9.81])(_pendulum_spec()),
+                     r"plant\.gravity_W: expected a list of 3 numbers, got a list of 2"),
+    "no bodies": (lambda: _delete(["bodies"])(_pendulum_spec()), r"^bodies: missing; expected a non-empty list"),
+    "bodies an object": (lambda: _set(["bodies"], {})(_pendulum_spec()),
+                         r"^bodies: expected a non-empty list of bodies \(body 0 is the world\), got an object"),
+    "bodies empty": (lambda: _set(["bodies"], [])(_pendulum_spec()), r"^bodies: expected a non-empty list .*got a list of 0"),
+    "body a string": (lambda: _set(["bodies", 1], "pendulum")(_pendulum_spec()),
+                      r"bodies\[1\]: expected a body object .*got the string 'pendulum'"),
+    "no world body": (lambda: _delete(["bodies", 0])(_pendulum_spec()),
+                      r"^bodies: no body with index 0 \(the world body\)"),
+    "body index twice": (lambda: _set(["bodies", 1, "index"], 0)(_pendulum_spec()),
+                         r"bodies\[1\]\.index: body index 0 is used twice"),
+    "mass missing": (lambda: _delete(["bodies", 1, "mass"])(_pendulum_spec()),
+                     r"bodies\[1\]\.mass: missing; expected a finite number >= 0 \[kg\]"),
+    "mass a string": (lambda: _set(["bodies", 1, "mass"], "heavy")(_pendulum_spec()),
+                      r"bodies\[1\]\.mass: expected a finite number >= 0 \[kg\], got the string 'heavy'"),
+    "mass negative": (lambda: _set(["bodies", 1, "mass"], -1.0)(_pendulum_spec()),
+                      r"bodies\[1\]\.mass: expected a finite number >= 0 \[kg\], got -1\.0"),
+    "mass NaN": (lambda: _set(["bodies", 1, "mass"], float("nan"))(_pendulum_spec()),
+                 r"bodies\[1\]\.mass: expected a finite number >= 0 \[kg\], got nan"),
+    "mass true": (lambda: _set(["bodies", 1, "mass"], True)(_pendulum_spec()),
+                  r"bodies\[1\]\.mass: expected a finite number .*got the boolean true"),
+    "com of 2": (lambda: _set(["bodies", 1, "com_B"], [0, 0])(_pendulum_spec()),
+                 r"bodies\[1\]\.com_B: expected a list of 3 numbers, got a list of 2"),
+    "com infinite": (lambda: _set(["bodies", 1, "com_B"], [0, float("inf"), 0])(_pendulum_spec()),
+                     r"bodies\[1\]\.com_B\[1\]: expected a finite number \[m\], got inf"),
+    "inertia 2x3": (lambda: _set(["bodies", 1, "inertia_about_com_B"], [[1, 0, 0], [0, 1, 0]])(_pendulum_spec()),
+                    r"bodies\[1\]\.inertia_about_com_B: expected a 3x3 matrix"),
+    "inertia row short": (lambda: _set(["bodies", 1, "inertia_about_com_B", 2], [0, 1])(_pendulum_spec()),
+                          r"bodies\[1\]\.inertia_about_com_B\[2\]: expected a list of 3 numbers, got a list of 2"),
+    "inertia not SPD": (lambda: _set(["bodies", 1, "inertia_about_com_B"], [[1, 0, 0], [0, -1, 0], [0, 0, 1]])(
+        _pendulum_spec()), r"bodies\[1\]: add_body\(name='pendulum'\): inertia"),
+    "body without a joint": (lambda: _delete(["joints", 0])(_pendulum_spec()),
+                             r"bodies\[1\]: body 'pendulum' is the child of no joint"),
+    "joints an object": (lambda: _set(["joints"], {"hinge": 1})(_pendulum_spec()), r"^joints: expected a list, got an object"),
+    "joint type screw": (lambda: _set(["joints", 0, "type"], "screw")(_pendulum_spec()),
+                         r"joints\[0\]\.type: expected one of quaternion_floating, revolute, prismatic, ball_rpy, weld, "
+                         r"got the string 'screw'"),
+    "nq of a float": (lambda: _set(["joints", 0, "nq"], 1.0)(_pendulum_spec()),
+                      r"joints\[0\]\.nq: expected an integer >= 0, got the number 1\.0"),
+    "nq wrong for the type": (lambda: _set(["joints", 0, "nq"], 2)(_pendulum_spec()),
+                              r"joints\[0\]: a revolute joint has nq = 1 and nv = 1, got nq = 2, nv = 1"),
+    "unknown parent body": (lambda: _set(["joints", 0, "parent_body"], "moon")(_pendulum_spec()),
+                            r"joints\[0\]\.parent_body: unknown body 'moon'; bodies: world, pendulum"),
+    "no X_PF": (lambda: _delete(["joints", 0, "frame_on_parent_F", "X_PF"])(_pendulum_spec()),
+                r"joints\[0\]\.frame_on_parent_F\.X_PF: missing; expected a pose"),
+    "quaternion of 3": (lambda: _set(["joints", 0, "frame_on_child_M", "X_CM", "quat_xyzw"], [0, 0, 1])(_pendulum_spec()),
+                        r"joints\[0\]\.frame_on_child_M\.X_CM\.quat_xyzw: expected a list of 4 numbers, got a list of 3"),
+    "zero quaternion": (lambda: _set(["joints", 0, "frame_on_child_M", "X_CM", "quat_xyzw"], [0, 0, 0, 0])(
+        _pendulum_spec()), r"X_CM\.quat_xyzw: expected a non-zero quaternion"),
+    "axis zero": (lambda: _set(["joints", 0, "axis"], [0, 0, 0])(_pendulum_spec()),
+                  r"joints\[0\]: add_joint_revolute.*axis"),
+    "limit NaN": (lambda: _set(["joints", 0, "position_lower_limits"], [float("nan")])(_pendulum_spec()),
+                  r"joints\[0\]\.position_lower_limits\[0\]: expected a number \(or \"inf\"/\"-inf\"\), got nan"),
+    "limit string": (lambda: _set(["joints", 0, "position_upper_limits"], ["infinite"])(_pendulum_spec()),
+                     r"joints\[0\]\.position_upper_limits\[0\]: expected a number .*got the string 'infinite'"),
+    "q0 short": (lambda: _set(["state", "q0"], [])(_pendulum_spec()),
+                 r"state\.q0: expected at least 1 numbers .*got 0"),
+    "v0 string": (lambda: _set(["state", "v0"], "zero")(_pendulum_spec()),
+                  r"state\.v0: expected a list of numbers, got the string 'zero'"),
+    "actuator on unknown joint": (lambda: _set(["actuation", "actuators", 0, "joint"], "elbow")(_pd_spec()),
+                                  r"actuation\.actuators\[0\]\.joint: unknown joint 'elbow'; joints: slide$"),
+    "pd flag a string": (lambda: _set(["actuation", "actuators", 0, "pd_controlled"], "yes")(_pd_spec()),
+                         r"actuation\.actuators\[0\]\.pd_controlled: expected true or false, got the string 'yes'"),
+    "pd gains missing": (lambda: _delete(["actuation", "actuators", 0, "pd_gains", "d"])(_pd_spec()),
+                         r"actuation\.actuators\[0\]\.pd_gains\.d: missing; expected a finite number >= 0"),
+    "geometries missing": (lambda: _delete(["geometries"])(_box_spec()),
+                           r"collision_candidate_pairs\[0\]\.geometries\[0\]: unknown geometry index 0; "
+                           r"geometries: \(none\)"),
+    "geometry on unknown body": (lambda: _set(["geometries", 1, "body_index"], 7)(_box_spec()),
+                                 r"geometries\[1\]\.body_index: unknown body index 7; bodies: 0, 1"),
+    "shape cylinder": (lambda: _cylinder(_pendulum_spec()),
+                       r"geometries\[0\]\.shape\.type: expected one of sphere, box, half_space, got the string 'cylinder'"),
+    "radius negative": (lambda: _set(["geometries", 1, "shape", "radius"], -0.005)(_box_spec()),
+                        r"geometries\[1\]\.shape\.radius: expected a finite number > 0 \[m\], got -0\.005"),
+    "stiffness a list": (lambda: _set(["geometries", 1, "point_contact_stiffness"], [1e7])(_box_spec()),
+                         r"geometries\[1\]\.point_contact_stiffness: expected a finite number > 0 \[N/m\], got a list of 1"),
+    "geometry index twice": (lambda: _set(["geometries", 2, "index"], 1)(_box_spec()),
+                             r"geometries\[2\]\.index: geometry index 1 is used twice"),
+    "pair of three": (lambda: _set(["collision_candidate_pairs", 0, "geometries"], [0, 1, 2])(_box_spec()),
+                      r"collision_candidate_pairs\[0\]\.geometries: expected a list of 2 geometry indices, got a list of 3"),
+    "pair with itself": (lambda: _set(["collision_candidate_pairs", 0, "geometries"], [1, 1])(_box_spec()),
+                         r"collision_candidate_pairs\[0\]\.geometries: a geometry cannot collide with itself"),
+    "unknown geometry in a pair": (lambda: _set(["collision_candidate_pairs", 3, "geometries"], [0, 99])(_box_spec()),
+                                   r"collision_candidate_pairs\[3\]\.geometries\[1\]: unknown geometry index 99"),
+    "num_steps zero": (lambda: _set(["recording", "num_steps"], 0)(_pendulum_spec()),
+                       r"recording\.num_steps: expected an integer >= 1, got the number 0"),
+    "line search wolfe": (lambda: _set(["sap_internals", "solver_parameters", "line_search_type"], "wolfe")(_pendulum_spec()),
+                          r"sap_internals\.solver_parameters\.line_search_type: expected one of exact, backtracking, "
+                          r"got the string 'wolfe'"),
+    "max_iterations string": (lambda: _set(["sap_internals", "solver_parameters", "max_iterations"], "100")(
+        _pendulum_spec()), r"sap_internals\.solver_parameters\.max_iterations: expected an integer >= 1"),
+    "scene name a number": (lambda: _set(["scene"], 7)(_pendulum_spec()), r"^scene: expected a string, got the number 7"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_scene_file_names_the_file_the_path_and_what_was_expected(tmp_path, case):
+    make, message = MALFORMED[case]
+    path = tmp_path / "bad_scene.json"
+    path.write_text(json.dumps(make()))  # json.dumps writes NaN/Infinity, which json.load reads back
+    with pytest.raises(ValueError) as e:
+        load_json(path)
+    text = str(e.value)
+    assert text.startswith(f"{path}: "), text
+    assert re.search(message, text[len(f"{path}: "):]), text
+    if isinstance(make(), dict):  # a parsed dict gets the same message, naming it a dict
+        with pytest.raises(ValueError, match=r"^scene dict: ") as e2:
+            load_json(make())
+        assert str(e2.value) == "scene dict: " + text[len(f"{path}: "):]
+
+
+def test_every_committed_anchor_still_loads(drake_anchor_paths):
+    for path in drake_anchor_paths:
+        load_json(path)
+
+
+# --- Hypothesis: mutate a good file ---------------------------------------------------------
+
+# The top-level keys the loader reads; mutations elsewhere (versions, checks, …) cannot matter.
+READ_KEYS = ("scene", "description", "plant", "bodies", "joints", "actuation", "geometries",
+             "collision_candidate_pairs", "state", "recording", "sap_internals", "num_steps")
+MUTATION_SOURCES = ("pendulum_limit", "prismatic_pd", "box_corners_slide", "double_pendulum", "free_spin")
+_SPECS = {n: json.loads((DATA / "drake" / f"{n}.json").read_text()) for n in MUTATION_SOURCES}
+
+
+def _paths(x, prefix=()):
+    """Every path (tuple of keys / indices) below ``x``, parents before children."""
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        yield prefix + (k,)
+        yield from _paths(v, prefix + (k,))
+
+
+_MUTABLE = {n: [p for p in _paths(s) if p[0] in READ_KEYS] for n, s in _SPECS.items()}
+
+
+def _wrong_types(v):
+    """JSON values of a different type than ``v`` (and non-finite numbers for a number)."""
+    pool = {"string": "x", "null": None, "list": [1, "a"], "object": {"k": 1}, "bool": True, "number": 2.5}
+    kind = ("bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "string"
+            if isinstance(v, str) else "list" if isinstance(v, list) else "object" if isinstance(v, dict) else "null")
+    out = [w for k, w in pool.items() if k != kind]
+    if kind == "number":
+        out += [float("nan"), float("inf"), float("-inf")]
+    return out
+
+
+def _json_path(p) -> str:
+    s = ""
+    for k in p:
+        s += f"[{k}]" if isinstance(k, int) else f"[{json.dumps(k)}]" if not k.isidentifier() else (f".{k}" if s else k)
+    return s
+
+
+# "<file>: <path>: <what>": a path is keys and [indices], starting at a top-level key.
+_ERROR = re.compile(r'^(?P<path>top level|[A-Za-z_]\w*(?:\[\d+\]|\["[^"]+"\]|\.[A-Za-z_]\w*)*): \S')
+
+
+@st.composite
+def _mutations(draw, max_edits):
+    name = draw(st.sampled_from(MUTATION_SOURCES))
+    spec = copy.deepcopy(_SPECS[name])
+    edits = []
+    for _ in range(draw(st.integers(1, max_edits))):
+        paths = [p for p in _paths(spec) if p[0] in READ_KEYS]
+        p = draw(st.sampled_from(paths))
+        parent = spec
+        for k in p[:-1]:
+            parent = parent[k]
+        if draw(st.booleans()):
+            del parent[p[-1]]
+            edits.append(("delete", p))
+        else:
+            parent[p[-1]] = draw(st.sampled_from(_wrong_types(parent[p[-1]])))
+            edits.append(("replace", p))
+    return name, spec, edits
+
+
+def _load_mutated(tmp_path, spec):
+    path = tmp_path / "mutated.json"
+    path.write_text(json.dumps(spec))
+    try:
+        load_json(path)
+    except ValueError as e:
+        text = str(e)
+        assert text.startswith(f"{path}: "), text
+        m = _ERROR.match(text[len(f"{path}: "):])
+        assert m, f"no JSON path in: {text}"
+        top = re.split(r"[.\[]", m["path"])[0]
+        assert m["path"] == "top level" or top in READ_KEYS, text
+        return m["path"]
+    return None
+
+
+@settings(max_examples=int(os.environ.get("SAP_JSON_MUTATIONS", "150")))
+@given(_mutations(max_edits=1))
+def test_one_mutation_loads_or_names_the_mutated_path(tmp_path_factory, mutation):
+    """Delete a key or replace a value by one of another type: the file loads, or the error names
+    the file and a path; a replaced value that is rejected is named itself (or its container)."""
+    _, spec, [(op, p)] = mutation
+    where = _load_mutated(tmp_path_factory.mktemp("m"), spec)
+    if where is not None and op == "replace":
+        mutated = _json_path(p)
+        assert where.startswith(mutated) or mutated.startswith(where), (where, mutated)
+
+
+@settings(max_examples=int(os.environ.get("SAP_JSON_MUTATIONS", "150")))
+@given(_mutations(max_edits=4))
+def test_several_mutations_load_or_name_a_path(tmp_path_factory, mutation):
+    _load_mutated(tmp_path_factory.mktemp("m"), mutation[1])
 
 
 def test_not_json(tmp_path):
@@ -142,5 +383,10 @@ def test_not_json(tmp_path):
     p.write_text("{not json")
     with pytest.raises(ValueError, match=r"x.json: not valid JSON"):
         load_json(p)
+    p.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match=r"x.json: not "):
+        load_json(p)
+    with pytest.raises(FileNotFoundError):
+        load_json(tmp_path / "missing.json")
     with pytest.raises(ValueError, match=r"path_or_dict: expected a path or a dict"):
         load_json(3)

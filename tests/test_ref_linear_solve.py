@@ -18,11 +18,9 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import hessian, hessian_diagonal, hessian_product
 from sap_ref.linear_solve import PcrSettings, cholesky_solve, pcr
 from sap_ref.solver import SolverSAP
+from tools.tolerances import RESIDUAL_GAP_FACTOR  # PCR residual drift (reason there)
 
 EPS64 = np.finfo(np.float64).eps
-# The recursively updated residual drifts from b − H x by ≲ c·k·ε·‖H‖‖x‖ over k iterations
-# (Greenbaum's bound for CG-type recurrences), i.e. ≲ c·k·ε·κ(H) relative to ‖b‖; c = 10.
-RESIDUAL_GAP_FACTOR = 10.0
 # ‖r_k‖_P may rise by rounding only: CR's step minimizes it along the new direction exactly in
 # exact arithmetic; in float64 the computed norms carry ~ε·κ relative error.
 MONOTONE_SLACK_FACTOR = 10.0

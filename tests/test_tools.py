@@ -1,16 +1,26 @@
-"""tools.scenes (the sap-scenes command)."""
+"""tools.scenes, tools.demo, tools.compare_presets (sap-scenes, sap-demo, sap-compare-presets)."""
 
 import json
+import os
+
+import numpy as np
+import pytest
 
 from tools.scenes import main
-from conftest import DATA
+from conftest import DATA, DRAKE_ANCHORS
 
 
-def test_lists_every_scene(capsys):
-    assert main([]) == 0
+def test_lists_every_scene_and_the_drake_scene_files(capsys):
+    assert main(["--json"]) == 0
     out = capsys.readouterr().out
     for name in ("sphere_drop", "box_stack", "arm_push_block"):
         assert name in out
+    # What --help promises: the Drake scene files, by a path sap-demo accepts.
+    listed = json.loads(out.strip().splitlines()[-1])["scene_files"]
+    assert [os.path.basename(r["name"]) for r in listed] == [p.name for p in DRAKE_ANCHORS]
+    for r in listed:
+        assert r["name"] in out and os.path.samefile(r["name"], DATA / "drake" / os.path.basename(r["name"]))
+    assert next(r for r in listed if r["name"].endswith("prismatic_pd.json"))["dt"] == 0.01
 
 
 def test_describes_a_scene_and_prints_json_last(capsys):
@@ -42,6 +52,71 @@ def test_demo_runs_and_plots(tmp_path, capsys):
     assert demo(["nope", "--quiet"]) == 2
 
 
+def _demo_json(capsys, argv):
+    from tools.demo import main as demo
+
+    assert demo(argv + ["--quiet", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    return lines, json.loads(lines[-1])
+
+
+def test_demo_runs_a_scene_file_with_its_own_settings_flags_override(tmp_path, capsys):
+    scene = str(DATA / "drake" / "prismatic_pd.json")  # Drake's settings: drake preset, exact line search
+    out = ["--steps", "3", "--out", str(tmp_path / "d.png")]
+    lines, row = _demo_json(capsys, [scene] + out)
+    assert (row["preset"], row["line_search"], row["max_iterations"]) == ("drake", "exact_root", 100)
+    assert lines[0].startswith("solver: preset drake (scene file); line search exact_root (scene file)")
+    lines, row = _demo_json(capsys, [scene, "--preset", "approx64"] + out)
+    assert (row["preset"], row["line_search"]) == ("approx64", "exact_root")
+    assert lines[0].startswith("solver: preset approx64 (--preset); line search exact_root (scene file)")
+    _, row = _demo_json(capsys, [scene, "--line-search", "armijo_decay"] + out)
+    assert (row["preset"], row["line_search"]) == ("drake", "armijo_decay")
+    lines, row = _demo_json(capsys, ["box_stack"] + out)  # a built-in scene: approx32 and its defaults
+    assert (row["preset"], row["line_search"]) == ("approx32", "monotone_decay")
+    assert lines[0] == "solver: preset approx32 (default)"
+
+
+def test_demo_figure_log_time_height_changes_and_legends_outside_the_data(capsys):
+    pytest.importorskip("matplotlib", reason="the demo's figure needs matplotlib (the 'plot' extra)")
+    import matplotlib.pyplot as plt
+
+    from sap_common import scenes
+    from tools.demo import figure, run
+
+    scene = scenes.get("box_stack")
+    rec = run(scene, 30, {"contact_preset_variant": "approx32"}, 100, True)
+    fig = figure(scene, rec)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        axes = fig.axes
+        assert len(axes) == 3
+        t = np.array(rec["t"])
+        for ax in axes:  # settling happens in the first steps of a long run: time is logarithmic
+            assert ax.get_xscale() == "log"
+            assert ax.get_xlim() == pytest.approx((t[0], t[-1]))
+        # Heights are changes z − z(0) in mm (box2 settles a few mm; absolute heights hide it).
+        lines = axes[0].get_lines()
+        assert [line.get_label() for line in lines] == list(scene.body_names)
+        dz = 1e3 * (np.array(rec["height"]) - scene.state.body_q[0, :, 2])
+        np.testing.assert_allclose(lines[2].get_ydata(), dz[:, 2])
+        assert "z(0)" in axes[0].get_ylabel() and "[mm]" in axes[0].get_ylabel()
+        # The weight line: Σ m g of three 0.5 kg boxes, which the ground contacts carry at rest.
+        weight = [line for line in axes[1].get_lines() if line.get_label().startswith("weight")]
+        assert len(weight) == 1 and weight[0].get_ydata()[0] == pytest.approx(1.5 * 9.81)
+        # Every legend sits outside every axes' data area and inside the figure.
+        figure_box = fig.bbox
+        for ax in axes:
+            legend = ax.get_legend()
+            assert legend is not None
+            box = legend.get_window_extent(renderer)
+            for other in axes:
+                assert not box.overlaps(other.get_window_extent(renderer)), (ax.get_ylabel(), other.get_ylabel())
+            assert box.x0 >= figure_box.x0 and box.x1 <= figure_box.x1 and box.y0 >= figure_box.y0
+    finally:
+        plt.close(fig)
+
+
 def test_demo_on_sap_gpu_prints_what_sap_ref_prints(tmp_path, capsys, device):
     from tools.demo import main as demo
 
@@ -51,7 +126,7 @@ def test_demo_on_sap_gpu_prints_what_sap_ref_prints(tmp_path, capsys, device):
     assert demo(args + ["--backend", "gpu", "--device", str(device), "--out", str(tmp_path / "gpu.png")]) == 0
     gpu = capsys.readouterr().out.splitlines()
     # The summary lines (contacts, iterations, min φ to 0.1 µm, KE to 0.1 mJ, status) agree.
-    assert ref[:-1] == gpu[:-1] and len(ref) >= 4
+    assert ref[:-1] == gpu[:-1] and len(ref) >= 5
     assert demo(["box_stack", "--backend", "cuda"]) == 2
     assert "--backend: must be one of" in capsys.readouterr().err
     assert demo(["box_stack", "--device", "cpu"]) == 2
@@ -71,7 +146,7 @@ def test_compare_backends_reports_every_stage(capsys):
     assert compare(["box_stack", "--steps", "12", "--every", "11", "--quiet", "--json", "--preset", "approx64"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     row = json.loads(lines[-1])
-    assert row["compared"] == 2 and "max |ref − gpu|" in lines[1]
+    assert row["compared"] == 2 and "max |ref − gpu|" in lines[2] and row["passed"]
     stages = row["stages"]
     assert {"contact_count", "phi0", "A", "v_star", "J", "w", "R", "v_hat", "gamma", "ell", "grad", "H", "v1"} <= set(stages)
     assert stages["contact_count"]["max_abs_diff"] == 0 and stages["contact_count"]["ref_scale"] > 0

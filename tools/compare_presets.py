@@ -19,21 +19,25 @@ import numpy as np
 from sap_ref.collision import CollisionPipeline
 from sap_ref.compare import preset_deltas
 from sap_ref.solver import SolverSAP
-from tools.cli import load_rollout, rollout_parser
+from tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
 from tools.progress import Progress
 
 
 def main(argv=None) -> int:
     parser = rollout_parser("sap-compare-presets", __doc__, "line_search_variant for every configuration")
-    parser.add_argument("--reference", default="drake", help="preset of the rollout (default drake)")
+    parser.add_argument("--reference", default="drake",
+                        help=f"contact_preset_variant of the rollout: one of {PRESET_CHOICES} (default drake)")
     args = parser.parse_args(argv)
     try:
+        try:
+            check_flags(args.reference, args.line_search)
+        except ValueError as e:
+            raise ValueError(str(e).replace("--preset:", "--reference:")) from None
         scene, overrides = load_rollout(args)
         solver = SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact,
                            contact_preset_variant=args.reference, **overrides)
     except ValueError as e:
-        print(f"sap-compare-presets: error: {e}", file=sys.stderr)
-        return 2
+        return fail("sap-compare-presets", e)
     steps = args.steps or scene.num_steps
     pipeline = CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config)
     contacts = pipeline.contacts()

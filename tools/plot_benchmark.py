@@ -13,22 +13,43 @@ scene or device, the legend names them.
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import sys
 
-__all__ = ["read_runs", "series", "plot", "main"]
+from tools.cli import fail, parser, plot_path
+
+__all__ = ["read_runs", "series", "figure", "plot", "main"]
 
 DEFAULT_OUT = "benchmark.png"
 
 
+def _check_run(r, where: str) -> None:
+    """``ValueError`` naming ``where.field`` unless run ``r`` has the fields the plot reads, typed."""
+    if not isinstance(r, dict):
+        raise ValueError(f"{where}: expected a run object, got {type(r).__name__}")
+    checks = (("label", lambda v: isinstance(v, str), "a string"),
+              ("num_worlds", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+              ("world_steps_per_s", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(v) and v > 0, "a finite number > 0"),
+              ("valid", lambda v: isinstance(v, bool), "true or false"))
+    for key, ok, expected in checks:
+        if key not in r:
+            raise ValueError(f"{where}.{key}: missing; expected {expected}")
+        if not ok(r[key]):
+            raise ValueError(f"{where}.{key}: expected {expected}, got {r[key]!r}")
+    if r.get("backend") is not None and not isinstance(r["backend"], str):
+        raise ValueError(f"{where}.backend: expected a string, got {r['backend']!r}")
+
+
 def read_runs(path: str) -> list[dict]:
-    """The runs of one results file (a ``{"runs": [...]}`` object, or one run object)."""
+    """The runs of one results file (a ``{"runs": [...]}`` object, or one run object); ``ValueError``
+    naming the file and the field for anything the plot could not read."""
     try:
         with open(path) as f:
             text = f.read()
-    except OSError as e:
-        raise ValueError(f"results file: cannot read {path!r} ({e.strerror})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"results file: cannot read {path!r} ({getattr(e, 'strerror', None) or e})") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
@@ -40,10 +61,10 @@ def read_runs(path: str) -> list[dict]:
     if not isinstance(obj, dict):
         raise ValueError(f"results file: {path!r} holds no sap-benchmark JSON object")
     runs = obj.get("runs", [obj])
-    for r in runs:
-        missing = {"label", "num_worlds", "world_steps_per_s", "valid"} - set(r)
-        if missing:
-            raise ValueError(f"results file: a run in {path!r} lacks {sorted(missing)}")
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"results file {path!r}: runs: expected a non-empty list of runs, got {runs!r}"[:300])
+    for i, r in enumerate(runs):
+        _check_run(r, f"results file {path!r}: runs[{i}]")
     return runs
 
 
@@ -61,8 +82,8 @@ def series(runs: list[dict]) -> dict[str, list[dict]]:
     return {k: sorted(v, key=lambda r: r["num_worlds"]) for k, v in out.items()}
 
 
-def plot(runs: list[dict], path: str, title: str | None = None) -> None:
-    """Write the throughput plot of ``runs`` to ``path`` (needs matplotlib)."""
+def figure(runs: list[dict], title: str | None = None):
+    """The throughput figure of ``runs`` (needs matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,29 +112,36 @@ def plot(runs: list[dict], path: str, title: str | None = None) -> None:
     devices = sorted({str(r.get("hardware", r.get("device"))) for r in runs})
     ax.set_title(title or f"sap-benchmark: {', '.join(scenes)} on {', '.join(devices)}", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot(runs: list[dict], path: str, title: str | None = None) -> None:
+    """Write the throughput plot of ``runs`` to ``path`` (the format follows the extension)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs, title)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="sap-plot-benchmark", description=__doc__.split("\n")[0])
-    parser.add_argument("results", nargs="+", help="JSON files written by sap-benchmark --out")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"PNG to write (default {DEFAULT_OUT})")
-    parser.add_argument("--title", default=None, help="plot title (default: scene and device)")
-    args = parser.parse_args(argv)
+    p = parser("sap-plot-benchmark", __doc__)
+    p.add_argument("results", nargs="+", help="JSON files written by sap-benchmark --out")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"plot file; its extension picks the format, none = .png (default {DEFAULT_OUT})")
+    p.add_argument("--title", default=None, help="plot title (default: scene and device)")
+    args = p.parse_args(argv)
     try:
-        runs = [r for path in args.results for r in read_runs(path)]
-        if not runs:
-            raise ValueError("results file: no runs to plot")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ValueError("matplotlib is not installed (pip install -e \".[plot]\")") from None
+        out = plot_path("--out", args.out)
+        runs = [r for path in args.results for r in read_runs(path)]
     except ValueError as e:
-        print(f"sap-plot-benchmark: error: {e}", file=sys.stderr)
-        return 2
-    plot(runs, args.out, args.title)
-    print(f"plot of {len(runs)} runs written to {args.out}")
+        return fail("sap-plot-benchmark", e)
+    plot(runs, out, args.title)
+    print(f"plot of {len(runs)} runs written to {out}")
     return 0
 
 

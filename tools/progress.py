@@ -1,36 +1,76 @@
-"""A dependency-free progress bar for the command-line tools (writes to stderr)."""
+"""A dependency-free progress bar for the command-line tools (writes to stderr).
+
+On a terminal the bar redraws itself in place (``\\r``). When the stream is not a terminal (a
+log file, a pipe, CI) redrawing would write every update as text, so the bar writes only
+:data:`LOG_LINES` whole lines there, one each time another quarter of the work is done.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 
+__all__ = ["Progress", "LOG_LINES"]
+
+# Lines written into a log (non-terminal stream) over a whole run: at 25, 50, 75 and 100 %.
+LOG_LINES = 4
+
 
 class Progress:
-    """``with Progress(total, "label") as bar: bar.update(k, "text")`` draws ``label [####   ] k/total``."""
+    """``with Progress(total, "label") as bar: bar.update(k, "text")`` draws ``label [####   ] k/total``.
 
-    def __init__(self, total: int, label: str = "", width: int = 30, stream=None, enabled: bool = True):
+    Args:
+        total: units of work.
+        label: text before the bar.
+        width: characters of the bar.
+        stream: where to write (default ``sys.stderr``).
+        enabled: False writes nothing (``--quiet``).
+        interactive: redraw in place; default: whether ``stream`` is a terminal.
+    """
+
+    def __init__(self, total: int, label: str = "", width: int = 30, stream=None, enabled: bool = True,
+                 interactive: bool | None = None):
         self.total, self.label, self.width = max(int(total), 1), label, width
         self.stream = stream or sys.stderr
         self.enabled = enabled
+        if interactive is None:
+            isatty = getattr(self.stream, "isatty", None)
+            interactive = bool(isatty and isatty())
+        self.interactive = interactive
         self.start = time.perf_counter()
+        self._logged = 0  # quarters written so far (non-interactive)
+
+    def _line(self, done: int, frac: float, text: str) -> str:
+        filled = int(round(frac * self.width))
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / frac - elapsed if frac > 0 else 0.0
+        return (f"{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{self.total} "
+                f"{elapsed:6.1f}s eta {eta:5.1f}s {text}")
 
     def update(self, done: int, text: str = "") -> None:
         if not self.enabled:
             return
         frac = min(max(done / self.total, 0.0), 1.0)
-        filled = int(round(frac * self.width))
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / frac - elapsed if frac > 0 else 0.0
-        self.stream.write(f"\r{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{self.total} "
-                          f"{elapsed:6.1f}s eta {eta:5.1f}s {text}")
+        if self.interactive:
+            self.stream.write("\r" + self._line(done, frac, text))
+        else:
+            quarter = int(frac * LOG_LINES)
+            if quarter <= self._logged:
+                return
+            self._logged = quarter
+            self.stream.write(self._line(done, frac, text).rstrip() + "\n")
         self.stream.flush()
+
+    def clear_line(self) -> None:
+        """Return to the start of the line (before printing between redraws); nothing in a log."""
+        if self.enabled and self.interactive:
+            self.stream.write("\r")
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        if self.enabled:
+        if self.enabled and self.interactive:
             self.stream.write("\n")
             self.stream.flush()
         return False

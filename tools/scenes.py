@@ -1,28 +1,46 @@
-"""``sap-scenes``: list the built-in scenes and the Drake anchor scene files, or inspect one.
+"""``sap-scenes``: list the built-in scenes and the Drake scene files of tests/data/drake, or inspect one.
 
-    sap-scenes                          # table of every built-in scene
+    sap-scenes                          # table of every built-in scene and of the Drake scene files
     sap-scenes box_stack                # its description, model summary and initial body poses
-    sap-scenes path/to/scene.json       # the same for a JSON scene file (Drake anchor format)
+    sap-scenes tests/data/drake/sphere_slide.json   # the same for a JSON scene file
     sap-scenes box_stack --num-worlds 4096 --json
+
+The Drake scene files are the JSON scenes recorded with Drake under ``tests/data/drake/`` of a
+source checkout (``pip install -e .``); they are listed by path, which is what ``sap-demo``,
+``sap-scenes`` and the comparison tools take. An installed copy without the checkout has no
+scene files to list, and says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import pathlib
 import sys
 
 import numpy as np
 
 from sap_common import scenes
-from sap_common.io import LoadedScene, load_json
+from sap_common.io import LoadedScene
+from tools.cli import fail, load_scene_arg, parser
+
+_load = load_scene_arg  # the scene argument of every tool: a built-in name or a scene file
+
+# The Drake scene files of a source checkout (absent from an installed copy without it).
+DRAKE_SCENE_DIR = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "drake"
 
 
-def _load(name: str, num_worlds: int) -> LoadedScene:
-    if name.endswith(".json") or os.path.exists(name):
-        return load_json(name, num_worlds=num_worlds)
-    return scenes.get(name, num_worlds=num_worlds)
+def drake_scene_files() -> list[str]:
+    """Paths of the Drake scene files (relative to the working directory where that is shorter)."""
+    if not DRAKE_SCENE_DIR.is_dir():
+        return []
+    out = []
+    for p in sorted(DRAKE_SCENE_DIR.glob("*.json")):
+        if p.name == "index.json":
+            continue
+        rel = os.path.relpath(p)
+        out.append(rel if not rel.startswith("..") else str(p))
+    return out
 
 
 def _row(scene: LoadedScene) -> dict:
@@ -61,26 +79,37 @@ def describe(scene: LoadedScene) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="sap-scenes", description=__doc__.split("\n")[0])
-    parser.add_argument("scene", nargs="?", help="built-in scene name or JSON scene file (default: list all)")
-    parser.add_argument("--num-worlds", type=int, default=1, help="worlds to build (default 1)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    args = parser.parse_args(argv)
+    p = parser("sap-scenes", __doc__)
+    p.add_argument("scene", nargs="?", help="built-in scene name or JSON scene file (default: list them all)")
+    p.add_argument("--num-worlds", type=int, default=1, help="worlds to build (default 1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = p.parse_args(argv)
     try:
+        if args.num_worlds < 1:
+            raise ValueError(f"--num-worlds: must be >= 1, got {args.num_worlds}")
         if args.scene is None:
             names = [n for n in scenes.names() if scenes.availability(n)[0]]
             rows = [_row(scenes.get(n, args.num_worlds)) for n in names]
-            print(_table(rows))
-            for n in scenes.names():
-                if n not in names:
-                    print(f"{n}: unavailable here: {scenes.availability(n)[1]}")
-            if args.json:
-                print(json.dumps({"scenes": rows}))
-            return 0
-        scene = _load(args.scene, args.num_worlds)
+            files = drake_scene_files()
+            file_rows = [dict(_row(load_scene_arg(f, args.num_worlds)), name=f) for f in files]
+        else:
+            scene = _load(args.scene, args.num_worlds)
     except ValueError as e:
-        print(f"sap-scenes: error: {e}", file=sys.stderr)
-        return 2
+        return fail("sap-scenes", e)
+    if args.scene is None:
+        print("built-in scenes (sap-demo NAME):")
+        print(_table(rows))
+        for n in scenes.names():
+            if n not in names:
+                print(f"{n}: unavailable here: {scenes.availability(n)[1]}")
+        if file_rows:
+            print("\nDrake scene files (sap-demo PATH; they carry Drake's solver settings):")
+            print(_table(file_rows))
+        else:
+            print(f"\nno Drake scene files here ({DRAKE_SCENE_DIR} is not present: they come with a source checkout)")
+        if args.json:
+            print(json.dumps({"scenes": rows, "scene_files": file_rows}))
+        return 0
     print(describe(scene))
     if args.json:
         print(json.dumps(_row(scene)))

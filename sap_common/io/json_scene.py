@@ -15,6 +15,12 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
 * gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings.
 
 Our joints are ordered by Drake's ``v_start``, so 1-DOF chains keep Drake's q/v order.
+
+Every field the loader reads is checked for presence, type, length and range before it is used:
+a malformed file raises one ``ValueError`` that names the file, the path of the offending value
+inside it (``bodies[2].mass``) and what was expected there, e.g.
+``box.json: bodies[2].mass: expected a finite number >= 0 [kg], got the string 'heavy'``.
+Keys the loader does not read (``versions``, ``checks``, ``performance``, …) are not checked.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 
 from .. import spatial
 from ..builder import ModelBuilder
-from ..model import JointType
+from ..config import SapConfig
 from .scene import DrakeJoint, LoadedScene
 
 __all__ = ["load_json", "DRAKE_LIMIT_STIFFNESS"]
@@ -37,220 +43,484 @@ DRAKE_LIMIT_STIFFNESS = 1e12
 # A scene file without a recording runs this many steps unless it says otherwise.
 DEFAULT_NUM_STEPS = 1000
 
-_JOINT_TYPES = ("quaternion_floating", "revolute", "prismatic", "ball_rpy", "weld")
+# Drake joint type -> (nq, nv) of its coordinates (tests/data/drake/README.md).
+_JOINT_SIZES = {"quaternion_floating": (7, 6), "revolute": (1, 1), "prismatic": (1, 1), "ball_rpy": (3, 3),
+                "weld": (0, 0)}
+_JOINT_TYPES = tuple(_JOINT_SIZES)
 _SHAPES = ("sphere", "box", "half_space")
+_LINE_SEARCHES = {"exact": "exact_root", "backtracking": "armijo_decay"}
 
 
-def _get(d: dict, key: str, where: str):
-    try:
-        return d[key]
-    except (KeyError, TypeError):
-        raise ValueError(f"{where}: missing required key {key!r}") from None
+# ----------------------------------------------------------------------------- typed reads
+#
+# Each reader takes the containing object (dict or list), the key (str or index) and the
+# container's path, and returns the value converted, or raises _SceneError(path, message).
+# ``default`` makes a key optional.
 
 
-def _num(x) -> float:
-    """JSON number or the strings "inf"/"-inf" (strict JSON has no infinities)."""
-    return float(x)
+class _SceneError(ValueError):
+    """A malformed value at ``path`` of a scene file; :func:`load_json` adds the file name."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
 
 
-def _pose(d: dict, where: str) -> np.ndarray:
-    return spatial.transform(np.asarray(_get(d, "p", where), float),
-                             np.asarray(_get(d, "quat_xyzw", where), float))
+_MISSING = object()
+
+
+def _join(path: str, key) -> str:
+    """``path.key``, ``path[3]``, or ``path["odd key"]`` for a key that is not an identifier."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if not key.isidentifier():
+        return f"{path}[{json.dumps(key)}]"
+    return f"{path}.{key}" if path else key
+
+
+def _got(x) -> str:
+    """What a JSON value is, for an error message."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"the boolean {str(x).lower()}"
+    if isinstance(x, str):
+        return f"the string {x[:40]!r}"
+    if isinstance(x, (int, float)):
+        return f"the number {x!r}"
+    if isinstance(x, list):
+        return f"a list of {len(x)}"
+    if isinstance(x, dict):
+        return "an object"
+    return type(x).__name__
+
+
+def _fetch(c, key, path: str, default, expected: str):
+    """``(value, path)`` of ``c[key]``; missing: ``default``, or an error saying what was expected."""
+    p = _join(path, key)
+    present = key in c if isinstance(c, dict) else 0 <= key < len(c)
+    if present:
+        return c[key], p
+    if default is _MISSING:
+        raise _SceneError(p, f"missing; expected {expected}")
+    return default, p
+
+
+def _number_of(x, p: str, expected: str, lo=None, lo_open=False, allow_inf=False) -> float:
+    """A JSON number (or the strings "inf"/"-inf" where ``allow_inf``) as a float, range-checked."""
+    if allow_inf and isinstance(x, str) and x in ("inf", "-inf"):
+        v = float(x)
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        v = float(x)
+        if not math.isfinite(v) and not (allow_inf and math.isinf(v)):
+            raise _SceneError(p, f"expected {expected}, got {v}")
+    else:
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise _SceneError(p, f"expected {expected}, got {v!r}")
+    return v
+
+
+def _describe_number(lo, lo_open, allow_inf, unit) -> str:
+    s = "a number" if allow_inf else "a finite number"
+    if lo is not None:
+        s += f" {'>' if lo_open else '>='} {lo:g}"
+    if allow_inf:
+        s += ' (or "inf"/"-inf")'
+    return s + (f" [{unit}]" if unit else "")
+
+
+def _num(c, key, path, *, default=_MISSING, lo=None, lo_open=False, allow_inf=False, unit="") -> float:
+    expected = _describe_number(lo, lo_open, allow_inf, unit)
+    x, p = _fetch(c, key, path, default, expected)
+    return x if x is default else _number_of(x, p, expected, lo, lo_open, allow_inf)
+
+
+def _int(c, key, path, *, default=_MISSING, lo=None) -> int:
+    expected = "an integer" + (f" >= {lo}" if lo is not None else "")
+    x, p = _fetch(c, key, path, default, expected)
+    if x is default:
+        return x
+    if isinstance(x, bool) or not isinstance(x, int) or (lo is not None and x < lo):
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    return x
+
+
+def _str(c, key, path, *, default=_MISSING, choices=None) -> str:
+    expected = f"one of {', '.join(choices)}" if choices else "a string"
+    x, p = _fetch(c, key, path, default, expected)
+    if x is default:
+        return x
+    if not isinstance(x, str) or (choices and x not in choices):
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    return x
+
+
+def _bool(c, key, path, *, default=_MISSING) -> bool:
+    x, p = _fetch(c, key, path, default, "true or false")
+    if x is not default and not isinstance(x, bool):
+        raise _SceneError(p, f"expected true or false, got {_got(x)}")
+    return x
+
+
+def _obj(c, key, path, *, default=_MISSING, expected="an object") -> tuple[dict, str]:
+    x, p = _fetch(c, key, path, default, expected)
+    if x is not default and not isinstance(x, dict):
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    return x, p
+
+
+def _list(c, key, path, *, default=_MISSING, expected="a list", nonempty=False) -> tuple[list, str]:
+    x, p = _fetch(c, key, path, default, expected)
+    if x is not default and (not isinstance(x, list) or (nonempty and not x)):
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    return x, p
+
+
+def _vec(c, key, path, n: int | None, *, default=_MISSING, lo=None, allow_inf=False, unit="") -> np.ndarray:
+    """A list of ``n`` numbers (any length if ``n`` is None) as a float64 array."""
+    entry = _describe_number(lo, False, allow_inf, unit)
+    expected = f"a list of {n} numbers" if n is not None else "a list of numbers"
+    x, p = _fetch(c, key, path, default, expected)
+    if x is default:
+        return x
+    if not isinstance(x, list) or (n is not None and len(x) != n):
+        raise _SceneError(p, f"expected {expected}, got {_got(x)}")
+    return np.array([_number_of(v, _join(p, i), entry, lo, False, allow_inf) for i, v in enumerate(x)],
+                    dtype=np.float64)
+
+
+def _mat3(c, key, path) -> np.ndarray:
+    rows, p = _list(c, key, path, expected="a 3x3 matrix (a list of 3 lists of 3 numbers)")
+    if len(rows) != 3:
+        raise _SceneError(p, f"expected a 3x3 matrix (a list of 3 lists of 3 numbers), got {_got(rows)}")
+    return np.stack([_vec(rows, i, p, 3) for i in range(3)])
+
+
+def _pose(c, key, path) -> np.ndarray:
+    """``{p, quat_xyzw}`` → ``[p, q]`` (7,); the quaternion must be non-zero (normalized on use)."""
+    d, p = _obj(c, key, path, expected="a pose {p: [x, y, z], quat_xyzw: [qx, qy, qz, qw]}")
+    q = _vec(d, "quat_xyzw", p, 4)
+    if not np.linalg.norm(q) > 0.0:
+        raise _SceneError(_join(p, "quat_xyzw"), f"expected a non-zero quaternion, got {q.tolist()}")
+    return spatial.transform(_vec(d, "p", p, 3, unit="m"), q)
+
+
+class _Builder:
+    """Calls into the ModelBuilder whose ``ValueError`` gets the JSON path of what was being built."""
+
+    def __init__(self, builder: ModelBuilder):
+        self.b = builder
+
+    def __call__(self, path: str, method: str, *args, **kwargs):
+        try:
+            return getattr(self.b, method)(*args, **kwargs)
+        except ValueError as e:
+            raise _SceneError(path, str(e)) from None
+
+
+# ----------------------------------------------------------------------------- the loader
 
 
 def load_json(path_or_dict, num_worlds: int = 1) -> LoadedScene:
-    """Load a JSON scene file (or an already parsed dict) with ``num_worlds`` worlds."""
+    """Load a JSON scene file (or an already parsed dict) with ``num_worlds`` worlds.
+
+    Raises ``ValueError`` naming the file, the path inside it and what was expected for a file
+    that is not JSON or is malformed (a missing key, a wrong type, a wrong length, a value out of
+    range, a non-finite number, a reference to a body, joint or geometry that does not exist).
+    A file that does not exist or cannot be read raises ``OSError`` (``FileNotFoundError``).
+    """
     if isinstance(path_or_dict, (str, os.PathLike)):
         source = os.fspath(path_or_dict)
-        try:
-            with open(source) as f:
+        label = source
+        with open(source) as f:
+            try:
                 spec = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{source}: not valid JSON ({e})") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{source}: not valid JSON ({e})") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{source}: not a text file ({e})") from None
     elif isinstance(path_or_dict, dict):
-        source, spec = None, path_or_dict
+        source, spec, label = None, path_or_dict, "scene dict"
     else:
         raise ValueError(f"path_or_dict: expected a path or a dict, got {type(path_or_dict).__name__}")
-    name = str(spec.get("scene", os.path.splitext(os.path.basename(source or "scene"))[0]))
-    where = f"scene {name!r}"
+    try:
+        return _load(spec, source, num_worlds)
+    except _SceneError as e:
+        raise ValueError(f"{label}: {e}") from None
 
-    plant = _get(spec, "plant", where)
-    dt = _num(_get(plant, "time_step", f"{where} plant"))
-    if not (math.isfinite(dt) and dt > 0):
-        raise ValueError(f"{where}: plant.time_step must be > 0 s, got {dt}")
-    gravity = np.asarray(plant.get("gravity_W", [0.0, 0.0, -9.81]), float)
 
+def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
+    if not isinstance(spec, dict):
+        raise _SceneError("top level", f"expected an object with keys plant, bodies, joints, ...; got {_got(spec)}")
+    default_name = os.path.splitext(os.path.basename(source or "scene"))[0]
+    name = _str(spec, "scene", "", default=default_name)
+    description = _str(spec, "description", "", default="")
+
+    plant, pp = _obj(spec, "plant", "")
+    dt = _num(plant, "time_step", pp, lo=0.0, lo_open=True, unit="s")
+    gravity = _vec(plant, "gravity_W", pp, 3, default=np.array([0.0, 0.0, -9.81]), unit="m/s²")
     b = ModelBuilder(gravity=gravity)
-    json_body = {}  # JSON body index -> our body index (world = -1)
-    body_name_to_json = {}
-    for bd in _get(spec, "bodies", where):
-        idx = int(_get(bd, "index", f"{where} body"))
-        body_name_to_json[_get(bd, "name", f"{where} body {idx}")] = idx
+    build = _Builder(b)
+
+    # Bodies: JSON index -> our body index (world = -1); names -> JSON index.
+    bodies, bp = _list(spec, "bodies", "", expected="a non-empty list of bodies (body 0 is the world)",
+                       nonempty=True)
+    json_body, body_name_to_json = {}, {}
+    for i in range(len(bodies)):
+        bd, bw = _obj(bodies, i, bp, expected="a body object {index, name, mass, com_B, inertia_about_com_B}")
+        idx, name_i = _int(bd, "index", bw, lo=0), _str(bd, "name", bw)
+        if idx in json_body:
+            raise _SceneError(_join(bw, "index"), f"body index {idx} is used twice")
+        if name_i in body_name_to_json:
+            raise _SceneError(_join(bw, "name"), f"body name {name_i!r} is used twice")
+        body_name_to_json[name_i] = idx
         if idx == 0:
             json_body[0] = -1
             continue
-        bw = f"{where} body {bd['name']!r}"
-        json_body[idx] = b.add_body(
-            mass=_num(_get(bd, "mass", bw)), com=_get(bd, "com_B", bw),
-            inertia=_get(bd, "inertia_about_com_B", bw), name=bd["name"],
-        )
+        mass = _num(bd, "mass", bw, lo=0.0, unit="kg")
+        json_body[idx] = build(bw, "add_body", mass=mass, com=_vec(bd, "com_B", bw, 3, unit="m"),
+                               inertia=_mat3(bd, "inertia_about_com_B", bw), name=name_i)
+    if 0 not in json_body:
+        raise _SceneError(bp, "no body with index 0 (the world body)")
 
-    def body_of(body_name: str, w: str) -> int:
+    def body_of(c, key, path) -> int:
+        body_name = _str(c, key, path)
         if body_name not in body_name_to_json:
-            raise ValueError(f"{w}: unknown body {body_name!r}; bodies: {', '.join(body_name_to_json)}")
+            raise _SceneError(_join(path, key), f"unknown body {body_name!r}; bodies: {', '.join(body_name_to_json)}")
         return json_body[body_name_to_json[body_name]]
 
-    # Actuators first: their reflected inertia and PD gains are joint parameters.
-    actuation = spec.get("actuation", {}) or {}
-    actuators = list(actuation.get("actuators", []))
-    act_by_joint = {}
-    for a in actuators:
-        act_by_joint.setdefault(_get(a, "joint", f"{where} actuator"), []).append(a)
+    # Joints (read and checked first, then built in Drake's v order).
+    joint_list, jp = _list(spec, "joints", "")
+    joints = []
+    for i in range(len(joint_list)):
+        jd, jw = _obj(joint_list, i, jp, expected="a joint object {name, type, parent_body, child_body, ...}")
+        jtype = _str(jd, "type", jw, choices=_JOINT_TYPES)
+        nq_type, nv_type = _JOINT_SIZES[jtype]
+        qs, vs = _int(jd, "q_start", jw, lo=0), _int(jd, "v_start", jw, lo=0)
+        nq, nv = _int(jd, "nq", jw, lo=0), _int(jd, "nv", jw, lo=0)
+        if (nq, nv) != (nq_type, nv_type):
+            raise _SceneError(jw, f"a {jtype} joint has nq = {nq_type} and nv = {nv_type}, got nq = {nq}, nv = {nv}")
+        joints.append((jd, jw, jtype, qs, nq, vs, nv))
+    joints.sort(key=lambda j: (j[5], j[3]))
+    joint_names = set()
+    for jd, jw, *_ in joints:
+        jname = _str(jd, "name", jw)
+        if jname in joint_names:
+            raise _SceneError(_join(jw, "name"), f"joint name {jname!r} is used twice")
+        joint_names.add(jname)
 
-    joints = sorted(_get(spec, "joints", where), key=lambda j: (int(j.get("v_start", 0)), int(j.get("q_start", 0))))
-    state = spec.get("state", {})
-    q_drake = np.asarray(state.get("q0", np.concatenate([j.get("initial_q", []) for j in joints] or [[]])), float)
-    v_drake = np.asarray(state.get("v0", np.concatenate([j.get("initial_v", []) for j in joints] or [[]])), float)
+    # Actuators: their reflected inertia and PD gains are joint parameters.
+    actuation, ap = _obj(spec, "actuation", "", default={})
+    actuator_list, alp = _list(actuation, "actuators", ap, default=[])
+    actuators, act_by_joint = [], {}
+    for i in range(len(actuator_list)):
+        a, aw = _obj(actuator_list, i, alp, expected="an actuator object {joint, ...}")
+        jname = _str(a, "joint", aw)
+        if jname not in joint_names:
+            raise _SceneError(_join(aw, "joint"), f"unknown joint {jname!r}; joints: {', '.join(sorted(joint_names))}")
+        act = dict(joint=jname, path=aw,
+                   rotor_inertia=_num(a, "rotor_inertia", aw, default=0.0, lo=0.0, unit="kg·m²"),
+                   gear_ratio=_num(a, "gear_ratio", aw, default=1.0),
+                   effort_limit=_num(a, "effort_limit", aw, default=math.inf, lo=0.0, lo_open=True, allow_inf=True),
+                   pd=_bool(a, "pd_controlled", aw, default=False), input_start=_int(a, "input_start", aw, default=i, lo=0))
+        if act["pd"]:
+            gains, gp = _obj(a, "pd_gains", aw, expected="an object {p, d} of PD gains")
+            act["p"], act["d"] = _num(gains, "p", gp, lo=0.0), _num(gains, "d", gp, lo=0.0)
+        actuators.append(act)
+        act_by_joint.setdefault(jname, []).append(act)
+
+    # Drake's initial q and v: the state's, or the joints' own initial values in order.
+    state, sp = _obj(spec, "state", "", default={})
+    q_drake = _vec(state, "q0", sp, None, default=None)
+    v_drake = _vec(state, "v0", sp, None, default=None)
+    if q_drake is None:
+        q_drake = np.concatenate([_vec(jd, "initial_q", jw, nq, default=np.zeros(nq))
+                                  for jd, jw, _, _, nq, _, _ in joints] or [np.zeros(0)])
+    if v_drake is None:
+        v_drake = np.concatenate([_vec(jd, "initial_v", jw, nv, default=np.zeros(nv))
+                                  for jd, jw, _, _, _, _, nv in joints] or [np.zeros(0)])
+    nq_total = max((qs + nq for _, _, _, qs, nq, _, _ in joints), default=0)
+    nv_total = max((vs + nv for _, _, _, _, _, vs, nv in joints), default=0)
+    for vec, total, key in ((q_drake, nq_total, "q0"), (v_drake, nv_total, "v0")):
+        if len(vec) < total:
+            raise _SceneError(_join(sp, key), f"expected at least {total} numbers (the joints' q_start + nq, "
+                                              f"v_start + nv), got {len(vec)}")
 
     drake_joints, q_init, qd_init_sap = [], [], []
-    for jd in joints:
-        jname = _get(jd, "name", f"{where} joint")
-        jw = f"{where} joint {jname!r}"
-        jtype = _get(jd, "type", jw)
-        if jtype not in _JOINT_TYPES:
-            raise ValueError(f"{jw}: joint type {jtype!r} is not supported; valid: {', '.join(_JOINT_TYPES)}")
-        parent, child = body_of(_get(jd, "parent_body", jw), jw), body_of(_get(jd, "child_body", jw), jw)
-        X_PF = _pose(_get(_get(jd, "frame_on_parent_F", jw), "X_PF", jw), jw)
-        X_CM = _pose(_get(_get(jd, "frame_on_child_M", jw), "X_CM", jw), jw)
-        qs, nq, vs, nv = (int(_get(jd, k, jw)) for k in ("q_start", "nq", "v_start", "nv"))
+    for jd, jw, jtype, qs, nq, vs, nv in joints:
+        jname = jd["name"]
+        parent, child = body_of(jd, "parent_body", jw), body_of(jd, "child_body", jw)
+        fp, fpp = _obj(jd, "frame_on_parent_F", jw, expected="an object {X_PF: pose}")
+        fc, fcp = _obj(jd, "frame_on_child_M", jw, expected="an object {X_CM: pose}")
+        X_PF, X_CM = _pose(fp, "X_PF", fpp), _pose(fc, "X_CM", fcp)
         q, v = q_drake[qs:qs + nq], v_drake[vs:vs + nv]
-        damping = np.asarray(jd.get("damping", [0.0] * nv), float)
-        lower = np.array([_num(x) for x in jd.get("position_lower_limits", ["-inf"] * nq)])
-        upper = np.array([_num(x) for x in jd.get("position_upper_limits", ["inf"] * nq)])
+        damping = _vec(jd, "damping", jw, nv, default=np.zeros(nv), lo=0.0)
+        lower = _vec(jd, "position_lower_limits", jw, nq, default=np.full(nq, -np.inf), allow_inf=True)
+        upper = _vec(jd, "position_upper_limits", jw, nq, default=np.full(nq, np.inf), allow_inf=True)
         armature = np.zeros(nv)
         drive = dict(target_ke=0.0, target_kd=0.0, effort_limit=math.inf)
         for a in act_by_joint.get(jname, []):
             if nv != 1:
-                raise ValueError(f"{jw}: actuators are supported on 1-DOF joints only")
-            armature[0] += _num(a.get("rotor_inertia", 0.0)) * _num(a.get("gear_ratio", 1.0)) ** 2
-            drive["effort_limit"] = _num(a.get("effort_limit", "inf"))
-            if a.get("pd_controlled", False):
-                gains = _get(a, "pd_gains", f"{jw} actuator")
-                drive["target_ke"], drive["target_kd"] = _num(gains["p"]), _num(gains["d"])
+                raise _SceneError(_join(a["path"], "joint"),
+                                  f"actuators are supported on 1-DOF joints only; {jname!r} is a {jtype} joint")
+            armature[0] += a["rotor_inertia"] * a["gear_ratio"] ** 2
+            drive["effort_limit"] = a["effort_limit"]
+            if a["pd"]:
+                drive["target_ke"], drive["target_kd"] = a["p"], a["d"]
 
         if jtype == "quaternion_floating":
             if parent != -1 or np.any(X_PF != spatial.transform_identity()) or np.any(X_CM != spatial.transform_identity()):
-                raise ValueError(f"{jw}: quaternion_floating joints must connect the world frame to the body frame")
-            j = b.add_joint_free(-1, child, damping=damping, name=jname)
+                raise _SceneError(jw, "a quaternion_floating joint must connect the world frame to the body frame "
+                                      "(parent_body world, identity X_PF and X_CM)")
+            j = build(jw, "add_joint_free", -1, child, damping=damping, name=jname)
             q_init.append(np.concatenate([q[4:7], q[1:4], q[0:1]]))  # wxyz,p -> p,xyzw
             qd_init_sap.append(v)  # Drake's [w_WB_W, v_WBo_W] is exactly our SAP order
         elif jtype in ("revolute", "prismatic"):
-            axis = _get(jd, "axis", jw)
-            add = b.add_joint_revolute if jtype == "revolute" else b.add_joint_prismatic
-            j = add(parent, child, X_PF, X_CM, axis, limit_lower=lower[0], limit_upper=upper[0],
-                    limit_ke=DRAKE_LIMIT_STIFFNESS, limit_kd=DRAKE_LIMIT_STIFFNESS * dt,
-                    armature=armature[0], damping=damping[0], name=jname, **drive)
+            axis = _vec(jd, "axis", jw, 3)
+            add = "add_joint_revolute" if jtype == "revolute" else "add_joint_prismatic"
+            j = build(jw, add, parent, child, X_PF, X_CM, axis, limit_lower=lower[0], limit_upper=upper[0],
+                      limit_ke=DRAKE_LIMIT_STIFFNESS, limit_kd=DRAKE_LIMIT_STIFFNESS * dt,
+                      armature=armature[0], damping=damping[0], name=jname, **drive)
             q_init.append(q)
             qd_init_sap.append(v)
         elif jtype == "ball_rpy":
             if np.any(np.isfinite(lower)) or np.any(np.isfinite(upper)):
-                raise ValueError(f"{jw}: position limits on a ball joint are not supported")
-            j = b.add_joint_ball(parent, child, X_PF, X_CM, damping=damping, name=jname)
+                raise _SceneError(jw, "position limits on a ball_rpy joint are not supported (use -inf/inf)")
+            j = build(jw, "add_joint_ball", parent, child, X_PF, X_CM, damping=damping, name=jname)
             q_init.append(spatial.quat_from_rpy(q))
             qd_init_sap.append(v)  # w_FM in F, as our ball joint
         else:  # weld
-            j = b.add_joint_fixed(parent, child, X_PF, X_CM, name=jname)
+            j = build(jw, "add_joint_fixed", parent, child, X_PF, X_CM, name=jname)
         drake_joints.append(DrakeJoint(j, jtype, qs, nq, vs, nv))
+    jointed = {child for child in (body_of(jd, "child_body", jw) for jd, jw, *_ in joints)}
+    for i, bd in enumerate(bodies):
+        if bd["index"] != 0 and json_body[bd["index"]] not in jointed:
+            raise _SceneError(_join(bp, i), f"body {bd['name']!r} is the child of no joint; expected a joint "
+                                            "with this child_body (quaternion_floating for a free body, weld to fix it)")
 
+    # Geometries.
+    geometries, gp = _list(spec, "geometries", "", default=[])
     shape_of_geom = {}
-    for g in spec.get("geometries", []):
-        gw = f"{where} geometry {g.get('name', g.get('index'))!r}"
-        shape = _get(g, "shape", gw)
-        kind = _get(shape, "type", gw)
-        body = json_body[int(_get(g, "body_index", gw))]
-        X = _pose(_get(g, "X_BG", gw), gw)
-        material = dict(mu=_num(_get(g, "dynamic_friction", gw)), ke=_num(_get(g, "point_contact_stiffness", gw)),
-                        tau=_num(_get(g, "relaxation_time", gw)), name=g.get("name"))
+    for i in range(len(geometries)):
+        g, gw = _obj(geometries, i, gp, expected="a geometry object {index, shape, body_index, X_BG, ...}")
+        gidx = _int(g, "index", gw, lo=0)
+        if gidx in shape_of_geom:
+            raise _SceneError(_join(gw, "index"), f"geometry index {gidx} is used twice")
+        shape, shp = _obj(g, "shape", gw, expected="a shape object {type, ...}")
+        kind = _str(shape, "type", shp, choices=_SHAPES)
+        body_index = _int(g, "body_index", gw, lo=0)
+        if body_index not in json_body:
+            raise _SceneError(_join(gw, "body_index"), f"unknown body index {body_index}; "
+                                                       f"bodies: {', '.join(map(str, sorted(json_body)))}")
+        body = json_body[body_index]
+        X = _pose(g, "X_BG", gw)
+        material = dict(mu=_num(g, "dynamic_friction", gw, lo=0.0),
+                        ke=_num(g, "point_contact_stiffness", gw, lo=0.0, lo_open=True, unit="N/m"),
+                        tau=_num(g, "relaxation_time", gw, lo=0.0, unit="s"),
+                        name=_str(g, "name", gw, default=None))
         if kind == "sphere":
-            s = b.add_shape_sphere(body, X, radius=_num(_get(shape, "radius", gw)), **material)
+            s = build(gw, "add_shape_sphere", body, X, radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"),
+                      **material)
         elif kind == "box":
-            he = shape.get("half_extents") or [0.5 * _num(x) for x in _get(shape, "size", gw)]
-            s = b.add_shape_box(body, X, *map(_num, he), **material)
-        elif kind == "half_space":
-            s = b.add_shape_plane(body, X, **material)
-        else:
-            raise ValueError(f"{gw}: shape {kind!r} is not supported; valid: {', '.join(_SHAPES)}")
-        shape_of_geom[int(_get(g, "index", gw))] = s
+            if "half_extents" in shape or "size" not in shape:
+                he = _vec(shape, "half_extents", shp, 3, lo=0.0, unit="m")
+            else:
+                he = 0.5 * _vec(shape, "size", shp, 3, lo=0.0, unit="m")
+            s = build(gw, "add_shape_box", body, X, *he, **material)
+        else:  # half_space
+            s = build(gw, "add_shape_plane", body, X, **material)
+        shape_of_geom[gidx] = s
 
-    candidates = spec.get("collision_candidate_pairs")
+    # Candidate pairs: exactly the listed ones collide.
+    candidates, cp = _list(spec, "collision_candidate_pairs", "", default=None)
+    wanted = set()
     if candidates is not None:
-        wanted = set()
-        for c in candidates:
-            ga, gb = _get(c, "geometries", f"{where} collision_candidate_pairs")
-            wanted.add(tuple(sorted((shape_of_geom[int(ga)], shape_of_geom[int(gb)]))))
+        for i in range(len(candidates)):
+            c, cw = _obj(candidates, i, cp, expected="an object {geometries: [index, index]}")
+            pair, pw = _list(c, "geometries", cw, expected="a list of 2 geometry indices")
+            if len(pair) != 2:
+                raise _SceneError(pw, f"expected a list of 2 geometry indices, got {_got(pair)}")
+            for k in range(2):
+                gi = _int(pair, k, pw, lo=0)
+                if gi not in shape_of_geom:
+                    raise _SceneError(_join(pw, k), f"unknown geometry index {gi}; "
+                                                    f"geometries: {', '.join(map(str, sorted(shape_of_geom))) or '(none)'}")
+            if pair[0] == pair[1]:
+                raise _SceneError(pw, f"a geometry cannot collide with itself, got {pair}")
+            wanted.add(tuple(sorted((shape_of_geom[pair[0]], shape_of_geom[pair[1]]))))
         S = b.shape_count
         for a in range(S):
             for c in range(a + 1, S):
                 if (a, c) not in wanted:
                     b.add_collision_filter_pair(a, c)
 
-    model = b.replicate(num_worlds).finalize()
+    recording, rp = _obj(spec, "recording", "", default={})
+    solver_kwargs = _solver_kwargs(spec)
+    try:
+        model = b.replicate(num_worlds).finalize()
+    except ValueError as e:  # a property of the whole tree (the bodies and the joints between them)
+        raise _SceneError("bodies", f"the model built from the bodies and joints is invalid: {e}") from None
     if candidates is not None:
         got = {tuple(p) for p in model.shape_pair.tolist()}
         if got != wanted:
-            raise ValueError(
-                f"{where}: collision_candidate_pairs lists pairs our filters exclude: {sorted(wanted - got)}"
-            )
+            raise _SceneError(cp, f"lists pairs that never collide (same body, or both on the world): "
+                                  f"{sorted(wanted - got)}")
     q_init = np.concatenate(q_init) if q_init else np.zeros(0)
     qd_init = np.concatenate(qd_init_sap) if qd_init_sap else np.zeros(0)
-    model = model.with_initial_state(q_init, qd_init, joint_qd_order="sap")
+    try:
+        model = model.with_initial_state(q_init, qd_init, joint_qd_order="sap")
+    except ValueError as e:
+        raise _SceneError(sp if state else jp, f"initial state: {e}") from None
 
     control = model.control()
-    xd = np.asarray(actuation.get("desired_state_input", {}).get("xd", []), float)
-    u_ff = np.asarray(actuation.get("feedforward_actuation_u_ff", []), float)
+    desired, dp = _obj(actuation, "desired_state_input", ap, default={})
+    xd = _vec(desired, "xd", dp, None, default=np.zeros(0))
+    u_ff = _vec(actuation, "feedforward_actuation_u_ff", ap, None, default=np.zeros(0))
     n_act = len(actuators)
     for i, a in enumerate(actuators):
-        jname = a["joint"]
-        j = model.joint_index(jname)
-        dof = int(model.joint_qd_start[j])
-        if a.get("pd_controlled", False) and len(xd) == 2 * n_act:
+        dof = int(model.joint_qd_start[model.joint_index(a["joint"])])
+        if a["pd"] and len(xd) == 2 * n_act:
             control.joint_target_pos[:, dof] = xd[i]
             control.joint_target_vel[:, dof] = xd[n_act + i]
-        k = int(a.get("input_start", i))
-        if k < len(u_ff):
-            control.joint_act[:, dof] = u_ff[k]
+        if a["input_start"] < len(u_ff):
+            control.joint_act[:, dof] = u_ff[a["input_start"]]
 
-    recording = spec.get("recording", {})
-    num_steps = int(recording.get("num_steps", spec.get("num_steps", DEFAULT_NUM_STEPS)))
-    max_contacts = max(int(recording.get("max_contacts_C", 0)), len(model.shape_pair))
+    num_steps = _int(recording, "num_steps", rp, default=None, lo=1)
+    if num_steps is None:
+        num_steps = _int(spec, "num_steps", "", default=DEFAULT_NUM_STEPS, lo=1)
+    max_contacts = max(_int(recording, "max_contacts_C", rp, default=0, lo=0), len(model.shape_pair))
     return LoadedScene(
         name=name, sap_model=model, state=model.state(), control=control, dt=dt,
-        num_steps=num_steps, max_rigid_contact=max_contacts, solver_kwargs=_solver_kwargs(spec),
-        body_names=model.body_name, description=str(spec.get("description", "")), source=source,
+        num_steps=num_steps, max_rigid_contact=max_contacts, solver_kwargs=solver_kwargs,
+        body_names=model.body_name, description=description, source=source,
         drake_joints=tuple(drake_joints),
     )
 
 
 def _solver_kwargs(spec: dict) -> dict:
     """SolverSAP settings that reproduce Drake's run: the drake preset and SAP's defaults."""
-    internals = spec.get("sap_internals", {})
-    sp = internals.get("solver_parameters", {})
-    ls = {"exact": "exact_root", "backtracking": "armijo_decay"}.get(sp.get("line_search_type", "exact"))
-    if ls is None:
-        raise ValueError(f"sap_internals.solver_parameters.line_search_type: {sp['line_search_type']!r} "
-                         "is not supported; valid: exact, backtracking")
-    contact = next((v for k, v in internals.items() if k.startswith("contact_constraint")), {})
+    internals, ip = _obj(spec, "sap_internals", "", default={})
+    sp, spp = _obj(internals, "solver_parameters", ip, default={})
+    ls = _LINE_SEARCHES[_str(sp, "line_search_type", spp, default="exact", choices=tuple(_LINE_SEARCHES))]
+    contact_key = next((k for k in internals if k.startswith("contact_constraint")), None)
+    contact, cp = _obj(internals, contact_key, ip, default={}) if contact_key else ({}, "")
+    plant, pp = _obj(spec, "plant", "")
     kwargs = dict(
         contact_preset_variant="drake",
         line_search_variant=ls,
-        max_iterations=int(sp.get("max_iterations", 100)),
-        optimality_abs_tol=float(sp.get("abs_tolerance", 1e-14)),
-        optimality_rel_tol=float(sp.get("rel_tolerance", 1e-6)),
-        cost_abs_tol=float(sp.get("cost_abs_tolerance", 1e-30)),
-        cost_rel_tol=float(sp.get("cost_rel_tolerance", 1e-15)),
-        contact_beta=float(spec.get("plant", {}).get("sap_near_rigid_threshold", 1.0)),
-        contact_sigma=float(contact.get("sigma", 1e-3)),
+        max_iterations=_int(sp, "max_iterations", spp, default=100, lo=1),
+        optimality_abs_tol=_num(sp, "abs_tolerance", spp, default=1e-14, lo=0.0),
+        optimality_rel_tol=_num(sp, "rel_tolerance", spp, default=1e-6, lo=0.0),
+        cost_abs_tol=_num(sp, "cost_abs_tolerance", spp, default=1e-30, lo=0.0),
+        cost_rel_tol=_num(sp, "cost_rel_tolerance", spp, default=1e-15, lo=0.0),
+        contact_beta=_num(plant, "sap_near_rigid_threshold", pp, default=1.0, lo=0.0, lo_open=True),
+        contact_sigma=_num(contact, "sigma", cp, default=1e-3, lo=0.0, lo_open=True),
     )
     if ls == "exact_root":
-        kwargs["line_search_max_iterations"] = int(sp.get("exact_line_search", {}).get("max_iterations", 100))
+        exact, ep = _obj(sp, "exact_line_search", spp, default={})
+        kwargs["line_search_max_iterations"] = _int(exact, "max_iterations", ep, default=100, lo=1)
+    try:  # every setting is range-checked above; this catches combinations SapConfig rejects
+        SapConfig.from_preset(**kwargs)
+    except ValueError as e:
+        raise _SceneError(ip or "sap_internals", str(e)) from None
     return kwargs

@@ -1,0 +1,198 @@
+"""tools.cli and the conventions every command-line tool shares: one-line errors with exit status
+2 before any work, --out checked first, missing scene files named, --help in plain text listing
+the choices from sap_common.config."""
+
+import json
+import os
+import re
+
+import pytest
+
+import tools.benchmark
+import tools.compare_backends
+import tools.compare_presets
+import tools.demo
+import tools.plot_benchmark
+import tools.scenes
+from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
+from tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
+from conftest import DATA
+
+MAINS = {"sap-demo": tools.demo.main, "sap-scenes": tools.scenes.main,
+         "sap-compare-presets": tools.compare_presets.main, "sap-compare-backends": tools.compare_backends.main,
+         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main}
+# Tools with a preset / line-search flag: (flag, the choices its help must list).
+CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
+                "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search")}
+
+
+def _no_work(monkeypatch):
+    """Make every tool's work fail loudly, so an error must come before it."""
+    def boom(*a, **k):
+        raise AssertionError("work started before the arguments were checked")
+
+    monkeypatch.setattr(tools.demo, "run", boom)
+    monkeypatch.setattr(tools.compare_presets, "SolverSAP", boom)
+    monkeypatch.setattr(tools.compare_backends, "SolverSAP", boom)
+    monkeypatch.setattr(tools.benchmark, "SapRun", boom)
+    monkeypatch.setattr(tools.benchmark, "MjwarpRun", boom)
+    monkeypatch.setattr(tools.plot_benchmark, "plot", boom)
+
+
+def _error(capsys, prog, main, argv) -> str:
+    """Run a tool expecting a usage error: exit status 2 and exactly one line 'prog: error: …'."""
+    try:
+        status = main(argv)
+    except SystemExit as e:  # argparse's own errors exit
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2, (prog, argv, err)
+    lines = [line for line in err.splitlines() if line.strip() and "Warp CUDA warning" not in line]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), (prog, argv, err)
+    return lines[0]
+
+
+@pytest.mark.parametrize("prog", MAINS)
+def test_help_is_plain_text_and_lists_the_choices(capsys, prog):
+    with pytest.raises(SystemExit) as e:
+        MAINS[prog](["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "`" not in out and ":data:" not in out and ":func:" not in out, out
+    assert "examples:" in out and re.search(rf"^  {prog}\b", out, re.M)
+    text = " ".join(out.split())  # argparse wraps lines
+    for flag in CHOICE_FLAGS.get(prog, ()):
+        assert flag in text
+    if prog in CHOICE_FLAGS:
+        assert all(p in text for p in PRESETS) and all(v in text for v in LINE_SEARCH_VARIANTS), text
+
+
+@pytest.mark.parametrize("prog", ["sap-demo", "sap-scenes", "sap-compare-presets", "sap-compare-backends",
+                                  "sap-benchmark"])
+def test_a_missing_scene_file_is_a_one_line_error(capsys, monkeypatch, tmp_path, prog):
+    _no_work(monkeypatch)
+    missing = str(tmp_path / "nope.json")
+    line = _error(capsys, prog, MAINS[prog], [missing])
+    assert f"scene file: {missing!r} does not exist" in line
+    line = _error(capsys, prog, MAINS[prog], [str(tmp_path)])  # a directory is not a scene file
+    assert "is a directory" in line
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"plant": {"time_step": 1e-3}, "bodies": [], "joints": []}))
+    line = _error(capsys, prog, MAINS[prog], [str(bad)])  # a malformed file: its path inside named
+    assert f"{bad}: bodies: expected a non-empty list" in line
+    line = _error(capsys, prog, MAINS[prog], [str(tmp_path / "model.xml")])  # MJCF files too
+    assert "model.xml' does not exist" in line
+
+
+@pytest.mark.parametrize("prog,argv", [("sap-demo", ["box_stack"]), ("sap-benchmark", ["sphere_drop"]),
+                                       ("sap-plot-benchmark", [str(DATA / "drake" / "index.json")])])
+def test_out_into_a_missing_directory_fails_before_any_work(capsys, monkeypatch, tmp_path, prog, argv):
+    _no_work(monkeypatch)
+    out = str(tmp_path / "no" / "such" / "dir" / "result.png")
+    line = _error(capsys, prog, MAINS[prog], argv + ["--out", out])
+    assert line.startswith(f"{prog}: error: --out: the directory ") and "does not exist" in line
+    line = _error(capsys, prog, MAINS[prog], argv + ["--out", str(tmp_path)])
+    assert "is a directory" in line
+
+
+@pytest.mark.parametrize("prog,argv,message", [
+    ("sap-demo", ["--preset", "approx33"], "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
+    ("sap-demo", ["--line-search", "newton"], "--line-search: line_search_variant: 'newton' is not valid"),
+    ("sap-demo", ["--steps", "0"], "--steps and --print-every: must be >= 1"),
+    ("sap-demo", ["--out", "plot.txt"], "--out: matplotlib cannot write 'txt' files; use one of"),
+    ("sap-demo", ["--steps", "x"], "argument --steps: invalid int value: 'x'"),
+    ("sap-scenes", ["--num-worlds", "0"], "--num-worlds: must be >= 1"),
+    ("sap-scenes", ["box_stack", "--bogus"], "unrecognized arguments: --bogus"),
+    ("sap-compare-presets", ["box_stack", "--reference", "fast"], "--reference: contact_preset_variant: 'fast'"),
+    ("sap-compare-presets", ["box_stack", "--every", "0"], "--every: must be >= 1"),
+    ("sap-compare-backends", ["box_stack", "--device", "tpu"], "--device: Warp has no device 'tpu'"),
+    ("sap-compare-backends", ["box_stack", "--preset", "fast"], "--preset: contact_preset_variant: 'fast'"),
+    ("sap-benchmark", ["sphere_drop", "--max-iterations", "0"], "--max-iterations: max_iterations"),
+    ("sap-benchmark", ["sphere_drop", "--linear-solver", "lu"], "argument --linear-solver: invalid choice: 'lu'"),
+    ("sap-plot-benchmark", [str(DATA / "drake" / "index.json"), "--out", "x.doc"], "--out: matplotlib cannot write"),
+])
+def test_bad_flags_are_one_line_errors_before_any_work(capsys, monkeypatch, prog, argv, message):
+    _no_work(monkeypatch)
+    assert message in _error(capsys, prog, MAINS[prog], argv)
+
+
+MALFORMED_RESULTS = {
+    "not JSON": ("{runs: oops", "holds no sap-benchmark JSON object"),
+    "a list": ("[1, 2]", "holds no sap-benchmark JSON object"),
+    "runs not a list": (json.dumps({"runs": 5}), "runs: expected a non-empty list of runs"),
+    "runs empty": (json.dumps({"runs": []}), "runs: expected a non-empty list of runs"),
+    "run a string": (json.dumps({"runs": ["fast"]}), "runs[0]: expected a run object, got str"),
+    "num_worlds a string": (json.dumps({"runs": [{"label": "a", "num_worlds": "8", "world_steps_per_s": 1.0,
+                                                  "valid": True}]}), "runs[0].num_worlds: expected an integer >= 1"),
+    "throughput zero": (json.dumps({"runs": [{"label": "a", "num_worlds": 8, "world_steps_per_s": 0,
+                                              "valid": True}]}), "runs[0].world_steps_per_s: expected a finite number > 0"),
+    "valid missing": (json.dumps({"runs": [{"label": "a", "num_worlds": 8, "world_steps_per_s": 3.0}]}),
+                      "runs[0].valid: missing; expected true or false"),
+    "label a number": (json.dumps({"label": 3, "num_worlds": 8, "world_steps_per_s": 3.0, "valid": True}),
+                       "runs[0].label: expected a string, got 3"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_RESULTS))
+def test_malformed_benchmark_json_is_a_one_line_error(capsys, monkeypatch, tmp_path, case):
+    _no_work(monkeypatch)
+    text, message = MALFORMED_RESULTS[case]
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    line = _error(capsys, "sap-plot-benchmark", MAINS["sap-plot-benchmark"], [str(path), "--out",
+                                                                              str(tmp_path / "p.png")])
+    assert str(path) in line and message in line, line
+
+
+def test_out_without_extension_writes_png_and_says_so(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert plot_path("--out", str(tmp_path / "noext")) == str(tmp_path / "noext.png")
+    assert plot_path("--out", str(tmp_path / "fig.svg")) == str(tmp_path / "fig.svg")
+    with pytest.raises(ValueError, match=r"--out: matplotlib cannot write 'json' files"):
+        plot_path("--out", str(tmp_path / "fig.json"))
+    assert tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(tmp_path / "noext"), "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert f"plot written to {tmp_path / 'noext.png'}" in out and json.loads(out[-1])["plot"] == str(tmp_path / "noext.png")
+    assert (tmp_path / "noext.png").stat().st_size > 1000 and not (tmp_path / "noext").exists()
+
+
+def test_check_out_and_plain():
+    assert check_out("--out", "relative.json") == "relative.json"  # the working directory exists
+    with pytest.raises(ValueError, match=r"--x: the directory 'missing' of 'missing/a.json' does not exist"):
+        check_out("--x", "missing/a.json")
+    assert plain("``sap-demo`` runs :class:`~sap_ref.solver.SolverSAP` with `x` and :data:`MIN`") == \
+        "sap-demo runs SolverSAP with x and MIN"
+    p = parser("tool", "``tool``: does things.\n\n    tool a b   # first\n    tool c \\\n        --d\n\nProse ``x``.\n")
+    assert p.description == "Does things." and p.epilog == "examples:\n  tool a b   # first\n  tool c \\\n      --d"
+
+
+class _Scene:
+    def __init__(self, kwargs):
+        self.solver_kwargs = kwargs
+
+
+def test_scene_solver_settings_are_defaults_that_flags_override():
+    drake = dict(contact_preset_variant="drake", line_search_variant="exact_root", line_search_max_iterations=100,
+                 max_iterations=100)
+    kw, note = scene_solver_kwargs(_Scene(drake), None, None)
+    assert kw == drake and "preset drake (scene file)" in note and "line search exact_root (scene file)" in note
+    kw, note = scene_solver_kwargs(_Scene(drake), "approx32", None)
+    assert kw["contact_preset_variant"] == "approx32" and kw["line_search_variant"] == "exact_root"
+    assert "preset approx32 (--preset)" in note
+    # The file's exact-line-search cap belongs to its line search: dropped with another one.
+    kw, _ = scene_solver_kwargs(_Scene(drake), None, "armijo_decay")
+    assert kw["line_search_variant"] == "armijo_decay" and "line_search_max_iterations" not in kw
+    kw, note = scene_solver_kwargs(_Scene({}), None, None)
+    assert kw == {"contact_preset_variant": "approx32"} and note == "solver: preset approx32 (default)"
+    assert scene_solver_kwargs(_Scene({}), None, None, default_preset="drake")[0]["contact_preset_variant"] == "drake"
+
+
+def test_console_scripts_are_these_mains():
+    """pyproject's [project.scripts] name exactly the tools tested here."""
+    text = (DATA.parent.parent / "pyproject.toml").read_text()
+    scripts = dict(re.findall(r'^(sap-[\w-]+) = "([\w.:]+)"', text, re.M))
+    assert set(scripts) == set(MAINS)
+    for prog, target in scripts.items():
+        module, func = target.split(":")
+        assert MAINS[prog].__module__ == module and MAINS[prog].__name__ == func
+    assert os.path.basename(tools.scenes.DRAKE_SCENE_DIR) == "drake"

@@ -1,0 +1,138 @@
+"""tools.compare_backends (sap-compare-backends): a verdict per stage, exit status 1 on a failure,
+and contact sets that differ only by round-off at the inclusion threshold reported as a tie."""
+
+import json
+
+import numpy as np
+import pytest
+
+import sap_gpu
+from sap_common.state import SapContacts
+from tools.compare_backends import STAGES, collision_differences, main, match_contacts, verdict
+from tools.tolerances import CONTACT_TIE_ULPS, contact_tie_bound
+
+
+def _run(capsys, argv):
+    status = main(argv + ["--quiet", "--json"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    return status, lines, json.loads(lines[-1])
+
+
+def test_a_passing_scene_passes_every_stage(capsys, device):
+    status, lines, row = _run(capsys, ["box_stack", "--steps", "12", "--every", "11", "--preset", "approx32",
+                                       "--device", str(device)])
+    assert status == 0 and row["passed"] is True and lines[-2] == "verdict: pass"
+    stages = row["stages"]
+    assert {"contact_count", "phi0", "A", "v_star", "J", "w", "R", "v_hat", "gamma", "ell", "grad", "H", "v1",
+            "q1"} <= set(stages)
+    assert all(s["verdict"] == "pass" and s["tolerance_used"] <= 1.0 for s in stages.values())
+    assert stages["contact_count"]["tolerance_used"] == 0
+    assert stages["contact_count"]["max_abs_diff"] == 0 and stages["contact_count"]["ref_scale"] > 0
+    # The table has a pass/fail column, one row per compared stage.
+    table = [line for line in lines if not line.startswith("verdict")
+             and (line.rstrip().endswith(("pass", "FAIL")) or " tie" in line)]
+    assert len(table) == len(stages)
+
+
+def test_a_scene_file_with_limits_runs_with_its_own_settings_and_passes(capsys, device):
+    status, lines, row = _run(capsys, ["tests/data/drake/pendulum_limit.json", "--steps", "625", "--every", "5",
+                                       "--device", str(device)])
+    assert status == 0 and row["passed"] and row["preset"] == "drake"
+    assert lines[0].startswith("solver: preset drake (scene file); line search exact_root (scene file)")
+    assert row["stages"]["limit_rows"]["ref_scale"] == 1.0  # the limit was active in a compared step
+
+
+def test_a_broken_gpu_stage_fails_with_exit_status_1(capsys, device, monkeypatch):
+    """γ of sap_gpu off by 1e-6 N·s (a bug in one stage): that stage fails, the others pass."""
+    original = sap_gpu.SolverSAP.evaluate_at
+
+    def broken(self, v):
+        out = original(self, v)
+        out["contact_gamma"] = out["contact_gamma"] + 1e-6
+        return out
+
+    monkeypatch.setattr(sap_gpu.SolverSAP, "evaluate_at", broken)
+    status, lines, row = _run(capsys, ["box_stack", "--steps", "3", "--every", "2", "--preset", "approx64",
+                                       "--device", str(device)])
+    assert status == 1 and row["passed"] is False and lines[-2] == "verdict: FAIL (gamma)"
+    assert row["stages"]["gamma"]["verdict"] == "FAIL" and row["stages"]["gamma"]["tolerance_used"] > 1
+    assert all(s["verdict"] == "pass" for k, s in row["stages"].items() if k != "gamma")
+
+
+def _touching_boxes(path):
+    """A tilted box resting exactly on another (faces touching at φ = 0 in exact arithmetic): on
+    Warp's CPU device sap_ref finds one contact at φ₀ = −1.1e-16 m and sap_gpu none."""
+    h0 = [0.08810890513400288, 0.20261947261797872, 0.24736480494915264]
+    h1 = [0.29019113566814214, 0.07064170421371792, 0.16019734481382086]
+    q = [-0.003180900565374475, -0.008668530638609527, 0.008042342600170739, 0.999925026776339]  # xyzw
+    p0 = [0.34691977430587784, 0.838177239267645, 0.6536506591134421]
+    p1 = [0.3294863033878021, 0.8512878633170059, 1.060897566519801]  # p0 + R(q) (dx, dy, h0z + h1z)
+    ident = {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]}
+
+    def body(i, name, h):
+        I = np.diag([h[1] ** 2 + h[2] ** 2, h[0] ** 2 + h[2] ** 2, h[0] ** 2 + h[1] ** 2]) / 3.0
+        return dict(index=i, name=name, mass=1.0, com_B=[0, 0, 0], inertia_about_com_B=I.tolist())
+
+    def joint(name, qs, vs):
+        return dict(name=name, type="quaternion_floating", parent_body="world", child_body=name,
+                    frame_on_parent_F={"X_PF": ident}, frame_on_child_M={"X_CM": ident}, q_start=qs, nq=7,
+                    v_start=vs, nv=6)
+
+    def geom(i, h):
+        return dict(index=i, body_index=i + 1, shape={"type": "box", "half_extents": h}, X_BG=ident,
+                    dynamic_friction=0.5, point_contact_stiffness=1e6, relaxation_time=0.1)
+
+    wxyz = [q[3], *q[:3]]
+    spec = dict(scene="boxes_touching", plant={"time_step": 1e-3},
+                bodies=[{"index": 0, "name": "world"}, body(1, "lower", h0), body(2, "upper", h1)],
+                joints=[joint("lower", 0, 0), joint("upper", 7, 6)], geometries=[geom(0, h0), geom(1, h1)],
+                state={"q0": [*wxyz, *p0, *wxyz, *p1], "v0": [0.0] * 12})
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def test_touching_faces_resolved_by_round_off_are_a_tie(capsys, device, tmp_path):
+    scene = _touching_boxes(tmp_path / "touching.json")
+    status, lines, row = _run(capsys, [scene, "--steps", "1", "--every", "1", "--device", str(device)])
+    count = row["stages"]["contact_count"]
+    assert status == 0 and row["passed"]
+    if str(device) == "cpu":  # the last bits are the CPU device's; a GPU (FMA) may round the other way
+        assert count["max_abs_diff"] == 1 and count["ties"] == 1 and count["verdict"] == "tie"
+        assert any("(1 tie: |φ₀| at round-off of the threshold)" in line for line in lines)
+
+
+def _contacts(rows):
+    """One-world host contacts from (shape0, shape1, x0, x1, φ₀) rows; margins 0."""
+    c = SapContacts.allocate(1, max(len(rows), 1))
+    c.count[0] = len(rows)
+    for k, (s0, s1, x0, x1, phi) in enumerate(rows):
+        c.shape0[0, k], c.shape1[0, k] = s0, s1
+        c.x0[0, k], c.x1[0, k], c.phi0[0, k] = x0, x1, phi
+        c.normal[0, k] = (0.0, 0.0, 1.0)
+    return c
+
+
+def test_an_unmatched_contact_is_a_tie_only_within_round_off():
+    a = ((0, 1, (0.0, 0.0, 0.1), (0.0, 0.0, 0.1), 0.0), (0, 1, (0.2, 0.0, 0.1), (0.2, 0.0, 0.1), -1e-3))
+    extra = lambda phi: (0, 1, (0.1, 0.1, 0.1), (0.1, 0.1, 0.1), phi)  # noqa: E731
+    ref = _contacts(list(a))
+    for phi, expected in ((-5.2e-18, "tie"), (-0.5 * contact_tie_bound(1.0), "tie"),
+                          (-2 * contact_tie_bound(1.0), "FAIL"), (-1e-6, "FAIL")):
+        gpu = _contacts([a[1], extra(phi), a[0]])  # another order: matched by pair and position
+        pairs, ref_only, gpu_only = match_contacts(ref, gpu)
+        assert sorted(pairs) == [(0, 2), (1, 0)] and ref_only == [] and gpu_only == [1]
+        d = collision_differences(ref, gpu)
+        assert verdict(d)["contact_count"] == expected, phi
+        assert verdict(d)["phi0"] == "pass" and d["phi0"].err == 0.0
+    # A limit row active on one backend only fails (no tolerance on counts).
+    from tools.compare_backends import Check
+    assert verdict({"limit_rows": Check(1.0, 1.0, 1.0)})["limit_rows"] == "FAIL"
+    assert verdict({"limit_rows": Check(0.0, 1.0, 0.0)})["limit_rows"] == "pass"
+    # A contact on another shape pair is never matched to this one.
+    assert match_contacts(ref, _contacts([(0, 2, *a[0][2:])]))[1:] == ([0, 1], [0])
+    assert CONTACT_TIE_ULPS * np.finfo(float).eps == pytest.approx(contact_tie_bound(0.5))  # 1 m floor
+
+
+def test_every_stage_key_has_a_row():
+    keys = [k for k, _ in STAGES]
+    assert len(keys) == len(set(keys)) and keys[0] == "contact_count" and keys[-1] == "q1"

@@ -1,0 +1,59 @@
+"""How closely sap_gpu must reproduce sap_ref, stage by stage: the one table of tolerances that
+``sap-compare-backends`` judges with and the GPU stage tests (tests/test_gpu_stages.py,
+tests/test_gpu_collision.py) assert with.
+
+Each entry says what differs between the two backends and why that bounds the difference. The
+relative tolerances apply to the largest entry of the compared quantity, or to 1 where that is
+smaller (``|a − b| ≤ rtol · max(1, max|b|)``), unless their comment says otherwise.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+
+__all__ = ["TOL", "GEOMETRY_TOL", "RESIDUAL_GAP_FACTOR", "CONTACT_TIE_ULPS", "contact_tie_bound"]
+
+TOL = MappingProxyType({
+    # float64 everywhere, same formulas, different summation order: a few hundred ulps.
+    "fp64": 1e-10,
+    # fp32 weights (w, R, v̂): one float32 rounding of inputs and a handful of operations.
+    "fp32_weights": 2e-6,
+    # fp32 free-motion solve: float32 Cholesky, error ≈ κ(A)·ε₃₂ relative to Δv (bounded per case).
+    "fp32_solve_factor": 10.0,
+    # H stored in float32 (contact_linear_solve_precision fp32): one rounding, ε₃₂ = 6e-8.
+    "fp32_hessian": 2e-7,
+    # Float32 boundary pose (use_f64_boundary_pose=False): the two backends' float64 poses differ
+    # by an ulp, so one near a float32 rounding boundary may round either way: one float32 ulp
+    # (1.2e-7 relative) in a position or rotation entry, times lever arms ≤ 1 m, in J.
+    "fp32_pose": 2.4e-7,
+    # A float32 sum: each term and partial sum rounds once, ε₃₂ = 1.2e-7 (times the term count).
+    "fp32_sum_term": 1.2e-7,
+    # ℓ [J] has no scale of its own when it is near 0 (a step with little constraint work): an
+    # absolute floor of 1e-12 J, far below any physical energy of a step, beside fp64 relative.
+    "ell_abs": 1e-12,
+})
+
+# Collision: float64 geometry on lengths ≤ 1 m through different rotation formulas: a few hundred
+# ulps (measured worst over random shape pairs and the scenes: 2e-15).
+GEOMETRY_TOL = 1e-12
+
+# A PCR (conjugate-residual) solve's recursively updated residual drifts from b − H x by
+# ≲ c·k·ε·‖H‖‖x‖ over k iterations (Greenbaum's bound for CG-type recurrences), i.e. ≲ c·k·ε·κ(H)
+# relative to ‖b‖; c = 10.
+RESIDUAL_GAP_FACTOR = 10.0
+
+# A contact is reported while φ₀ < margin₀ + margin₁. Touching faces (φ₀ = margin exactly, e.g.
+# a box resting exactly on another) are decided by round-off: φ₀ = n̂·(x₁ − x₀) comes from two
+# witness points, each a rotation and a translation of a shape-frame point (≈ 6 roundings of
+# size ε·L for coordinates of size L), then a 3-term dot product; box faces add a clipping step
+# of the same order. 64 ulps of L covers that with a margin of ~4, and is still 1e-14 m at L = 1 m:
+# a contact this close to the threshold is a tie, found by either backend or neither.
+CONTACT_TIE_ULPS = 64
+
+
+def contact_tie_bound(length_scale: float) -> float:
+    """|φ₀ − margin| [m] within which inclusion is decided by round-off, for coordinates of size
+    ``length_scale`` [m] (at least 1 m is assumed: the lengths of a scene in metres)."""
+    return CONTACT_TIE_ULPS * float(np.finfo(np.float64).eps) * max(1.0, float(length_scale))
