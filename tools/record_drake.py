@@ -360,7 +360,9 @@ def simulate(ds: DrakeScene, num_steps: int) -> dict:
         arrays["bias_term" + suffix] = plant.CalcBiasTerm(scratch)
         arrays["gravity_forces" + suffix] = plant.CalcGravityGeneralizedForces(scratch)
         if suffix == "0":
-            arrays["N0"] = _dense(plant.MakeVelocityToQDotMap(scratch))
+            # Column by column through MapVelocityToQDot: the signs of its zeros (−0.0 in the
+            # quaternion rows) are those of the committed recordings.
+            arrays["N0"] = np.column_stack([plant.MapVelocityToQDot(scratch, e) for e in np.eye(plant.num_velocities())])
     arrays["dynamics_residual"] = dynamics_residual(ds, arrays)
     ordered = {k: arrays[k] for k in ARRAY_ORDER}
     return {"arrays": ordered, "contacts_max": C, "recording_loop_s": loop_s}
@@ -372,7 +374,8 @@ def _body_index(i):
 
 
 def _dense(a) -> np.ndarray:
-    return np.asarray(a.toarray() if hasattr(a, "toarray") else a, dtype=np.float64)
+    """A (possibly sparse) Drake matrix as a C-ordered dense array (the NPZ stores N0 row-major)."""
+    return np.ascontiguousarray(a.toarray() if hasattr(a, "toarray") else a, dtype=np.float64)
 
 
 # The order of the arrays in the NPZ (that of the committed recordings).
