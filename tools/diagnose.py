@@ -33,7 +33,7 @@ from sap_ref.collision import combine_materials, pair_contacts
 from sap_ref.contact_solve import evaluate, stopping_criterion
 from tools.tolerances import GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
 
-__all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "diagnose"]
+__all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "stage_table", "diagnose"]
 
 # A derived quantity (force, impulse, momentum) of a step that matches the recording to round-off
 # differs by ~1e-15 relative (measured on the Drake recordings); a bug by O(1). 1e-9 sits between
@@ -395,6 +395,26 @@ def _gpu_stages(ctx, state, ref_contacts):
 # ----------------------------------------------------------------------------- the diagnosis
 
 
+def stage_table(ctx, n: int) -> list:
+    """Every stage of step n compared (constraint rows, sap_gpu against sap_ref, the recording's
+    forces and momentum balance, v₁ and q₁), whatever the step's outcome."""
+    state = ctx.state(n)
+    ours = ctx.backend.collide(state)
+    v1, q1, _ = ctx.backend.step(state, ours, ctx.dt)
+    J = ctx.backend.contact_J()
+    pairs, recorded = [], []
+    if ctx.traj.contacts:
+        recorded = _recorded_contacts(ctx.traj, n + 1)
+        pairs = _match(ours, recorded)[0]
+    stages = _constraint_rows(ctx, n, ours, pairs, recorded, J)
+    ref_contacts = ctx.reference.collide(state)
+    if ctx.backend is not ctx.reference:
+        stages += _gpu_stages(ctx, state, ref_contacts)
+    ctx.reference.step(state, ref_contacts, ctx.dt)
+    stages += _recording_stages(ctx, n, ctx.reference.solver.last_results[0], pairs, recorded, v1, q1)
+    return stages + _step_stages(ctx, n, v1, q1)
+
+
 def diagnose(ctx, n: int) -> Diagnosis:
     """Why the backend's step n departs from the recording (module docstring, in that order).
 
@@ -403,7 +423,7 @@ def diagnose(ctx, n: int) -> Diagnosis:
     """
     state = ctx.state(n)
     ours = ctx.backend.collide(state)
-    v1, q1, _ = ctx.backend.step(state, ours, ctx.dt)
+    ctx.backend.step(state, ours, ctx.dt)
     J = ctx.backend.contact_J()
     found, pairs, recorded = _contact_set(ctx, n, state, ours)
     if found is not None:
@@ -420,16 +440,13 @@ def diagnose(ctx, n: int) -> Diagnosis:
     if result.problem is not None and result.solve is not None:
         reached, r, s, off = _newton(ctx, n, result)
         if reached and off <= ctx.one_step_rtol * max(1.0, float(np.abs(ctx.v_rows[n + 1]).max())):
+            cfg = ctx.reference.config
             return Diagnosis(n, "newton_tolerance", False, True,
                              f"Newton stopped at a different iterate at step {n}: the recorded v₁ satisfies this "
-                             f"implementation's stopping criterion (‖D̃∇ℓ‖ = {r:.3g} ≤ {ctx.reference.config.optimality_abs_tol:.3g}"
-                             f" + {ctx.reference.config.optimality_rel_tol:.3g}·{s:.3g}): both are solutions within "
-                             "the Newton tolerance", rows)
-    stages = list(rows)
-    if ctx.backend is not ctx.reference:
-        stages += _gpu_stages(ctx, state, ref_contacts)
-    stages += _recording_stages(ctx, n, result, pairs, recorded, v1, q1)
-    stages += _step_stages(ctx, n, v1, q1)
+                             f"implementation's stopping criterion (‖D̃∇ℓ‖ = {r:.3g} ≤ {cfg.optimality_abs_tol:.3g} + "
+                             f"{cfg.optimality_rel_tol:.3g}·{s:.3g}): both are solutions within the Newton tolerance",
+                             rows)
+    stages = stage_table(ctx, n)
     first = next((s for s in stages if not s.ok), None)
     where = (f"first departing stage: {first.name} (max difference {first.err:.3g}, allowed {first.tol:.3g})"
              if first else "no single stage departs beyond its tolerance")
