@@ -80,7 +80,7 @@ class DrakeScene:
 
     def __init__(self, spec: dict):
         _require_pydrake()
-        from pydrake.geometry import (Box, CollisionFilterDeclaration, GeometrySet, HalfSpace, ProximityProperties,
+        from pydrake.geometry import (CollisionFilterDeclaration, GeometrySet, HalfSpace, ProximityProperties,
                                       Sphere)
         from pydrake.math import RigidTransform
         from pydrake.multibody.plant import (AddMultibodyPlant, CoulombFriction, MultibodyPlantConfig)
@@ -164,8 +164,6 @@ class DrakeScene:
             shape = g["shape"]
             if shape["type"] == "sphere":
                 geometry = Sphere(float(shape["radius"]))
-            elif shape["type"] == "box":
-                geometry = Box(*map(float, shape["size"]))
             else:
                 geometry = HalfSpace()
             props = ProximityProperties()

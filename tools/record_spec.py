@@ -38,6 +38,9 @@ NO_DRAKE_COUNTERPART = {
                                      "added for every body without a joint)",
     "FREE joint with armature or damping": "Drake's floating joints added for free bodies have neither",
     "CAPSULE shape": "the JSON scene format has no capsule, so the recording could not be loaded back",
+    "BOX shape contact": ("Drake's point contact reports one point per geometry pair (the deepest), this project's box "
+                  "collision one per touching corner: the contact sets would differ (put spheres at the corners, as "
+                  "box_corners_slide does)"),
     "shape margin": "Drake's point contact reports a pair only in penetration (no margin)",
     "rigid contact (ke = inf)": "Drake's point contact needs a finite point_contact_stiffness",
     "joint limit gains other than Drake's": "Drake's limit constraint has k = 1e12 and τ = h, fixed",
@@ -45,7 +48,7 @@ NO_DRAKE_COUNTERPART = {
     "joint_act beyond the effort limit on an undriven DOF": "Drake does not clamp a plain actuation input",
 }
 SPEC_JOINT_TYPES = ("quaternion_floating", "revolute", "prismatic", "ball_rpy", "weld")
-SPEC_SHAPES = ("sphere", "box", "half_space")
+SPEC_SHAPES = ("sphere", "half_space")  # boxes: see NO_DRAKE_COUNTERPART
 # A limit time scale τ = kd/ke equal to h within this relative difference is Drake's τ = h
 # (kd is stored as ke·h, one rounding).
 LIMIT_TAU_RTOL = 1e-12
@@ -140,15 +143,14 @@ def scene_to_spec(scene: LoadedScene) -> dict:
     geometries = []
     for s in range(m.shape_count):
         st, where = ShapeType(int(m.shape_type[s])), f"shape {m.shape_name[s]!r}"
-        if st == ShapeType.CAPSULE:
-            raise _refuse(name, "CAPSULE shape", where)
+        if st in (ShapeType.CAPSULE, ShapeType.BOX):
+            raise _refuse(name, "CAPSULE shape" if st == ShapeType.CAPSULE else "BOX shape contact", where)
         if m.shape_margin[s] != 0:
             raise _refuse(name, "shape margin", where)
         if m.shape_material_ke[s] == np.inf:
             raise _refuse(name, "rigid contact (ke = inf)", where)
         size = m.shape_size[s]
-        shape = ({"type": "sphere", "radius": float(size[0])} if st == ShapeType.SPHERE else
-                 {"type": "box", "size": (2 * size).tolist()} if st == ShapeType.BOX else {"type": "half_space"})
+        shape = {"type": "sphere", "radius": float(size[0])} if st == ShapeType.SPHERE else {"type": "half_space"}
         g = {"index": s, "name": m.shape_name[s], "body": body_name(int(m.shape_body[s])),
              "body_index": int(m.shape_body[s]) + 1, "shape": shape, "X_BG": _pose(m.shape_transform[s])}
         for key, value in (("point_contact_stiffness", m.shape_material_ke[s]),
@@ -194,6 +196,8 @@ def check_spec(spec: dict) -> None:
                              "auto_added_for_free_body (Drake adds one for every body without a joint)")
     for g in spec.get("geometries", []):
         kind = g.get("shape", {}).get("type")
+        if kind == "box":
+            raise _refuse(name, "BOX shape contact", f"geometry {g.get('name')!r}")
         if kind not in SPEC_SHAPES:
             raise ValueError(f"scene {name!r}: geometry {g.get('name')!r}: shape {kind!r} is not supported; "
                              f"valid: {', '.join(SPEC_SHAPES)}")
