@@ -1,7 +1,7 @@
 """``sap-validate``: hold an implementation of SAP against a recorded trajectory, with a verdict.
 
     sap-validate tests/data/drake/sphere_slide.json
-    sap-validate tests/data/drake/*.json --backend both --every 10 --junit validate.xml
+    sap-validate tests/data/drake --backend both --every 10 --junit validate.xml
     sap-validate my_kernels.npz --mode both --json
 
 A recording is a Drake recording (``tests/data/drake/<scene>.json``, written by ``sap-record``)
@@ -47,7 +47,7 @@ from tools.progress import Progress
 from tools.validate_backends import RefBackend, make_backend, recorded_state
 
 __all__ = ["ONE_STEP_RTOL", "ROLLOUT_EPSILON", "MAX_DIAGNOSES", "MUJOCO_FREE_RTOL", "MUJOCO_CONTACT_AGREEMENT",
-           "Context", "make_context", "position_error", "one_step", "rollout", "validate", "junit_xml", "main"]
+           "Context", "make_context", "expand", "position_error", "one_step", "rollout", "validate", "junit_xml", "main"]
 
 # One-step bar. Measured one-step differences of sap_ref from Drake over every step of the seven
 # Drake recordings: ≤ 8.6e-15·max(1, |v|) (39 ulps, box_corners_slide, four near-rigid
@@ -389,10 +389,28 @@ def junit_xml(reports: list) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
+def expand(args) -> list[str]:
+    """Recording arguments → files: a folder gives its Drake recordings (``*.json`` but
+    ``index.json``) and its trajectory files (``*.npz`` that are not a Drake recording's arrays)."""
+    out = []
+    for a in args:
+        if not os.path.isdir(a):
+            out.append(a)
+            continue
+        names = sorted(os.listdir(a))
+        jsons = [n for n in names if n.endswith(".json") and n != "index.json"]
+        stems = {n[:-5] for n in jsons}
+        out += [os.path.join(a, n) for n in jsons]
+        out += [os.path.join(a, n) for n in names if n.endswith(".npz") and n[:-4] not in stems]
+        if not jsons and not any(n.endswith(".npz") for n in names):
+            raise ValueError(f"recordings: the folder {a!r} holds no recording")
+    return out
+
+
 def main(argv=None) -> int:
     p = parser("sap-validate", __doc__)
-    p.add_argument("recordings", nargs="+", help="Drake recordings (tests/data/drake/<scene>.json) or trajectory files "
-                                                 "(.npz, .json)")
+    p.add_argument("recordings", nargs="+", help="Drake recordings (tests/data/drake/<scene>.json), trajectory files "
+                                                 "(.npz, .json) or folders of them")
     p.add_argument("--backend", default="ref", choices=("ref", "gpu", "both"), help="implementation: sap_ref, sap_gpu "
                    "or both (default ref)")
     p.add_argument("--mode", default="one-step", choices=MODES, help="one-step, rollout or both (default one-step)")
@@ -423,13 +441,14 @@ def main(argv=None) -> int:
         if args.junit:
             check_out("--junit", args.junit)
         device = warp_device(args.device) if args.backend != "ref" else "cpu"
-        for path in args.recordings:
+        paths = expand(args.recordings)
+        for path in paths:
             load_trajectory(path)  # every file readable before any work
     except ValueError as e:
         return fail("sap-validate", e)
     backends = ("ref", "gpu") if args.backend == "both" else (args.backend,)
     reports = []
-    for path in args.recordings:
+    for path in paths:
         for b in backends:
             try:
                 r = validate(path, backend=b, mode=args.mode, device=device, preset=args.preset,
