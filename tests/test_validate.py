@@ -304,3 +304,16 @@ def test_mujoco_recording_is_judged_by_statistics(tmp_path):
     assert s["contact_free_max_rel_dv"] <= V.MUJOCO_FREE_RTOL and s["contact_steps"] > 100
     assert s["contact_pairs_agree_share"] >= V.MUJOCO_CONTACT_AGREEMENT
     assert r["rollout_statistics"]["verdict"] == "not judged"
+
+
+def test_sap_gpu_stage_table_compares_it_with_sap_ref_first(device):
+    from tools.diagnose import stage_table
+
+    ctx, _ = V.make_context(DATA / "drake" / "box_corners_slide.json", backend="gpu", device=device)
+    stages = stage_table(ctx, 300)
+    names = [s.name for s in stages]
+    gpu_rows = [n for n in names if n.startswith("sap_gpu vs sap_ref: ")]
+    assert {"sap_gpu vs sap_ref: contact J", "sap_gpu vs sap_ref: v₁ [m/s, rad/s]"} <= set(gpu_rows)
+    assert names.index(gpu_rows[-1]) < names.index("free motion: A(v₁ − v*) − h(τ_c + Bu) vs recorded momentum "
+                                                   "residual [N·s]")
+    assert all(s.ok for s in stages), [s for s in stages if not s.ok]
