@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sap_common import spatial
 from sap_common.io.drake import drake_qv_to_joint
-from sap_ref.collision import combine_materials, pair_contacts
+from sap_ref import collision as ref_collision
 from sap_ref.contact_solve import evaluate, stopping_criterion
 from tools.tolerances import GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
 
@@ -138,16 +139,18 @@ def _match(ours, recorded: list[dict]):
     return pairs, ours_only, rec_only
 
 
-def _pair_candidates(model, config, state, pair):
+def _pair_candidates(model, state, pair):
     """Our narrow phase for one shape pair at ``state``: [(x0, x1, normal, phi)]."""
-    from sap_ref.collision import CollisionPipeline
-
-    X = CollisionPipeline(model, 0, config)._shape_poses(np.asarray(state.body_q[0], np.float64))
+    body_q = np.asarray(state.body_q[0], np.float64)
+    X = np.array(model.shape_transform, np.float64)  # X_WS: world shapes as they are, body shapes X_WB ∘ X_BS
+    on_body = model.shape_body >= 0
+    X[on_body] = spatial.transform_compose(body_q[model.shape_body[on_body]], model.shape_transform[on_body])
     a, b = pair
-    return pair_contacts(model.shape_type[a], X[a], model.shape_size[a], model.shape_type[b], X[b], model.shape_size[b])
+    return ref_collision.pair_contacts(model.shape_type[a], X[a], model.shape_size[a], model.shape_type[b], X[b],
+                                       model.shape_size[b])
 
 
-def _near_threshold(model, config, state, contacts):
+def _near_threshold(model, state, contacts):
     """Pairs within round-off of the inclusion threshold at ``state``: ``(included slots, excluded
     candidates [(pair, x0, x1, n, phi)])``."""
     included, excluded = [], []
@@ -158,7 +161,7 @@ def _near_threshold(model, config, state, contacts):
     for a, b in model.shape_pair:
         a, b = int(a), int(b)
         margin = model.shape_margin[a] + model.shape_margin[b]
-        for x0, x1, n, phi in _pair_candidates(model, config, state, (a, b)):
+        for x0, x1, n, phi in _pair_candidates(model, state, (a, b)):
             scale = max(np.abs(x0).max(), np.abs(x1).max())
             if phi >= margin and is_contact_tie(phi, margin, scale):
                 excluded.append(((a, b), x0, x1, n, float(phi)))
@@ -173,7 +176,7 @@ def _edited_contacts(model, config, contacts, drop=(), add=()):
               "ke0", "ke1", "tau_d")
     rows = [{f: getattr(contacts, f)[0, k].copy() for f in fields} for k in keep]
     for (a, b), x0, x1, n, phi in add:
-        mu, ke, k0, k1, tau = combine_materials(model, a, b, config)
+        mu, ke, k0, k1, tau = ref_collision.combine_materials(model, a, b, config)
         rows.append(dict(shape0=a, shape1=b, body0=model.shape_body[a], body1=model.shape_body[b], x0=x0, x1=x1,
                          normal=n, phi0=phi, margin0=model.shape_margin[a], margin1=model.shape_margin[b], mu=mu,
                          ke=ke, ke0=k0, ke1=k1, tau_d=tau))
@@ -254,7 +257,7 @@ def _contact_set(ctx, n, state, ours):
         head = (f"contact set differs at step {n} by a tie (touching within round-off of the threshold: decided "
                 "by the last bit, not a bug)" if tie else f"contact set differs at step {n} (not a tie)")
         return Diagnosis(n, "contact_set", tie, tie, head + ": " + "; ".join(lines)), pairs, recorded
-    included, excluded = _near_threshold(model, ctx.reference.config, state, ours)
+    included, excluded = _near_threshold(model, state, ours)
     subset = _flip_test(ctx, state, ours, n, included, excluded)
     if subset is None:
         return None, [], []

@@ -80,14 +80,13 @@ class DrakeScene:
 
     def __init__(self, spec: dict):
         _require_pydrake()
-        from pydrake.geometry import (CollisionFilterDeclaration, GeometrySet, HalfSpace, ProximityProperties,
-                                      Sphere)
+        from pydrake.geometry import (AddContactMaterial, CollisionFilterDeclaration, GeometrySet, HalfSpace,
+                                      ProximityProperties, Sphere)
         from pydrake.math import RigidTransform
-        from pydrake.multibody.plant import (AddMultibodyPlant, CoulombFriction, MultibodyPlantConfig)
+        from pydrake.multibody.plant import AddMultibodyPlant, CoulombFriction, MultibodyPlantConfig
         from pydrake.multibody.tree import (BallRpyJoint, FixedOffsetFrame, PdControllerGains, PrismaticJoint,
-                                            RevoluteJoint, SpatialInertia, UnitInertia, WeldJoint)
+                                            RevoluteJoint, WeldJoint)
         from pydrake.systems.framework import DiagramBuilder
-        from pydrake.geometry import AddContactMaterial
 
         check_spec(spec)
         self.spec = spec
