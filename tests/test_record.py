@@ -228,3 +228,17 @@ def test_recorded_builtin_scene_validates(tmp_path):
     json_path, _ = record_drake("sphere_on_sphere", str(tmp_path), steps=600)
     r = validate(json_path, every=5)
     assert r["verdict"] == "pass" and r["one_step"]["failing_steps"] == 0, r["one_step"]
+
+
+def test_record_cli_writes_a_mujoco_trajectory(tmp_path, capsys):
+    pytest.importorskip("mujoco")
+    from sap_common.io.trajectory import load_trajectory
+
+    xml = tmp_path / "ball.xml"
+    xml.write_text('<mujoco><worldbody><geom type="plane" size="1 1 .1"/><body pos="0 0 .2"><freejoint/>'
+                   '<geom type="sphere" size=".1" mass="1"/></body></worldbody></mujoco>')
+    assert main([str(xml), "--engine", "mujoco", "--steps", "20", "--out", str(tmp_path)]) == 0
+    t = load_trajectory(tmp_path / "ball.mujoco.npz")
+    assert (t.convention, t.engine, t.num_steps, t.scene) == ("mujoco", "mujoco", 20, "ball.xml")
+    assert main([str(tmp_path / "ball.xml"), "--out", str(tmp_path)]) == 2  # Drake records no MJCF
+    assert "--engine mujoco" in capsys.readouterr().err

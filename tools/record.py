@@ -258,6 +258,10 @@ def main(argv=None) -> int:
             raise ValueError("--reference: records the committed Drake scenes; give no scenes and no --engine mujoco")
         if not args.reference and not args.scenes:
             raise ValueError("scenes: give at least one scene (or --reference)")
+        mjcf = [s for s in args.scenes if s.lower().endswith((".xml", ".urdf"))]
+        if args.engine == "drake" and mjcf:
+            raise ValueError(f"scene: {mjcf[0]!r} is an MJCF/URDF file; record it with --engine mujoco (Drake "
+                             "scenes come from built-in scenes or Drake scene files)")
         if args.engine == "drake":
             from tools.record_drake import pydrake_available
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, trajectory_states
 from sap_common.model import JointType
+from sap_common.state import StepStatus
 from sap_common import spatial
 from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
 from tools.diagnose import diagnose
@@ -152,7 +153,7 @@ def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, 
         state = ctx.state(n)
         contacts = ctx.backend.collide(state)
         v1, q1, status = ctx.backend.step(state, contacts, ctx.dt)
-        nonconverged += not status & 1
+        nonconverged += not status & StepStatus.CONVERGED
         ev, bv, eq, bq = ctx.errors(n, v1, q1)
         ratio = max(ev / bv, eq / bq)
         worst["dv"], worst["dq"] = max(worst["dv"], ev), max(worst["dq"], eq)
@@ -208,7 +209,8 @@ def rollout(ctx: Context, steps: int, *, epsilon=ROLLOUT_EPSILON, progress=None)
            "sensitivity_drift_q": float(drift_q[-1]), "sensitivity_drift_v": float(drift_v[-1]),
            "worst_step": k, "worst_dq": float(err_q[k]), "bar_q_there": float(bar_q[k]),
            "worst_dv": float(err_v[k]), "bar_v_there": float(bar_v[k]),
-           "not_converged_steps": int(np.sum((status & 1) == 0)), "verdict": "pass" if bad.size == 0 else "FAIL"}
+           "not_converged_steps": int(np.sum((status & StepStatus.CONVERGED) == 0)),
+           "verdict": "pass" if bad.size == 0 else "FAIL"}
     if bad.size:
         f = int(bad[0])
         out["first_failing_step"] = f

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from sap_common.kinematics import body_state
-from sap_common.state import SapContacts, SapState, StepStatus
+from sap_common.state import SapContacts, SapState
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
 
@@ -140,7 +140,3 @@ def make_backend(name: str, scene, solver_kwargs: dict, device="cpu"):
     if name == "gpu":
         return GpuBackend(scene, solver_kwargs, device)
     raise ValueError(f"--backend: {name!r} is not one of ref, gpu, both")
-
-
-def converged(status: int) -> bool:
-    return bool(status & StepStatus.CONVERGED)
