@@ -34,7 +34,7 @@ def pydrake_available() -> tuple[bool, str]:
     try:
         import pydrake
     except ImportError:
-        return False, "pydrake is not installed (pip install 'sap[drake]', i.e. drake==1.51.1)"
+        return False, "pydrake is not installed (the [drake] extra: pip install -e '.[drake]', i.e. drake==1.51.1)"
     version = getattr(pydrake, "__version__", None)
     if version is None:
         from importlib.metadata import PackageNotFoundError, version as dist_version
