@@ -29,11 +29,15 @@ from __future__ import annotations
 import numpy as np
 
 from . import spatial
-from .model import JointType
+from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
+from .enums import JointType
 
 __all__ = [
     "ORDERS",
     "check_order",
+    "quaternion_norm_ok",
+    "quaternion_coords",
+    "joint_quaternions_ok",
     "P_v",
     "P_f",
     "floating_joint_com_offsets",
@@ -57,6 +61,44 @@ def check_order(field: str, value) -> str:
     if value not in ORDERS:
         raise ValueError(f"{field}: must be one of {', '.join(map(repr, ORDERS))}, got {value!r}")
     return value
+
+
+def quaternion_norm_ok(q) -> np.ndarray:
+    """Is each quaternion ``q (..., 4)`` accepted: finite with QUAT_NORM_MIN ≤ |q| ≤ QUAT_NORM_MAX?
+
+    The quaternion policy of both backends (docs/conventions.md, ``sap_common.constants``):
+    accepted quaternions are normalized on read; the others reject their world. |q|² is summed
+    as ((x² + y²) + z²) + w² in float64, the order sap_gpu's kernels use, so both backends
+    decide alike; a NaN or ±inf component fails the test (NaN compares false, inf overflows).
+    """
+    q = np.asarray(q, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf and NaN are what the test rejects
+        n2 = ((q[..., 0] * q[..., 0] + q[..., 1] * q[..., 1]) + q[..., 2] * q[..., 2]) + q[..., 3] * q[..., 3]
+    return (n2 >= QUAT_NORM_MIN * QUAT_NORM_MIN) & (n2 <= QUAT_NORM_MAX * QUAT_NORM_MAX)
+
+
+def quaternion_coords(model) -> np.ndarray:
+    """Index in ``joint_q`` of the first coordinate of every quaternion (BALL: the joint's 4
+    coordinates; FREE/DISTANCE: coordinates 3:7), joints in index order, ``(K,)`` int32."""
+    starts = []
+    for j, t in enumerate(model.joint_type):
+        q0 = int(model.joint_q_start[j])
+        if int(t) == JointType.BALL:
+            starts.append(q0)
+        elif int(t) in _FLOATING_TYPES:
+            starts.append(q0 + 3)
+    return np.array(starts, dtype=np.int32)
+
+
+def joint_quaternions_ok(model, joint_q) -> np.ndarray:
+    """Per world, are all quaternions of ``joint_q (W, nq)`` accepted (:func:`quaternion_norm_ok`)? ``(W,)`` bool."""
+    q = np.asarray(joint_q, dtype=np.float64)
+    q = q[None] if q.ndim == 1 else q
+    idx = quaternion_coords(model)
+    if len(idx) == 0:
+        return np.ones(q.shape[0], dtype=bool)
+    quats = q[:, idx[:, None] + np.arange(4)]  # (W, K, 4)
+    return np.all(quaternion_norm_ok(quats), axis=1)
 
 
 def P_v(r) -> np.ndarray:

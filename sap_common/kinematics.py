@@ -11,11 +11,16 @@ All arrays are float64 with a leading world axis: ``joint_q (W, nq)``, ``joint_q
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import spatial
 from .conventions import body_twist_sap_to_public, check_order, joint_qd_public_to_sap
-from .model import JointType, SapModel
+from .enums import JointType
+
+if TYPE_CHECKING:  # annotations only: model imports this module
+    from .model import SapModel
 
 __all__ = [
     "joint_transform",

@@ -30,41 +30,19 @@ rotations), after all translations.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import spatial
+from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
+from .conventions import check_order, joint_qd_sap_to_public, quaternion_norm_ok
+from .enums import JointType, ShapeType
+from .kinematics import body_state
+from .mass_check import check_mass_matrix
+from .state import SapControl, SapState
 
 __all__ = ["JointType", "ShapeType", "SapModel", "joint_coord_count", "joint_dof_count"]
-
-
-class JointType(enum.IntEnum):
-    """Joint types (values match Newton's ``JointType``)."""
-
-    PRISMATIC = 0
-    REVOLUTE = 1
-    BALL = 2
-    FIXED = 3
-    FREE = 4
-    DISTANCE = 5
-    D6 = 6
-
-
-class ShapeType(enum.IntEnum):
-    """Collision shape types. Sizes (``shape_size``) per type:
-
-    * PLANE: the half-space z ≤ 0 of the shape frame (outward normal +z); size unused (0).
-    * SPHERE: ``(radius, 0, 0)``.
-    * CAPSULE: ``(radius, half_length, 0)``, segment along the shape frame's z axis.
-    * BOX: ``(hx, hy, hz)`` half extents, centred on the shape frame.
-    """
-
-    PLANE = 0
-    SPHERE = 1
-    CAPSULE = 2
-    BOX = 3
 
 
 _FLOATING = (JointType.FREE, JointType.DISTANCE)
@@ -360,9 +338,10 @@ class SapModel:
         for j in range(J):
             qs = self._quat_slice(JointType(int(jtype[j])), int(q_start[j]))
             if qs is not None:
-                if not np.linalg.norm(q_init[qs]) > 0.0:
+                if not quaternion_norm_ok(q_init[qs]):
                     raise ValueError(
-                        f"joint_q_init[{qs.start}:{qs.stop}] ({jnames[j]}): quaternion must be non-zero"
+                        f"joint_q_init[{qs.start}:{qs.stop}] ({jnames[j]}): a quaternion must be finite with "
+                        f"{QUAT_NORM_MIN:g} <= |q| <= {QUAT_NORM_MAX:g} (it is normalized), got {q_init[qs].tolist()}"
                     )
                 q_init[qs] = spatial.quat_normalize(q_init[qs])
 
@@ -437,6 +416,7 @@ class SapModel:
         set_("dof_tree", _ro(dof_tree))
         set_("body_static", _ro(body_static))
         set_("shape_pair", _ro(self._candidate_pairs()))
+        check_mass_matrix(self)
 
     @staticmethod
     def _names(field_name: str, names, n: int) -> tuple:
@@ -683,8 +663,6 @@ class SapModel:
 
         ``joint_qd`` is converted to public order first if ``joint_qd_order == "sap"``.
         """
-        from .conventions import check_order, joint_qd_sap_to_public
-
         check_order("joint_qd_order", joint_qd_order)
         kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         if joint_q is not None:
@@ -702,9 +680,6 @@ class SapModel:
         ``joint_q``/``joint_qd`` from ``joint_q_init``/``joint_qd_init``; ``body_q`` and
         ``body_qd`` by forward kinematics; ``body_f`` zero.
         """
-        from .kinematics import body_state  # local: kinematics imports this module
-        from .state import SapState
-
         W = self.num_worlds
         q = np.tile(self.joint_q_init, (W, 1))
         qd = np.tile(self.joint_qd_init, (W, 1))
@@ -717,8 +692,6 @@ class SapModel:
 
     def control(self):
         """Zero control, public order, arrays shaped ``(num_worlds, nv)``."""
-        from .state import SapControl
-
         z = lambda: np.zeros((self.num_worlds, self.joint_dof_count))  # noqa: E731
         return SapControl(
             joint_f=z(), joint_target_pos=z(), joint_target_vel=z(), joint_act=z(),

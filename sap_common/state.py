@@ -15,7 +15,8 @@ import numpy as np
 
 from .conventions import check_order
 
-__all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "check_state", "check_control", "check_contacts"]
+__all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "check_state", "check_control", "check_contacts",
+           "check_dtypes", "field_dtype", "INDEX_FIELDS"]
 
 
 class StepStatus(enum.IntFlag):
@@ -29,6 +30,17 @@ class StepStatus(enum.IntFlag):
     LINEAR_SOLVE_FAILURE: the Newton system could not be factored (H not SPD).
     DIRECTION_FALLBACK: an inexact (PCR) Newton direction was not a descent direction at least
         once in the step, and the negative preconditioned gradient −P∇ℓ was used instead.
+    INVALID_QUATERNION: a quaternion of the world's ``joint_q`` (BALL joints, FREE/DISTANCE
+        coordinates 3:7) is not finite or its norm lies outside [QUAT_NORM_MIN, QUAT_NORM_MAX]
+        (``sap_common.constants``, docs/conventions.md); the world was not stepped and its state
+        was left unchanged. (A NaN or inf quaternion also sets NON_FINITE.) Collision pipelines
+        report it in their own ``last_status`` for a ``body_q`` quaternion, and give that world
+        no contacts.
+
+    A world flagged NON_FINITE or INVALID_QUATERNION is *left unchanged*: ``state_out`` gets
+    ``state_in``'s ``joint_q``, ``body_q`` and ``body_qd`` bit for bit, and its ``joint_qd`` bit
+    for bit when both states use the same velocity order (otherwise converted at q₀; with an
+    invalid quaternion that conversion is undefined and the FREE/DISTANCE segments are NaN).
     """
 
     CONVERGED = 1
@@ -38,6 +50,7 @@ class StepStatus(enum.IntFlag):
     CONTACT_OVERFLOW = 16
     LINEAR_SOLVE_FAILURE = 32
     DIRECTION_FALLBACK = 64
+    INVALID_QUATERNION = 128
 
 
 def _copy_fields(obj):
@@ -175,13 +188,39 @@ class SapContacts:
         return _copy_fields(self)
 
 
+# The one dtype of every host array (what ``model.state()``, ``model.control()`` and
+# ``SapContacts.allocate`` create, and what the solvers read and write): real quantities float64,
+# contact counts and indices int32. Other dtypes are rejected, never converted: an integer
+# ``joint_q`` would truncate positions written back into it, a float32 one would round them.
+INDEX_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")
+
+
+def field_dtype(name: str) -> np.dtype:
+    """The required dtype of the host field ``name`` (int32 for contact counts and indices, else float64)."""
+    return np.dtype(np.int32) if name in INDEX_FIELDS else np.dtype(np.float64)
+
+
+def check_dtypes(obj, name: str) -> None:
+    """``ValueError`` naming the first NumPy field of ``obj`` (SapState/SapControl/SapContacts) whose
+    dtype is not :func:`field_dtype`'s. Fields that are not NumPy arrays are left to other checks."""
+    for f in dataclasses.fields(obj):
+        if isinstance(getattr(obj, f.name), np.ndarray):
+            _check_dtype(f"{name}.{f.name}", getattr(obj, f.name))
+
+
+def _check_dtype(name: str, a: np.ndarray) -> None:
+    want = field_dtype(name.rsplit(".", 1)[-1])
+    if a.dtype != want:
+        raise ValueError(f"{name}: expected dtype {want.name}, got {a.dtype.name} (convert it with "
+                         f".astype(np.{want.name}); arrays are never converted in place)")
+
+
 def _check_shape(name: str, a, shape: tuple) -> None:
     if not isinstance(a, np.ndarray):
         raise ValueError(f"{name}: expected a numpy array of shape {shape}, got {type(a).__name__}")
     if a.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    _check_dtype(name, a)
 
 
 def check_state(model, state: SapState, name: str = "state") -> None:

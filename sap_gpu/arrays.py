@@ -15,8 +15,11 @@ import dataclasses
 import numpy as np
 import warp as wp
 
+from sap_common.conventions import quaternion_coords
 from sap_common.model import JointType, SapModel
-from sap_common.state import SapContacts, SapControl, SapState
+from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes
+
+from .device import get_device
 
 __all__ = ["GpuModel", "to_device", "to_host", "state", "control", "contacts", "device_of"]
 
@@ -40,7 +43,7 @@ class GpuModel:
 
     def __init__(self, model: SapModel, device=None):
         self.host = model
-        self.device = wp.get_device(device)
+        self.device = get_device(device)
         d = self.device
         m = model
         self.num_worlds, self.body_count, self.joint_count = m.num_worlds, m.body_count, m.joint_count
@@ -91,6 +94,9 @@ class GpuModel:
         self.shape_margin = _arr(m.shape_margin, f64, d)
         self.shape_pair = _arr(m.shape_pair.reshape(-1, 2), i32, d)
         self.gravity = wp.vec3d(*m.gravity.tolist())
+        quats = quaternion_coords(m)  # first joint_q index of each BALL/FREE/DISTANCE quaternion
+        self.quat_count = len(quats)
+        self.quat_coord = _arr(quats if len(quats) else np.zeros(1, np.int32), i32, d)
         self.tree_count = m.tree_count
 
 
@@ -98,25 +104,33 @@ def device_of(array) -> wp.context.Device:
     return array.device
 
 
+def _device_dtype(name):
+    """The Warp dtype of device field ``name`` (the host dtype of ``sap_common.state.field_dtype``)."""
+    return _VEC_FIELDS.get(name, wp.int32 if name in INDEX_FIELDS else wp.float64)
+
+
 def _to_device_array(name, a, device):
     if isinstance(a, wp.array):
+        if a.dtype != _device_dtype(name):
+            raise ValueError(f"{name}: expected dtype {wp.types.type_repr(_device_dtype(name))}, "
+                             f"got {wp.types.type_repr(a.dtype)}")
         return wp.clone(a, device=device)  # always a copy, like the host → device path
-    a = np.asarray(a)
-    if name in _VEC_FIELDS:
-        return wp.array(np.ascontiguousarray(a, dtype=np.float64), dtype=_VEC_FIELDS[name], device=device)
-    dtype = wp.int32 if np.issubdtype(a.dtype, np.integer) else wp.float64
-    return wp.array(np.ascontiguousarray(a, dtype=np.int32 if dtype == wp.int32 else np.float64), dtype=dtype,
-                    device=device)
+    # The host dtype was checked (float64 / int32): the upload copies, it never converts.
+    return wp.array(np.ascontiguousarray(a), dtype=_device_dtype(name), device=device)
 
 
 def to_device(obj, device=None):
     """A copy of a ``SapState``/``SapControl``/``SapContacts`` with ``wp.array`` fields on ``device``.
 
     Host (NumPy) fields are uploaded; fields already on a device are copied to ``device``. The
-    result never shares memory with ``obj``.
+    result never shares memory with ``obj``. A host field of the wrong dtype (anything but
+    float64, or int32 for contact counts and indices) is a ``ValueError`` naming it; nothing is
+    converted. An unknown ``device`` is a ``ValueError`` listing the devices here.
     """
     if not isinstance(obj, (SapState, SapControl, SapContacts)):
         raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
+    device = get_device(device)
+    check_dtypes(obj, type(obj).__name__)
     return dataclasses.replace(obj, **{f.name: _to_device_array(f.name, getattr(obj, f.name), device)
                                        for f in dataclasses.fields(obj)
                                        if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))})

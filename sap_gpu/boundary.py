@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .kinematics import DISTANCE, FREE
+from .kinematics import DISTANCE, FREE, quat_norm_ok
 
 wp.set_module_options({"enable_backward": False})
 
@@ -18,7 +18,11 @@ __all__ = ["joint_arrays_to_sap", "body_wrenches_to_sap", "joint_velocities_to_p
 
 @wp.func
 def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
-    """r = R(q/|q|)·com, in float32 arithmetic when ``pose32`` is set."""
+    """r = R(q/|q|)·com, in float32 arithmetic when ``pose32`` is set; NaN for a rejected quaternion
+    (its world is flagged INVALID_QUATERNION and no rotation is invented for it; the converters
+    write the whole FREE/DISTANCE segment as NaN then, as sap_ref does)."""
+    if quat_norm_ok(q) == 0:
+        return wp.vec3d(wp.float64(wp.nan), wp.float64(wp.nan), wp.float64(wp.nan))
     if pose32 != 0:
         q32 = wp.normalize(wp.quatf(wp.float32(q[0]), wp.float32(q[1]), wp.float32(q[2]), wp.float32(q[3])))
         r32 = wp.quat_rotate(q32, wp.vec3f(wp.float32(com[0]), wp.float32(com[1]), wp.float32(com[2])))
@@ -46,6 +50,14 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
         quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
                         joint_q_in[world, qs + 6])
         r = com_offset(quat, body_com[joint_child[j]], pose32)
+        if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
+            r_nan = wp.float64(wp.nan)
+            for i in range(6):
+                if qd_public != 0:
+                    v0_out[world, ds + i] = r_nan
+                if f_public != 0:
+                    joint_f_out[world, ds + i] = r_nan
+            continue
         if qd_public != 0:  # [v_C, ω] -> [ω, v_O]
             v_C = wp.vec3d(joint_qd_in[world, ds], joint_qd_in[world, ds + 1], joint_qd_in[world, ds + 2])
             w = wp.vec3d(joint_qd_in[world, ds + 3], joint_qd_in[world, ds + 4], joint_qd_in[world, ds + 5])
@@ -94,6 +106,10 @@ def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp
         quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
                         joint_q_in[world, qs + 6])
         r = com_offset(quat, body_com[joint_child[j]], pose32)
+        if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
+            for i in range(6):
+                joint_qd_out[world, ds + i] = wp.float64(wp.nan)
+            continue
         w = wp.vec3d(v_in[world, ds], v_in[world, ds + 1], v_in[world, ds + 2])
         v_C = wp.vec3d(v_in[world, ds + 3], v_in[world, ds + 4], v_in[world, ds + 5]) + wp.cross(w, r)
         for i in range(3):

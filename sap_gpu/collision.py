@@ -15,13 +15,15 @@ import warp as wp
 
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
-from sap_common.state import SapContacts, SapState
-from sap_ref.collision import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,
-                               INTERIOR_DEPTH_MARGIN, PARALLEL_TOL, combine_materials, contact_capacity)
-from sap_ref.collision_box import (_PARALLEL_DENOM, _POINT_SEGMENT, CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
-                                   FACE_AXIS_TIE)
+from sap_common.state import SapContacts, SapState, StepStatus
+from sap_common.collision_rules import combine_materials, contact_capacity
+from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
+                                  FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE, INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM,
+                                  PARALLEL_TOL, POINT_SEGMENT)
 
 from .arrays import GpuModel
+from .device import get_device
+from .kinematics import quat_norm_ok
 
 wp.set_module_options({"enable_backward": False})
 
@@ -32,6 +34,7 @@ SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
 BOX = wp.constant(int(ShapeType.BOX))
 mat83d = wp.types.matrix((8, 3), wp.float64)
+INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 
 @wp.struct
@@ -65,9 +68,13 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
     S.count[world] = k + 1
 
 
+# default_normal() spells out DEFAULT_NORMAL for the kernels; keep the two equal.
+assert tuple(DEFAULT_NORMAL) == (0.0, 0.0, 1.0)
+
+
 @wp.func
 def default_normal() -> wp.vec3d:
-    """sap_ref.collision.DEFAULT_NORMAL, used when two centres coincide."""
+    """``sap_common.constants.DEFAULT_NORMAL``, used when two centres coincide."""
     return wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0))
 
 
@@ -114,7 +121,7 @@ def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3
     a = wp.dot(d1, d1)
     e = wp.dot(d2, d2)
     f = wp.dot(d2, r)
-    tiny = wp.float64(_POINT_SEGMENT)
+    tiny = wp.float64(POINT_SEGMENT)
     zero = wp.float64(0.0)
     one = wp.float64(1.0)
     if a <= tiny and e <= tiny:
@@ -127,7 +134,7 @@ def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3
     b = wp.dot(d1, d2)
     denom = a * e - b * b
     s = zero
-    if denom > wp.float64(_PARALLEL_DENOM) * a * e:
+    if denom > wp.float64(PARALLEL_DENOM) * a * e:
         s = wp.clamp((b * f - c * e) / denom, zero, one)
     t = (b * s + f) / e
     if t < zero:
@@ -490,22 +497,33 @@ def pair_contacts(S: Scratch, world: int, pair: int, swap: int, t0: int, X0: wp.
         box_box(S, world, pair, swap, X0, s0, X1, s1)
 
 
+@wp.func
+def body_pose(X: wp.transformd) -> wp.transformd:
+    """A body pose with its quaternion normalized on read (the quaternion policy)."""
+    return wp.transformd(wp.transform_get_translation(X), wp.normalize(wp.transform_get_rotation(X)))
+
+
 @wp.kernel
 def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
               shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
-              shape_pair: wp.array2d(dtype=int), pair_count: int, body_q: wp.array2d(dtype=wp.transformd),
-              S: Scratch):
+              shape_pair: wp.array2d(dtype=int), pair_count: int, body_count: int,
+              body_q: wp.array2d(dtype=wp.transformd), S: Scratch, status_out: wp.array(dtype=int)):
     world = wp.tid()
     S.count[world] = 0
+    status_out[world] = 0
+    for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world
+        if quat_norm_ok(wp.transform_get_rotation(body_q[world, b])) == 0:
+            status_out[world] = INVALID_QUATERNION
+            return
     for p in range(pair_count):
         a = shape_pair[p, 0]
         b = shape_pair[p, 1]
         Xa = shape_transform[a]
         if shape_body[a] >= 0:
-            Xa = body_q[world, shape_body[a]] * shape_transform[a]
+            Xa = body_pose(body_q[world, shape_body[a]]) * shape_transform[a]
         Xb = shape_transform[b]
         if shape_body[b] >= 0:
-            Xb = body_q[world, shape_body[b]] * shape_transform[b]
+            Xb = body_pose(body_q[world, shape_body[b]]) * shape_transform[b]
         if shape_type[a] <= shape_type[b]:
             pair_contacts(S, world, p, 0, shape_type[a], Xa, shape_size[a], shape_type[b], Xb, shape_size[b])
         else:
@@ -589,7 +607,7 @@ class CollisionPipeline:
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.model = model
-        self.device = wp.get_device(device)
+        self.device = get_device(device)
         self.m = GpuModel(model, self.device)
         d, W = self.device, model.num_worlds
         mats = np.array([combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair],
@@ -605,6 +623,9 @@ class CollisionPipeline:
         pairs = model.shape_pair
         S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if len(pairs) else np.zeros(1))
         self.scratch = S
+        # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
+        # rejected (that world got no contacts), else 0. Device array, (num_worlds,).
+        self.last_status = wp.zeros(W, dtype=wp.int32, device=d)
 
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""
@@ -613,7 +634,12 @@ class CollisionPipeline:
         return contacts(self.model.num_worlds, self.max_rigid_contact, self.device)
 
     def collide(self, state, contacts: SapContacts) -> None:
-        """Fill device ``contacts`` from ``state.body_q`` for every world."""
+        """Fill device ``contacts`` from ``state.body_q`` for every world.
+
+        Body quaternions are normalized on read; a world with a rejected one (not finite, or norm
+        outside [QUAT_NORM_MIN, QUAT_NORM_MAX]) gets no contacts and ``last_status[w] =
+        INVALID_QUATERNION``, as in sap_ref.
+        """
         from .solver import check_device_contacts
 
         m = self.m
@@ -625,8 +651,8 @@ class CollisionPipeline:
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
         wp.launch(_generate, dim=m.num_worlds, device=self.device, inputs=[
-            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, state.body_q,
-            self.scratch])
+            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, m.body_count,
+            state.body_q, self.scratch], outputs=[self.last_status])
         c = contacts
         wp.launch(_select, dim=m.num_worlds, device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,

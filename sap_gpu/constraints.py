@@ -10,6 +10,7 @@ by :func:`make_terms`.
 import numpy as np
 import warp as wp
 
+from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WINDOW_FACTOR, SOFT_NORM_EPS
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import add_point_jacobian_along
@@ -19,11 +20,6 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["LimitLayout", "limit_layout", "limit_rows", "drive_rows", "participation", "row_support", "make_terms",
            "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
 
-SOFT_NORM_EPS = 1e-7  # N·s, Drake's friction-cone soft norm (as sap_ref.constraints)
-LIMIT_BETA = 0.1
-DRIVE_BETA = 0.1
-LIMIT_WINDOW_FACTOR = 2.0
-DISTANCE_EPS = 1e-9
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
 _FOUR_PI2 = 4.0 * np.pi**2
 # β²/(4π²), folded here in float64: arithmetic between Python constants inside a Warp kernel is

@@ -11,11 +11,12 @@ import math
 
 import warp as wp
 
+from sap_common.constants import WEIGHT_FLOOR
+
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
 
-WEIGHT_FLOOR = 1e-12  # docs/formulation.md § Weights, as sap_ref.contact_jacobian.WEIGHT_FLOOR
 # 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
 FOUR_PI2 = 4.0 * math.pi * math.pi
 _KERNELS: dict = {}

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import warp as wp
 
+from sap_common.constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from sap_common.model import JointType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["forward_kinematics", "motion_subspaces", "round_poses", "PRISMATIC", "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
+__all__ = ["forward_kinematics", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC", "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
 
 PRISMATIC = wp.constant(int(JointType.PRISMATIC))
 REVOLUTE = wp.constant(int(JointType.REVOLUTE))
@@ -27,6 +28,21 @@ FIXED = wp.constant(int(JointType.FIXED))
 FREE = wp.constant(int(JointType.FREE))
 DISTANCE = wp.constant(int(JointType.DISTANCE))
 D6 = wp.constant(int(JointType.D6))
+# The accepted range of |q|² (sap_common.conventions.quaternion_norm_ok), as float64 constants.
+QUAT_NORM2_MIN = wp.constant(wp.float64(QUAT_NORM_MIN * QUAT_NORM_MIN))
+QUAT_NORM2_MAX = wp.constant(wp.float64(QUAT_NORM_MAX * QUAT_NORM_MAX))
+
+
+@wp.func
+def quat_norm_ok(q: wp.quatd) -> int:
+    """1 if q is finite with QUAT_NORM_MIN ≤ |q| ≤ QUAT_NORM_MAX (the quaternion policy), else 0.
+
+    |q|² is summed ((x² + y²) + z²) + w², as on the host; NaN fails both comparisons.
+    """
+    n2 = ((q[0] * q[0] + q[1] * q[1]) + q[2] * q[2]) + q[3] * q[3]
+    if n2 >= QUAT_NORM2_MIN and n2 <= QUAT_NORM2_MAX:
+        return 1
+    return 0
 
 
 @wp.func

@@ -9,7 +9,7 @@ supplies. Built per scalar type and per φ by :func:`make_line_search`. Each ret
 
 import warp as wp
 
-from sap_ref.line_search import EXACT_ALPHA_MAX, EXACT_F_TOL, MONOTONE_ABS_SLOP, MONOTONE_ALPHA_MIN, MONOTONE_REL_SLOP
+from sap_common.constants import EXACT_ALPHA_MAX, EXACT_F_TOL, MONOTONE_ABS_SLOP, MONOTONE_ALPHA_MIN, MONOTONE_REL_SLOP
 
 __all__ = ["make_line_search"]
 

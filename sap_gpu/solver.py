@@ -23,11 +23,13 @@ from sap_common.conventions import check_order
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
+from sap_common.time_step import check_time_step, time_step_bound
 
 from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_solve import newton_kernels
+from .device import get_device
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
@@ -35,6 +37,8 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts"]
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
+INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
+REJECTED = wp.constant(int(StepStatus.NON_FINITE | StepStatus.INVALID_QUATERNION))  # worlds left unchanged
 CONTACT_OVERFLOW = wp.constant(int(StepStatus.CONTACT_OVERFLOW))
 
 
@@ -84,13 +88,25 @@ def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, nam
         _check(f"{name}.{f}", getattr(contacts, f), (W, C), wp.vec3d, m.device)
 
 
+@wp.func
+def world_quaternions_ok(quat_coord: wp.array(dtype=int), quat_count: int, q: wp.array(dtype=wp.float64)) -> int:
+    """1 if every BALL/FREE/DISTANCE quaternion of one world's joint_q is accepted (quat_norm_ok)."""
+    for k in range(quat_count):
+        i = quat_coord[k]
+        if kinematics.quat_norm_ok(wp.quatd(q[i], q[i + 1], q[i + 2], q[i + 3])) == 0:
+            return 0
+    return 1
+
+
 @wp.kernel
-def _check_inputs(nq: int, nv: int, body_count: int, joint_q: wp.array2d(dtype=wp.float64),
+def _check_inputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int, body_count: int,
+                  joint_q: wp.array2d(dtype=wp.float64),
                   joint_qd: wp.array2d(dtype=wp.float64), joint_f: wp.array2d(dtype=wp.float64),
                   joint_act: wp.array2d(dtype=wp.float64), target_pos: wp.array2d(dtype=wp.float64),
                   target_vel: wp.array2d(dtype=wp.float64), body_f: wp.array2d(dtype=wp.spatial_vectord),
                   status: wp.array(dtype=int), done: wp.array(dtype=int)):
-    """A world whose inputs are not finite is flagged and takes no part (sap_ref: left unchanged)."""
+    """A world whose inputs are not finite (NON_FINITE) or whose quaternions are rejected
+    (INVALID_QUATERNION) is flagged and takes no part; it is left unchanged, as in sap_ref."""
     world = wp.tid()
     ok = int(1)
     for i in range(nq):
@@ -104,35 +120,67 @@ def _check_inputs(nq: int, nv: int, body_count: int, joint_q: wp.array2d(dtype=w
         for i in range(6):
             if not wp.isfinite(body_f[world, b][i]):
                 ok = 0
-    status[world] = 0
-    done[world] = 0
+    flags = int(0)
     if ok == 0:
-        status[world] = NON_FINITE
+        flags = NON_FINITE
+    if world_quaternions_ok(quat_coord, quat_count, joint_q[world]) == 0:
+        flags = flags | INVALID_QUATERNION
+    status[world] = flags
+    done[world] = 0
+    if flags != 0:
         done[world] = 1
 
 
 @wp.kernel
-def _select_outputs(nq: int, nv: int, q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
+def _select_outputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int,
+                    q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
                     overflow: wp.array(dtype=int), q1: wp.array2d(dtype=wp.float64), v1: wp.array2d(dtype=wp.float64),
                     status: wp.array(dtype=int)):
-    """Flag non-finite results and contact overflow; a NON_FINITE world keeps q₀, v₀ (docs/design.md § Bad input)."""
+    """Flag non-finite results, quaternions the step carried out of range, and contact overflow; a
+    NON_FINITE or INVALID_QUATERNION world keeps q₀, v₀ (docs/design.md § Bad input)."""
     world = wp.tid()
-    ok = int(1)
-    for i in range(nq):
-        if not wp.isfinite(q1[world, i]):
-            ok = 0
-    for i in range(nv):
-        if not wp.isfinite(v1[world, i]):
-            ok = 0
-    if ok == 0:
-        status[world] = status[world] | NON_FINITE
-    if (status[world] & NON_FINITE) != 0:
+    if (status[world] & REJECTED) == 0:  # a world rejected on input keeps its input flags only
+        ok = int(1)
+        for i in range(nq):
+            if not wp.isfinite(q1[world, i]):
+                ok = 0
+        for i in range(nv):
+            if not wp.isfinite(v1[world, i]):
+                ok = 0
+        if ok == 0:
+            status[world] = status[world] | NON_FINITE
+        elif world_quaternions_ok(quat_coord, quat_count, q1[world]) == 0:
+            status[world] = status[world] | INVALID_QUATERNION  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
+    if (status[world] & REJECTED) != 0:
         for i in range(nq):
             q1[world, i] = q0[world, i]
         for i in range(nv):
             v1[world, i] = v0[world, i]
     if overflow[world] > 0:
         status[world] = status[world] | CONTACT_OVERFLOW
+
+
+@wp.kernel
+def _keep_rejected_worlds(same_qd_order: int, nq: int, nv: int, body_count: int, status: wp.array(dtype=int),
+                          q_in: wp.array2d(dtype=wp.float64), qd_in: wp.array2d(dtype=wp.float64),
+                          body_q_in: wp.array2d(dtype=wp.transformd),
+                          body_qd_in: wp.array2d(dtype=wp.spatial_vectord),
+                          joint_q_out: wp.array2d(dtype=wp.float64), joint_qd_out: wp.array2d(dtype=wp.float64),
+                          body_q_out: wp.array2d(dtype=wp.transformd),
+                          body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
+    """A NON_FINITE or INVALID_QUATERNION world gets state_in's values back, bit for bit (joint_qd
+    only when both states use the same order; otherwise it keeps the converted v₀)."""
+    world = wp.tid()
+    if (status[world] & REJECTED) == 0:
+        return
+    for i in range(nq):
+        joint_q_out[world, i] = q_in[world, i]
+    if same_qd_order != 0:
+        for i in range(nv):
+            joint_qd_out[world, i] = qd_in[world, i]
+    for b in range(body_count):
+        body_q_out[world, b] = body_q_in[world, b]
+        body_qd_out[world, b] = body_qd_in[world, b]
 
 
 @wp.kernel
@@ -164,7 +212,7 @@ class SolverSAP:
         self.model = model
         self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
                                                   **overrides)
-        self.device = wp.get_device(device)
+        self.device = get_device(device)
         self.m = m = GpuModel(model, self.device)
         W, B, nq, nv, C = m.num_worlds, m.body_count, m.nq, m.nv, cfg.max_rigid_contact
         self.n_pad = n = blocked_cholesky.padded_size(nv)
@@ -180,6 +228,8 @@ class SolverSAP:
         self.Ic = z((W, B), wp.spatial_matrixd)
         self.acc, self.wrench = z((W, B), wp.spatial_vectord), z((W, B), wp.spatial_vectord)
         self.tau, self.v_star, self.v1, self.q1 = z((W, nv)), z((W, nv)), z((W, nv)), z((W, nq))
+        # state_in's velocities and body state, kept for worlds left unchanged (state_out may be state_in)
+        self.qd_in, self.body_q_in, self.body_qd_in = z((W, nv)), z((W, B), wp.transformd), z((W, B), wp.spatial_vectord)
         self.A, self.rhs = z((W, n, n)), z((W, n, 1))
         fm32 = cfg.free_motion_solve_precision == "fp32"
         self.fm_scratch = {"dv64": z((W, n, 1))}
@@ -267,6 +317,7 @@ class SolverSAP:
         # (constraints.row_support); False lists every column: the plain dense path, which gives
         # the same sums term for term (tests/test_gpu_sparse_rows.py) and is kept for comparison.
         self.sparse_rows = True
+        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
 
     def _stage(self, name: str) -> None:
         if self.stage_hook is not None:
@@ -278,9 +329,7 @@ class SolverSAP:
              dt: float) -> None:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
         m, cfg, P, N = self.m, self.config, self.P, self.N
-        if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) or not (
-                np.isfinite(dt) and dt > 0):
-            raise ValueError(f"dt: must be a finite time step > 0 s, got {dt!r}")
+        check_time_step(self.model, dt, self.dt_bound)
         check_device_state(m, state_in, "state_in")
         check_device_state(m, state_out, "state_out")
         check_device_control(m, control)
@@ -294,11 +343,14 @@ class SolverSAP:
         h = float(dt)
         # 0. boundary in
         wp.copy(self.q0, state_in.joint_q)
+        wp.copy(self.qd_in, state_in.joint_qd)
+        wp.copy(self.body_q_in, state_in.body_q)
+        wp.copy(self.body_qd_in, state_in.body_qd)
         wp.copy(self.joint_act, control.joint_act)
         wp.copy(self.target_pos, control.joint_target_pos)
         wp.copy(self.target_vel, control.joint_target_vel)
         wp.launch(_check_inputs, dim=m.num_worlds, device=self.device, inputs=[
-            m.nq, m.nv, m.body_count, state_in.joint_q, state_in.joint_qd, control.joint_f, control.joint_act,
+            m.quat_coord, m.quat_count, m.nq, m.nv, m.body_count, state_in.joint_q, state_in.joint_qd, control.joint_f, control.joint_act,
             control.joint_target_pos, control.joint_target_vel, state_in.body_f], outputs=[N.status, N.done])
         boundary.joint_arrays_to_sap(m, state_in, control, pose32, self.v0, self.joint_f)
         kinematics.forward_kinematics(m, self.q0, self.v0, self.body_X, self.body_V, self.dof_S)
@@ -344,7 +396,7 @@ class SolverSAP:
         integration.integrate_positions(m, self.q0, self.v0, self.v1, h, cfg.position_integration, self.q1)
         self._stage("integration")
         wp.launch(_select_outputs, dim=m.num_worlds, device=self.device, inputs=[
-            m.nq, m.nv, self.q0, self.v0, contacts.overflow], outputs=[self.q1, self.v1, N.status])
+            m.quat_coord, m.quat_count, m.nq, m.nv, self.q0, self.v0, contacts.overflow], outputs=[self.q1, self.v1, N.status])
         wp.copy(self.last_truncated_contact_count, contacts.overflow)
         wp.copy(state_out.joint_q, self.q1)
         if state_out.joint_qd_order == "public":
@@ -354,6 +406,10 @@ class SolverSAP:
         kinematics.forward_kinematics(m, self.q1, self.v1, self.body_X, self.body_V, self.dof_S)
         wp.copy(state_out.body_q, self.body_X)
         boundary.body_twists_to_public(m, self.body_X, self.body_V, state_out.body_qd)
+        wp.launch(_keep_rejected_worlds, dim=m.num_worlds, device=self.device, inputs=[
+            int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, N.status, self.q0,
+            self.qd_in, self.body_q_in, self.body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd,
+                                                                   state_out.body_q, state_out.body_qd])
         self._stage("boundary_out")
 
     def _newton(self, h: float) -> None:

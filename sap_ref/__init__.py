@@ -4,4 +4,14 @@ One world at a time, float64 unless a precision knob says otherwise (docs/design
 (kinematics, dynamics, free motion, collision, contact Jacobians, constraints, the Newton
 solve, line searches, integration) are one module each (docs/pipeline.md);
 the model, conventions and configuration it runs on live in ``sap_common``.
+
+The top level has ``sap_gpu``'s names (``SolverSAP``, ``CollisionPipeline``, ``state``,
+``control``, ``contacts``, ``to_device``, ``to_host``) with the same arguments, so switching
+backends is one import; ``device`` here can only be the host (None or ``"cpu"``).
 """
+
+from .arrays import contacts, control, state, to_device, to_host
+from .collision import CollisionPipeline
+from .solver import SolverSAP
+
+__all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts"]

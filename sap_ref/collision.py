@@ -49,10 +49,15 @@ import math
 import numpy as np
 
 from sap_common import spatial
+from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, combine_materials, contact_capacity
 from sap_common.config import SapConfig, collision_pipeline_args
+from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
+                                  INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
 from sap_common.model import SapModel, ShapeType
-from sap_common.state import SapContacts, SapState, check_contacts, check_state
+from sap_common.conventions import quaternion_norm_ok
+from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
 
+from .arrays import check_host_device
 from .collision_box import box_box, box_signed_distance, closest_point_on_box, segment_closest_points
 
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
@@ -60,37 +65,6 @@ __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pa
            "capsule_capsule", "capsule_box", "box_box"]
 
 P, S, C, B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
-# Most contacts one pair can produce, by unordered pair of shape types.
-MAX_CONTACTS_PER_PAIR = {
-    frozenset([P, S]): 1, frozenset([P, C]): 2, frozenset([P, B]): 8, frozenset([S]): 1,
-    frozenset([S, C]): 1, frozenset([S, B]): 1, frozenset([C]): 2, frozenset([C, B]): 3, frozenset([B]): 8,
-}
-# Normal used when two sphere centres coincide and no direction is defined (any fixed unit
-# vector keeps the result deterministic; +z is "up" in every scene).
-DEFAULT_NORMAL = np.array([0.0, 0.0, 1.0])
-# Closer than this [m], two core points "coincide": their difference is rounding noise and its
-# direction meaningless, so the routine's fallback normal is used instead.
-COINCIDENT_DISTANCE = 1e-12
-# Segments whose unit directions' cross product is below this (sin θ ≤ 1e-6) count as parallel.
-PARALLEL_TOL = 1e-6
-# capsule–box: the segment's interior minimum is a separate contact only when it is deeper than
-# both ends by more than this [m] (a capsule lying flat on a face gives just its two ends).
-INTERIOR_DEPTH_MARGIN = 1e-6
-GOLDEN_ITERATIONS = 80  # golden-section steps on [0, 1]: 0.618^80 ≈ 2e-17, below float64 resolution
-# capsule–box golden section: values within this [m] count as equal and the search moves toward
-# t = 0. Along a segment inside a box the signed distance has flat stretches where the two probes
-# differ only by rounding (~1e-17 m on metre-scale shapes); the tolerance, ~100 ulps, makes the
-# outcome independent of that rounding (so sap_gpu, which rounds differently, finds the same
-# point) and moves the minimum found by at most a few times itself.
-GOLDEN_TIE = 1e-14
-
-
-def contact_capacity(model: SapModel) -> int:
-    """Most contacts the narrow phase can report for one world: Σ over ``model.shape_pair`` of
-    ``MAX_CONTACTS_PER_PAIR`` (a ``max_rigid_contact`` that can never overflow)."""
-    return sum(MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
-                                                ShapeType(int(model.shape_type[b]))])]
-               for a, b in model.shape_pair)
 
 
 def _unit(v, fallback=DEFAULT_NORMAL) -> np.ndarray:
@@ -293,32 +267,6 @@ def pair_contacts(type0, X0, size0, type1, X1, size1):
     raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
 
 
-def combine_materials(model: SapModel, a: int, b: int, config: SapConfig):
-    """``(mu, ke, ke0, ke1, tau_d)`` of shapes (a, b) with the config's fallbacks.
-
-    docs/formulation.md § Material combination.
-
-    Per shape, NaN → ``fallback_mu`` / ``fallback_stiffness`` / ``contact_tau_d``. Then
-    μ = 2μ₀μ₁/(μ₀+μ₁) (0 if both are 0), k = k₀k₁/(k₀+k₁) (one ∞: the other; both ∞: ∞; both 0: 0),
-    τ_d = τ₀ + τ₁; ke0, ke1 are the resolved per-shape stiffnesses. Drake:
-    ``CalcContactFrictionFromSurfaceProperties``, ``GetCombinedPointContactStiffness``,
-    ``GetCombinedDissipationTimeConstant``.
-    """
-    def get(arr, s, fallback):
-        v = arr[s]
-        return float(fallback) if np.isnan(v) else float(v)
-
-    mu0, mu1 = (get(model.shape_material_mu, s, config.fallback_mu) for s in (a, b))
-    k0, k1 = (get(model.shape_material_ke, s, config.fallback_stiffness) for s in (a, b))
-    t0, t1 = (get(model.shape_material_tau, s, config.contact_tau_d) for s in (a, b))
-    mu = 0.0 if mu0 + mu1 == 0.0 else 2.0 * mu0 * mu1 / (mu0 + mu1)
-    if math.isinf(k0) or math.isinf(k1):
-        ke = k1 if math.isinf(k0) else k0
-    else:
-        ke = 0.0 if k0 + k1 == 0.0 else k0 * k1 / (k0 + k1)
-    return mu, ke, k0, k1, t0 + t1
-
-
 class CollisionPipeline:
     """Narrow phase over ``model.shape_pair`` for every world (NumPy, one world at a time).
 
@@ -327,11 +275,16 @@ class CollisionPipeline:
         max_rigid_contact: contact slots per world, an integer ≥ 0 (:func:`contact_capacity`
             gives one that never overflows).
         config: supplies the material fallbacks (default ``SapConfig()``).
+        device: None or ``"cpu"`` (the host; accepted so that sap_ref and sap_gpu are called alike).
     """
 
-    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None):
+    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
+        check_host_device(device)
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.model = model
+        # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
+        # rejected (that world got no contacts), else 0, (num_worlds,).
+        self.last_status = np.zeros(model.num_worlds, dtype=np.int32)
         # Per candidate pair: (mu, ke, ke0, ke1, tau_d); materials are static.
         self._materials = [combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair]
 
@@ -345,7 +298,9 @@ class CollisionPipeline:
         Shape s's world pose is X_WB ∘ X_BS with X_WB = ``body_q[w, shape_body[s]]`` and
         X_BS = ``shape_transform[s]`` (for a world shape, body −1, X_BS is already X_WS).
         Raises ``ValueError`` (naming the field) when ``state`` or ``contacts`` does not match
-        the model or this pipeline's capacity.
+        the model or this pipeline's capacity. Body quaternions are normalized on read; a world with
+        a rejected one (not finite, or norm outside [QUAT_NORM_MIN, QUAT_NORM_MAX],
+        docs/conventions.md) gets no contacts and ``last_status[w] = INVALID_QUATERNION``.
         """
         m = self.model
         if not isinstance(state, SapState):
@@ -358,7 +313,10 @@ class CollisionPipeline:
             raise ValueError(f"contacts: capacity {contacts.capacity} does not match max_rigid_contact "
                              f"{self.max_rigid_contact}")
         for w in range(m.num_worlds):
-            self._collide_world(np.asarray(state.body_q[w], dtype=np.float64), contacts, w)
+            body_q = np.asarray(state.body_q[w], dtype=np.float64)
+            accepted = bool(np.all(quaternion_norm_ok(body_q[:, 3:])))
+            self.last_status[w] = 0 if accepted else int(StepStatus.INVALID_QUATERNION)
+            self._collide_world(body_q, contacts, w, accepted)
 
     def _shape_poses(self, body_q) -> np.ndarray:
         """World pose X_WS of every shape, (S, 7)."""
@@ -369,11 +327,11 @@ class CollisionPipeline:
             X[on_body] = spatial.transform_compose(body_q[m.shape_body[on_body]], m.shape_transform[on_body])
         return X
 
-    def _collide_world(self, body_q, contacts: SapContacts, w: int) -> None:
+    def _collide_world(self, body_q, contacts: SapContacts, w: int, accepted: bool = True) -> None:
         m = self.model
-        X = self._shape_poses(body_q)
         found = []  # (a, b, x0, x1, normal, phi0, materials) in generation order
-        for (a, b), mat in zip(m.shape_pair, self._materials):
+        X = self._shape_poses(body_q) if accepted else None
+        for (a, b), mat in zip(m.shape_pair if accepted else (), self._materials):
             a, b = int(a), int(b)
             margin = m.shape_margin[a] + m.shape_margin[b]
             for x0, x1, n, phi in pair_contacts(m.shape_type[a], X[a], m.shape_size[a],

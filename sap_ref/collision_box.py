@@ -31,29 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 from sap_common import spatial
+from sap_common.constants import CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS, FACE_AXIS_TIE, PARALLEL_DENOM, POINT_SEGMENT
 
 __all__ = ["segment_closest_params", "segment_closest_points", "closest_point_on_box", "box_signed_distance",
            "box_box", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS", "CLIP_TOL", "FACE_AXIS_TIE"]
 
-# m: an edge axis must separate by this much more than the best face axis to be used, so that
-# rounding in stacks of aligned boxes never flips face contact (4 points) to edge contact (1).
-EDGE_AXIS_BIAS = 1e-5
-# |e₀ × e₁| below this (unit edge directions): parallel edges, no edge–edge axis (its
-# direction would be rounding noise; the face axes cover that configuration).
-DEGENERATE_AXIS = 1e-6
-# m: a face axis must separate by more than this to replace an earlier one (box 0 before box 1,
-# x before y before z). Parallel faces of two boxes (a stack) tie exactly; their separations
-# differ by rounding only, and either choice gives the same points in a different order — the
-# tolerance makes the choice, and so the order, independent of that rounding.
-FACE_AXIS_TIE = 1e-12
-# m: a polygon vertex this close to a clipping plane is on it (see _clip); far below any contact
-# feature, far above the rounding (~1e-17 m) of a point's distance to the plane.
-CLIP_TOL = 1e-12
-# Squared segment length [m²] at or below which a segment is treated as a point (Ericson's ε).
-_POINT_SEGMENT = 1e-300
-# Relative size of Ericson's denominator a·e − b² (= |d₁|²|d₂|² sin²θ) at or below which two
-# segments are parallel and s is fixed at 0: sin θ ≤ 1e-6, as PARALLEL_TOL in sap_ref.collision.
-_PARALLEL_DENOM = 1e-12
 
 
 def segment_closest_params(a0, a1, b0, b1) -> tuple[float, float]:
@@ -64,16 +46,16 @@ def segment_closest_params(a0, a1, b0, b1) -> tuple[float, float]:
     """
     d1, d2, r = a1 - a0, b1 - b0, a0 - b0
     a, e, f = d1 @ d1, d2 @ d2, d2 @ r
-    if a <= _POINT_SEGMENT and e <= _POINT_SEGMENT:
+    if a <= POINT_SEGMENT and e <= POINT_SEGMENT:
         return 0.0, 0.0
-    if a <= _POINT_SEGMENT:
+    if a <= POINT_SEGMENT:
         return 0.0, float(np.clip(f / e, 0.0, 1.0))
     c = d1 @ r
-    if e <= _POINT_SEGMENT:
+    if e <= POINT_SEGMENT:
         return float(np.clip(-c / a, 0.0, 1.0)), 0.0
     b = d1 @ d2
     denom = a * e - b * b
-    s = float(np.clip((b * f - c * e) / denom, 0.0, 1.0)) if denom > _PARALLEL_DENOM * a * e else 0.0
+    s = float(np.clip((b * f - c * e) / denom, 0.0, 1.0)) if denom > PARALLEL_DENOM * a * e else 0.0
     t = (b * s + f) / e
     if t < 0.0:
         t, s = 0.0, float(np.clip(-c / a, 0.0, 1.0))

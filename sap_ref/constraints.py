@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common import spatial
+from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WINDOW_FACTOR, SOFT_NORM_EPS
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import delassus_weights
@@ -43,12 +44,6 @@ __all__ = [
     "drive_constraints",
     "drive_terms",
 ]
-
-SOFT_NORM_EPS = 1e-7  # N·s, Drake's hard-coded soft-norm ε of the friction cone (docs/formulation.md § Friction cone)
-LIMIT_BETA = 0.1  # near-rigid threshold of limit constraints (docs/formulation.md § Regularization)
-DRIVE_BETA = 0.1  # near-rigid threshold of PD constraints (docs/formulation.md § Regularization)
-LIMIT_WINDOW_FACTOR = 2.0  # limits are added inside q₀ ± 2h·max(|v₀|, |v*|) (docs/formulation.md § Limits)
-DISTANCE_EPS = 1e-9  # m; below this the distance direction is undefined and the limit is skipped
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
 

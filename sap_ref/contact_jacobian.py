@@ -26,6 +26,7 @@ import numpy as np
 
 from sap_common import spatial
 from sap_common.config import precision_dtype
+from sap_common.constants import WEIGHT_FLOOR
 from sap_common.model import SapModel
 
 from .kinematics import point_jacobian
@@ -40,8 +41,6 @@ __all__ = [
     "body_inertia_weights",
     "contact_regularization",
 ]
-
-WEIGHT_FLOOR = 1e-12  # docs/formulation.md § Weights: w = max(…, 1e-12) keeps R > 0 for contacts on static bodies
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from sap_common.config import LINE_SEARCH_VARIANTS, SapConfig
+from sap_common.constants import EXACT_ALPHA_MAX, EXACT_F_TOL, MONOTONE_ABS_SLOP, MONOTONE_ALPHA_MIN, MONOTONE_REL_SLOP
 
 __all__ = [
     "LineSearchResult",
@@ -27,11 +28,6 @@ __all__ = [
     "EXACT_F_TOL",
 ]
 
-MONOTONE_ABS_SLOP = 1e-14  # accept φ(α) ≤ φ(0) + 1e-14 + 1e-12|φ(0)|: rounding of φ (docs/formulation.md § Line searches)
-MONOTONE_REL_SLOP = 1e-12
-MONOTONE_ALPHA_MIN = 1e-8  # below this step monotone_decay reports failure (docs/formulation.md § Line searches)
-EXACT_ALPHA_MAX = 1.5  # Drake's exact line search may over-relax to 1.5 (docs/formulation.md § Line searches)
-EXACT_F_TOL = 1e-8  # tolerance on f = φ'(α)/(−φ'(0)) (docs/formulation.md § Line searches; hard-coded in Drake)
 
 Phi = Callable[[float], tuple[float, float, float]]
 

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common.config import SapConfig
+from sap_common.conventions import joint_quaternions_ok
 from sap_common.model import SapModel
+from sap_common.time_step import time_step_bound
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
 
 from . import boundary
+from .arrays import check_host_device
 from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
 from .contact_jacobian import (ContactGeometry, body_inertia_weights, contact_geometry, contact_regularization,
                                delassus_weights)
@@ -81,6 +84,8 @@ class SolverSAP:
         model: the model (at least one articulated DOF).
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (docs/presets.md).
+        device: None or ``"cpu"`` (sap_ref runs on the host; the argument exists so that
+            ``sap_ref`` and ``sap_gpu`` are called alike).
         **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
@@ -92,7 +97,8 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 **overrides):
+                 device=None, **overrides):
+        check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
         if model.joint_dof_count < 1:
@@ -107,25 +113,28 @@ class SolverSAP:
         self.last_linear_solver_iterations = np.zeros(W, dtype=np.int32)
         self.last_linear_solver_residual = np.zeros(W, dtype=np.float64)
         self.last_results: list[WorldResult] = []
+        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
              dt: float) -> None:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
         model, cfg = self.model, self.config
-        x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose)
+        x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose, self.dt_bound)
         if contacts is None:
             contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
         self._check_contacts(contacts)
         q1, v1 = x.joint_q.copy(), x.v0.copy()
+        keep = np.zeros(model.num_worlds, dtype=bool)
         results = []
         for w in range(model.num_worlds):
             r = self._step_world(w, x, contacts, dt)
-            if not r.status & StepStatus.NON_FINITE:
+            keep[w] = bool(r.status & (StepStatus.NON_FINITE | StepStatus.INVALID_QUATERNION))
+            if not keep[w]:
                 q1[w], v1[w] = r.q1, r.v1
             if contacts.overflow[w] > 0:
                 r.status |= StepStatus.CONTACT_OVERFLOW
             results.append(r)
-        boundary.write_state(model, state_out, q1, v1, cfg.use_f64_boundary_pose)
+        boundary.write_state(model, state_in, state_out, q1, v1, keep, cfg.use_f64_boundary_pose)
         self.last_results = results
         self.last_status[:] = [int(r.status) for r in results]
         self.last_newton_iterations[:] = [r.solve.iterations if r.solve else 0 for r in results]
@@ -146,9 +155,11 @@ class SolverSAP:
         """Stages 1–4 for world w."""
         model, cfg = self.model, self.config
         q0, v0 = x.joint_q[w], x.v0[w]
-        if not all(np.all(np.isfinite(a[w])) for a in (x.joint_q, x.v0, x.joint_f, x.body_f, x.joint_act,
-                                                        x.joint_target_pos, x.joint_target_vel)):
-            return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, StepStatus.NON_FINITE)
+        rejected = StepStatus(0) if x.quat_ok[w] else StepStatus.INVALID_QUATERNION
+        if not x.finite[w]:
+            rejected |= StepStatus.NON_FINITE
+        if rejected:
+            return WorldResult(None, None, None, None, None, None, None, None, None, v0, q0, rejected)
         body_q = forward_kinematics(model, q0)
         fm = free_motion(model, q0, v0, dt, precision=cfg.free_motion_solve_precision, joint_f=x.joint_f[w],
                          body_f=x.body_f[w], joint_act=x.joint_act[w], body_q=body_q,
@@ -175,6 +186,8 @@ class SolverSAP:
         status = sol.status
         if not (np.all(np.isfinite(v1)) and np.all(np.isfinite(q1))):
             status |= StepStatus.NON_FINITE
+        elif not joint_quaternions_ok(model, q1)[0]:  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
+            status |= StepStatus.INVALID_QUATERNION
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
                            limits, drives, problem, sol, v1, q1, status)
 

@@ -29,13 +29,12 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def device(request):
     """The Warp device the sap_gpu tests run on (``--device`` / ``SAP_TEST_DEVICE``)."""
-    import warp as wp
+    from sap_gpu.device import get_device
 
-    name = request.config.getoption("--device")
     try:
-        return wp.get_device(name)
-    except (RuntimeError, ValueError) as e:
-        raise pytest.UsageError(f"--device: Warp has no device {name!r} here ({e})") from None
+        return get_device(request.config.getoption("--device"), "--device")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 DRAKE_ANCHORS = sorted(p for p in (DATA / "drake").glob("*.json") if p.name != "index.json")
 
 

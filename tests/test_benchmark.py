@@ -165,7 +165,7 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
              (["--noise-std", "nan"], "--noise-std: must be finite and >= 0"),
              (["--max-rigid-contact", "-1"], "--max-rigid-contact: must be >= 0"),
              (["--mjwarp-njmax", "64"], "--mjwarp-njmax: needs --vs-mjwarp"),
-             (["--device", "tpu"], "--device: Warp has no device 'tpu'"),
+             (["--device", "tpu"], "--device 'tpu': no such Warp device here; available: "),
              (["--vs-mjwarp"], "--vs-mjwarp: needs an MJCF scene")]
     for flags, message in cases:
         assert main(["sphere_drop", "--quiet", *flags]) == 2, flags

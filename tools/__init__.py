@@ -1,2 +1,3 @@
 """Command-line tools: the demo, scene inspection, benchmarks, backend and preset comparisons,
-recording scenes with Drake or MuJoCo and validating implementations against recordings."""
+step inspection and the viewer, recording scenes with Drake or MuJoCo and validating
+implementations against recordings."""

@@ -185,10 +185,8 @@ def load_rollout(args):
 
 
 def warp_device(name):
-    """The Warp device called ``name`` (None: Warp's default), or ``ValueError`` naming --device."""
-    import warp as wp
+    """The Warp device called ``name`` (None: Warp's default), or ``ValueError`` naming --device
+    and listing the devices here (``sap_gpu.device.get_device``, the one device check)."""
+    from sap_gpu.device import get_device
 
-    try:
-        return wp.get_device(name)
-    except (RuntimeError, ValueError) as e:
-        raise ValueError(f"--device: Warp has no device {name!r} here ({e})") from None
+    return get_device(name, "--device")

@@ -1,0 +1,175 @@
+"""Package shape: sap_gpu stands without sap_ref, sap_common's modules import each other without
+a cycle, and sap_ref and sap_gpu export the same top-level names (switching backends is one import)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import sap_common
+import sap_gpu
+import sap_ref
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking_block(node) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+def _runtime_imports(path: pathlib.Path) -> list[str]:
+    """Every module a file imports at run time (module level or inside functions), absolute names.
+
+    ``if TYPE_CHECKING:`` blocks are skipped: they never run. ``from pkg import name`` yields
+    ``pkg.name`` when that is a module of the package, else ``pkg``.
+    """
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = []
+
+    def visit(node):
+        if _is_type_checking_block(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else (node.module or "")
+            found.extend(f"{base}.{a.name}" for a in node.names)
+            found.append(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def _package_modules(package: str) -> dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module → the package's modules it imports at run time (package ``__init__`` files excluded:
+    importing any submodule runs its package's ``__init__`` first, which is not a dependency edge)."""
+    modules = {n: p for n, p in _package_modules(package).items() if p.name != "__init__.py"}
+    return {n: {m for m in _runtime_imports(p) if m in modules and m != n} for n, p in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle ``[a, b, …, a]`` of ``graph`` or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = "open"
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == "open":
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                cycle = visit(m)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[n] = "done"
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            cycle = visit(n)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_sap_common_module_imports_are_acyclic():
+    graph = import_graph("sap_common")
+    assert {"sap_common.model", "sap_common.conventions", "sap_common.kinematics", "sap_common.state"} <= set(graph)
+    assert "sap_common.kinematics" in graph["sap_common.model"]  # the graph sees function-level imports too
+    cycle = find_cycle(graph)
+    assert cycle is None, "sap_common imports in a circle: " + " -> ".join(cycle)
+
+
+def test_no_sap_gpu_module_imports_sap_ref():
+    offenders = [f"{n}: {m}" for n, p in _package_modules("sap_gpu").items() for m in _runtime_imports(p)
+                 if m == "sap_ref" or m.startswith("sap_ref.")]
+    assert not offenders, "sap_gpu imports the reference package: " + "; ".join(offenders)
+
+
+def test_importing_sap_gpu_loads_no_sap_ref_module():
+    code = ("import sys, sap_gpu, sap_gpu.solver, sap_gpu.collision\n"
+            "bad = sorted(m for m in sys.modules if m == 'sap_ref' or m.startswith('sap_ref.'))\n"
+            "print(','.join(bad))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "", f"importing sap_gpu loaded {out.stdout.strip()}"
+
+
+def test_shared_thresholds_are_the_same_objects_in_both_backends():
+    from sap_common import constants
+    from sap_gpu import collision as gpu_collision
+    from sap_gpu import constraints as gpu_constraints
+    from sap_ref import collision as ref_collision
+    from sap_ref import constraints as ref_constraints
+    for name in ("COINCIDENT_DISTANCE", "GOLDEN_TIE", "PARALLEL_TOL", "INTERIOR_DEPTH_MARGIN"):
+        assert getattr(ref_collision, name) is getattr(constants, name) is getattr(gpu_collision, name)
+    for name in ("SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS"):
+        assert getattr(ref_constraints, name) is getattr(constants, name) is getattr(gpu_constraints, name)
+
+
+# Names of sap_gpu's top level that sap_ref deliberately lacks, with the reason.
+GPU_ONLY = {
+    "GpuModel": "the model's arrays on a Warp device; sap_ref reads the SapModel's NumPy arrays directly",
+}
+
+
+def test_sap_ref_exports_the_same_top_level_names_as_sap_gpu():
+    ref, gpu = set(sap_ref.__all__), set(sap_gpu.__all__)
+    assert gpu - ref == set(GPU_ONLY), f"sap_gpu names missing from sap_ref: {sorted(gpu - ref - set(GPU_ONLY))}"
+    assert ref <= gpu, f"sap_ref names missing from sap_gpu: {sorted(ref - gpu)}"
+    for name in ref:
+        assert getattr(sap_ref, name) is not None and getattr(sap_gpu, name) is not None
+
+
+@pytest.mark.parametrize("name", sorted(set(sap_ref.__all__) & set(sap_gpu.__all__)))
+def test_shared_top_level_names_take_the_same_arguments(name):
+    """``backend.X(...)`` works whichever backend ``backend`` is: same parameter names, same order."""
+    def params(obj):
+        sig = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+
+    assert params(getattr(sap_ref, name)) == params(getattr(sap_gpu, name))
+
+
+def test_sap_common_top_level_is_numpy_only():
+    code = "import sys, sap_common, sap_common.scenes, sap_common.io\nprint('warp' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+    assert sap_common.__all__
+
+
+def test_readme_example_uses_only_top_level_backend_names():
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert "sap_ref.SolverSAP(" in example and "sap_gpu.SolverSAP(" in example
+    submodule_use = re.findall(r"\b(?:from|import)\s+(sap_(?:ref|gpu)\.\w+)", example)
+    assert not submodule_use, f"README example reaches into backend modules: {submodule_use}"
