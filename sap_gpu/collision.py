@@ -22,6 +22,7 @@ from sap_ref.collision_box import (_PARALLEL_DENOM, _POINT_SEGMENT, CLIP_TOL, DE
                                    FACE_AXIS_TIE)
 
 from .arrays import GpuModel
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -624,11 +625,11 @@ class CollisionPipeline:
             raise ValueError(f"state.body_q: expected a wp.array of wp.transformd shaped "
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
-        wp.launch(_generate, dim=m.num_worlds, device=self.device, inputs=[
+        wp.launch(_generate, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device, inputs=[
             m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, state.body_q,
             self.scratch])
         c = contacts
-        wp.launch(_select, dim=m.num_worlds, device=self.device, inputs=[
+        wp.launch(_select, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
             self.pair_tau, self.max_rigid_contact, self.scratch], outputs=[
             c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,

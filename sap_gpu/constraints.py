@@ -13,6 +13,7 @@ import warp as wp
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import add_point_jacobian_along
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -254,7 +255,7 @@ def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, 
     """Launch: which limit rows are in their window this step, with J, R, v̂ (spec §4.3)."""
     if layout.count == 0:
         return
-    wp.launch(_limit_rows, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_limit_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint,
         m.dof_coord, m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
         layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X, dof_S],
@@ -265,7 +266,7 @@ def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
     """Launch: each drive row's q₀ and near-rigid effective gains (spec §4.4)."""
     if drive_count == 0:
         return
-    wp.launch(_drive_rows, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_drive_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.dof_coord, m.joint_target_ke, m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A],
         outputs=[q0, Kp, Kd])
 
@@ -273,7 +274,7 @@ def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
 def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
                   v0, v_star, dof_mask, v) -> None:
     """Launch: participating DOFs and the Newton warm start."""
-    wp.launch(_participation, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_participation, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.dof_tree, m.nv, m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active,
         limit_J, tree_scratch, v0, v_star], outputs=[dof_mask, v])
 
@@ -286,7 +287,7 @@ def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_
     out is exactly zero, so the sums are the dense ones term for term (``dense=True``: every
     column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``).
     """
-    wp.launch(_row_support, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_row_support, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.nv, limit_count, int(dense), contacts.count, contact_J, limit_active, limit_J, A],
         outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols])
 

@@ -10,6 +10,7 @@ origin of the joint's child body. Weights, R and v̂ are computed in the scalar 
 import math
 
 import warp as wp
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -201,7 +202,7 @@ def _weights_kernel(T):
 
 def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J) -> None:
     """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``."""
-    wp.launch(_contact_geometry, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_contact_geometry, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.body_parent, m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0,
         contacts.body1, contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S],
         outputs=[R_WC, p0, p1, J])
@@ -213,7 +214,7 @@ def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma
     T = wp.float32 if precision == "fp32" else wp.float64
     if T not in _KERNELS:
         _KERNELS[T] = _weights_kernel(T)
-    wp.launch(_KERNELS[T], dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_KERNELS[T], dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.body_mass, m.body_com, m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt),
         wp.float64(beta), wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0,
         contacts.ke, contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

@@ -16,6 +16,8 @@ CUDA graph. Diagnostics (``last_status`` …) are device arrays; :meth:`diagnost
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import warp as wp
 
@@ -27,6 +29,7 @@ from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
+from .launch import world_block_dim
 from .contact_solve import newton_kernels
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
@@ -140,6 +143,14 @@ def _set_one(a: wp.array(dtype=int)):
     a[0] = 1
 
 
+@wp.kernel
+def _identity_padding(nv: int, H: wp.array3d(dtype=Any)):
+    """H[w, i, i] = 1 for i ≥ nv: the padded system solves the unpadded one (blocked_cholesky)."""
+    world, i = wp.tid()
+    if i >= nv:
+        H[world, i, i] = H.dtype(1.0)
+
+
 class SolverSAP:
     """Drake's SAP time step for every world of ``model``, in Warp (see the module docstring).
 
@@ -227,6 +238,8 @@ class SolverSAP:
         P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
         P.vc, P.dvc, P.dp, P.line = z((W, max(rows, 1)), T), z((W, max(rows, 1)), T), z((W, nv), T), z((W, 3), T)
         P.gamma = z((W, max(rows, 1)), T)
+        P.contact_G = z((W, max(C, 1)), wp.types.matrix((3, 3), T))
+        P.limit_G, P.drive_G = z((W, max(L, 1)), T), z((W, D), T)
         P.contact_count = wp.zeros(W, dtype=int, device=d)
         P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
         P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
@@ -247,7 +260,10 @@ class SolverSAP:
         # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
         # struct is a stand-in too (its arrays are never read).
         self.H = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
+            wp.launch(_identity_padding, dim=(W, n), inputs=[nv], outputs=[self.H], device=d)
         self.newton_L = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        self.newton_failed = z(W, wp.int32)  # per world: the last factorization had a failed pivot
         self.pcr_work = allocate_pcr_work(TL, W, nv, cfg, d, C, L, self.drive_count) if pcr \
             else allocate_pcr_work(TL, 1, 1, cfg, d)
         self.last_linear_solver_iterations = self.pcr_work.iterations if pcr else z(W, wp.int32)
@@ -358,7 +374,7 @@ class SolverSAP:
 
     def _newton(self, h: float) -> None:
         P, N, kk, d = self.P, self.N, self.kernels, self.device
-        W = self.m.num_worlds
+        W, bd = self.m.num_worlds, world_block_dim(self.device)
         P.h = wp.float64(h)
         wp.copy(P.v, self.v_init) if self.T == wp.float64 else _cast_into(self.v_init, P.v)
         N.iterations.zero_()
@@ -372,19 +388,21 @@ class SolverSAP:
 
         def body():
             N.count.zero_()
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[self.H, self.newton_rhs], device=d)
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[self.H, self.newton_rhs], block_dim=bd, device=d)
             self._stage("newton_evaluate")
             if pcr:
-                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, self.newton_rhs], outputs=[self.newton_dv], device=d)
+                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, self.newton_rhs], outputs=[self.newton_dv],
+                          block_dim=bd, device=d)
             else:
-                cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
+                cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L, self.newton_failed)
             self._stage("linear_solve")
-            wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv], device=d)
+            wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv, self.newton_failed], block_dim=bd,
+                      device=d)
             wp.copy(self.loop_condition, N.count)
             self._stage("line_search")
 
         wp.capture_while(self.loop_condition, body)
-        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], device=d)
+        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], block_dim=bd, device=d)
         self._stage("newton_finish")
 
     # ------------------------------------------------------------------ helpers
@@ -411,14 +429,19 @@ class SolverSAP:
         N.iterations.zero_()
         try:
             wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
-                      device=self.device)
+                      block_dim=world_block_dim(self.device), device=self.device)
             gamma = P.gamma.numpy().astype(np.float64)
+            contact_gamma = gamma[:, :3 * C].reshape(W, C, 3)
+            contact_gamma[np.arange(C)[None, :] >= P.contact_count.numpy()[:, None]] = 0.0  # unused slots
             pcr = self.config.contact_linear_solver == "pcr"
-            out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64),
-                       H=None if pcr else self.H.numpy()[:, :nv, :nv].astype(np.float64),
-                       H_diag=(self.pcr_work.diag.numpy() if pcr else
-                               np.diagonal(self.H.numpy()[:, :nv, :nv], axis1=1, axis2=2)).astype(np.float64),
-                       contact_gamma=gamma[:, :3 * C].reshape(W, C, 3), limit_gamma=gamma[:, 3 * C:3 * C + L],
+            H = None
+            if not pcr:  # evaluate forms the lower triangle (all the Cholesky reads)
+                H = np.tril(self.H.numpy()[:, :nv, :nv].astype(np.float64))
+                H = H + np.tril(H, -1).transpose(0, 2, 1)
+            out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64), H=H,
+                       H_diag=(self.pcr_work.diag.numpy().astype(np.float64) if pcr else
+                               np.diagonal(H, axis1=1, axis2=2).copy()),
+                       contact_gamma=contact_gamma, limit_gamma=gamma[:, 3 * C:3 * C + L],
                        drive_gamma=gamma[:, 3 * C + L:3 * C + L + self.drive_count])
         finally:
             N.abs_tol, N.rel_tol, N.max_iterations = saved
