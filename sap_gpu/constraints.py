@@ -218,14 +218,20 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                  limit_J_in: wp.array3d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                  contact_cols_out: wp.array3d(dtype=int), contact_ncols_out: wp.array2d(dtype=int),
                  limit_cols_out: wp.array3d(dtype=int), limit_ncols_out: wp.array2d(dtype=int),
-                 A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int)):
-    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0.
+                 A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int),
+                 dof_contacts_out: wp.array3d(dtype=int), dof_ncontacts_out: wp.array2d(dtype=int),
+                 dof_limits_out: wp.array3d(dtype=int), dof_nlimits_out: wp.array2d(dtype=int)):
+    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0,
+    and the transposed lists: per DOF, the contacts and active limit rows that list it.
 
     ``dense != 0`` lists every column (the plain path). A NaN entry counts as non-zero, so a
     non-finite J or A still reaches the products and is flagged there.
     """
     world = wp.tid()
     zero = wp.float64(0.0)
+    for k in range(nv):
+        dof_ncontacts_out[world, k] = 0
+        dof_nlimits_out[world, k] = 0
     for c in range(count_in[world]):
         n = int(0)
         for k in range(nv):
@@ -233,6 +239,9 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                     or contact_J_in[world, 3 * c + 2, k] != zero):
                 contact_cols_out[world, c, n] = k
                 n = n + 1
+                m = dof_ncontacts_out[world, k]
+                dof_contacts_out[world, k, m] = c
+                dof_ncontacts_out[world, k] = m + 1
         contact_ncols_out[world, c] = n
     for r in range(limit_count):
         n = int(0)
@@ -241,6 +250,9 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                 if dense != 0 or limit_J_in[world, r, k] != zero:
                     limit_cols_out[world, r, n] = k
                     n = n + 1
+                    m = dof_nlimits_out[world, k]
+                    dof_limits_out[world, k, m] = r
+                    dof_nlimits_out[world, k] = m + 1
         limit_ncols_out[world, r] = n
     for i in range(nv):
         n = int(0)
@@ -280,16 +292,19 @@ def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, l
 
 
 def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
-                limit_cols, limit_ncols, A_cols, A_ncols) -> None:
-    """Launch: the non-zero columns of every contact block, active limit row and row of A.
+                limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits) -> None:
+    """Launch: the non-zero columns of every contact block, active limit row and row of A, and
+    per DOF the contacts and active limit rows whose lists hold it (ascending).
 
     The Newton loop's products (J·v, Jᵀγ, JᵀGJ, A·x) run over these lists only; an entry left
     out is exactly zero, so the sums are the dense ones term for term (``dense=True``: every
-    column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``).
+    column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``). The
+    per-DOF lists serve the fused Newton loop, whose lanes own DOFs (Jᵀγ and rows of H).
     """
     wp.launch(_row_support, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.nv, limit_count, int(dense), contacts.count, contact_J, limit_active, limit_J, A],
-        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols])
+        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts,
+                 dof_limits, dof_nlimits])
 
 
 def make_terms(T):

@@ -18,6 +18,8 @@ their Δv is exactly zero. Kernels are built per (objective scalar, linear-solve
 search, linear solver) on first use.
 """
 
+from types import SimpleNamespace
+
 import warp as wp
 
 from sap_common.state import StepStatus
@@ -41,11 +43,17 @@ _CACHE: dict = {}
 
 
 class NewtonKernels:
-    """The struct type and the kernels of one (T, TL, line search) combination."""
+    """The struct types and the kernels of one (T, TL, line search, linear solver) combination.
 
-    def __init__(self, Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr):
+    ``funcs`` holds the per-row and per-DOF ``wp.func`` s of the objective (and the scalar types
+    ``T``, ``TL``, ``V3``, ``M33``, the line-search variant), which the fused Newton kernel of
+    :mod:`sap_gpu.fused_newton` is built from.
+    """
+
+    def __init__(self, Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr, funcs):
         self.Problem, self.Newton, self.PcrWork = Problem, Newton, PcrWork
         self.evaluate, self.line_search, self.finish, self.newton_pcr = evaluate, line_search, finish, newton_pcr
+        self.funcs = funcs
 
 
 def newton_kernels(T, TL, variant: str, solver: str = "cholesky") -> NewtonKernels:
@@ -99,6 +107,11 @@ def _build(T, TL, variant, solver):
         limit_ncols: wp.array2d(dtype=int)
         A_cols: wp.array3d(dtype=int)
         A_ncols: wp.array2d(dtype=int)
+        # Transposed: per DOF, the contacts and active limit rows listing it (the fused loop's lanes).
+        dof_contacts: wp.array3d(dtype=int)
+        dof_ncontacts: wp.array2d(dtype=int)
+        dof_limits: wp.array3d(dtype=int)
+        dof_nlimits: wp.array2d(dtype=int)
         # Newton state (objective scalar T)
         v: wp.array2d(dtype=T)
         dv: wp.array2d(dtype=T)
@@ -533,4 +546,8 @@ def _build(T, TL, variant, solver):
             else:
                 dv_out[world, i, 0] = S.pinv[world, i] * rhs[world, i, 0]
 
-    return NewtonKernels(Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr)
+    funcs = SimpleNamespace(T=T, TL=TL, V3=V3, M33=M33, variant=variant, contact_params=contact_params,
+                            contact_rows_dot=contact_rows_dot, limit_row_dot=limit_row_dot, A_row_dot=A_row_dot,
+                            A_row_dots=A_row_dots, drive_params=drive_params, friction_cone=friction_cone,
+                            limit_term=limit_term, drive_term=drive_term)
+    return NewtonKernels(Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr, funcs)

@@ -31,11 +31,17 @@ from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .launch import world_block_dim
 from .contact_solve import newton_kernels
+from .fused_newton import fused_newton_kernel, fused_size
+from .launch import TILE_BLOCK_DIM
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts"]
+__all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_state", "check_device_control", "check_device_contacts"]
+
+# The two implementations of stage 3 (SolverSAP's newton_path).
+NEWTON_PATHS = ("fused", "staged")
+DEFAULT_NEWTON_PATH = "staged"
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 CONTACT_OVERFLOW = wp.constant(int(StepStatus.CONTACT_OVERFLOW))
@@ -159,6 +165,12 @@ class SolverSAP:
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
         device: Warp device (default: Warp's default device).
+        newton_path: how stage 3 runs on the device: ``"fused"`` (one block of threads per world
+            runs that world's whole Newton loop in one launch, :mod:`sap_gpu.fused_newton`) or
+            ``"staged"`` (one thread per world per kernel, a ``wp.capture_while`` trip per
+            Newton iteration of the batch, :mod:`sap_gpu.contact_solve`). Both solve the same
+            problem with the same tests and report the same diagnostics; with
+            ``contact_linear_solver="pcr"`` the staged loop runs either way (PCR is not fused).
         **overrides: any :class:`~sap_common.config.SapConfig` knob.
 
     After :meth:`step`: ``last_status``, ``last_newton_iterations``, ``last_line_search_iterations``
@@ -167,9 +179,11 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, **overrides):
+                 device=None, newton_path: str = DEFAULT_NEWTON_PATH, **overrides):
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if not isinstance(newton_path, str) or newton_path not in NEWTON_PATHS:
+            raise ValueError(f"newton_path: {newton_path!r} is not valid; valid: {', '.join(NEWTON_PATHS)}")
         if model.joint_dof_count < 1:
             raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
         self.model = model
@@ -244,6 +258,8 @@ class SolverSAP:
         P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
         P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
         P.A_cols, P.A_ncols = z((W, nv, nv), wp.int32), z((W, nv), wp.int32)
+        P.dof_contacts, P.dof_ncontacts = z((W, nv, max(C, 1)), wp.int32), z((W, nv), wp.int32)
+        P.dof_limits, P.dof_nlimits = z((W, nv, max(L, 1)), wp.int32), z((W, nv), wp.int32)
         self.P = P
         N = kk.Newton()
         N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
@@ -255,14 +271,21 @@ class SolverSAP:
         N.cost_abs, N.cost_rel = T(cfg.cost_abs_tol), T(cfg.cost_rel_tol)
         N.rho, N.armijo_c, N.slop = T(cfg.rho), T(cfg.armijo_c), T(cfg.line_search_relative_slop)
         self.N = N
-        self.newton_rhs, self.newton_dv = z((W, n, 1), TL), z((W, n, 1), TL)
         pcr = cfg.contact_linear_solver == "pcr"
+        # The fused loop (Cholesky only) pads the system to 32 or a multiple of 32
+        # (fused_newton.fused_size); the staged loop to blocked_cholesky.padded_size.
+        self.newton_path = newton_path
+        self.fused = newton_path == "fused" and not pcr
+        ns = fused_size(nv) if self.fused else n
+        self.newton_rhs, self.newton_dv = z((W, ns, 1), TL), z((W, ns, 1), TL)
         # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
         # struct is a stand-in too (its arrays are never read).
-        self.H = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
         if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
-            wp.launch(_identity_padding, dim=(W, n), inputs=[nv], outputs=[self.H], device=d)
-        self.newton_L = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+            wp.launch(_identity_padding, dim=(W, ns), inputs=[nv], outputs=[self.H], device=d)
+        self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
+        if self.fused:
+            self.fused_kernel = fused_newton_kernel(kk, ns)
         self.newton_failed = z(W, wp.int32)  # per world: the last factorization had a failed pivot
         self.pcr_work = allocate_pcr_work(TL, W, nv, cfg, d, C, L, self.drive_count) if pcr \
             else allocate_pcr_work(TL, 1, 1, cfg, d)
@@ -352,7 +375,8 @@ class SolverSAP:
                                   self.dof_mask, self.v_init)
         constraints.row_support(m, self.limits.count, not self.sparse_rows, contacts, self.contact_J,
                                 self.limit_active, self.limit_J, self.A, P.contact_cols, P.contact_ncols, P.limit_cols,
-                                P.limit_ncols, P.A_cols, P.A_ncols)
+                                P.limit_ncols, P.A_cols, P.A_ncols, P.dof_contacts, P.dof_ncontacts, P.dof_limits,
+                                P.dof_nlimits)
         self._stage("constraints")
         # 3. Newton
         self._newton(h)
@@ -376,6 +400,13 @@ class SolverSAP:
         P, N, kk, d = self.P, self.N, self.kernels, self.device
         W, bd = self.m.num_worlds, world_block_dim(self.device)
         P.h = wp.float64(h)
+        if self.fused:  # one launch: warm start, the loop of every world, v₁
+            wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 0, self.H.shape[1] // blocked_cholesky.TILE,
+                                                                self.v_init],
+                            outputs=[self.H, self.newton_rhs, self.newton_dv, self.newton_L, self.v1],
+                            block_dim=TILE_BLOCK_DIM, device=d)
+            self._stage("newton_fused")
+            return
         wp.copy(P.v, self.v_init) if self.T == wp.float64 else _cast_into(self.v_init, P.v)
         N.iterations.zero_()
         N.ls_iterations.zero_()
@@ -428,8 +459,14 @@ class SolverSAP:
         N.done.zero_()
         N.iterations.zero_()
         try:
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
-                      block_dim=world_block_dim(self.device), device=self.device)
+            if self.fused:
+                wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 1, self.H.shape[1] // blocked_cholesky.TILE,
+                                                                    self.v_init],
+                                outputs=[self.H, self.newton_rhs, self.newton_dv, self.newton_L, self.v1],
+                                block_dim=TILE_BLOCK_DIM, device=self.device)
+            else:
+                wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
+                          block_dim=world_block_dim(self.device), device=self.device)
             gamma = P.gamma.numpy().astype(np.float64)
             contact_gamma = gamma[:, :3 * C].reshape(W, C, 3)
             contact_gamma[np.arange(C)[None, :] >= P.contact_count.numpy()[:, None]] = 0.0  # unused slots
