@@ -154,10 +154,11 @@ def fused_newton_kernel(kk, n: int):
     search = make_line_search(T, phi, Problem, f.variant)
 
     @wp.func
-    def evaluate_rows(P: Problem, world: int, lane: int) -> T:
-        """Lanes over rows: vc = J v, γ, G into the Problem's rows; returns the lane's Σ ℓᵢ."""
+    def evaluate_rows(P: Problem, world: int, lane: int, ell_start: T) -> T:
+        """Lanes over rows: vc = J v, γ, G into the Problem's rows; returns ``ell_start`` + the lane's
+        Σ ℓᵢ (added in the staged order after the lane's ℓ_A terms)."""
         bd = wp.block_dim()
-        ell = T(0.0)
+        ell = ell_start
         for c in range(lane, P.contact_count[world], bd):
             Jv = contact_rows_dot(P, world, c, P.v)
             R, vh, mu = contact_params(P, world, c)
@@ -270,7 +271,7 @@ def fused_newton_kernel(kk, n: int):
                 P.grad[world, i] = Adv
                 P.dp[world, i] = Av
                 ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
-            terms = evaluate_rows(P, world, lane)
+            ell_lane = evaluate_rows(P, world, lane, ell_A)
             block_sync(lane)  # γ of every row, before Jᵀγ
             r2 = zero
             sA = zero
@@ -288,7 +289,7 @@ def fused_newton_kernel(kk, n: int):
                     r2 = r2 + d * d * g * g
                     sA = sA + d * d * Av * Av
                     sJ = sJ + d * d * jtg * jtg
-            s = block_sum6(V6(ell_A + terms, ell_A, r2, sA, sJ, bad))
+            s = block_sum6(V6(ell_lane, ell_A, r2, sA, sJ, bad))
             ell = s[0]
             ell_A = s[1]
             residual = wp.sqrt(s[2])

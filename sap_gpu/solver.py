@@ -41,7 +41,7 @@ __all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_sta
 
 # The two implementations of stage 3 (SolverSAP's newton_path).
 NEWTON_PATHS = ("fused", "staged")
-DEFAULT_NEWTON_PATH = "staged"
+DEFAULT_NEWTON_PATH = "fused"
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 CONTACT_OVERFLOW = wp.constant(int(StepStatus.CONTACT_OVERFLOW))
