@@ -1,11 +1,15 @@
-"""Stage 3 on the device: Newton on ℓ(v) with per-world done flags (spec §2, §5).
+"""Stage 3 on the device, staged: Newton on ℓ(v) with per-world done flags (spec §2, §5).
 
-Counterpart of :mod:`sap_ref.contact_solve`. One iteration for every world still running:
+Counterpart of :mod:`sap_ref.contact_solve`. This is ``SolverSAP(newton_path="staged")`` (and
+the PCR path); :mod:`sap_gpu.fused_newton` builds the default fused loop from the structs and
+functions made here. One iteration for every world still running:
 
 1. ``evaluate``: row velocities vc = J v, terms γ, G, ℓ, the gradient ∇ℓ = A(v − v*) − Jᵀγ,
    Drake's stopping tests over participating DOFs (optimality, then the cost criterion of the
-   previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ and −∇ℓ in
-   the linear-solve buffers and is counted in ``pending``.
+   previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ (its lower
+   triangle, all the Cholesky reads) and −∇ℓ in the linear-solve buffers and is counted in
+   ``pending``. It writes only what it uses: γ and G of the rows in use, ℓ_A for the line
+   search, H's rows below nv (the padding's identity is written once, at allocation).
 2. the batched, masked Cholesky (:mod:`sap_gpu.linear_solve`) gives Δv for pending worlds;
    or, with ``contact_linear_solver="pcr"``, ``evaluate`` stores the factors G and diag(H)
    instead of H and ``newton_pcr`` runs matrix-free PCR on H·p = A·p + Jᵀ(G(J·p)), falling back

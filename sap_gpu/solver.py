@@ -443,9 +443,11 @@ class SolverSAP:
 
         A teaching/debugging hook (and how the tests compare this stage with sap_ref): it
         reuses the last :meth:`step`'s A, v*, J, R, v̂ and rows, and leaves the step's results
-        alone apart from the Newton scratch buffers. Returns NumPy arrays: ``ell (W,)``,
-        ``grad (W, nv)``, ``H (W, nv, nv)`` (None with PCR, which never forms it), ``H_diag (W, nv)``,
-        ``contact_gamma (W, C, 3)``, ``limit_gamma (W, L)``
+        alone apart from the Newton scratch buffers. It runs the evaluation of the solver's
+        Newton path (the fused kernel evaluates once and stops). Returns NumPy arrays:
+        ``ell (W,)``, ``grad (W, nv)``, ``H (W, nv, nv)`` (symmetric, from the lower triangle the
+        kernels form; None with PCR, which never forms it), ``H_diag (W, nv)``,
+        ``contact_gamma (W, C, 3)`` (0 in unused slots), ``limit_gamma (W, L)``
         (0 for inactive rows), ``drive_gamma (W, D)``.
         """
         P, N, kk = self.P, self.N, self.kernels
