@@ -122,7 +122,7 @@ def _build(T, TL, variant, solver):
         grad: wp.array2d(dtype=T)
         vc: wp.array2d(dtype=T)
         dvc: wp.array2d(dtype=T)
-        dp: wp.array2d(dtype=T)
+        dp: wp.array2d(dtype=T)  # A v at the last evaluated v (the stopping test's momentum scale)
         line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
         gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, limits, drives)
         # G = −∂γ/∂vc of each row at the last evaluated v (stored by evaluate for the assembly of H).

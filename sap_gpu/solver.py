@@ -29,15 +29,15 @@ from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
-from .launch import world_block_dim
 from .contact_solve import newton_kernels
 from .fused_newton import fused_newton_kernel, fused_size
-from .launch import TILE_BLOCK_DIM
+from .launch import TILE_BLOCK_DIM, world_block_dim
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_state", "check_device_control", "check_device_contacts"]
+__all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_state", "check_device_control",
+           "check_device_contacts"]
 
 # The two implementations of stage 3 (SolverSAP's newton_path).
 NEWTON_PATHS = ("fused", "staged")

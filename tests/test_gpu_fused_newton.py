@@ -154,7 +154,7 @@ def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_s
 
 @pytest.mark.parametrize("name, worlds, steps", [("humanoid", 2, 25), ("humanoid3", 1, 6)])
 def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
-    """A falling humanoid (27 DOFs: one tile, up to 64 contact slots and 40 limit rows spread over
+    """A falling humanoid (27 DOFs: one tile, up to 64 contact slots and 42 limit rows spread over
     32 lanes) and three of them (81 DOFs: the blocked factorization): from the same state every
     step, the fused step solves the staged step's problem."""
     ok, why = scenes.availability(name)
