@@ -40,6 +40,11 @@ with the same dt, worlds, steps, warm-up, graph capture and noise, in the same p
 prints the ratio sap_gpu/mjwarp of world-steps/s. ``--breakdown`` adds an eager pass with
 ``SolverSAP.stage_hook``: each stage is timed with ``wp.synchronize_device`` and
 ``perf_counter`` (collision around ``pipeline.collide``), reported as ms per step and %.
+After the timed run, ``--structure-steps`` eager steps are counted (:func:`structure`): device
+operations per step (launches, copies, memsets: a CUDA graph's nodes) and, for sap_gpu, those
+of the Newton loop and the batch's trips through it against the per-world Newton iterations.
+``--newton-path fused staged`` runs both of ``SolverSAP``'s Newton paths and prints the
+speed-up (on the CPU device also by process CPU time, which other load disturbs less).
 ``--json`` prints one JSON object as the last line: with one sap_gpu run its fields sit at the
 top level; always ``runs`` (every run, each with valid, world_steps_per_s, ms_per_step,
 num_worlds, preset, device, …), ``valid`` (all runs) and, with ``--vs-mjwarp``, ``ratios``.
