@@ -1,11 +1,14 @@
-"""Collision on the device: the narrow phase of :mod:`sap_ref.collision`, one thread per world.
+"""Collision on the device: the narrow phase of :mod:`sap_ref.collision`, one thread per (world, shape pair).
 
 Same pairs (``model.shape_pair``), same routines, same conventions (normal from shape 0 into
 shape 1, x1 − x0 = φ₀ n̂, reported while φ₀ < margin₀ + margin₁, Drake's material
-combination with the solver fallbacks) and the same order: contacts are generated pair by pair
-into a per-world scratch buffer; if more than ``max_rigid_contact`` were generated the deepest
-are kept (ties by generation order), in generation order, and the rest counted in
-``contacts.overflow``. Nothing is ever written beyond the capacity.
+combination with the solver fallbacks) and the same order: each (world, pair) thread writes its
+contacts into the pair's own range of a per-world scratch buffer (``MAX_CONTACTS_PER_PAIR``
+slots at a fixed offset), then one thread per world lists them pair by pair, which is the
+generation order of a serial loop over the pairs (a deterministic compaction, no atomics); if
+more than ``max_rigid_contact`` were generated the deepest are kept (ties by generation order),
+in generation order, and the rest counted in ``contacts.overflow``. Nothing is ever written
+beyond the capacity.
 """
 
 import math
@@ -16,7 +19,7 @@ import warp as wp
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
-from sap_common.collision_rules import combine_materials, contact_capacity
+from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, combine_materials, contact_capacity
 from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
                                   FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE, INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM,
                                   PARALLEL_TOL, POINT_SEGMENT)
@@ -24,6 +27,7 @@ from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL,
 from .arrays import GpuModel
 from .device import get_device
 from .kinematics import quat_norm_ok
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -39,7 +43,8 @@ INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 @wp.struct
 class Scratch:
-    """Generated contacts of every world before capacity selection."""
+    """Generated contacts of every world before capacity selection, pair p's at slots
+    ``pair_start[p] …`` (``generated[world, p]`` of them); ``order`` lists them pair by pair."""
     pair: wp.array2d(dtype=int)
     x0: wp.array2d(dtype=wp.vec3d)
     x1: wp.array2d(dtype=wp.vec3d)
@@ -47,6 +52,9 @@ class Scratch:
     phi: wp.array2d(dtype=wp.float64)
     count: wp.array(dtype=int)
     margin: wp.array(dtype=wp.float64)  # per pair: margin0 + margin1
+    pair_start: wp.array(dtype=int)  # per pair: its first scratch slot (Σ of the earlier pairs' maxima)
+    generated: wp.array2d(dtype=int)  # per (world, pair): contacts written
+    order: wp.array2d(dtype=int)  # per world: scratch slots in generation order (count[world] of them)
 
 
 @wp.func
@@ -54,7 +62,7 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
     """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
     if not (phi < S.margin[pair]) or not wp.isfinite(phi):
         return
-    k = S.count[world]
+    k = S.pair_start[pair] + S.generated[world, pair]
     S.pair[world, k] = pair
     S.phi[world, k] = phi
     if swap != 0:
@@ -65,7 +73,7 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
         S.x0[world, k] = x0
         S.x1[world, k] = x1
         S.normal[world, k] = n
-    S.count[world] = k + 1
+    S.generated[world, pair] = S.generated[world, pair] + 1
 
 
 # default_normal() spells out DEFAULT_NORMAL for the kernels; keep the two equal.
@@ -506,35 +514,42 @@ def body_pose(X: wp.transformd) -> wp.transformd:
 @wp.kernel
 def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
               shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
-              shape_pair: wp.array2d(dtype=int), pair_count: int, body_count: int,
-              body_q: wp.array2d(dtype=wp.transformd), S: Scratch, status_out: wp.array(dtype=int)):
+              shape_pair: wp.array2d(dtype=int), pair_count: int, body_q: wp.array2d(dtype=wp.transformd),
+              status: wp.array(dtype=int), S: Scratch):
+    world, p = wp.tid()
+    S.generated[world, p] = 0
+    if status[world] != 0:  # a rejected body_q quaternion: no contacts for this world
+        return
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    Xa = shape_transform[a]
+    if shape_body[a] >= 0:
+        Xa = body_pose(body_q[world, shape_body[a]]) * shape_transform[a]
+    Xb = shape_transform[b]
+    if shape_body[b] >= 0:
+        Xb = body_pose(body_q[world, shape_body[b]]) * shape_transform[b]
+    if shape_type[a] <= shape_type[b]:
+        pair_contacts(S, world, p, 0, shape_type[a], Xa, shape_size[a], shape_type[b], Xb, shape_size[b])
+    else:
+        pair_contacts(S, world, p, 1, shape_type[b], Xb, shape_size[b], shape_type[a], Xa, shape_size[a])
+
+
+@wp.kernel
+def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), status_out: wp.array(dtype=int)):
+    """INVALID_QUATERNION for a world with a rejected body_q quaternion (docs/conventions.md § Quaternions read from a state), else 0."""
     world = wp.tid()
-    S.count[world] = 0
     status_out[world] = 0
-    for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world
+    for b in range(body_count):
         if quat_norm_ok(wp.transform_get_rotation(body_q[world, b])) == 0:
             status_out[world] = INVALID_QUATERNION
-            return
-    for p in range(pair_count):
-        a = shape_pair[p, 0]
-        b = shape_pair[p, 1]
-        Xa = shape_transform[a]
-        if shape_body[a] >= 0:
-            Xa = body_pose(body_q[world, shape_body[a]]) * shape_transform[a]
-        Xb = shape_transform[b]
-        if shape_body[b] >= 0:
-            Xb = body_pose(body_q[world, shape_body[b]]) * shape_transform[b]
-        if shape_type[a] <= shape_type[b]:
-            pair_contacts(S, world, p, 0, shape_type[a], Xa, shape_size[a], shape_type[b], Xb, shape_size[b])
-        else:
-            pair_contacts(S, world, p, 1, shape_type[b], Xb, shape_size[b], shape_type[a], Xa, shape_size[a])
 
 
 @wp.kernel
 def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
             pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
-            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), capacity: int, S: Scratch,
+            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), pair_count: int,
+            capacity: int, S: Scratch,
             count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
             shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
             x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
@@ -542,7 +557,12 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             margin1: wp.array2d(dtype=wp.float64), mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
             ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64)):
     world = wp.tid()
-    n = S.count[world]
+    n = int(0)  # the generated contacts, pair by pair: the order of a serial loop over the pairs
+    for p in range(pair_count):
+        for t in range(S.generated[world, p]):
+            S.order[world, n] = S.pair_start[p] + t
+            n = n + 1
+    S.count[world] = n
     zero = wp.float64(0.0)
     for slot in range(capacity):
         shape0[world, slot] = -1
@@ -563,25 +583,27 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
     slot = int(0)
     for i in range(n):
         keep = int(1)
+        k = S.order[world, i]
         if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
             rank = int(0)
             for j in range(n):
-                if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                phi_j = S.phi[world, S.order[world, j]]
+                if phi_j < S.phi[world, k] or (phi_j == S.phi[world, k] and j < i):
                     rank += 1
             if rank >= capacity:
                 keep = 0
         if keep == 1:
-            p = S.pair[world, i]
+            p = S.pair[world, k]
             a = shape_pair[p, 0]
             b = shape_pair[p, 1]
             shape0[world, slot] = a
             shape1[world, slot] = b
             body0[world, slot] = shape_body[a]
             body1[world, slot] = shape_body[b]
-            x0[world, slot] = S.x0[world, i]
-            x1[world, slot] = S.x1[world, i]
-            normal[world, slot] = S.normal[world, i]
-            phi0[world, slot] = S.phi[world, i]
+            x0[world, slot] = S.x0[world, k]
+            x1[world, slot] = S.x1[world, k]
+            normal[world, slot] = S.normal[world, k]
+            phi0[world, slot] = S.phi[world, k]
             margin0[world, slot] = shape_margin[a]
             margin1[world, slot] = shape_margin[b]
             mu[world, slot] = pair_mu[p]
@@ -621,6 +643,12 @@ class CollisionPipeline:
         S.phi = wp.zeros((W, cap), dtype=wp.float64, device=d)
         S.count = wp.zeros(W, dtype=int, device=d)
         pairs = model.shape_pair
+        most = [MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
+                                                              ShapeType(int(model.shape_type[b]))])] for a, b in pairs]
+        S.pair_start = wp.array(np.concatenate([[0], np.cumsum(most)[:-1]]).astype(np.int32) if len(pairs)
+                                else np.zeros(1, np.int32), dtype=int, device=d)
+        S.generated = wp.zeros((W, max(len(pairs), 1)), dtype=int, device=d)
+        S.order = wp.zeros((W, cap), dtype=int, device=d)
         S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if len(pairs) else np.zeros(1))
         self.scratch = S
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
@@ -650,12 +678,14 @@ class CollisionPipeline:
             raise ValueError(f"state.body_q: expected a wp.array of wp.transformd shaped "
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
-        wp.launch(_generate, dim=m.num_worlds, device=self.device, inputs=[
-            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, m.body_count,
-            state.body_q, self.scratch], outputs=[self.last_status])
+        wp.launch(_check_poses, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device,
+                  inputs=[m.body_count, state.body_q], outputs=[self.last_status])
+        wp.launch(_generate, dim=(m.num_worlds, m.pair_count), device=self.device, inputs=[
+            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, state.body_q,
+            self.last_status, self.scratch])
         c = contacts
-        wp.launch(_select, dim=m.num_worlds, device=self.device, inputs=[
+        wp.launch(_select, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
-            self.pair_tau, self.max_rigid_contact, self.scratch], outputs=[
+            self.pair_tau, m.pair_count, self.max_rigid_contact, self.scratch], outputs=[
             c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,
             c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d])
