@@ -1,4 +1,4 @@
-"""The fused Newton path against the staged one (sap_gpu.fused_newton; STYLE rule 12).
+"""The fused Newton path against the staged one (sap_gpu.fused_newton; a fast variant is tested against the plain path it replaces).
 
 ``SolverSAP(newton_path="fused")`` runs stage 3 of a world in one block of lanes, ``"staged"``
 as one thread per world per kernel. Two kinds of comparison:
