@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.conventions import check_order
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
@@ -41,9 +42,7 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_state", "check_device_control",
            "check_device_contacts"]
 
-# The two implementations of stage 3 (SolverSAP's newton_path).
-NEWTON_PATHS = ("fused", "staged")
-DEFAULT_NEWTON_PATH = "fused"
+# The two implementations of stage 3 (SolverSAP's newton_path), defined in sap_common.constants.
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
