@@ -9,6 +9,7 @@ import pytest
 import warp as wp
 
 import tools.benchmark as bench
+import tools.benchmark_runs as bench_runs
 from sap_common import scenes
 from tools.benchmark import main, noise_channels, percentile_from_histogram
 
@@ -89,11 +90,11 @@ def test_sweep_writes_results_that_plot(tmp_path, capsys, device):
 def test_control_noise_is_normal_clamped_and_the_same_for_both_backends(device):
     """Channel k of world w gets u = clamp(σ n, lo, hi): sap_gpu writes base + gain·u into its DOF,
     MuJoCo Warp's ctrl kernel writes u; the draws are N(0, σ), differ between steps and repeat per seed."""
-    ch = bench.NoiseChannels(key=np.array([2, 0], np.int32), num_keys=3, dof=np.array([1, 3], np.int32),
+    ch = bench_runs.NoiseChannels(key=np.array([2, 0], np.int32), num_keys=3, dof=np.array([1, 3], np.int32),
                              gain=np.array([40.0, 1.0]), lower=np.array([-1.0, -np.inf]),
                              upper=np.array([1.0, np.inf]), target="joint_act", units="ctrl")
     W, sigma = NOISE_SAMPLES, 0.5
-    noise = bench._Noise(ch, sigma, seed=7, num_worlds=W, device=device)
+    noise = bench_runs._Noise(ch, sigma, seed=7, num_worlds=W, device=device)
     base = wp.array(np.full((W, 4), 3.0), dtype=wp.float64, device=device)
     out = wp.clone(base)  # as in SapRun: the control array itself, base a copy of it
     ctrl = wp.zeros((W, 3), dtype=wp.float32, device=device)
@@ -112,7 +113,7 @@ def test_control_noise_is_normal_clamped_and_the_same_for_both_backends(device):
     noise.ctrl(ctrl)
     assert np.all(ctrl.numpy()[:, 0] != u[:, 0].astype(np.float32))  # a new step draws anew
     again = wp.zeros((W, 3), dtype=wp.float32, device=device)
-    bench._Noise(ch, sigma, seed=7, num_worlds=W, device=device).ctrl(again)
+    bench_runs._Noise(ch, sigma, seed=7, num_worlds=W, device=device).ctrl(again)
     np.testing.assert_array_equal(again.numpy(), u.astype(np.float32))  # same seed, same step: same draws
 
 
