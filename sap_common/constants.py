@@ -16,7 +16,7 @@ __all__ = [
     "PARALLEL_DENOM", "FACE_MERGE_TOL", "GJK_MAX_ITERATIONS", "GJK_REL_TOL", "GJK_TOUCH_DISTANCE",
     "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
-    "BROAD_PHASE_SLACK", "REFINE_ITERATIONS", "REFINE_STEP", "REFINE_HALVINGS",
+    "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "REFINE_ITERATIONS", "REFINE_STEP", "REFINE_HALVINGS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
     # line searches
@@ -79,6 +79,11 @@ GJK_MAX_ITERATIONS = 100
 # GJK stops when the duality gap |v|² − v·w is at most this times |v|²: the distance is then
 # known to a relative 1e-12 (a few thousand ulps), below any physical scale.
 GJK_REL_TOL = 1e-12
+# A GJK tetrahedron whose volume |det| is below this times its largest edge cubed is flat: it
+# encloses nothing. A curved core makes GJK's support points cluster (they converge), and the
+# orientation of a face of nearly coincident points is rounding noise; a sound tetrahedron has
+# |det|/edge³ of order 0.1.
+FLAT_SIMPLEX = 1e-9
 # [m] GJK: cores closer than this overlap or touch; EPA (penetration) takes over. Rounding noise
 # of metre-scale coordinates is ~1e-16 m; a gap of 1e-12 m is contact for every purpose.
 GJK_TOUCH_DISTANCE = 1e-12

@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL,
-                                  GJK_TOUCH_DISTANCE, REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_STEP)
+                                  GJK_TOUCH_DISTANCE, FLAT_SIMPLEX, REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_STEP)
 from sap_common.enums import ShapeType
 
 __all__ = ["Convex", "support", "closest_on_simplex", "gjk", "epa", "convex_contact"]
@@ -161,12 +161,17 @@ _TETRA_FACES = ((0, 1, 2, 3), (0, 1, 3, 2), (0, 2, 3, 1), (1, 2, 3, 0))
 
 
 def _closest_tetrahedron(W):
-    best, inside = None, True
+    # A tetrahedron flatter than FLAT_SIMPLEX (volume against its size cubed) has no inside: its
+    # face orientations are rounding noise (GJK on a curved core clusters its points).
+    e = W[1:] - W[0]
+    scale = max(math.sqrt(x @ x) for x in e)
+    flat = not abs(e[0] @ np.cross(e[1], e[2])) > FLAT_SIMPLEX * scale * scale * scale
+    best, inside = None, not flat
     for i, j, k, opposite in _TETRA_FACES:
         a, b, c, d = W[i], W[j], W[k], W[opposite]
         nrm = np.cross(b - a, c - a)
         s_origin, s_opposite = -(nrm @ a), nrm @ (d - a)
-        if s_origin * s_opposite < 0.0 or s_opposite == 0.0:  # the origin is outside this face
+        if flat or s_origin * s_opposite < 0.0 or s_opposite == 0.0:  # the origin is outside this face
             inside = False
             r = _closest_triangle(W, [i, j, k])
             if best is None or r[0] @ r[0] < best[0] @ best[0]:
@@ -311,11 +316,22 @@ def epa(A: Convex, B: Convex, simplex):
                 faces.append(entry)
             else:
                 faces[slot] = entry
-    i, j, k, n, dist, _ = best
-    lam = _barycentric(P[i], P[j], P[k], dist * n)
-    a = lam[0] * PA[i] + lam[1] * PA[j] + lam[2] * PA[k]
-    b = lam[0] * PB[i] + lam[1] * PB[j] + lam[2] * PB[k]
-    return max(dist, 0.0), n, a, b, converged
+    # The nearest boundary point: the alive face nearest the origin as a triangle (not as a
+    # plane). For a convex polytope the two agree; a sliver face from a slightly non-convex step
+    # can have the nearest plane but a foot point outside itself, which would put the witnesses
+    # off the surfaces.
+    best_v, best_lam, best_idx = None, None, None
+    for f in faces:
+        if not f[5]:
+            continue
+        v, lam, keep = _closest_triangle(np.array([P[f[0]], P[f[1]], P[f[2]]]), [0, 1, 2])
+        if best_v is None or v @ v < best_v @ best_v:
+            best_v, best_lam, best_idx = v, lam, [f[k] for k in keep]
+    depth = math.sqrt(best_v @ best_v)
+    n = best_v / depth if depth > 0.0 else best[3]
+    a = sum(l * PA[i] for l, i in zip(best_lam, best_idx))
+    b = sum(l * PB[i] for l, i in zip(best_lam, best_idx))
+    return depth, n, a, b, converged
 
 
 def _neighbour(faces, p, q):
@@ -341,20 +357,6 @@ def _visible_faces(faces, seed, P, w):
             if g is not None and not any(g is v for v in visible) and g[3] @ (w - P[g[0]]) > EPA_TOL:
                 visible.append(g)
     return visible
-
-
-def _barycentric(a, b, c, p):
-    """Barycentric coordinates of p (in the plane of triangle abc), clamped to the triangle."""
-    v0, v1, v2 = b - a, c - a, p - a
-    d00, d01, d11 = v0 @ v0, v0 @ v1, v1 @ v1
-    d20, d21 = v2 @ v0, v2 @ v1
-    den = d00 * d11 - d01 * d01
-    if not den > 0.0:
-        return np.array([1.0, 0.0, 0.0])
-    v = (d11 * d20 - d01 * d21) / den
-    w = (d00 * d21 - d01 * d20) / den
-    lam = np.clip(np.array([1.0 - v - w, v, w]), 0.0, 1.0)
-    return lam / lam.sum()
 
 
 def _separation(A: Convex, B: Convex, n):
@@ -418,7 +420,13 @@ def _unit(v):
 
 def convex_contact(A: Convex, B: Convex):
     """Signed distance of two convex shapes with witness points: ``(x0, x1, normal, phi)``, normal
-    from A into B, x0 on A's surface, x1 on B's, x1 − x0 = φn̂ (module docstring)."""
+    from A into B, x0 on A's surface, x1 on B's, x1 − x0 = φn̂ (module docstring).
+
+    After a refinement (:func:`refine_penetration`) the two support points at n̂ are on their
+    surfaces, but a flat side (a face, a cylinder's side line) has many and the support function
+    returns one of its vertices; so one support point is kept and the other witness rebuilt from it
+    along n̂: the pair nearer EPA's own (barycentric) witnesses (a curved side's point, which is the
+    contact point, is kept)."""
     result = gjk(A, B)
     if result[0] == "separated":
         _, dist, a, b = result
@@ -428,7 +436,11 @@ def convex_contact(A: Convex, B: Convex):
         depth, n, a, b, converged = epa(A, B, result[1])
         phi_core = -depth
         if not converged:  # a curved pair at the vertex cap: polish the normal
-            n, phi_core, a, b = refine_penetration(A, B, n)
+            n, phi_core, a_s, b_s = refine_penetration(A, B, n)
+            keep_b = (b_s - phi_core * n, b_s)
+            keep_a = (a_s, a_s + phi_core * n)
+            err = lambda w: (w[0] - a) @ (w[0] - a) + (w[1] - b) @ (w[1] - b)  # noqa: E731
+            a, b = keep_b if err(keep_b) <= err(keep_a) else keep_a
     phi = phi_core - A.radius - B.radius
     x0, x1 = a + A.radius * n, b - B.radius * n
     mid = 0.5 * (x0 + x1)

@@ -40,8 +40,9 @@ the shape's bounding box is a prism (the triangle and its copy at z = −base); 
 shape gives one candidate per prism, kept when its terrain-side witness lies on the triangle
 (within ``ON_FACE_TOL``, so on the terrain surface). A penetrating prism whose witness is on a wall
 (inside the terrain) instead gives the contact along the triangle's normal: the shape's deepest
-point below the triangle's plane, when it projects inside the triangle. The candidates of all
-prisms are reduced to 4 as above.
+point below the triangle's plane, when it projects inside the triangle. The prisms are visited row by
+row (cells along x, triangle A before B), and the contacts kept so far plus each prism's are
+reduced to 4 as above (a running reduction: it needs no buffer, and keeps the deepest).
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ _HALF_SQRT2 = math.sqrt(0.5)
 
 
 def shape_faces(shape: Convex):
-    """The flat faces of a shape, world frame: ``[(n, d, polygon (k, 3))]`` (n outward unit,
-    n·x = d on the face, polygon counter-clockwise about n). Box: +x, −x, +y, −y, +z, −z; mesh: its
-    hull faces (``shape.faces`` = [(n_local, d_local, vertex indices)]); cylinder: +z cap, −z cap;
-    other shapes: none."""
+    """The flat faces of a shape, world frame: ``[(n, d, polygon (k, 3), disk)]`` (n outward unit,
+    n·x = d on the face, polygon counter-clockwise about n; disk = (centre, radius) of a cylinder
+    cap, whose polygon is its inscribed ``CYLINDER_CAP_POLYGON``-gon, else None). Box: +x, −x, +y,
+    −y, +z, −z; mesh and height-field prism: ``shape.faces`` = [(n_local, d_local, vertex
+    indices)]; cylinder: +z cap, −z cap; other shapes: none."""
     k, p, R = shape.kind, shape.p, shape.R
     out = []
     if k == ShapeType.BOX:
@@ -92,8 +94,10 @@ def shape_faces(shape: Convex):
     elif k == ShapeType.CYLINDER:
         r, hl = shape.size[0], shape.size[1]
         for s in (1.0, -1.0):
-            out.append(_world_face(p, R, np.array([0.0, 0.0, s]), hl, _cap_polygon(r, s * hl, s)))
-    return out
+            n, d, poly = _world_face(p, R, np.array([0.0, 0.0, s]), hl, _cap_polygon(r, s * hl, s))
+            out.append((n, d, poly, (p + s * hl * R[:, 2], r)))
+        return out
+    return [(n, d, poly, None) for n, d, poly in out]
 
 
 def _cap_polygon(r, z, s):
@@ -111,7 +115,7 @@ def _world_face(p, R, n_local, d_local, poly_local):
 
 
 def reference_face(A: Convex, B: Convex, n):
-    """``(side, n_ref, d_ref, polygon)`` of the reference face for normal n (from A into B), or
+    """``(side, n_ref, d_ref, polygon, disk)`` of the reference face for normal n (from A into B), or
     None: the face of A best aligned with +n or of B with −n, within ``FACE_ALIGNMENT_TOL``."""
     best = None  # (alignment, side, face)
     for side, shape, direction in ((0, A, n), (1, B, -n)):
@@ -121,8 +125,8 @@ def reference_face(A: Convex, B: Convex, n):
                 best = (align, side, face)
     if best is None or best[0] < 1.0 - FACE_ALIGNMENT_TOL:
         return None
-    _, side, (n_ref, d_ref, poly) = best
-    return side, n_ref, d_ref, poly
+    _, side, (n_ref, d_ref, poly, disk) = best
+    return side, n_ref, d_ref, poly, disk
 
 
 def incident_feature(shape: Convex, u):
@@ -168,18 +172,42 @@ def _inside(x, poly, planes, skip=-1):
     return all(i == skip or m @ (x - poly[i]) <= CLIP_TOL for i, m in enumerate(planes))
 
 
-def clip_candidates(n_ref, poly, feature, extra=()):
+def _radial(x, centre, n):
+    """Distance of x from the axis through ``centre`` along n."""
+    r = x - centre
+    r = r - (r @ n) * n
+    return math.sqrt(r @ r)
+
+
+def _circle_crossings(qa, qb, centre, radius, n):
+    """Points of segment qa–qb (strictly inside it) whose distance from the axis (centre, n) is the
+    radius, in order along the segment: the segment's crossings of a cap's rim seen along n."""
+    pa, d = qa - centre, qb - qa
+    pa, d = pa - (pa @ n) * n, d - (d @ n) * n
+    a, b, c = d @ d, 2.0 * (pa @ d), pa @ pa - radius * radius
+    disc = b * b - 4.0 * a * c
+    if not (a > 0.0 and disc > 0.0):
+        return []
+    root = math.sqrt(disc)
+    return [qa + t * (qb - qa) for t in ((-b - root) / (2.0 * a), (-b + root) / (2.0 * a)) if 0.0 < t < 1.0]
+
+
+def clip_candidates(n_ref, poly, feature, extra=(), disk=None, always=()):
     """Candidate points on the incident feature (module docstring, step 3): (a), (b), (c), then
-    ``extra`` (the exact support point and the GJK/EPA witness, each kept when inside the reference
-    prism). The clipped polygon comes first so that, among equally deep points, a vertex of the
-    contact patch is chosen before an interior witness. ``poly`` None is an unbounded reference (a
-    plane): every point is inside."""
+    ``extra`` (the exact support point, kept when inside the reference) and ``always`` (the GJK/EPA
+    witness, kept: it is the exact deepest point). The clipped polygon comes first so that, among
+    equally deep points, a vertex of the contact patch is chosen before an interior witness.
+    ``poly`` None is an unbounded reference (a plane): every point is inside. ``disk`` (centre,
+    radius): a cylinder cap, tested as the exact disk (its polygon's vertices, on the rim, serve (b))."""
     points, kind, n_inc = feature
-    planes = [] if poly is None else _side_planes(poly, n_ref)
-    inside = (lambda x, skip=-1: True) if poly is None else (lambda x, skip=-1: _inside(x, poly, planes, skip))
-    out = [q for q in points if inside(q)]  # (a)
     if poly is None:
-        return out + [q for q in extra]
+        return list(points) + list(extra) + list(always)
+    planes = _side_planes(poly, n_ref)
+    if disk is None:
+        inside = lambda x, skip=-1: _inside(x, poly, planes, skip)  # noqa: E731
+    else:
+        inside = lambda x, skip=-1: _radial(x, disk[0], n_ref) <= disk[1] + CLIP_TOL  # noqa: E731
+    out = [q for q in points if inside(q)]  # (a)
     if kind == "polygon" and abs(n_inc @ n_ref) > 0.0:  # (b)
         inc_planes = _side_planes(points, n_inc)
         d_inc = float(n_inc @ points[0])
@@ -191,13 +219,16 @@ def clip_candidates(n_ref, poly, feature, extra=()):
         edges = len(points) if kind == "polygon" else 1
         for j in range(edges):
             qa, qb = points[j], points[(j + 1) % len(points)]
+            if disk is not None:
+                out += _circle_crossings(qa, qb, disk[0], disk[1], n_ref)
+                continue
             for i, m in enumerate(planes):
                 da, db = m @ (qa - poly[i]), m @ (qb - poly[i])
                 if (da < -CLIP_TOL and db > CLIP_TOL) or (da > CLIP_TOL and db < -CLIP_TOL):
                     x = qa + (qb - qa) * (da / (da - db))
                     if inside(x, i):
                         out.append(x)
-    return out + [q for q in extra if inside(q)]
+    return out + [q for q in extra if inside(q)] + list(always)
 
 
 def reduce_manifold(points, depths, margin):
@@ -216,9 +247,7 @@ def reduce_manifold(points, depths, margin):
         """The first candidate of largest score above threshold; a later one must beat the best by
         the relative MANIFOLD_AREA_TIE."""
         best, best_score = None, threshold
-        for i in ok:
-            if i in chosen:
-                continue
+        for i in ok:  # a chosen point scores 0, below every threshold: no exclusion needed
             s = score(points[i])
             if s > (best_score * (1.0 + MANIFOLD_AREA_TIE) if best is not None else best_score):
                 best, best_score = i, s
@@ -265,11 +294,11 @@ def convex_manifold(A: Convex, B: Convex, margin: float = 0.0):
     ref = reference_face(A, B, n)
     if ref is None:
         return [(x0, x1, n, phi)]
-    side, n_ref, d_ref, poly = ref
+    side, n_ref, d_ref, poly, disk = ref
     inc = B if side == 0 else A
     u = -n_ref
-    extra = [support(inc, u) + inc.radius * u, x1 if side == 0 else x0]
-    points = clip_candidates(n_ref, poly, incident_feature(inc, u), extra)
+    points = clip_candidates(n_ref, poly, incident_feature(inc, u), [support(inc, u) + inc.radius * u], disk,
+                             [x1 if side == 0 else x0])
     depths = [float(n_ref @ q - d_ref) for q in points]
     chosen = reduce_manifold(points, depths, margin)
     return _contacts_from(side, n_ref, d_ref, points, chosen) if chosen else [(x0, x1, n, phi)]
@@ -321,7 +350,7 @@ def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_boun
     dx, dy = 2.0 * hx / (ncol - 1), 2.0 * hy / (nrow - 1)
     j0, j1 = max(0, int(math.floor((bmin[0] + hx) / dx))), min(ncol - 1, int(math.ceil((bmax[0] + hx) / dx)))
     i0, i1 = max(0, int(math.floor((bmin[1] + hy) / dy))), min(nrow - 1, int(math.ceil((bmax[1] + hy) / dy)))
-    cands = []  # (x0 on the shape, x1 on the terrain, n, phi)
+    kept = []  # the reduced contacts so far: (x0 on the shape, x1 on the terrain, n, phi)
     for i in range(i0, i1):
         for j in range(j0, j1):
             for t in (0, 1):
@@ -335,19 +364,17 @@ def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_boun
                 prism.faces = [(n_up_local, float(n_up_local @ tri[0]), np.array([0, 1, 2]))]
                 tri_world = hf_p + tri @ hf_R.T
                 contacts = convex_manifold(shape, prism, margin)
-                if len(contacts) > 1 or _on_triangle(tri_world, contacts[0][1]):
-                    cands += contacts
-                    continue
-                if contacts[0][3] >= 0.0:
-                    continue
-                # A penetrating prism whose witness is on a wall: the contact along the top normal.
-                n_up = hf_R @ n_up_local
-                q = support(shape, -n_up) - shape.radius * n_up
-                depth = float(n_up @ (q - tri_world[0]))
-                on_plane = q - depth * n_up
-                if _on_triangle(tri_world, on_plane):
-                    cands.append((q, on_plane, -n_up, depth))
-    if not cands:
-        return []
-    chosen = reduce_manifold([c[0] for c in cands], [c[3] for c in cands], margin)
-    return [cands[i] for i in chosen]
+                if not (len(contacts) > 1 or _on_triangle(tri_world, contacts[0][1])):
+                    if contacts[0][3] >= 0.0:
+                        continue
+                    # A penetrating prism whose witness is on a wall: the contact along the top normal.
+                    n_up = hf_R @ n_up_local
+                    q = support(shape, -n_up) - shape.radius * n_up
+                    depth = float(n_up @ (q - tri_world[0]))
+                    on_plane = q - depth * n_up
+                    if not _on_triangle(tri_world, on_plane):
+                        continue
+                    contacts = [(q, on_plane, -n_up, depth)]
+                merged = kept + contacts  # reduce as we go: at most 4 + 4 candidates at a time
+                kept = [merged[k] for k in reduce_manifold([c[0] for c in merged], [c[3] for c in merged], margin)]
+    return kept
