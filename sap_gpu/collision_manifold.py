@@ -221,9 +221,11 @@ def incident_feature(G: Geometry, s: Convex, u: wp.vec3d) -> Feature:
         feat.q1 = s.p + s.R * (r * radial + z)
         return feat
     if s.kind == CAPSULE and wp.abs(wp.dot(ax, u)) < HALF_SQRT2:
+        side = u - wp.dot(u, ax) * ax
+        side = s.size[0] * side / wp.sqrt(wp.dot(side, side))
         feat.kind = SEGMENT
-        feat.q0 = s.p - s.size[1] * ax + s.size[0] * u
-        feat.q1 = s.p + s.size[1] * ax + s.size[0] * u
+        feat.q0 = s.p - s.size[1] * ax + side
+        feat.q1 = s.p + s.size[1] * ax + side
         return feat
     feat.q0 = support(G, s, u) + s.radius * u
     return feat

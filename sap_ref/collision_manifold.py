@@ -13,8 +13,9 @@ touches, a pair therefore reports up to ``MANIFOLD_MAX_POINTS`` (4) points:
 2. **Incident feature** of the other shape, toward the reference (direction u = −n_ref): a box or
    mesh face most aligned with u (any alignment, as box–box does); a cylinder's cap (the cap
    polygon, ``CYLINDER_CAP_POLYGON`` rim points) when |u·axis| ≥ 1/√2, else its side segment (the
-   rim points of both caps toward u); a capsule's side segment (core ends + r u) when
-   |u·axis| < 1/√2; otherwise its support point (sphere, ellipsoid, a capsule end).
+   rim points of both caps toward u); a capsule's side segment (the core's ends moved by r toward u
+   across the axis: its surface line facing u) when |u·axis| < 1/√2; otherwise its support point
+   (sphere, ellipsoid, a capsule end).
 3. **Candidates**, every one a point q of the incident shape's surface, in this order: (a)
    incident vertices inside R's prism (its side planes along n_ref), (b) R's vertices projected
    along n_ref onto an incident polygon and inside it, (c) crossings of incident edges with R's
@@ -154,7 +155,9 @@ def incident_feature(shape: Convex, u):
         return shape.p + ends @ shape.R.T, "segment", None
     if k == ShapeType.CAPSULE and abs(axis @ u) < _HALF_SQRT2:
         hl, r = shape.size[1], shape.size[0]
-        return np.array([shape.p - hl * axis + r * u, shape.p + hl * axis + r * u]), "segment", None
+        side = u - (u @ axis) * axis  # the surface line faces u across the axis
+        side = r * side / math.sqrt(side @ side)
+        return np.array([shape.p - hl * axis + side, shape.p + hl * axis + side]), "segment", None
     return (support(shape, u) + shape.radius * u)[None, :], "point", None
 
 

@@ -35,6 +35,9 @@ MESHES = {"gem": GEM, "cube": CUBE}
 # Height field: 6 × 7 heights (rows along y) over ±0.3 × ±0.35, a bump and a slope.
 HF_ROWS, HF_COLS, HF_SIZE = 6, 7, (0.35, 0.3, 0.02, 0.1)  # MuJoCo's size: hx, hy, top, base
 HF_ELEVATION = np.array([[(0.3 + 0.4 * math.sin(1.3 * i + 0.7 * j) ** 2) for j in range(HF_COLS)] for i in range(HF_ROWS)])
+# A planar ramp on the same grid (no creases): where a polytope's lowest vertex is the only overlap.
+RAMP_ELEVATION = np.array([[0.2 + 0.05 * i + 0.08 * j for j in range(HF_COLS)] for i in range(HF_ROWS)])
+TERRAINS = {"terrain": HF_ELEVATION, "ramp": RAMP_ELEVATION}
 
 
 def _fmt(a) -> str:
@@ -42,7 +45,7 @@ def _fmt(a) -> str:
 
 
 def geom_xml(t, size, mesh="gem", margin=0.0) -> str:
-    """The MJCF geom of one shape (size: our shape size; the mesh is named)."""
+    """The MJCF geom of one shape (size: our shape size; the mesh, or the height field, is named)."""
     m = f' margin="{margin:.17g}"'
     if t == P:
         return f'type="plane" size="1 1 0.1"{m}'
@@ -54,14 +57,15 @@ def geom_xml(t, size, mesh="gem", margin=0.0) -> str:
         return f'type="{"box" if t == B else "ellipsoid"}" size="{_fmt(size)}"{m}'
     if t == M:
         return f'type="mesh" mesh="{mesh}"{m}'
-    return f'type="hfield" hfield="terrain"{m}'
+    return f'type="hfield" hfield="{mesh}"{m}'
 
 
 def pair_xml(t0, size0, t1, size1, mesh0="gem", mesh1="cube", margin=0.0) -> str:
-    """Two shapes, each on a free body (a plane or height field on the world), as MJCF."""
+    """Two shapes, each on a free body (a plane or height field on the world), as MJCF; ``mesh0``/
+    ``mesh1`` name a mesh (``MESHES``) or, for a height field, a terrain (``TERRAINS``)."""
     assets = "".join(f'<mesh name="{n}" vertex="{_fmt(v)}"/>' for n, v in MESHES.items())
-    assets += (f'<hfield name="terrain" nrow="{HF_ROWS}" ncol="{HF_COLS}" size="{_fmt(HF_SIZE)}" '
-               f'elevation="{_fmt(HF_ELEVATION)}"/>')
+    assets += "".join(f'<hfield name="{n}" nrow="{HF_ROWS}" ncol="{HF_COLS}" size="{_fmt(HF_SIZE)}" '
+                      f'elevation="{_fmt(e)}"/>' for n, e in TERRAINS.items())
     bodies = []
     for k, (t, size, mesh) in enumerate(((t0, size0, mesh0), (t1, size1, mesh1))):
         g = geom_xml(t, size, mesh, margin)
