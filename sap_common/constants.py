@@ -16,7 +16,7 @@ __all__ = [
     "PARALLEL_DENOM", "FACE_MERGE_TOL", "GJK_MAX_ITERATIONS", "GJK_REL_TOL", "GJK_TOUCH_DISTANCE",
     "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
-    "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "REFINE_ITERATIONS", "REFINE_STEP", "REFINE_HALVINGS",
+    "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS", "REFINE_STEP", "REFINE_HALVINGS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
     # line searches
@@ -105,6 +105,19 @@ REFINE_ITERATIONS = 8
 # smooth on this scale (its error is O(step²) ~ 1e-8 relative, which only slows the last step),
 # and it is the length of a fallback gradient step.
 REFINE_STEP = 1e-4
+# A normal within this of perpendicular to a cylinder's or capsule's axis (|n·â|) is on the kink of
+# its support function, where the support is a whole segment (the side line, the core): a normal
+# put there by the refinement is perpendicular to rounding (~1e-17); a generic one is not within 1e-12.
+KINK_TOL = 1e-12
+# Polytope points whose support values along a refined normal agree within this times the shape's
+# size are one support set (an edge, a face): the refined normal is good to ~1e-8 rad, so the two
+# ends of an edge lying against the other shape differ by ~1e-9 of the size; distinct vertices of a
+# generic contact differ by far more.
+SUPPORT_TIE = 1e-8
+# [m] A refinement step (or a move onto a kink) must raise σ by more than this: a smaller gain is
+# rounding (~1e-16 m per operation on metre-scale coordinates), and following it would only slide
+# the normal along a flat optimum (a face against a rim), moving the witness points off the face.
+REFINE_MIN_GAIN = 1e-14
 # A refinement step that does not raise σ is halved up to this many times, then refinement stops.
 REFINE_HALVINGS = 8
 # A face (of a box, mesh or cylinder cap) is a reference face of a multi-point contact when its

@@ -31,7 +31,7 @@ from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL,
 
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, shape_pose, world_bounds
-from .collision_convex import Convex, Epa, Geometry, mat43d, row3, vec4d
+from .collision_convex import Convex, Epa, Geometry, mat43d, row3, segment_closest_params, vec4d
 from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
 from .kinematics import quat_norm_ok
@@ -128,40 +128,6 @@ def closest_on_segment(a: wp.vec3d, b: wp.vec3d, x: wp.vec3d) -> wp.vec3d:
     if dd != wp.float64(0.0):
         t = wp.clamp(wp.dot(x - a, d) / dd, wp.float64(0.0), wp.float64(1.0))
     return a + t * d
-
-
-@wp.func
-def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
-    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
-    d1 = a1 - a0
-    d2 = b1 - b0
-    r = a0 - b0
-    a = wp.dot(d1, d1)
-    e = wp.dot(d2, d2)
-    f = wp.dot(d2, r)
-    tiny = wp.float64(POINT_SEGMENT)
-    zero = wp.float64(0.0)
-    one = wp.float64(1.0)
-    if a <= tiny and e <= tiny:
-        return zero, zero
-    if a <= tiny:
-        return zero, wp.clamp(f / e, zero, one)
-    c = wp.dot(d1, r)
-    if e <= tiny:
-        return wp.clamp(-c / a, zero, one), zero
-    b = wp.dot(d1, d2)
-    denom = a * e - b * b
-    s = zero
-    if denom > wp.float64(PARALLEL_DENOM) * a * e:
-        s = wp.clamp((b * f - c * e) / denom, zero, one)
-    t = (b * s + f) / e
-    if t < zero:
-        t = zero
-        s = wp.clamp(-c / a, zero, one)
-    elif t > one:
-        t = one
-        s = wp.clamp((b - c) / a, zero, one)
-    return s, t
 
 
 @wp.func

@@ -16,7 +16,8 @@ import math
 import warp as wp
 
 from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, FLAT_SIMPLEX, GJK_MAX_ITERATIONS,
-                                  GJK_REL_TOL, GJK_TOUCH_DISTANCE, REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_STEP)
+                                  GJK_REL_TOL, GJK_TOUCH_DISTANCE, KINK_TOL, PARALLEL_DENOM, POINT_SEGMENT,
+                                  REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_MIN_GAIN, REFINE_STEP, SUPPORT_TIE)
 from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
@@ -614,10 +615,46 @@ def tangents(n: wp.vec3d):
 
 
 @wp.func
+def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
+    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
+    d1 = a1 - a0
+    d2 = b1 - b0
+    r = a0 - b0
+    a = wp.dot(d1, d1)
+    e = wp.dot(d2, d2)
+    f = wp.dot(d2, r)
+    tiny = wp.float64(POINT_SEGMENT)
+    zero = wp.float64(0.0)
+    one = wp.float64(1.0)
+    if a <= tiny and e <= tiny:
+        return zero, zero
+    if a <= tiny:
+        return zero, wp.clamp(f / e, zero, one)
+    c = wp.dot(d1, r)
+    if e <= tiny:
+        return wp.clamp(-c / a, zero, one), zero
+    b = wp.dot(d1, d2)
+    denom = a * e - b * b
+    s = zero
+    if denom > wp.float64(PARALLEL_DENOM) * a * e:
+        s = wp.clamp((b * f - c * e) / denom, zero, one)
+    t = (b * s + f) / e
+    if t < zero:
+        t = zero
+        s = wp.clamp(-c / a, zero, one)
+    elif t > one:
+        t = one
+        s = wp.clamp((b - c) / a, zero, one)
+    return s, t
+
+
+@wp.func
 def refine_penetration(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
-    """sap_ref.collision_convex.refine_penetration."""
+    """sap_ref.collision_convex.refine_penetration: (n, sigma, a, b, moved)."""
+    n_start = n
     sigma, a, b = separation(G, A, B, n)
     h = wp.float64(REFINE_STEP)
+    gain = wp.float64(REFINE_MIN_GAIN)
     for it in range(REFINE_ITERATIONS):
         t1, t2 = tangents(n)
         x = a - b
@@ -665,18 +702,226 @@ def refine_penetration(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
             if improved == 0:
                 trial = unit(n + th0 * t1 + th1 * t2)
                 s_new, a_new, b_new = separation(G, A, B, trial)
-                if s_new > sigma:
+                if s_new > sigma + gain:
                     n = trial
                     sigma = s_new
                     a = a_new
                     b = b_new
-                    improved = int(1)
+                    improved = 1
                 else:
                     th0 = wp.float64(0.5) * th0
                     th1 = wp.float64(0.5) * th1
         if improved == 0:
             break
+    n, sigma, a, b = refine_on_kinks(G, A, B, n, sigma, a, b)
+    moved = int(0)
+    if n[0] != n_start[0] or n[1] != n_start[1] or n[2] != n_start[2]:
+        moved = 1
+    return n, sigma, a, b, moved
+
+
+@wp.func
+def axis_of(s: Convex):
+    """sap_ref._axis_of: (has a kink axis, the axis)."""
+    ax = wp.vec3d(s.R[0, 2], s.R[1, 2], s.R[2, 2])
+    if s.kind == CYLINDER or s.kind == CAPSULE:
+        return 1, ax
+    return 0, ax
+
+
+@wp.func
+def refine_on_kinks(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a: wp.vec3d, b: wp.vec3d):
+    """sap_ref.collision_convex._refine_on_kinks."""
+    gain = wp.float64(REFINE_MIN_GAIN)
+    hasA, axA = axis_of(A)
+    hasB, axB = axis_of(B)
+    have_kink = int(0)
+    kink = zero3()
+    for c in range(3):
+        ok = int(0)
+        trial = zero3()
+        ax = axA
+        if c == 0 and hasA == 1:
+            v = n - wp.dot(n, axA) * axA
+            if wp.dot(v, v) > wp.float64(0.0):
+                ok = 1
+                trial = unit(v)
+        if c == 1 and hasB == 1:
+            ax = axB
+            v = n - wp.dot(n, axB) * axB
+            if wp.dot(v, v) > wp.float64(0.0):
+                ok = 1
+                trial = unit(v)
+        if c == 2 and hasA == 1 and hasB == 1:
+            cr = wp.cross(axA, axB)
+            if wp.dot(cr, cr) > wp.float64(0.0):
+                ok = 1
+                trial = unit(cr)
+                if wp.dot(trial, n) < wp.float64(0.0):
+                    trial = -trial
+        if ok == 1:
+            s_new, a_new, b_new = separation(G, A, B, trial)
+            if s_new > sigma + gain:
+                n = trial
+                sigma = s_new
+                a = a_new
+                b = b_new
+                if c == 2:
+                    have_kink = 0
+                else:
+                    have_kink = 1
+                    kink = ax
+    if have_kink == 0:
+        return n, sigma, a, b
+    h = wp.float64(REFINE_STEP)
+    for it in range(REFINE_ITERATIONS):
+        t = wp.cross(kink, n)
+        t = t / wp.sqrt(wp.dot(t, t))
+        g = -wp.dot(t, a - b)
+        if not (g * g > wp.float64(0.0)):
+            break
+        np_ = unit(n + h * t)
+        nm_ = unit(n - h * t)
+        xp = support(G, A, np_) - support(G, B, -np_)
+        xm = support(G, A, nm_) - support(G, B, -nm_)
+        H = -wp.dot(t, (xp - xm) / (wp.float64(2.0) * h)) + wp.dot(n, a - b)
+        theta = h
+        if g <= wp.float64(0.0):
+            theta = -h
+        if H < wp.float64(0.0):
+            theta = -g / H
+        improved = int(0)
+        for hv in range(REFINE_HALVINGS):
+            if improved == 0:
+                trial = unit(n + theta * t)
+                s_new, a_new, b_new = separation(G, A, B, trial)
+                if s_new > sigma + gain:
+                    n = trial
+                    sigma = s_new
+                    a = a_new
+                    b = b_new
+                    improved = 1
+                else:
+                    theta = wp.float64(0.5) * theta
+        if improved == 0:
+            break
     return n, sigma, a, b
+
+
+@wp.func
+def box_point(s: Convex, i: int) -> wp.vec3d:
+    """Corner i of a box in sap_ref's order (x slowest, z fastest, − before +)."""
+    sx = wp.float64(1.0)
+    sy = wp.float64(1.0)
+    sz = wp.float64(1.0)
+    if i < 4:
+        sx = wp.float64(-1.0)
+    if (i // 2) % 2 == 0:
+        sy = wp.float64(-1.0)
+    if i % 2 == 0:
+        sz = wp.float64(-1.0)
+    return wp.vec3d(sx * s.size[0], sy * s.size[1], sz * s.size[2])
+
+
+@wp.func
+def polytope_point(G: Geometry, s: Convex, i: int) -> wp.vec3d:
+    if s.kind == BOX:
+        return box_point(s, i)
+    if s.kind == PRISM:
+        return prism_point(s, i)
+    return G.mesh_vertex[s.v0 + i]
+
+
+@wp.func
+def polytope_count(s: Convex) -> int:
+    if s.kind == BOX:
+        return 8
+    if s.kind == PRISM:
+        return 6
+    return s.v1 - s.v0
+
+
+@wp.func
+def support_feature(G: Geometry, s: Convex, d: wp.vec3d):
+    """sap_ref.collision_convex._support_feature: (kind 0 point / 1 segment / 2 set, e0, e1)."""
+    d = d / wp.sqrt(wp.dot(d, d))
+    if s.kind == BOX or s.kind == CONVEX_MESH or s.kind == PRISM:
+        dl = wp.transpose(s.R) * d
+        k = polytope_count(s)
+        dmax = wp.dot(polytope_point(G, s, 0), dl)
+        scale = wp.float64(0.0)
+        for i in range(k):
+            v = polytope_point(G, s, i)
+            dmax = wp.max(dmax, wp.dot(v, dl))
+            scale = wp.max(scale, wp.max(wp.max(wp.abs(v[0]), wp.abs(v[1])), wp.abs(v[2])))
+        nt = int(0)
+        i0 = int(0)
+        i1 = int(0)
+        for i in range(k):
+            if wp.dot(polytope_point(G, s, i), dl) >= dmax - wp.float64(SUPPORT_TIE) * scale:
+                if nt == 0:
+                    i0 = i
+                elif nt == 1:
+                    i1 = i
+                nt += 1
+        if nt == 1:
+            return 0, zero3(), zero3()
+        if nt == 2:
+            return 1, s.p + s.R * polytope_point(G, s, i0), s.p + s.R * polytope_point(G, s, i1)
+        return 2, zero3(), zero3()
+    has, ax = axis_of(s)
+    if has == 0:
+        return 0, zero3(), zero3()
+    along = wp.abs(wp.dot(d, ax))
+    if s.kind == CYLINDER and along >= wp.float64(1.0) - wp.float64(KINK_TOL):
+        return 2, zero3(), zero3()
+    if along > wp.float64(KINK_TOL):
+        return 0, zero3(), zero3()
+    hl = s.size[1]
+    centre = s.p
+    if s.kind == CYLINDER:
+        centre = support(G, s, d) - sgn((wp.transpose(s.R) * d)[2]) * hl * ax
+    return 1, centre - hl * ax, centre + hl * ax
+
+
+@wp.func
+def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a_s: wp.vec3d, b_s: wp.vec3d,
+              a_epa: wp.vec3d, b_epa: wp.vec3d):
+    """sap_ref.collision_convex._witnesses."""
+    ka, fa0, fa1 = support_feature(G, A, n)
+    kb, fb0, fb1 = support_feature(G, B, -n)
+    if ka == 2 and kb == 2:
+        return a_epa, a_epa + sigma * n
+    if ka == 1 and kb == 1:
+        s, t = segment_closest_params(fa0, fa1, fb0 - sigma * n, fb1 - sigma * n)
+        return fa0 + s * (fa1 - fa0), fb0 + t * (fb1 - fb0)
+    if ka == 0 and kb == 0:
+        kb0 = b_s - sigma * n
+        ka1 = a_s + sigma * n
+        err_b = wp.dot(kb0 - a_epa, kb0 - a_epa) + wp.dot(b_s - b_epa, b_s - b_epa)
+        err_a = wp.dot(a_s - a_epa, a_s - a_epa) + wp.dot(ka1 - b_epa, ka1 - b_epa)
+        if err_b <= err_a:
+            return kb0, b_s
+        return a_s, ka1
+    if ka == 0:
+        return a_s, a_s + sigma * n
+    if kb == 0:
+        return b_s - sigma * n, b_s
+    if ka == 1:
+        s, t = segment_closest_params(fa0, fa1, a_epa, a_epa)
+        pa = fa0 + s * (fa1 - fa0)
+        return pa, pa + sigma * n
+    s, t = segment_closest_params(fb0, fb1, b_epa, b_epa)
+    pb = fb0 + s * (fb1 - fb0)
+    return pb - sigma * n, pb
+
+
+@wp.func
+def curved(s: Convex) -> int:
+    """sap_ref.collision_convex._curved: a cylinder or ellipsoid core."""
+    if s.kind == CYLINDER or s.kind == ELLIPSOID:
+        return 1
+    return 0
 
 
 @wp.func
@@ -691,18 +936,12 @@ def convex_contact(G: Geometry, E: Epa, row: int, A: Convex, B: Convex):
     else:
         depth, nrm, a, b, converged = epa(G, E, row, A, B, n, W, WA, WB)
         phi_core = -depth
-        if converged == 0:
-            nrm, phi_core, a_s, b_s = refine_penetration(G, A, B, nrm)
-            kb0 = b_s - phi_core * nrm
-            ka1 = a_s + phi_core * nrm
-            err_b = wp.dot(kb0 - a, kb0 - a) + wp.dot(b_s - b, b_s - b)
-            err_a = wp.dot(a_s - a, a_s - a) + wp.dot(ka1 - b, ka1 - b)
-            if err_b <= err_a:
-                a = kb0
-                b = b_s
-            else:
-                a = a_s
-                b = ka1
+        if converged == 0 or curved(A) == 1 or curved(B) == 1:
+            n_r, sigma, a_s, b_s, moved = refine_penetration(G, A, B, nrm)
+            if moved == 1 and (converged == 0 or sigma >= phi_core - wp.float64(EPA_TOL)):
+                a, b = witnesses(G, A, B, n_r, sigma, a_s, b_s, a, b)
+                nrm = n_r
+                phi_core = sigma
     phi = phi_core - A.radius - B.radius
     x0 = a + A.radius * nrm
     x1 = b - B.radius * nrm

@@ -24,7 +24,9 @@ s_D(d) = s_A(d) − s_B(−d):
   joined to their horizon. Penetration depth δ, normal from A into B n̂ = n (moving B by δn
   separates the shapes), witness points from the barycentric coordinates of δn in that face.
   Polytope pairs end exactly; a curved pair (ellipsoid, cylinder side) stops at
-  ``EPA_MAX_VERTICES``.
+  ``EPA_MAX_VERTICES`` or when its depth meets ``EPA_TOL`` — with a normal good only to
+  ~√(2·EPA_TOL/radius), the depth being stationary in the normal — and is then refined by Newton
+  steps on the separation σ(n) (:func:`refine_penetration`), which fixes the normal to ~1e-8.
 
 Result: ``(x0, x1, normal, phi)`` on the inflated shapes, x0 = a + r_A n̂, x1 = b − r_B n̂, then
 made to satisfy x1 − x0 = φn̂ exactly by moving both symmetrically about their midpoint.
@@ -39,7 +41,8 @@ import math
 import numpy as np
 
 from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL,
-                                  GJK_TOUCH_DISTANCE, FLAT_SIMPLEX, REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_STEP)
+                                  GJK_TOUCH_DISTANCE, FLAT_SIMPLEX, KINK_TOL, REFINE_HALVINGS, REFINE_MIN_GAIN,
+                                  SUPPORT_TIE, REFINE_ITERATIONS, REFINE_STEP)
 from sap_common.enums import ShapeType
 
 __all__ = ["Convex", "support", "closest_on_simplex", "gjk", "epa", "convex_contact"]
@@ -380,8 +383,10 @@ def refine_penetration(A: Convex, B: Convex, n):
     maximizer. In the tangent basis (t₁, t₂) of n: gradient gᵢ = −tᵢ·x, x = s_A(n) − s_B(−n), and
     Hessian Hᵢⱼ = −tᵢ·∂x/∂θⱼ + δᵢⱼ n·x, ∂x/∂θⱼ by central differences (step
     ``REFINE_STEP``); a step θ = −H⁻¹g (or, where −H is not positive definite, a gradient step of
-    length ``REFINE_STEP``) is taken when it raises σ, halved up to ``REFINE_HALVINGS`` times.
-    Returns ``(n, σ, a, b)``, a and b the support points at n."""
+    length ``REFINE_STEP``) is taken when it raises σ by more than ``REFINE_MIN_GAIN``, halved up
+    to ``REFINE_HALVINGS`` times.
+    Returns ``(n, σ, a, b, moved)``: a and b the support points at n, moved whether n changed."""
+    n_start = n
     sigma, a, b = _separation(A, B, n)
     for _ in range(REFINE_ITERATIONS):
         t1, t2 = _tangents(n)
@@ -405,7 +410,61 @@ def refine_penetration(A: Convex, B: Convex, n):
         for _ in range(REFINE_HALVINGS):
             trial = _unit(n + theta[0] * t1 + theta[1] * t2)
             s_new, a_new, b_new = _separation(A, B, trial)
-            if s_new > sigma:
+            if s_new > sigma + REFINE_MIN_GAIN:
+                n, sigma, a, b, improved = trial, s_new, a_new, b_new, True
+                break
+            theta = 0.5 * theta
+        if not improved:
+            break
+    n, sigma, a, b = _refine_on_kinks(A, B, n, sigma, a, b)
+    return n, sigma, a, b, not np.array_equal(n, n_start)
+
+
+def _axis_of(shape: Convex):
+    """The axis of a core whose support function has a kink across it (a cylinder's side, a
+    capsule's segment: h(d) has a |d·axis| term), else None."""
+    return shape.R[:, 2] if shape.kind in (ShapeType.CYLINDER, ShapeType.CAPSULE) else None
+
+
+def _refine_on_kinks(A: Convex, B: Convex, n, sigma, a, b):
+    """Where a core's support has a kink (:func:`_axis_of`), the separation σ is not smooth across
+    n ⊥ axis, and its maximum usually sits on that kink: a cylinder or capsule lying against
+    another shape. Newton steps stall there with the normal tilted by ~1e-5 rad. So also try n
+    moved onto each kink (n − (n·â)â, normalized) and, with two axes, onto both (±â₀ × â₁); keep
+    the best σ; then Newton along the kink (rotation about its axis, t = â × n) with the same rules."""
+    axes = [x for x in (_axis_of(A), _axis_of(B)) if x is not None]
+    kink = None
+    candidates = []
+    for ax in axes:
+        v = n - (n @ ax) * ax
+        if v @ v > 0.0:
+            candidates.append((_unit(v), ax))
+    if len(axes) == 2:
+        c = np.cross(axes[0], axes[1])
+        if c @ c > 0.0:
+            c = _unit(c)
+            candidates += [(c if c @ n >= 0.0 else -c, None)]
+    for trial, ax in candidates:
+        s_new, a_new, b_new = _separation(A, B, trial)
+        if s_new > sigma + REFINE_MIN_GAIN:
+            n, sigma, a, b, kink = trial, s_new, a_new, b_new, ax
+    if kink is None:
+        return n, sigma, a, b
+    for _ in range(REFINE_ITERATIONS):
+        t = np.cross(kink, n)
+        t = t / math.sqrt(t @ t)
+        g = -(t @ (a - b))
+        if not g * g > 0.0:
+            break
+        xp = support(A, _unit(n + REFINE_STEP * t)) - support(B, -_unit(n + REFINE_STEP * t))
+        xm = support(A, _unit(n - REFINE_STEP * t)) - support(B, -_unit(n - REFINE_STEP * t))
+        H = -(t @ ((xp - xm) / (2.0 * REFINE_STEP))) + n @ (a - b)
+        theta = -g / H if H < 0.0 else REFINE_STEP * (1.0 if g > 0.0 else -1.0)
+        improved = False
+        for _ in range(REFINE_HALVINGS):
+            trial = _unit(n + theta * t)
+            s_new, a_new, b_new = _separation(A, B, trial)
+            if s_new > sigma + REFINE_MIN_GAIN:
                 n, sigma, a, b, improved = trial, s_new, a_new, b_new, True
                 break
             theta = 0.5 * theta
@@ -418,15 +477,90 @@ def _unit(v):
     return v / math.sqrt(v @ v)
 
 
+def _support_feature(shape: Convex, d):
+    """What the core's support set along d is: ``("point", None)`` when it is one point,
+    ``("segment", (e0, e1))`` when it is a segment — a capsule's core or a cylinder's side line
+    for d on the kink (|d·axis| ≤ ``KINK_TOL``), a box's or mesh's edge — and ``("set", None)``
+    when it is a face (of a box, a mesh, a prism, a cylinder's cap). Polytope points count as tied
+    when their support values agree within ``SUPPORT_TIE`` times the shape's size."""
+    d = d / math.sqrt(d @ d)
+    if shape.kind in (ShapeType.BOX, ShapeType.CONVEX_MESH, _PRISM):
+        if shape.kind == ShapeType.BOX:
+            verts = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * shape.size
+        else:
+            verts = shape.verts
+        dots = verts @ (shape.R.T @ d)
+        scale = float(np.max(np.abs(verts)))
+        tied = np.flatnonzero(dots >= dots.max() - SUPPORT_TIE * scale)
+        if len(tied) == 1:
+            return "point", None
+        if len(tied) == 2:
+            e = shape.p + verts[tied] @ shape.R.T
+            return "segment", (e[0], e[1])
+        return "set", None
+    ax = _axis_of(shape)
+    if ax is None:
+        return "point", None
+    along = abs(d @ ax)
+    if shape.kind == ShapeType.CYLINDER and along >= 1.0 - KINK_TOL:
+        return "set", None
+    if along > KINK_TOL:
+        return "point", None
+    hl = shape.size[1]
+    centre = shape.p
+    if shape.kind == ShapeType.CYLINDER:
+        centre = support(shape, d) - _sign((shape.R.T @ d)[2]) * hl * ax  # the side line's middle
+    return "segment", (centre - hl * ax, centre + hl * ax)
+
+
+def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
+    """Witness points on the cores after a refinement to the normal n with separation σ.
+
+    A single support point (:func:`_support_feature`) is the contact point: it is kept and the
+    other witness rebuilt along n (two points: the pair nearer EPA's own witnesses). Two segments
+    (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
+    B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
+    witness. Two faces: EPA's witness on A."""
+    from .collision_box import segment_closest_params
+
+    (ka, fa), (kb, fb) = _support_feature(A, n), _support_feature(B, -n)
+    if ka == "set" and kb == "set":
+        return a_epa, a_epa + sigma * n
+    if ka == "segment" and kb == "segment":
+        s, t = segment_closest_params(fa[0], fa[1], fb[0] - sigma * n, fb[1] - sigma * n)
+        return fa[0] + s * (fa[1] - fa[0]), fb[0] + t * (fb[1] - fb[0])
+    if ka == "point" and kb == "point":
+        keep_b = (b_s - sigma * n, b_s)
+        keep_a = (a_s, a_s + sigma * n)
+        err = lambda w: (w[0] - a_epa) @ (w[0] - a_epa) + (w[1] - b_epa) @ (w[1] - b_epa)  # noqa: E731
+        return keep_b if err(keep_b) <= err(keep_a) else keep_a
+    if ka == "point":
+        return a_s, a_s + sigma * n
+    if kb == "point":
+        return b_s - sigma * n, b_s
+    if ka == "segment":
+        s, _ = segment_closest_params(fa[0], fa[1], a_epa, a_epa)
+        a = fa[0] + s * (fa[1] - fa[0])
+        return a, a + sigma * n
+    t, _ = segment_closest_params(fb[0], fb[1], b_epa, b_epa)
+    b = fb[0] + t * (fb[1] - fb[0])
+    return b - sigma * n, b
+
+
+def _curved(shape: Convex) -> bool:
+    """A core with a curved surface (cylinder, ellipsoid): EPA's depth converges, but its normal
+    only to about √(2·EPA_TOL/radius) (~5e-5 rad at 0.07 m): the depth is stationary in the
+    normal. Their EPA result is always refined; polytope cores (point, segment, box, mesh, prism)
+    end exactly."""
+    return shape.kind in (ShapeType.CYLINDER, ShapeType.ELLIPSOID)
+
+
 def convex_contact(A: Convex, B: Convex):
     """Signed distance of two convex shapes with witness points: ``(x0, x1, normal, phi)``, normal
     from A into B, x0 on A's surface, x1 on B's, x1 − x0 = φn̂ (module docstring).
 
-    After a refinement (:func:`refine_penetration`) the two support points at n̂ are on their
-    surfaces, but a flat side (a face, a cylinder's side line) has many and the support function
-    returns one of its vertices; so one support point is kept and the other witness rebuilt from it
-    along n̂: the pair nearer EPA's own (barycentric) witnesses (a curved side's point, which is the
-    contact point, is kept)."""
+    A refinement that moved the normal (:func:`refine_penetration`) also places the witness points
+    (:func:`_witnesses`); otherwise they are EPA's (or GJK's)."""
     result = gjk(A, B)
     if result[0] == "separated":
         _, dist, a, b = result
@@ -435,12 +569,13 @@ def convex_contact(A: Convex, B: Convex):
     else:
         depth, n, a, b, converged = epa(A, B, result[1])
         phi_core = -depth
-        if not converged:  # a curved pair at the vertex cap: polish the normal
-            n, phi_core, a_s, b_s = refine_penetration(A, B, n)
-            keep_b = (b_s - phi_core * n, b_s)
-            keep_a = (a_s, a_s + phi_core * n)
-            err = lambda w: (w[0] - a) @ (w[0] - a) + (w[1] - b) @ (w[1] - b)  # noqa: E731
-            a, b = keep_b if err(keep_b) <= err(keep_a) else keep_a
+        if not converged or _curved(A) or _curved(B):  # polish the normal (module docstring)
+            n_r, sigma, a_s, b_s, moved = refine_penetration(A, B, n)
+            # A converged EPA depth is good to EPA_TOL: keep the refined normal only when its
+            # separation agrees (a refinement that stalled on a ridge would make φ worse).
+            if moved and (not converged or sigma >= phi_core - EPA_TOL):
+                n, phi_core = n_r, sigma
+                a, b = _witnesses(A, B, n, sigma, a_s, b_s, a, b)
     phi = phi_core - A.radius - B.radius
     x0, x1 = a + A.radius * n, b - B.radius * n
     mid = 0.5 * (x0 + x1)
