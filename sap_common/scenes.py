@@ -9,8 +9,10 @@ unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_
 μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
 caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
 ships with ``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the
-large-system benchmark model) and ``ant`` (gymnasium's, when gymnasium is installed); their joint
-stiffness (MuJoCo passive springs) has no counterpart here and is dropped.
+large-system benchmark model), ``mesh_quadruped`` (a quadruped colliding through convex meshes,
+cylinders, capsules and an ellipsoid, whose MJCF file ships in ``sap_common/data``) and ``ant``
+(gymnasium's, when gymnasium is installed); their joint stiffness (MuJoCo passive springs) has no
+counterpart here and is dropped.
 """
 
 from __future__ import annotations
@@ -290,6 +292,15 @@ def _humanoid3(num_worlds):
     return scene
 
 
+def _mesh_quadruped(num_worlds):
+    path = os.path.join(os.path.dirname(__file__), "data", "mesh_quadruped.xml")
+    return _mjcf_scene("mesh_quadruped", path, num_worlds,
+                       "A quadruped whose collision geometry is what real robot models use: a convex-mesh "
+                       "chassis and feet, cylinder thighs, capsule shins and an ellipsoid head (14 DOFs, 8 "
+                       "position actuators), standing on the ground plane; its MJCF file ships with the "
+                       "package (sap_common/data/mesh_quadruped.xml).")
+
+
 def _ant(num_worlds):
     path = _package_file("gymnasium", "envs/mujoco/assets/ant.xml", "pip install gymnasium")
     return _mjcf_scene("ant", path, num_worlds, "Gymnasium's ant (a torso on four two-joint legs).")
@@ -309,6 +320,7 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "arm_push_block": _arm_push_block,
     "humanoid": _humanoid,
     "humanoid3": _humanoid3,
+    "mesh_quadruped": _mesh_quadruped,
     "ant": _ant,
 }
 
@@ -319,7 +331,7 @@ def names() -> tuple[str, ...]:
 
 
 # Scenes that need an optional package: scene name -> (package, install hint).
-_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"),
+_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"), "mesh_quadruped": ("mujoco", "pip install mujoco"),
              "humanoid3": ("mujoco_warp", "pip install mujoco-warp"), "ant": ("gymnasium", "pip install gymnasium")}
 
 

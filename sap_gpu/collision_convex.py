@@ -335,7 +335,24 @@ def gjk(G: Geometry, A: Convex, B: Convex):
         if nk == 4:
             return 1, wp.float64(0.0), zero3(), zero3(), 4, TW, TA, TB
         if not (wp.dot(v_new, v_new) < vv):
-            break
+            # no progress (a degenerate simplex): continue from the segment v → w (sap_ref.gjk)
+            ha = zero3()
+            hb = zero3()
+            for k in range(n):
+                ha = ha + lam[k] * row3(WA, k)
+                hb = hb + lam[k] * row3(WB, k)
+            TW = mat43d()
+            TA = mat43d()
+            TB = mat43d()
+            TW[0] = v
+            TA[0] = ha
+            TB[0] = hb
+            TW[1] = w
+            TA[1] = a
+            TB[1] = b
+            v_new, lam_new, keep, nk = closest_segment(TW, 0, 1)
+            if not (wp.dot(v_new, v_new) < vv):
+                break
         for k in range(nk):
             W[k] = row3(TW, keep[k])
             WA[k] = row3(TA, keep[k])

@@ -209,8 +209,15 @@ def gjk(A: Convex, B: Convex):
         v_new, lam_new, keep = closest_on_simplex(np.array([s[0] for s in trial]))
         if len(keep) == 4:
             return ("overlap", trial)
-        if not v_new @ v_new < vv:  # no progress: rounding; v is as good as it gets
-            break
+        if not v_new @ v_new < vv:
+            # No progress: the simplex is degenerate to rounding (a curved core clusters its
+            # points). The segment from v (a point of D, with its witnesses) to w always gets
+            # closer while the gap is open: continue from it.
+            here = (v, sum(l * s[1] for l, s in zip(lam, simplex)), sum(l * s[2] for l, s in zip(lam, simplex)))
+            trial = [here, (w, a, b)]
+            v_new, lam_new, keep = closest_on_simplex(np.array([here[0], w]))
+            if not v_new @ v_new < vv:  # rounding: v is as good as it gets
+                break
         simplex, v, lam = [trial[k] for k in keep], v_new, lam_new
     a = sum(l * s[1] for l, s in zip(lam, simplex))
     b = sum(l * s[2] for l, s in zip(lam, simplex))

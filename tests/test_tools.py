@@ -52,6 +52,19 @@ def test_demo_runs_and_plots(tmp_path, capsys):
     assert demo(["nope", "--quiet"]) == 2
 
 
+def test_demo_runs_the_mesh_collision_robot_from_its_mjcf_file(tmp_path, capsys):
+    """The quadruped whose feet and chassis are convex meshes (sap_common/data/mesh_quadruped.xml):
+    it falls the 5 mm it starts above the ground and stands on its 16 sole corners."""
+    import os
+
+    from sap_common import scenes
+
+    path = os.path.join(os.path.dirname(scenes.__file__), "data", "mesh_quadruped.xml")
+    lines, row = _demo_json(capsys, [path, "--steps", "60", "--out", str(tmp_path / "robot.png")])
+    assert row["scene"] == "mesh_quadruped" and row["converged_fraction"] == 1.0
+    assert row["max_contacts"] == 16
+
+
 def _demo_json(capsys, argv):
     from tools.demo import main as demo
 
