@@ -1,6 +1,6 @@
 """Device broad phase: :mod:`sap_ref.broad_phase` per (world, shape) and per (world, pair).
 
-``world_bounds`` fills each shape's world box (centre, half extents grown by its margin and
+``world_bounds`` fills each shape's world pose and world box (centre, half extents grown by its margin and
 ``BROAD_PHASE_SLACK``; a plane's are infinite) in a (world, shape) launch; ``pair_overlap`` is
 called by the narrow-phase thread of a pair before any geometry: boxes that overlap on every
 axis, or, for a plane, the other box reaching below its surface plus the margins. The same test
@@ -41,10 +41,11 @@ def zero_vec() -> wp.vec3d:
 def _world_bounds(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
                   shape_transform: wp.array(dtype=wp.transformd), shape_lo: wp.array(dtype=wp.vec3d),
                   shape_hi: wp.array(dtype=wp.vec3d), shape_margin: wp.array(dtype=wp.float64),
-                  body_q: wp.array2d(dtype=wp.transformd), centre_out: wp.array2d(dtype=wp.vec3d),
-                  half_out: wp.array2d(dtype=wp.vec3d)):
+                  body_q: wp.array2d(dtype=wp.transformd), pose_out: wp.array2d(dtype=wp.transformd),
+                  centre_out: wp.array2d(dtype=wp.vec3d), half_out: wp.array2d(dtype=wp.vec3d)):
     world, s = wp.tid()
     X = shape_pose(shape_body, shape_transform, body_q, world, s)
+    pose_out[world, s] = X
     if shape_type[s] == PLANE:
         inf = wp.float64(wp.inf)
         centre_out[world, s] = wp.transform_get_translation(X)
@@ -62,12 +63,13 @@ def _world_bounds(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=in
 
 
 def world_bounds(device, shape_type, shape_body, shape_transform, shape_lo, shape_hi, shape_margin, body_q,
-                 centre, half, num_worlds, shape_count):
-    """Launch the (world, shape) bounds kernel: ``centre``/``half`` (num_worlds, S) world boxes."""
+                 pose, centre, half, num_worlds, shape_count):
+    """Launch the (world, shape) kernel: every shape's world pose ``pose`` and world box
+    ``centre``/``half``, (num_worlds, S) each; the narrow phase reads the poses from here."""
     if shape_count:
         wp.launch(_world_bounds, dim=(num_worlds, shape_count), device=device,
                   inputs=[shape_type, shape_body, shape_transform, shape_lo, shape_hi, shape_margin, body_q],
-                  outputs=[centre, half])
+                  outputs=[pose, centre, half])
 
 
 @wp.func

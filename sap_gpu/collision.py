@@ -30,7 +30,7 @@ from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL,
                                   INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM, PARALLEL_TOL, POINT_SEGMENT)
 
 from .arrays import GpuModel
-from .broad_phase import pair_overlap, shape_pose, world_bounds
+from .broad_phase import pair_overlap, world_bounds
 from .collision_convex import Convex, Epa, Geometry, mat43d, row3, segment_closest_params, vec4d
 from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
@@ -581,7 +581,7 @@ def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
               shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
               pair_epa_row: wp.array(dtype=int), epa_pairs: int, use_broad_phase: int, G: Geometry, D: ShapeData,
-              body_q: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
+              pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
               centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), E: Epa, S: Scratch):
     world, p = wp.tid()
     S.pair_count[world, p] = 0
@@ -589,8 +589,8 @@ def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
         return
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
-    Xa = shape_pose(shape_body, shape_transform, body_q, world, a)
-    Xb = shape_pose(shape_body, shape_transform, body_q, world, b)
+    Xa = pose[world, a]
+    Xb = pose[world, b]
     if use_broad_phase != 0 and pair_overlap(shape_type, shape_margin, centre, half, world, a, b, Xa, Xb) == 0:
         return
     ta = shape_type[a]
@@ -625,7 +625,7 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
             pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
             pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), capacity: int,
-            slots: int, S: Scratch,
+            pairs: int, slots: int, S: Scratch,
             count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
             shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
             x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
@@ -651,44 +651,41 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
         ke1[world, slot] = zero
         tau_d[world, slot] = zero
     n = int(0)
-    for i in range(slots):  # slot order is generation order
-        p = S.slot_pair[i]
-        if i - S.offset[p] < S.pair_count[world, p]:
-            n += 1
+    for p in range(pairs):
+        n += S.pair_count[world, p]
     out = int(0)
-    for i in range(slots):
-        p = S.slot_pair[i]
-        if not (i - S.offset[p] < S.pair_count[world, p]):
-            continue
-        keep = int(1)
-        if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
-            rank = int(0)
-            for j in range(slots):
-                pj = S.slot_pair[j]
-                if j - S.offset[pj] < S.pair_count[world, pj]:
-                    if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
-                        rank += 1
-            if rank >= capacity:
-                keep = int(0)
-        if keep == 1:
-            a = shape_pair[p, 0]
-            b = shape_pair[p, 1]
-            shape0[world, out] = a
-            shape1[world, out] = b
-            body0[world, out] = shape_body[a]
-            body1[world, out] = shape_body[b]
-            x0[world, out] = S.x0[world, i]
-            x1[world, out] = S.x1[world, i]
-            normal[world, out] = S.normal[world, i]
-            phi0[world, out] = S.phi[world, i]
-            margin0[world, out] = shape_margin[a]
-            margin1[world, out] = shape_margin[b]
-            mu[world, out] = pair_mu[p]
-            ke[world, out] = pair_ke[p]
-            ke0[world, out] = pair_ke0[p]
-            ke1[world, out] = pair_ke1[p]
-            tau_d[world, out] = pair_tau[p]
-            out += 1
+    for p in range(pairs):  # pair by pair, each pair's slots in order: generation order
+        for jj in range(S.pair_count[world, p]):
+            i = S.offset[p] + jj
+            keep = int(1)
+            if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
+                rank = int(0)
+                for j in range(slots):
+                    pj = S.slot_pair[j]
+                    if j - S.offset[pj] < S.pair_count[world, pj]:
+                        if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                            rank += 1
+                if rank >= capacity:
+                    keep = 0
+            if keep == 1:
+                a = shape_pair[p, 0]
+                b = shape_pair[p, 1]
+                shape0[world, out] = a
+                shape1[world, out] = b
+                body0[world, out] = shape_body[a]
+                body1[world, out] = shape_body[b]
+                x0[world, out] = S.x0[world, i]
+                x1[world, out] = S.x1[world, i]
+                normal[world, out] = S.normal[world, i]
+                phi0[world, out] = S.phi[world, i]
+                margin0[world, out] = shape_margin[a]
+                margin1[world, out] = shape_margin[b]
+                mu[world, out] = pair_mu[p]
+                ke[world, out] = pair_ke[p]
+                ke0[world, out] = pair_ke0[p]
+                ke1[world, out] = pair_ke1[p]
+                tau_d[world, out] = pair_tau[p]
+                out += 1
     count[world] = out
     overflow[world] = n - out
 
@@ -787,7 +784,8 @@ class CollisionPipeline:
         E.visible = wp.zeros((rows, EPA_MAX_FACES), dtype=int, device=d)
         E.horizon = wp.zeros((rows, 3 * EPA_MAX_FACES), dtype=wp.vec2i, device=d)
         self.epa = E
-        # Broad phase: world boxes (num_worlds, S).
+        # Every shape's world pose and (broad phase) world box, (num_worlds, S).
+        self.pose = wp.zeros((W, max(Sh, 1)), dtype=wp.transformd, device=d)
         self.centre = wp.zeros((W, max(Sh, 1)), dtype=wp.vec3d, device=d)
         self.half = wp.zeros((W, max(Sh, 1)), dtype=wp.vec3d, device=d)
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
@@ -821,18 +819,17 @@ class CollisionPipeline:
         wp.launch(_check_quaternions, dim=W, device=self.device, inputs=[m.body_count, state.body_q],
                   outputs=[self.last_status])
         use_bp = int(self.broad_phase == "aabb")
-        if use_bp:
-            world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
-                         self.shape_data.hi, m.shape_margin, state.body_q, self.centre, self.half, W,
-                         self.model.shape_count)
+        world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
+                     self.shape_data.hi, m.shape_margin, state.body_q, self.pose, self.centre, self.half, W,
+                     self.model.shape_count)
         if P:
             wp.launch(_generate, dim=(W, P), device=self.device, inputs=[
                 m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_margin, m.shape_pair,
-                self.pair_epa_row, self.epa_pairs, use_bp, self.geometry, self.shape_data, state.body_q,
+                self.pair_epa_row, self.epa_pairs, use_bp, self.geometry, self.shape_data, self.pose,
                 self.last_status, self.centre, self.half, self.epa], outputs=[self.scratch])
         c = contacts
         wp.launch(_select, dim=W, device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
-            self.pair_tau, self.max_rigid_contact, self.slots if P else 0, self.scratch], outputs=[
+            self.pair_tau, self.max_rigid_contact, P, self.slots if P else 0, self.scratch], outputs=[
             c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,
             c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d])
