@@ -23,6 +23,8 @@ __all__ = [
     "MONOTONE_ABS_SLOP", "MONOTONE_REL_SLOP", "MONOTONE_ALPHA_MIN", "EXACT_ALPHA_MAX", "EXACT_F_TOL",
     # state and model checks
     "QUAT_NORM_MIN", "QUAT_NORM_MAX", "MASS_MATRIX_RTOL",
+    # solver options
+    "NEWTON_PATHS", "DEFAULT_NEWTON_PATH",
 ]
 
 # ----------------------------------------------------------------------------- collision
@@ -204,3 +206,13 @@ QUAT_NORM_MAX = 1e9
 # above that noise and still admits conditioning far beyond any model we know (a humanoid's M
 # has a condition number of ~1e4).
 MASS_MATRIX_RTOL = 1e-12
+
+
+# ----------------------------------------------------------------------------- solver options
+
+# SolverSAP's newton_path: how sap_gpu lays the Newton loop on the device. "fused" runs a world's
+# whole loop in one block of threads (one launch per step); "staged" runs each stage as its own
+# batched kernel. Both compute the same iterates; sap_ref has a single host loop and accepts the
+# option (and checks it) only so that code written for one backend runs unchanged on the other.
+NEWTON_PATHS = ("fused", "staged")
+DEFAULT_NEWTON_PATH = "fused"

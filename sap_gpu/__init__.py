@@ -1,8 +1,9 @@
 """sap_gpu: the sap_ref time step batched over num_worlds worlds in NVIDIA Warp.
 
 Same stage files and function names as ``sap_ref`` (docs/design.md § Layout), plus ``blocked_cholesky``
-(batched, masked, multi-RHS tile Cholesky) and ``arrays`` (device data). Runs on Warp's
-``"cpu"`` device too, which is how CI tests it.
+(batched, masked, multi-RHS tile Cholesky), ``fused_newton`` (stage 3 in one block of threads
+per world), ``launch`` (block sizes) and ``arrays`` (device data). Runs on Warp's ``"cpu"``
+device too, which is how CI tests it.
 """
 
 import warp as wp

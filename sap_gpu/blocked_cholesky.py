@@ -11,19 +11,30 @@ size ``T``) with the identity on the padding, so the padded solve equals the unp
 
 Warp's ``tile_cholesky`` is the building block; batching, masking, padding and blocking are
 ours. float32 and float64 kernels are compiled on first use and cached: one per (n, nrhs, dtype)
-for the single tile, one per (T, nrhs, dtype) for every blocked size. A matrix that is not SPD
-yields non-finite entries in X, which callers check.
+for the single tile, one per (T, nrhs, dtype) for every blocked size.
+
+**Pivot check.** Warp's tile Cholesky does not signal failure: on the CPU a non-SPD matrix gives
+NaN (the square root of a negative pivot), but on CUDA (cuSolverDx) the factor of a failed
+factorization need not be non-finite. So every factorization here checks its pivots
+explicitly: a world whose diagonal of L has an entry that is not finite and > 0 is reported in
+``failed`` (the Newton loop turns it into ``LINEAR_SOLVE_FAILURE``). The factor-and-solve steps
+are ``wp.func`` s (:func:`single_factor_solve`, :func:`blocked_factor_solve`) shared with the
+fused Newton kernel (:mod:`sap_gpu.fused_newton`), so both paths factor the same way.
 """
 
 import warp as wp
 
+from .launch import TILE_BLOCK_DIM
+
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve"]
+__all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "blocked_factor_solve",
+           "block_max_int"]
 
 TILE = 32  # tile edge: one 32×32 fp64 tile is 8 KiB of shared memory
-BLOCK_DIM = 32  # threads per world (one warp)
+BLOCK_DIM = TILE_BLOCK_DIM  # threads per world (one warp)
 _KERNELS: dict = {}
+_FUNCS: dict = {}
 
 
 def padded_size(nv: int, tile: int = TILE) -> int:
@@ -33,67 +44,137 @@ def padded_size(nv: int, tile: int = TILE) -> int:
     return -(-nv // tile) * tile
 
 
+@wp.func
+def block_max_int(x: int) -> int:
+    """The largest ``x`` over the block's lanes, returned to every lane (a cooperative call)."""
+    return wp.tile_extract(wp.tile_max(wp.tile(x)), 0)
+
+
+def _pivot_check(dtype):
+    @wp.func
+    def bad_pivot(d: dtype) -> int:
+        """1 unless the pivot L_jj is finite and > 0 (``not`` keeps NaN on the failing side)."""
+        if d > dtype(0.0) and wp.isfinite(d):
+            return 0
+        return 1
+
+    return bad_pivot
+
+
+def single_factor_solve(n: int, r: int, dtype):
+    """``wp.func (A, B, X, lane) -> failed``: X = A⁻¹B for one (n, n) tile, pivots checked.
+
+    A, B, X are one world's 2D slices; every lane of the block must call it. Returns 1 on every
+    lane if a pivot failed (X is then meaningless), else 0.
+    """
+    key = ("single", n, r, dtype)
+    if key not in _FUNCS:
+        bad_pivot = _pivot_check(dtype)
+
+        @wp.func
+        def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype),
+                         lane: int) -> int:
+            L = wp.tile_cholesky(wp.tile_load(A, shape=(n, n)))
+            bad = int(0)
+            for i in range(lane, n, wp.block_dim()):
+                bad = wp.max(bad, bad_pivot(wp.tile_extract(L, i, i)))
+            wp.tile_store(X, wp.tile_cholesky_solve(L, wp.tile_load(B, shape=(n, r))))
+            return block_max_int(bad)
+
+        _FUNCS[key] = factor_solve
+    return _FUNCS[key]
+
+
+def blocked_factor_solve(t: int, r: int, dtype):
+    """``wp.func (A, B, nb, lane, L, X) -> failed``: the blocked Cholesky of the module docstring
+    with (t, t) tiles and ``nb`` blocks, factor in the scratch L, pivots of every diagonal block
+    checked (returns 1 on every lane if one failed)."""
+    key = ("blocked", t, r, dtype)
+    if key not in _FUNCS:
+        bad_pivot = _pivot_check(dtype)
+
+        # nb is a runtime argument on purpose: loops with constant bounds are unrolled by Warp, and
+        # every unrolled tile temporary takes its own shared memory.
+        @wp.func
+        def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), nb: int, lane: int,
+                         L: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype)) -> int:
+            bad = int(0)
+            for j in range(nb):
+                Ajj = wp.tile_load(A, shape=(t, t), offset=(j * t, j * t))
+                for k in range(j):
+                    Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                    Ajj = Ajj - wp.tile_matmul(Ljk, wp.tile_transpose(Ljk))
+                Ljj = wp.tile_cholesky(Ajj)
+                for i in range(lane, t, wp.block_dim()):
+                    bad = wp.max(bad, bad_pivot(wp.tile_extract(Ljj, i, i)))
+                wp.tile_store(L, Ljj, offset=(j * t, j * t))
+                for i in range(j + 1, nb):
+                    Aij = wp.tile_load(A, shape=(t, t), offset=(i * t, j * t))
+                    for k in range(j):
+                        Lik = wp.tile_load(L, shape=(t, t), offset=(i * t, k * t))
+                        Ljk2 = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                        Aij = Aij - wp.tile_matmul(Lik, wp.tile_transpose(Ljk2))
+                    # L_ij L_jjᵀ = A_ij  ⇔  L_jj L_ijᵀ = A_ijᵀ
+                    Lij_t = wp.tile_lower_solve(Ljj, wp.tile_transpose(Aij))
+                    wp.tile_store(L, wp.tile_transpose(Lij_t), offset=(i * t, j * t))
+            for j in range(nb):  # forward: L Y = B
+                Yj = wp.tile_load(B, shape=(t, r), offset=(j * t, 0))
+                for k in range(j):
+                    Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                    Yk = wp.tile_load(X, shape=(t, r), offset=(k * t, 0))
+                    Yj = Yj - wp.tile_matmul(Ljk, Yk)
+                Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
+                wp.tile_store(X, wp.tile_lower_solve(Ljj, Yj), offset=(j * t, 0))
+            for jj in range(nb):  # backward: Lᵀ X = Y
+                j = nb - 1 - jj
+                Zj = wp.tile_load(X, shape=(t, r), offset=(j * t, 0))
+                for i in range(j + 1, nb):
+                    Lij = wp.tile_load(L, shape=(t, t), offset=(i * t, j * t))
+                    Xi = wp.tile_load(X, shape=(t, r), offset=(i * t, 0))
+                    Zj = Zj - wp.tile_matmul(wp.tile_transpose(Lij), Xi)
+                Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
+                wp.tile_store(X, wp.tile_upper_solve(wp.tile_transpose(Ljj), Zj), offset=(j * t, 0))
+            return block_max_int(bad)
+
+        _FUNCS[key] = factor_solve
+    return _FUNCS[key]
+
+
 def _single(n: int, r: int, dtype):
+    factor_solve = single_factor_solve(n, r, dtype)
+
     @wp.kernel(enable_backward=False, module="unique")
     def solve_single(A: wp.array3d(dtype=dtype), B: wp.array3d(dtype=dtype), active: wp.array(dtype=int),
-                     X: wp.array3d(dtype=dtype)):
-        world = wp.tid()
+                     report: int, X: wp.array3d(dtype=dtype), failed: wp.array(dtype=int)):
+        world, lane = wp.tid()
         if active[world] == 0:
             return
-        L = wp.tile_cholesky(wp.tile_load(A[world], shape=(n, n)))
-        wp.tile_store(X[world], wp.tile_cholesky_solve(L, wp.tile_load(B[world], shape=(n, r))))
+        bad = factor_solve(A[world], B[world], X[world], lane)
+        if report != 0 and lane == 0:
+            failed[world] = bad
 
     return solve_single
 
 
 def _blocked(t: int, r: int, dtype):
-    # nb is a runtime argument on purpose: loops with constant bounds are unrolled by Warp, and
-    # every unrolled tile temporary takes its own shared memory.
+    factor_solve = blocked_factor_solve(t, r, dtype)
+
     @wp.kernel(enable_backward=False, module="unique")
     def solve_blocked(A: wp.array3d(dtype=dtype), B: wp.array3d(dtype=dtype), active: wp.array(dtype=int), nb: int,
-                      L: wp.array3d(dtype=dtype), X: wp.array3d(dtype=dtype)):
-        world = wp.tid()
+                      report: int, L: wp.array3d(dtype=dtype), X: wp.array3d(dtype=dtype),
+                      failed: wp.array(dtype=int)):
+        world, lane = wp.tid()
         if active[world] == 0:
             return
-        for j in range(nb):
-            Ajj = wp.tile_load(A[world], shape=(t, t), offset=(j * t, j * t))
-            for k in range(j):
-                Ljk = wp.tile_load(L[world], shape=(t, t), offset=(j * t, k * t))
-                Ajj = Ajj - wp.tile_matmul(Ljk, wp.tile_transpose(Ljk))
-            Ljj = wp.tile_cholesky(Ajj)
-            wp.tile_store(L[world], Ljj, offset=(j * t, j * t))
-            for i in range(j + 1, nb):
-                Aij = wp.tile_load(A[world], shape=(t, t), offset=(i * t, j * t))
-                for k in range(j):
-                    Lik = wp.tile_load(L[world], shape=(t, t), offset=(i * t, k * t))
-                    Ljk2 = wp.tile_load(L[world], shape=(t, t), offset=(j * t, k * t))
-                    Aij = Aij - wp.tile_matmul(Lik, wp.tile_transpose(Ljk2))
-                # L_ij L_jjᵀ = A_ij  ⇔  L_jj L_ijᵀ = A_ijᵀ
-                Lij_t = wp.tile_lower_solve(Ljj, wp.tile_transpose(Aij))
-                wp.tile_store(L[world], wp.tile_transpose(Lij_t), offset=(i * t, j * t))
-        for j in range(nb):  # forward: L Y = B
-            Yj = wp.tile_load(B[world], shape=(t, r), offset=(j * t, 0))
-            for k in range(j):
-                Ljk = wp.tile_load(L[world], shape=(t, t), offset=(j * t, k * t))
-                Yk = wp.tile_load(X[world], shape=(t, r), offset=(k * t, 0))
-                Yj = Yj - wp.tile_matmul(Ljk, Yk)
-            Ljj = wp.tile_load(L[world], shape=(t, t), offset=(j * t, j * t))
-            wp.tile_store(X[world], wp.tile_lower_solve(Ljj, Yj), offset=(j * t, 0))
-        for jj in range(nb):  # backward: Lᵀ X = Y
-            j = nb - 1 - jj
-            Zj = wp.tile_load(X[world], shape=(t, r), offset=(j * t, 0))
-            for i in range(j + 1, nb):
-                Lij = wp.tile_load(L[world], shape=(t, t), offset=(i * t, j * t))
-                Xi = wp.tile_load(X[world], shape=(t, r), offset=(i * t, 0))
-                Zj = Zj - wp.tile_matmul(wp.tile_transpose(Lij), Xi)
-            Ljj = wp.tile_load(L[world], shape=(t, t), offset=(j * t, j * t))
-            wp.tile_store(X[world], wp.tile_upper_solve(wp.tile_transpose(Ljj), Zj), offset=(j * t, 0))
+        bad = factor_solve(A[world], B[world], nb, lane, L[world], X[world])
+        if report != 0 and lane == 0:
+            failed[world] = bad
 
     return solve_blocked
 
 
 def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=None,
-          tile: int = TILE) -> None:
+          tile: int = TILE, failed=None) -> None:
     """Solve ``A[w] X[w] = B[w]`` for every world with ``active[w] != 0``.
 
     Args:
@@ -103,6 +184,9 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
         active: per-world flags, (W,) int32.
         L_scratch: (W, n, n) factor storage, required when n > tile.
         tile: tile edge T for the blocked path.
+        failed: optional (W,) int32 flags: set to 1 for an active world whose factorization had a
+            pivot that is not finite and > 0, to 0 for the other active worlds (inactive ones
+            are left alone).
     """
     if A.ndim != 3 or A.shape[1] != A.shape[2]:
         raise ValueError(f"A: expected a (W, n, n) array, got shape {A.shape}")
@@ -120,12 +204,16 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
         raise ValueError(f"active: expected an int32 array of shape ({W},), got {active.dtype} {active.shape}")
     if any(a.device != A.device for a in (B, X, active)):
         raise ValueError(f"A, B, X, active: must be on one device, A is on {A.device}")
+    if failed is not None and (failed.shape != (W,) or failed.dtype != wp.int32 or failed.device != A.device):
+        raise ValueError(f"failed: expected an int32 array of shape ({W},) on {A.device}, got {failed.dtype} "
+                         f"{failed.shape} on {failed.device}")
+    report, flags = (0, active) if failed is None else (1, failed)  # report 0: flags never written
     if n <= tile:
         key = ("single", n, r, A.dtype)
         if key not in _KERNELS:
             _KERNELS[key] = _single(n, r, A.dtype)
-        wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active], outputs=[X], block_dim=BLOCK_DIM,
-                        device=A.device)
+        wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active, report], outputs=[X, flags],
+                        block_dim=BLOCK_DIM, device=A.device)
         return
     if n % tile:
         raise ValueError(f"A: size {n} must be a multiple of the tile size {tile} (use padded_size)")
@@ -134,5 +222,5 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
     key = ("blocked", tile, r, A.dtype)
     if key not in _KERNELS:
         _KERNELS[key] = _blocked(tile, r, A.dtype)
-    wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active, n // tile], outputs=[L_scratch, X],
+    wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active, n // tile, report], outputs=[L_scratch, X, flags],
                     block_dim=BLOCK_DIM, device=A.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warp as wp
 
 from .kinematics import DISTANCE, FREE, quat_norm_ok
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -132,7 +133,7 @@ def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d), body_count: int,
 
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
-    wp.launch(_joint_arrays_to_sap, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_joint_arrays_to_sap, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv,
         int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"), int(pose32),
         state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
@@ -140,19 +141,19 @@ def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
 
 def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
     """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
-    wp.launch(_body_wrenches_to_sap, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_body_wrenches_to_sap, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.body_com, m.body_count, int(state.body_f_order == "public"), int(pose32), body_X, state.body_f],
         outputs=[body_f])
 
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
-    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32),
         joint_q, v], outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
-    wp.launch(_body_twists_to_public, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count, body_X,
+    wp.launch(_body_twists_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[m.body_com, m.body_count, body_X,
                                                                                 body_V], outputs=[body_qd])

@@ -20,15 +20,19 @@ PLANE = wp.constant(int(ShapeType.PLANE))
 
 
 @wp.func
+def body_pose(X: wp.transformd) -> wp.transformd:
+    """A body pose with its quaternion normalized on read (the quaternion policy)."""
+    return wp.transformd(wp.transform_get_translation(X), wp.normalize(wp.transform_get_rotation(X)))
+
+
+@wp.func
 def shape_pose(shape_body: wp.array(dtype=int), shape_transform: wp.array(dtype=wp.transformd),
                body_q: wp.array2d(dtype=wp.transformd), world: int, s: int) -> wp.transformd:
     """World pose X_WB ∘ X_BS of shape s (a body quaternion normalized on read)."""
     X = shape_transform[s]
     b = shape_body[s]
     if b >= 0:
-        Xb = body_q[world, b]
-        Xb = wp.transformd(wp.transform_get_translation(Xb), wp.normalize(wp.transform_get_rotation(Xb)))
-        X = Xb * X
+        X = body_pose(body_q[world, b]) * X
     return X
 
 

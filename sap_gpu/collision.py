@@ -35,6 +35,7 @@ from .collision_convex import Convex, Epa, Geometry, mat43d, row3, segment_close
 from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
 from .kinematics import quat_norm_ok
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -567,7 +568,8 @@ def new_pair(G: Geometry, E: Epa, row: int, D: ShapeData, S: Scratch, world: int
 
 
 @wp.kernel
-def _check_quaternions(body_count: int, body_q: wp.array2d(dtype=wp.transformd), status_out: wp.array(dtype=int)):
+def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), status_out: wp.array(dtype=int)):
+    """INVALID_QUATERNION for a world with a rejected body_q quaternion (docs/conventions.md § Quaternions read from a state), else 0."""
     world = wp.tid()
     status_out[world] = 0
     for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world
@@ -816,8 +818,8 @@ class CollisionPipeline:
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
         W, P = m.num_worlds, len(self.model.shape_pair)
-        wp.launch(_check_quaternions, dim=W, device=self.device, inputs=[m.body_count, state.body_q],
-                  outputs=[self.last_status])
+        wp.launch(_check_poses, dim=W, block_dim=world_block_dim(self.device), device=self.device,
+                  inputs=[m.body_count, state.body_q], outputs=[self.last_status])
         use_bp = int(self.broad_phase == "aabb")
         world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
                      self.shape_data.hi, m.shape_margin, state.body_q, self.pose, self.centre, self.half, W,
@@ -828,7 +830,7 @@ class CollisionPipeline:
                 self.pair_epa_row, self.epa_pairs, use_bp, self.geometry, self.shape_data, self.pose,
                 self.last_status, self.centre, self.half, self.epa], outputs=[self.scratch])
         c = contacts
-        wp.launch(_select, dim=W, device=self.device, inputs=[
+        wp.launch(_select, dim=W, block_dim=world_block_dim(self.device), device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
             self.pair_tau, self.max_rigid_contact, P, self.slots if P else 0, self.scratch], outputs=[
             c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,

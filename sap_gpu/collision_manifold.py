@@ -505,6 +505,8 @@ def convex_manifold(G: Geometry, E: Epa, row: int, A: Convex, B: Convex, margin:
     a, b, c, ph = contact_of(side, n_ref, d_ref, q1)
     X0, X1, N, PHI = set4(X0, X1, N, PHI, 0, a, b, c, ph)
     count = int(1)
+    if feat.kind == POINT:  # one touching point (sap_ref: only the deepest is kept)
+        return count, X0, X1, N, PHI
     merge = wp.float64(MANIFOLD_MERGE_DISTANCE)
     f2, q2, d2 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, always, margin, 2, q1, z, z, merge,
                            wp.float64(0.0))

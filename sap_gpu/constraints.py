@@ -14,6 +14,7 @@ from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WIN
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import add_point_jacobian_along
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -216,14 +217,20 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                  limit_J_in: wp.array3d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                  contact_cols_out: wp.array3d(dtype=int), contact_ncols_out: wp.array2d(dtype=int),
                  limit_cols_out: wp.array3d(dtype=int), limit_ncols_out: wp.array2d(dtype=int),
-                 A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int)):
-    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0.
+                 A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int),
+                 dof_contacts_out: wp.array3d(dtype=int), dof_ncontacts_out: wp.array2d(dtype=int),
+                 dof_limits_out: wp.array3d(dtype=int), dof_nlimits_out: wp.array2d(dtype=int)):
+    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0,
+    and the transposed lists: per DOF, the contacts and active limit rows that list it.
 
     ``dense != 0`` lists every column (the plain path). A NaN entry counts as non-zero, so a
     non-finite J or A still reaches the products and is flagged there.
     """
     world = wp.tid()
     zero = wp.float64(0.0)
+    for k in range(nv):
+        dof_ncontacts_out[world, k] = 0
+        dof_nlimits_out[world, k] = 0
     for c in range(count_in[world]):
         n = int(0)
         for k in range(nv):
@@ -231,6 +238,9 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                     or contact_J_in[world, 3 * c + 2, k] != zero):
                 contact_cols_out[world, c, n] = k
                 n = n + 1
+                m = dof_ncontacts_out[world, k]
+                dof_contacts_out[world, k, m] = c
+                dof_ncontacts_out[world, k] = m + 1
         contact_ncols_out[world, c] = n
     for r in range(limit_count):
         n = int(0)
@@ -239,6 +249,9 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                 if dense != 0 or limit_J_in[world, r, k] != zero:
                     limit_cols_out[world, r, n] = k
                     n = n + 1
+                    m = dof_nlimits_out[world, k]
+                    dof_limits_out[world, k, m] = r
+                    dof_nlimits_out[world, k] = m + 1
         limit_ncols_out[world, r] = n
     for i in range(nv):
         n = int(0)
@@ -253,7 +266,7 @@ def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, 
     """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
-    wp.launch(_limit_rows, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_limit_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint,
         m.dof_coord, m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
         layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X, dof_S],
@@ -264,7 +277,7 @@ def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
     """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
-    wp.launch(_drive_rows, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_drive_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.dof_coord, m.joint_target_ke, m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A],
         outputs=[q0, Kp, Kd])
 
@@ -272,22 +285,25 @@ def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
 def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
                   v0, v_star, dof_mask, v) -> None:
     """Launch: participating DOFs and the Newton warm start."""
-    wp.launch(_participation, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_participation, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.dof_tree, m.nv, m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active,
         limit_J, tree_scratch, v0, v_star], outputs=[dof_mask, v])
 
 
 def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
-                limit_cols, limit_ncols, A_cols, A_ncols) -> None:
-    """Launch: the non-zero columns of every contact block, active limit row and row of A.
+                limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits) -> None:
+    """Launch: the non-zero columns of every contact block, active limit row and row of A, and
+    per DOF the contacts and active limit rows whose lists hold it (ascending).
 
     The Newton loop's products (J·v, Jᵀγ, JᵀGJ, A·x) run over these lists only; an entry left
     out is exactly zero, so the sums are the dense ones term for term (``dense=True``: every
-    column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``).
+    column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``). The
+    per-DOF lists serve the fused Newton loop, whose lanes own DOFs (Jᵀγ and rows of H).
     """
-    wp.launch(_row_support, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_row_support, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.nv, limit_count, int(dense), contacts.count, contact_J, limit_active, limit_J, A],
-        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols])
+        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts,
+                 dof_limits, dof_nlimits])
 
 
 def make_terms(T):

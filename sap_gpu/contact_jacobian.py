@@ -1,6 +1,6 @@
 """Stage 2 for contacts on the device: frames, points, Jacobian rows, weights, R and v̂.
 
-Counterpart of :mod:`sap_ref.contact_jacobian`, one thread per world. The Jacobian row block of
+Counterpart of :mod:`sap_ref.contact_jacobian`, one thread per (world, contact slot). The Jacobian row block of
 contact c (rows 3c, 3c+1, 3c+2 = t₁, t₂, n) is ``R_WCᵀ [J_v,1(p₁) − J_v,0(p₀)]``; a body's point
 Jacobian column for DOF k on its path to the root is ``S_v,k + S_ω,k × (p − p_k)`` with p_k the
 origin of the joint's child body. Weights, R and v̂ are computed in the scalar type of
@@ -110,25 +110,26 @@ def _contact_geometry(
     R_WC_out: wp.array2d(dtype=wp.mat33d), p0_out: wp.array2d(dtype=wp.vec3d), p1_out: wp.array2d(dtype=wp.vec3d),
     J_out: wp.array3d(dtype=wp.float64),
 ):
-    world = wp.tid()
-    for c in range(count_in[world]):
-        R = contact_frame(normal_in[world, c])
-        R_WC_out[world, c] = R
-        p0 = x0_in[world, c]
-        p1 = x1_in[world, c]
-        if midpoint != 0:
-            a0 = midpoint_weight(ke0_in[world, c], ke1_in[world, c])
-            p0 = a0 * p0 + (wp.float64(1.0) - a0) * p1
-            p1 = p0
-        p0_out[world, c] = p0
-        p1_out[world, c] = p1
-        for a in range(3):
-            for k in range(nv):
-                J_out[world, 3 * c + a, k] = wp.float64(0.0)
-        add_point_jacobian(world, body1_in[world, c], p1, R, wp.float64(1.0), 3 * c, body_parent, body_joint,
-                           joint_qd_start, body_X_in, dof_S_in, J_out)
-        add_point_jacobian(world, body0_in[world, c], p0, R, wp.float64(-1.0), 3 * c, body_parent, body_joint,
-                           joint_qd_start, body_X_in, dof_S_in, J_out)
+    world, c = wp.tid()  # one thread per contact slot; slots past the world's count return
+    if c >= count_in[world]:
+        return
+    R = contact_frame(normal_in[world, c])
+    R_WC_out[world, c] = R
+    p0 = x0_in[world, c]
+    p1 = x1_in[world, c]
+    if midpoint != 0:
+        a0 = midpoint_weight(ke0_in[world, c], ke1_in[world, c])
+        p0 = a0 * p0 + (wp.float64(1.0) - a0) * p1
+        p1 = p0
+    p0_out[world, c] = p0
+    p1_out[world, c] = p1
+    for a in range(3):
+        for k in range(nv):
+            J_out[world, 3 * c + a, k] = wp.float64(0.0)
+    add_point_jacobian(world, body1_in[world, c], p1, R, wp.float64(1.0), 3 * c, body_parent, body_joint,
+                       joint_qd_start, body_X_in, dof_S_in, J_out)
+    add_point_jacobian(world, body0_in[world, c], p0, R, wp.float64(-1.0), 3 * c, body_parent, body_joint,
+                       joint_qd_start, body_X_in, dof_S_in, J_out)
 
 
 def _weights_kernel(T):
@@ -147,65 +148,67 @@ def _weights_kernel(T):
         p0_in: wp.array2d(dtype=wp.vec3d), p1_in: wp.array2d(dtype=wp.vec3d), J_in: wp.array3d(dtype=wp.float64),
         w_out: wp.array2d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.vec3d), v_hat_out: wp.array2d(dtype=wp.float64),
     ):
-        world = wp.tid()
-        for c in range(count_in[world]):
-            w = T(0.0)
-            if delassus != 0:  # ‖J diag(A)⁻¹ Jᵀ‖_F / 3
-                W = M33()
-                for k in range(nv):
-                    inv_a = T(1.0) / T(A_in[world, k, k])
-                    for i in range(3):
-                        for j in range(3):
-                            W[i, j] = W[i, j] + T(J_in[world, 3 * c + i, k]) * inv_a * T(J_in[world, 3 * c + j, k])
-                s = T(0.0)
+        world, c = wp.tid()  # one thread per contact slot; slots past the world's count return
+        if c >= count_in[world]:
+            return
+        w = T(0.0)
+        if delassus != 0:  # ‖J diag(A)⁻¹ Jᵀ‖_F / 3
+            W = M33()
+            for k in range(nv):
+                inv_a = T(1.0) / T(A_in[world, k, k])
                 for i in range(3):
                     for j in range(3):
-                        s = s + W[i, j] * W[i, j]
-                w = wp.sqrt(s) / T(3.0)
-            else:  # ⅓ Σ_c Σ_b 1/m_b + (R_bᵀ(r × c))ᵀ I_b⁻¹ (R_bᵀ(r × c))
-                for side in range(2):
-                    b = body0_in[world, c]
-                    p = p0_in[world, c]
-                    if side == 1:
-                        b = body1_in[world, c]
-                        p = p1_in[world, c]
-                    if b < 0:
-                        continue
-                    if body_static[b] != 0 or body_mass[b] == wp.float64(0.0):
-                        continue
-                    X = body_X_in[world, b]
-                    Rb = wp.quat_to_matrix(wp.transform_get_rotation(X))
-                    r = p - wp.transform_point(X, body_com[b])
-                    Rbt = M33()
-                    I_inv = M33()
-                    for i in range(3):
-                        for j in range(3):
-                            Rbt[i, j] = T(Rb[j, i])
-                            I_inv[i, j] = T(body_inertia_inv[b][i, j])
-                    for axis in range(3):
-                        cw = wp.cross(r, wp.vec3d(R_WC_in[world, c][0, axis], R_WC_in[world, c][1, axis],
-                                                  R_WC_in[world, c][2, axis]))
-                        arm = Rbt * V3(T(cw[0]), T(cw[1]), T(cw[2]))
-                        w = w + T(1.0) / T(body_mass[b]) + wp.dot(arm, I_inv * arm)
-                w = w / T(3.0)
-            w = wp.max(w, T(WEIGHT_FLOOR))
-            h = T(dt)
-            tau = T(tau_in[world, c])
-            R_n = T(beta) * T(beta) / T(FOUR_PI2) * w
-            stiffness = T(ke_in[world, c])
-            if not wp.isinf(stiffness):
-                R_n = wp.max(R_n, T(1.0) / (h * stiffness * (h + tau)))
-            R_t = T(sigma) * w
-            w_out[world, c] = wp.float64(w)
-            R_out[world, c] = wp.vec3d(wp.float64(R_t), wp.float64(R_t), wp.float64(R_n))
-            v_hat_out[world, c] = wp.float64(-T(phi0_in[world, c]) / (h + tau))
+                        W[i, j] = W[i, j] + T(J_in[world, 3 * c + i, k]) * inv_a * T(J_in[world, 3 * c + j, k])
+            s = T(0.0)
+            for i in range(3):
+                for j in range(3):
+                    s = s + W[i, j] * W[i, j]
+            w = wp.sqrt(s) / T(3.0)
+        else:  # ⅓ Σ_c Σ_b 1/m_b + (R_bᵀ(r × c))ᵀ I_b⁻¹ (R_bᵀ(r × c))
+            for side in range(2):
+                b = body0_in[world, c]
+                p = p0_in[world, c]
+                if side == 1:
+                    b = body1_in[world, c]
+                    p = p1_in[world, c]
+                if b < 0:
+                    continue
+                if body_static[b] != 0 or body_mass[b] == wp.float64(0.0):
+                    continue
+                X = body_X_in[world, b]
+                Rb = wp.quat_to_matrix(wp.transform_get_rotation(X))
+                r = p - wp.transform_point(X, body_com[b])
+                Rbt = M33()
+                I_inv = M33()
+                for i in range(3):
+                    for j in range(3):
+                        Rbt[i, j] = T(Rb[j, i])
+                        I_inv[i, j] = T(body_inertia_inv[b][i, j])
+                for axis in range(3):
+                    cw = wp.cross(r, wp.vec3d(R_WC_in[world, c][0, axis], R_WC_in[world, c][1, axis],
+                                              R_WC_in[world, c][2, axis]))
+                    arm = Rbt * V3(T(cw[0]), T(cw[1]), T(cw[2]))
+                    w = w + T(1.0) / T(body_mass[b]) + wp.dot(arm, I_inv * arm)
+            w = w / T(3.0)
+        w = wp.max(w, T(WEIGHT_FLOOR))
+        h = T(dt)
+        tau = T(tau_in[world, c])
+        R_n = T(beta) * T(beta) / T(FOUR_PI2) * w
+        stiffness = T(ke_in[world, c])
+        if not wp.isinf(stiffness):
+            R_n = wp.max(R_n, T(1.0) / (h * stiffness * (h + tau)))
+        R_t = T(sigma) * w
+        w_out[world, c] = wp.float64(w)
+        R_out[world, c] = wp.vec3d(wp.float64(R_t), wp.float64(R_t), wp.float64(R_n))
+        v_hat_out[world, c] = wp.float64(-T(phi0_in[world, c]) / (h + tau))
 
     return contact_weights_kernel
 
 
 def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J) -> None:
-    """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``."""
-    wp.launch(_contact_geometry, dim=m.num_worlds, device=m.device, inputs=[
+    """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``; one
+    thread per (world, contact slot)."""
+    wp.launch(_contact_geometry, dim=(m.num_worlds, R_WC.shape[1]), device=m.device, inputs=[
         m.body_parent, m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0,
         contacts.body1, contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S],
         outputs=[R_WC, p0, p1, J])
@@ -213,11 +216,12 @@ def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J
 
 def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma, A, body_X, R_WC, p0, p1, J,
                     w, R, v_hat) -> None:
-    """Launch: weights ``w``, regularization ``R = (σw, σw, R_n)`` and normal bias ``v̂`` per contact."""
+    """Launch: weights ``w``, regularization ``R = (σw, σw, R_n)`` and normal bias ``v̂`` per contact;
+    one thread per (world, contact slot)."""
     T = wp.float32 if precision == "fp32" else wp.float64
     if T not in _KERNELS:
         _KERNELS[T] = _weights_kernel(T)
-    wp.launch(_KERNELS[T], dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[
         m.body_mass, m.body_com, m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt),
         wp.float64(beta), wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0,
         contacts.ke, contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

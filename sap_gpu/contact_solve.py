@@ -1,11 +1,15 @@
-"""Stage 3 on the device: Newton on ℓ(v) with per-world done flags (docs/formulation.md § Newton loop).
+"""Stage 3 on the device, staged: Newton on ℓ(v) with per-world done flags (docs/formulation.md § Newton loop).
 
-Counterpart of :mod:`sap_ref.contact_solve`. One iteration for every world still running:
+Counterpart of :mod:`sap_ref.contact_solve`. This is ``SolverSAP(newton_path="staged")`` (and
+the PCR path); :mod:`sap_gpu.fused_newton` builds the default fused loop from the structs and
+functions made here. One iteration for every world still running:
 
 1. ``evaluate``: row velocities vc = J v, terms γ, G, ℓ, the gradient ∇ℓ = A(v − v*) − Jᵀγ,
    Drake's stopping tests over participating DOFs (optimality, then the cost criterion of the
-   previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ and −∇ℓ in
-   the linear-solve buffers and is counted in ``pending``.
+   previous step, then the iteration cap); a world that goes on gets H = A + JᵀGJ (its lower
+   triangle, all the Cholesky reads) and −∇ℓ in the linear-solve buffers and is counted in
+   ``pending``. It writes only what it uses: γ and G of the rows in use, ℓ_A for the line
+   search, H's rows below nv (the padding's identity is written once, at allocation).
 2. the batched, masked Cholesky (:mod:`sap_gpu.linear_solve`) gives Δv for pending worlds;
    or, with ``contact_linear_solver="pcr"``, ``evaluate`` stores the factors G and diag(H)
    instead of H and ``newton_pcr`` runs matrix-free PCR on H·p = A·p + Jᵀ(G(J·p)), falling back
@@ -17,6 +21,8 @@ synchronization inside a CUDA graph. Non-participating DOFs start at v* with zer
 their Δv is exactly zero. Kernels are built per (objective scalar, linear-solve scalar, line
 search, linear solver) on first use.
 """
+
+from types import SimpleNamespace
 
 import warp as wp
 
@@ -41,11 +47,17 @@ _CACHE: dict = {}
 
 
 class NewtonKernels:
-    """The struct type and the kernels of one (T, TL, line search) combination."""
+    """The struct types and the kernels of one (T, TL, line search, linear solver) combination.
 
-    def __init__(self, Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr):
+    ``funcs`` holds the per-row and per-DOF ``wp.func`` s of the objective (and the scalar types
+    ``T``, ``TL``, ``V3``, ``M33``, the line-search variant), which the fused Newton kernel of
+    :mod:`sap_gpu.fused_newton` is built from.
+    """
+
+    def __init__(self, Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr, funcs):
         self.Problem, self.Newton, self.PcrWork = Problem, Newton, PcrWork
         self.evaluate, self.line_search, self.finish, self.newton_pcr = evaluate, line_search, finish, newton_pcr
+        self.funcs = funcs
 
 
 def newton_kernels(T, TL, variant: str, solver: str = "cholesky") -> NewtonKernels:
@@ -99,15 +111,24 @@ def _build(T, TL, variant, solver):
         limit_ncols: wp.array2d(dtype=int)
         A_cols: wp.array3d(dtype=int)
         A_ncols: wp.array2d(dtype=int)
+        # Transposed: per DOF, the contacts and active limit rows listing it (the fused loop's lanes).
+        dof_contacts: wp.array3d(dtype=int)
+        dof_ncontacts: wp.array2d(dtype=int)
+        dof_limits: wp.array3d(dtype=int)
+        dof_nlimits: wp.array2d(dtype=int)
         # Newton state (objective scalar T)
         v: wp.array2d(dtype=T)
         dv: wp.array2d(dtype=T)
         grad: wp.array2d(dtype=T)
         vc: wp.array2d(dtype=T)
         dvc: wp.array2d(dtype=T)
-        dp: wp.array2d(dtype=T)
+        dp: wp.array2d(dtype=T)  # A v at the last evaluated v (the stopping test's momentum scale)
         line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
         gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, limits, drives)
+        # G = −∂γ/∂vc of each row at the last evaluated v (stored by evaluate for the assembly of H).
+        contact_G: wp.array2d(dtype=M33)
+        limit_G: wp.array2d(dtype=T)
+        drive_G: wp.array2d(dtype=T)
 
     @wp.struct
     class Newton:
@@ -160,13 +181,16 @@ def _build(T, TL, variant, solver):
         return sparse_row_dot(P.A, P.A_cols, P.A_ncols, world, i, x)
 
     @wp.func
-    def A_row_dot_shifted(P: Problem, world: int, i: int) -> T:
-        """(A (v − v*))_i over the non-zero columns of row i."""
+    def A_row_dots(P: Problem, world: int, i: int):
+        """(A (v − v*))_i and (A v)_i in one pass over the non-zero columns of row i."""
         s = T(0.0)
+        sv = T(0.0)
         for t in range(P.A_ncols[world, i]):
             k = P.A_cols[world, i, t]
-            s = s + T(P.A[world, i, k]) * (P.v[world, k] - T(P.v_star[world, k]))
-        return s
+            a = T(P.A[world, i, k])
+            s = s + a * (P.v[world, k] - T(P.v_star[world, k]))
+            sv = sv + a * P.v[world, k]
+        return s, sv
 
     @wp.func
     def contact_rows_dot(P: Problem, world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
@@ -190,7 +214,7 @@ def _build(T, TL, variant, solver):
                 T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
 
     @wp.func
-    def phi(P: Problem, world: int, alpha: T):
+    def phi(P: Problem, world: int, lane: int, alpha: T):
         """ℓ(v + αΔv), dℓ/dα, d²ℓ/dα²: dynamics part from P.line, terms recomputed.
 
         docs/formulation.md § Line searches.
@@ -233,19 +257,13 @@ def _build(T, TL, variant, solver):
 
     @wp.func
     def store_pcr_terms(P: Problem, S: PcrWork, world: int, rhs: wp.array3d(dtype=TL)):
-        """rhs = −∇ℓ; S: G of every row (rounded to TL) and diag(H) = diag(A) + Σ (JᵢᵀGᵢJᵢ)_kk."""
+        """rhs = −∇ℓ; S: G of every row (evaluate's, rounded to TL) and diag(H) = diag(A) + Σ (JᵢᵀGᵢJᵢ)_kk."""
         nv = P.nv
-        zero = T(0.0)
-        o = P.contact_J.shape[1]
-        o2 = o + P.limit_count
-        for i in range(P.n_pad):
-            rhs[world, i, 0] = TL(0.0)
-        for i in range(nv):
+        for i in range(nv):  # the padding rows stay 0 from allocation
             rhs[world, i, 0] = TL(-P.grad[world, i])
             S.diag[world, i] = TL(P.A[world, i, i])
         for c in range(P.contact_count[world]):
-            R, vh, mu = contact_params(P, world, c)
-            g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
+            G = P.contact_G[world, c]
             GL = M33L(TL(G[0, 0]), TL(G[0, 1]), TL(G[0, 2]), TL(G[1, 0]), TL(G[1, 1]), TL(G[1, 2]),
                       TL(G[2, 0]), TL(G[2, 1]), TL(G[2, 2]))
             S.contact_G[world, c] = GL
@@ -256,20 +274,16 @@ def _build(T, TL, variant, solver):
         for r in range(P.limit_count):
             S.limit_G[world, r] = TL(0.0)
             if P.limit_active[world, r] != 0:
-                gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
-                GlL = TL(Gl)
+                GlL = TL(P.limit_G[world, r])
                 S.limit_G[world, r] = GlL
                 for t in range(P.limit_ncols[world, r]):
                     k = P.limit_cols[world, r, t]
                     Jl = TL(P.limit_J[world, r, k])
                     S.diag[world, k] = S.diag[world, k] + Jl * GlL * Jl
-        h = T(P.h)
         for i in range(P.drive_count):
-            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
-            gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
-            S.drive_G[world, i] = TL(Gd)
+            S.drive_G[world, i] = TL(P.drive_G[world, i])
             dof = P.drive_dof[i]
-            S.diag[world, dof] = S.diag[world, dof] + TL(Gd)
+            S.diag[world, dof] = S.diag[world, dof] + S.drive_G[world, i]
 
     @wp.func
     def hessian_product(P: Problem, S: PcrWork, world: int, n: int, src: wp.array2d(dtype=TL),
@@ -318,8 +332,6 @@ def _build(T, TL, variant, solver):
         o = P.contact_J.shape[1]
         o2 = o + P.limit_count
         zero = T(0.0)
-        for row in range(P.gamma.shape[1]):
-            P.gamma[world, row] = zero
         # Row velocities vc = J v.
         for c in range(P.contact_count[world]):
             Jv = contact_rows_dot(P, world, c, P.v)
@@ -329,19 +341,23 @@ def _build(T, TL, variant, solver):
             P.vc[world, o + r] = limit_row_dot(P, world, r, P.v)
         for i in range(P.drive_count):
             P.vc[world, o2 + i] = P.v[world, P.drive_dof[i]]
-        # ℓ_A and A(v − v*) into grad; momentum norm needs A v.
+        # ℓ_A and A(v − v*) into grad, A v (for the momentum scale) into dp: one pass over A.
         ell = zero
         for i in range(nv):
-            Adv = A_row_dot_shifted(P, world, i)
+            Adv, Av = A_row_dots(P, world, i)
             P.grad[world, i] = Adv
+            P.dp[world, i] = Av
             ell = ell + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
-        # Terms; Jᵀγ is accumulated into dv (scratch here) and subtracted from the gradient.
+        P.line[world, 0] = ell  # ℓ_A(v): the line search's quadratic part starts here
+        # Terms; Jᵀγ is accumulated into dv (scratch here) and subtracted from the gradient. G of
+        # every row is kept for H.
         for k in range(nv):
             P.dv[world, k] = zero
         for c in range(P.contact_count[world]):
             R, vh, mu = contact_params(P, world, c)
             g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
             ell = ell + l
+            P.contact_G[world, c] = G
             for a in range(3):
                 P.gamma[world, 3 * c + a] = g[a]
             for t in range(P.contact_ncols[world, c]):
@@ -349,10 +365,13 @@ def _build(T, TL, variant, solver):
                 P.dv[world, k] = P.dv[world, k] + T(P.contact_J[world, 3 * c, k]) * g[0] + T(
                     P.contact_J[world, 3 * c + 1, k]) * g[1] + T(P.contact_J[world, 3 * c + 2, k]) * g[2]
         for r in range(P.limit_count):
+            P.gamma[world, o + r] = zero
+            P.limit_G[world, r] = zero
             if P.limit_active[world, r] != 0:
                 gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
                 ell = ell + ll
                 P.gamma[world, o + r] = gl
+                P.limit_G[world, r] = Gl
                 for t in range(P.limit_ncols[world, r]):
                     k = P.limit_cols[world, r, t]
                     P.dv[world, k] = P.dv[world, k] + T(P.limit_J[world, r, k]) * gl
@@ -362,6 +381,7 @@ def _build(T, TL, variant, solver):
             gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
             ell = ell + ld
             P.gamma[world, o2 + i] = gd
+            P.drive_G[world, i] = Gd
             P.dv[world, P.drive_dof[i]] = P.dv[world, P.drive_dof[i]] + gd
         # Stopping tests over participating DOFs (docs/formulation.md § Stopping criteria): D̃ = diag(A)^(-1/2).
         r2 = zero
@@ -374,7 +394,7 @@ def _build(T, TL, variant, solver):
                 finite = 0
             if P.dof_mask[world, i] != 0:
                 d = T(1.0) / wp.sqrt(T(P.A[world, i, i]))
-                Av = A_row_dot(P, world, i, P.v)
+                Av = P.dp[world, i]
                 r2 = r2 + d * d * P.grad[world, i] * P.grad[world, i]
                 sA = sA + d * d * Av * Av
                 sJ = sJ + d * d * P.dv[world, i] * P.dv[world, i]
@@ -409,56 +429,51 @@ def _build(T, TL, variant, solver):
             N.pending[world] = 1
             wp.atomic_add(N.count, 0, 1)
             return
-        # H = A + Jᵀ G J, and the right-hand side −∇ℓ, in the linear-solve scalar TL.
-        for i in range(P.n_pad):
-            rhs[world, i, 0] = TL(0.0)
-            for k in range(P.n_pad):
-                H[world, i, k] = TL(0.0)
-            if i >= nv:
-                H[world, i, i] = TL(1.0)
+        # H = A + Jᵀ G J (lower triangle: the Cholesky reads nothing else; the padding rows and
+        # columns hold the identity from allocation), and −∇ℓ, in the linear-solve scalar TL.
         for i in range(nv):
             rhs[world, i, 0] = TL(-P.grad[world, i])
-            for k in range(nv):
+            for k in range(i + 1):
                 H[world, i, k] = TL(P.A[world, i, k])
         for c in range(P.contact_count[world]):
-            R, vh, mu = contact_params(P, world, c)
-            g, G, l, mode = friction_cone(contact_vc(P, world, c, zero), R, vh, mu)
+            G = P.contact_G[world, c]
             n = P.contact_ncols[world, c]
             for ti in range(n):
                 i = P.contact_cols[world, c, ti]
                 Ji = V3(T(P.contact_J[world, 3 * c, i]), T(P.contact_J[world, 3 * c + 1, i]),
                         T(P.contact_J[world, 3 * c + 2, i]))
                 GJi = wp.transpose(G) * Ji
-                for tk in range(n):
+                for tk in range(ti + 1):  # columns ascend: k ≤ i
                     k = P.contact_cols[world, c, tk]
                     Jk = V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
                             T(P.contact_J[world, 3 * c + 2, k]))
                     H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
         for r in range(P.limit_count):
-            if P.limit_active[world, r] != 0:
-                gl, Gl, ll = limit_term(P.vc[world, o + r], T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
-                if Gl != zero:
-                    n = P.limit_ncols[world, r]
-                    for ti in range(n):
-                        i = P.limit_cols[world, r, ti]
-                        for tk in range(n):
-                            k = P.limit_cols[world, r, tk]
-                            H[world, i, k] = H[world, i, k] + TL(Gl * T(P.limit_J[world, r, i]) * T(P.limit_J[world, r, k]))
+            Gl = P.limit_G[world, r]
+            if P.limit_active[world, r] != 0 and Gl != zero:
+                n = P.limit_ncols[world, r]
+                for ti in range(n):
+                    i = P.limit_cols[world, r, ti]
+                    for tk in range(ti + 1):
+                        k = P.limit_cols[world, r, tk]
+                        H[world, i, k] = H[world, i, k] + TL(Gl * T(P.limit_J[world, r, i]) * T(P.limit_J[world, r, k]))
         for i in range(P.drive_count):
-            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
-            gd, Gd, ld = drive_term(P.vc[world, o2 + i], h, q0, qt, vt, u, Kp, Kd, e)
             dof = P.drive_dof[i]
-            H[world, dof, dof] = H[world, dof, dof] + TL(Gd)
+            H[world, dof, dof] = H[world, dof, dof] + TL(P.drive_G[world, i])
         N.pending[world] = 1
         wp.atomic_add(N.count, 0, 1)
 
     @wp.kernel(enable_backward=False, module="unique")
-    def line_search(P: Problem, N: Newton, dv_in: wp.array3d(dtype=TL)):
+    def line_search(P: Problem, N: Newton, dv_in: wp.array3d(dtype=TL), solve_failed: wp.array(dtype=int)):
         world = wp.tid()
         if N.pending[world] == 0:
             return
         nv = P.nv
         zero = T(0.0)
+        if solve_failed[world] != 0:  # a Cholesky pivot that is not finite and > 0
+            N.status[world] = N.status[world] | LINEAR_SOLVE_FAILURE
+            N.done[world] = 1
+            return
         for k in range(nv):
             P.dv[world, k] = T(dv_in[world, k, 0])
             if not wp.isfinite(P.dv[world, k]):
@@ -475,7 +490,6 @@ def _build(T, TL, variant, solver):
             P.dvc[world, o + r] = limit_row_dot(P, world, r, P.dv)
         for i in range(P.drive_count):
             P.dvc[world, o2 + i] = P.dv[world, P.drive_dof[i]]
-        ell_A = zero
         slope = zero
         curvature = zero
         dphi0 = zero
@@ -485,13 +499,10 @@ def _build(T, TL, variant, solver):
             slope = slope + dp * dvs
             curvature = curvature + dp * P.dv[world, i]
             dphi0 = dphi0 + P.grad[world, i] * P.dv[world, i]
-        # ℓ_A(v) = ℓ(v) − Σ ℓ_i: recompute it directly to stay exact.
-        for i in range(nv):
-            ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * A_row_dot_shifted(P, world, i)
-        P.line[world, 0] = ell_A
+        # P.line[world, 0] = ℓ_A(v), the sum evaluate formed at this v.
         P.line[world, 1] = slope
         P.line[world, 2] = curvature
-        alpha, evals, failed = search(P, world, N.ell[world], dphi0, N.ls_max_iterations, N.rho, N.armijo_c, N.slop,
+        alpha, evals, failed = search(P, world, 0, N.ell[world], dphi0, N.ls_max_iterations, N.rho, N.armijo_c, N.slop,
                                       N.cost_abs, N.cost_rel)
         N.iterations[world] = N.iterations[world] + 1
         N.ls_iterations[world] = N.ls_iterations[world] + evals
@@ -542,4 +553,8 @@ def _build(T, TL, variant, solver):
             else:
                 dv_out[world, i, 0] = S.pinv[world, i] * rhs[world, i, 0]
 
-    return NewtonKernels(Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr)
+    funcs = SimpleNamespace(T=T, TL=TL, V3=V3, M33=M33, variant=variant, contact_params=contact_params,
+                            contact_rows_dot=contact_rows_dot, limit_row_dot=limit_row_dot, A_row_dot=A_row_dot,
+                            A_row_dots=A_row_dots, drive_params=drive_params, friction_cone=friction_cone,
+                            limit_term=limit_term, drive_term=drive_term)
+    return NewtonKernels(Problem, Newton, PcrWork, evaluate, line_search, finish, newton_pcr, funcs)

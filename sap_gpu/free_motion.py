@@ -12,6 +12,7 @@ import warp as wp
 
 from . import blocked_cholesky
 from . import linear_solve
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -64,7 +65,7 @@ def cast_matrix(src, dst) -> None:
 
 def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
     """Launch: ``rhs = h·k`` padded, (W, n_pad, 1)."""
-    wp.launch(_free_motion_rhs, dim=m.num_worlds, device=m.device, inputs=[
+    wp.launch(_free_motion_rhs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_damping, m.joint_effort_limit, m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1],
         wp.float64(dt), tau, v0, joint_f, joint_act], outputs=[rhs])
 

@@ -1,9 +1,12 @@
 """Line searches on the device: ``monotone_decay``, ``armijo_decay``, ``exact_root``.
 
 Counterparts of :mod:`sap_ref.line_search` (the same steps and tests, docs/formulation.md § Line searches).
-Each is a ``wp.func`` running inside one world's thread; they call ``phi(P, world, alpha)``, the
-cost along the Newton direction and its two derivatives, which :mod:`sap_gpu.contact_solve`
-supplies. Built per scalar type and per φ by :func:`make_line_search`. Each returns
+Each is a ``wp.func`` for one world; they call ``phi(P, world, lane, alpha)``, the cost along the
+Newton direction and its two derivatives, which :mod:`sap_gpu.contact_solve` supplies: the
+staged path runs them in the world's thread (``lane`` 0), the fused path
+(:mod:`sap_gpu.fused_newton`) on every lane of the world's block, where ``phi`` spreads the rows
+over the lanes and returns block sums, so every lane sees the same values and takes the same
+branches. Built per scalar type and per φ by :func:`make_line_search`. Each returns
 ``(alpha, evaluations, failed)``.
 """
 
@@ -18,13 +21,13 @@ def make_line_search(T, phi, P_type, variant: str):
     """The ``wp.func`` of ``variant`` for problem struct ``P_type`` and cost function ``phi``."""
 
     @wp.func
-    def monotone_decay(P: P_type, world: int, phi0: T, dphi0: T, max_iterations: int, rho: T, armijo_c: T,
-                       slop: T, cost_abs: T, cost_rel: T):
+    def monotone_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
+                       armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
         threshold = phi0 + T(MONOTONE_ABS_SLOP) + T(MONOTONE_REL_SLOP) * wp.abs(phi0)
         alpha = T(1.0)
         evals = int(0)
         while alpha >= T(MONOTONE_ALPHA_MIN) and evals < max_iterations:
-            ell, dell, d2ell = phi(P, world, alpha)
+            ell, dell, d2ell = phi(P, world, lane, alpha)
             evals += 1
             if ell <= threshold:
                 return alpha, evals, 0
@@ -32,12 +35,12 @@ def make_line_search(T, phi, P_type, variant: str):
         return T(0.0), evals, 1
 
     @wp.func
-    def armijo_decay(P: P_type, world: int, phi0: T, dphi0: T, max_iterations: int, rho: T, armijo_c: T,
-                     slop: T, cost_abs: T, cost_rel: T):
+    def armijo_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
+                     armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
         if not dphi0 < T(0.0):
             return T(0.0), 0, 1
         alpha = T(1.0) / rho
-        ell, dell, d2ell = phi(P, world, alpha)
+        ell, dell, d2ell = phi(P, world, lane, alpha)
         evals = int(1)
         if dell < T(0.0):
             return alpha, evals, 0
@@ -48,7 +51,7 @@ def make_line_search(T, phi, P_type, variant: str):
         ell_prev = ell
         for it in range(max_iterations - 1):
             alpha = rho * alpha
-            ell, dell, d2ell = phi(P, world, alpha)
+            ell, dell, d2ell = phi(P, world, lane, alpha)
             evals += 1
             if wp.abs((ell - ell_prev) / (alpha - alpha_prev)) < s:
                 return alpha, evals, 0
@@ -63,12 +66,12 @@ def make_line_search(T, phi, P_type, variant: str):
         return alpha, evals, 1
 
     @wp.func
-    def exact_root(P: P_type, world: int, phi0: T, dphi0: T, max_iterations: int, rho: T, armijo_c: T,
-                   slop: T, cost_abs: T, cost_rel: T):
+    def exact_root(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
+                   armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
         if not dphi0 < T(0.0):
             return T(0.0), 0, 1
         alpha_max = T(EXACT_ALPHA_MAX)
-        ell_max, dell_max, d2ell_max = phi(P, world, alpha_max)
+        ell_max, dell_max, d2ell_max = phi(P, world, lane, alpha_max)
         evals = int(1)
         if dell_max <= T(0.0):
             return alpha_max, evals, 0
@@ -91,7 +94,7 @@ def make_line_search(T, phi, P_type, variant: str):
         minus_dx = x_lo - x_hi
         minus_dx_prev = minus_dx
         for it in range(max_iterations):
-            ell, dell, d2ell = phi(P, world, x)
+            ell, dell, d2ell = phi(P, world, lane, x)
             evals += 1
             f = dell / scale
             df = d2ell / scale

@@ -4,8 +4,9 @@ Counterpart of :mod:`sap_ref.linear_solve`.
 
 * :func:`cholesky_solve`: the batched, masked tile Cholesky of :mod:`sap_gpu.blocked_cholesky`
   at ``contact_linear_solve_precision`` (H and −∇ℓ are assembled directly in that scalar type
-  by :mod:`sap_gpu.contact_solve`). A factorization that fails shows as non-finite Δv, which
-  the line-search kernel flags.
+  by :mod:`sap_gpu.contact_solve`). A factorization with a pivot that is not finite and > 0 is
+  reported per world (CUDA's tile Cholesky gives no NaN on failure), and so is a non-finite
+  Δv; the line-search kernel flags either as ``LINEAR_SOLVE_FAILURE``.
 * :func:`make_pcr`: the preconditioned conjugate residual iteration of :func:`sap_ref.linear_solve.pcr`
   as a ``wp.func`` running in one world's thread, for any operator ``matvec(ctx, S, world, n,
   src, dst)`` (dst = H src). The per-world reductions are loops in that thread, a world that is
@@ -23,6 +24,7 @@ import numpy as np
 import warp as wp
 
 from . import blocked_cholesky
+from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
@@ -32,9 +34,10 @@ _TYPES: dict = {}
 _DENSE: dict = {}
 
 
-def cholesky_solve(H, rhs, dv, pending, L_scratch) -> None:
-    """Launch: ``dv[w] = H[w]⁻¹ rhs[w]`` for every world with ``pending[w] != 0``."""
-    blocked_cholesky.solve(H, rhs, dv, pending, L_scratch)
+def cholesky_solve(H, rhs, dv, pending, L_scratch, failed) -> None:
+    """Launch: ``dv[w] = H[w]⁻¹ rhs[w]`` for every world with ``pending[w] != 0``; ``failed[w]``
+    = 1 where a pivot was not finite and > 0 (the explicit check of :mod:`sap_gpu.blocked_cholesky`)."""
+    blocked_cholesky.solve(H, rhs, dv, pending, L_scratch, failed=failed)
 
 
 def pcr_types(TL):
@@ -237,4 +240,5 @@ def pcr(A, B, X, active, S, n: int | None = None) -> None:
     Dense, kernel = _dense_kernel(A.dtype)
     ctx = Dense()
     ctx.A = A
-    wp.launch(kernel, dim=W, inputs=[ctx, S, B, active, n], outputs=[X], device=A.device)
+    wp.launch(kernel, dim=W, inputs=[ctx, S, B, active, n], outputs=[X], block_dim=world_block_dim(A.device),
+              device=A.device)

@@ -16,9 +16,12 @@ CUDA graph. Diagnostics (``last_status`` …) are device arrays; :meth:`diagnost
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import warp as wp
 
+from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.conventions import check_order
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
@@ -30,11 +33,16 @@ from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_solve import newton_kernels
 from .device import get_device
+from .fused_newton import fused_newton_kernel, fused_size
+from .launch import TILE_BLOCK_DIM, world_block_dim
 from .linear_solve import allocate_pcr_work, cholesky_solve
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts"]
+__all__ = ["SolverSAP", "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "check_device_state", "check_device_control",
+           "check_device_contacts"]
+
+# The two implementations of stage 3 (SolverSAP's newton_path), defined in sap_common.constants.
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
@@ -188,6 +196,14 @@ def _set_one(a: wp.array(dtype=int)):
     a[0] = 1
 
 
+@wp.kernel
+def _identity_padding(nv: int, H: wp.array3d(dtype=Any)):
+    """H[w, i, i] = 1 for i ≥ nv: the padded system solves the unpadded one (blocked_cholesky)."""
+    world, i = wp.tid()
+    if i >= nv:
+        H[world, i, i] = H.dtype(1.0)
+
+
 class SolverSAP:
     """Drake's SAP time step for every world of ``model``, in Warp (see the module docstring).
 
@@ -196,6 +212,12 @@ class SolverSAP:
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
         device: Warp device (default: Warp's default device).
+        newton_path: how stage 3 runs on the device: ``"fused"`` (one block of threads per world
+            runs that world's whole Newton loop in one launch, :mod:`sap_gpu.fused_newton`) or
+            ``"staged"`` (one thread per world per kernel, a ``wp.capture_while`` trip per
+            Newton iteration of the batch, :mod:`sap_gpu.contact_solve`). Both solve the same
+            problem with the same tests and report the same diagnostics; with
+            ``contact_linear_solver="pcr"`` the staged loop runs either way (PCR is not fused).
         **overrides: any :class:`~sap_common.config.SapConfig` knob.
 
     After :meth:`step`: ``last_status``, ``last_newton_iterations``, ``last_line_search_iterations``
@@ -204,9 +226,11 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, **overrides):
+                 device=None, newton_path: str = DEFAULT_NEWTON_PATH, **overrides):
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if not isinstance(newton_path, str) or newton_path not in NEWTON_PATHS:
+            raise ValueError(f"newton_path: {newton_path!r} is not valid; valid: {', '.join(NEWTON_PATHS)}")
         if model.joint_dof_count < 1:
             raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
         self.model = model
@@ -277,10 +301,14 @@ class SolverSAP:
         P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
         P.vc, P.dvc, P.dp, P.line = z((W, max(rows, 1)), T), z((W, max(rows, 1)), T), z((W, nv), T), z((W, 3), T)
         P.gamma = z((W, max(rows, 1)), T)
+        P.contact_G = z((W, max(C, 1)), wp.types.matrix((3, 3), T))
+        P.limit_G, P.drive_G = z((W, max(L, 1)), T), z((W, D), T)
         P.contact_count = wp.zeros(W, dtype=int, device=d)
         P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
         P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
         P.A_cols, P.A_ncols = z((W, nv, nv), wp.int32), z((W, nv), wp.int32)
+        P.dof_contacts, P.dof_ncontacts = z((W, nv, max(C, 1)), wp.int32), z((W, nv), wp.int32)
+        P.dof_limits, P.dof_nlimits = z((W, nv, max(L, 1)), wp.int32), z((W, nv), wp.int32)
         self.P = P
         N = kk.Newton()
         N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
@@ -292,12 +320,22 @@ class SolverSAP:
         N.cost_abs, N.cost_rel = T(cfg.cost_abs_tol), T(cfg.cost_rel_tol)
         N.rho, N.armijo_c, N.slop = T(cfg.rho), T(cfg.armijo_c), T(cfg.line_search_relative_slop)
         self.N = N
-        self.newton_rhs, self.newton_dv = z((W, n, 1), TL), z((W, n, 1), TL)
         pcr = cfg.contact_linear_solver == "pcr"
+        # The fused loop (Cholesky only) pads the system to 32 or a multiple of 32
+        # (fused_newton.fused_size); the staged loop to blocked_cholesky.padded_size.
+        self.newton_path = newton_path
+        self.fused = newton_path == "fused" and not pcr
+        ns = fused_size(nv) if self.fused else n
+        self.newton_rhs, self.newton_dv = z((W, ns, 1), TL), z((W, ns, 1), TL)
         # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
         # struct is a stand-in too (its arrays are never read).
-        self.H = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
-        self.newton_L = z((1, 1, 1), TL) if pcr else z((W, n, n), TL)
+        self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
+        if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
+            wp.launch(_identity_padding, dim=(W, ns), inputs=[nv], outputs=[self.H], device=d)
+        self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
+        if self.fused:
+            self.fused_kernel = fused_newton_kernel(kk, ns)
+        self.newton_failed = z(W, wp.int32)  # per world: the last factorization had a failed pivot
         self.pcr_work = allocate_pcr_work(TL, W, nv, cfg, d, C, L, self.drive_count) if pcr \
             else allocate_pcr_work(TL, 1, 1, cfg, d)
         self.last_linear_solver_iterations = self.pcr_work.iterations if pcr else z(W, wp.int32)
@@ -349,9 +387,11 @@ class SolverSAP:
         wp.copy(self.joint_act, control.joint_act)
         wp.copy(self.target_pos, control.joint_target_pos)
         wp.copy(self.target_vel, control.joint_target_vel)
-        wp.launch(_check_inputs, dim=m.num_worlds, device=self.device, inputs=[
-            m.quat_coord, m.quat_count, m.nq, m.nv, m.body_count, state_in.joint_q, state_in.joint_qd, control.joint_f, control.joint_act,
-            control.joint_target_pos, control.joint_target_vel, state_in.body_f], outputs=[N.status, N.done])
+        bd = world_block_dim(self.device)
+        wp.launch(_check_inputs, dim=m.num_worlds, block_dim=bd, device=self.device, inputs=[
+            m.quat_coord, m.quat_count, m.nq, m.nv, m.body_count, state_in.joint_q, state_in.joint_qd, control.joint_f,
+            control.joint_act, control.joint_target_pos, control.joint_target_vel, state_in.body_f],
+                  outputs=[N.status, N.done])
         boundary.joint_arrays_to_sap(m, state_in, control, pose32, self.v0, self.joint_f)
         kinematics.forward_kinematics(m, self.q0, self.v0, self.body_X, self.body_V, self.dof_S)
         boundary.body_wrenches_to_sap(m, state_in, pose32, self.body_X, self.body_f)
@@ -388,15 +428,17 @@ class SolverSAP:
                                   self.dof_mask, self.v_init)
         constraints.row_support(m, self.limits.count, not self.sparse_rows, contacts, self.contact_J,
                                 self.limit_active, self.limit_J, self.A, P.contact_cols, P.contact_ncols, P.limit_cols,
-                                P.limit_ncols, P.A_cols, P.A_ncols)
+                                P.limit_ncols, P.A_cols, P.A_ncols, P.dof_contacts, P.dof_ncontacts, P.dof_limits,
+                                P.dof_nlimits)
         self._stage("constraints")
         # 3. Newton
         self._newton(h)
         # 4. integration, 5. boundary out
         integration.integrate_positions(m, self.q0, self.v0, self.v1, h, cfg.position_integration, self.q1)
         self._stage("integration")
-        wp.launch(_select_outputs, dim=m.num_worlds, device=self.device, inputs=[
-            m.quat_coord, m.quat_count, m.nq, m.nv, self.q0, self.v0, contacts.overflow], outputs=[self.q1, self.v1, N.status])
+        wp.launch(_select_outputs, dim=m.num_worlds, block_dim=bd, device=self.device, inputs=[
+            m.quat_coord, m.quat_count, m.nq, m.nv, self.q0, self.v0, contacts.overflow],
+                  outputs=[self.q1, self.v1, N.status])
         wp.copy(self.last_truncated_contact_count, contacts.overflow)
         wp.copy(state_out.joint_q, self.q1)
         if state_out.joint_qd_order == "public":
@@ -406,7 +448,7 @@ class SolverSAP:
         kinematics.forward_kinematics(m, self.q1, self.v1, self.body_X, self.body_V, self.dof_S)
         wp.copy(state_out.body_q, self.body_X)
         boundary.body_twists_to_public(m, self.body_X, self.body_V, state_out.body_qd)
-        wp.launch(_keep_rejected_worlds, dim=m.num_worlds, device=self.device, inputs=[
+        wp.launch(_keep_rejected_worlds, dim=m.num_worlds, block_dim=bd, device=self.device, inputs=[
             int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, N.status, self.q0,
             self.qd_in, self.body_q_in, self.body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd,
                                                                    state_out.body_q, state_out.body_qd])
@@ -414,8 +456,15 @@ class SolverSAP:
 
     def _newton(self, h: float) -> None:
         P, N, kk, d = self.P, self.N, self.kernels, self.device
-        W = self.m.num_worlds
+        W, bd = self.m.num_worlds, world_block_dim(self.device)
         P.h = wp.float64(h)
+        if self.fused:  # one launch: warm start, the loop of every world, v₁
+            wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 0, self.H.shape[1] // blocked_cholesky.TILE,
+                                                                self.v_init],
+                            outputs=[self.H, self.newton_rhs, self.newton_dv, self.newton_L, self.v1],
+                            block_dim=TILE_BLOCK_DIM, device=d)
+            self._stage("newton_fused")
+            return
         wp.copy(P.v, self.v_init) if self.T == wp.float64 else _cast_into(self.v_init, P.v)
         N.iterations.zero_()
         N.ls_iterations.zero_()
@@ -428,19 +477,21 @@ class SolverSAP:
 
         def body():
             N.count.zero_()
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[self.H, self.newton_rhs], device=d)
+            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[self.H, self.newton_rhs], block_dim=bd, device=d)
             self._stage("newton_evaluate")
             if pcr:
-                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, self.newton_rhs], outputs=[self.newton_dv], device=d)
+                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, self.newton_rhs], outputs=[self.newton_dv],
+                          block_dim=bd, device=d)
             else:
-                cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L)
+                cholesky_solve(self.H, self.newton_rhs, self.newton_dv, N.pending, self.newton_L, self.newton_failed)
             self._stage("linear_solve")
-            wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv], device=d)
+            wp.launch(kk.line_search, dim=W, inputs=[P, N, self.newton_dv, self.newton_failed], block_dim=bd,
+                      device=d)
             wp.copy(self.loop_condition, N.count)
             self._stage("line_search")
 
         wp.capture_while(self.loop_condition, body)
-        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], device=d)
+        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[self.v1], block_dim=bd, device=d)
         self._stage("newton_finish")
 
     # ------------------------------------------------------------------ helpers
@@ -450,9 +501,11 @@ class SolverSAP:
 
         A teaching/debugging hook (and how the tests compare this stage with sap_ref): it
         reuses the last :meth:`step`'s A, v*, J, R, v̂ and rows, and leaves the step's results
-        alone apart from the Newton scratch buffers. Returns NumPy arrays: ``ell (W,)``,
-        ``grad (W, nv)``, ``H (W, nv, nv)`` (None with PCR, which never forms it), ``H_diag (W, nv)``,
-        ``contact_gamma (W, C, 3)``, ``limit_gamma (W, L)``
+        alone apart from the Newton scratch buffers. It runs the evaluation of the solver's
+        Newton path (the fused kernel evaluates once and stops). Returns NumPy arrays:
+        ``ell (W,)``, ``grad (W, nv)``, ``H (W, nv, nv)`` (symmetric, from the lower triangle the
+        kernels form; None with PCR, which never forms it), ``H_diag (W, nv)``,
+        ``contact_gamma (W, C, 3)`` (0 in unused slots), ``limit_gamma (W, L)``
         (0 for inactive rows), ``drive_gamma (W, D)``.
         """
         P, N, kk = self.P, self.N, self.kernels
@@ -466,15 +519,26 @@ class SolverSAP:
         N.done.zero_()
         N.iterations.zero_()
         try:
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
-                      device=self.device)
+            if self.fused:
+                wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 1, self.H.shape[1] // blocked_cholesky.TILE,
+                                                                    self.v_init],
+                                outputs=[self.H, self.newton_rhs, self.newton_dv, self.newton_L, self.v1],
+                                block_dim=TILE_BLOCK_DIM, device=self.device)
+            else:
+                wp.launch(kk.evaluate, dim=W, inputs=[P, N, self.pcr_work], outputs=[self.H, self.newton_rhs],
+                          block_dim=world_block_dim(self.device), device=self.device)
             gamma = P.gamma.numpy().astype(np.float64)
+            contact_gamma = gamma[:, :3 * C].reshape(W, C, 3)
+            contact_gamma[np.arange(C)[None, :] >= P.contact_count.numpy()[:, None]] = 0.0  # unused slots
             pcr = self.config.contact_linear_solver == "pcr"
-            out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64),
-                       H=None if pcr else self.H.numpy()[:, :nv, :nv].astype(np.float64),
-                       H_diag=(self.pcr_work.diag.numpy() if pcr else
-                               np.diagonal(self.H.numpy()[:, :nv, :nv], axis1=1, axis2=2)).astype(np.float64),
-                       contact_gamma=gamma[:, :3 * C].reshape(W, C, 3), limit_gamma=gamma[:, 3 * C:3 * C + L],
+            H = None
+            if not pcr:  # evaluate forms the lower triangle (all the Cholesky reads)
+                H = np.tril(self.H.numpy()[:, :nv, :nv].astype(np.float64))
+                H = H + np.tril(H, -1).transpose(0, 2, 1)
+            out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64), H=H,
+                       H_diag=(self.pcr_work.diag.numpy().astype(np.float64) if pcr else
+                               np.diagonal(H, axis1=1, axis2=2).copy()),
+                       contact_gamma=contact_gamma, limit_gamma=gamma[:, 3 * C:3 * C + L],
                        drive_gamma=gamma[:, 3 * C + L:3 * C + L + self.drive_count])
         finally:
             N.abs_tol, N.rel_tol, N.max_iterations = saved

@@ -300,10 +300,13 @@ def convex_manifold(A: Convex, B: Convex, margin: float = 0.0):
     side, n_ref, d_ref, poly, disk = ref
     inc = B if side == 0 else A
     u = -n_ref
-    points = clip_candidates(n_ref, poly, incident_feature(inc, u), [support(inc, u) + inc.radius * u], disk,
+    feature = incident_feature(inc, u)
+    points = clip_candidates(n_ref, poly, feature, [support(inc, u) + inc.radius * u], disk,
                              [x1 if side == 0 else x0])
     depths = [float(n_ref @ q - d_ref) for q in points]
-    chosen = reduce_manifold(points, depths, margin)
+    # A point feature (sphere, ellipsoid, capsule end) touches in one point: its support point and
+    # the GJK/EPA witness are two roundings of it, so only the deepest is kept.
+    chosen = reduce_manifold(points, depths, margin)[:1 if feature[1] == "point" else MANIFOLD_MAX_POINTS]
     return _contacts_from(side, n_ref, d_ref, points, chosen) if chosen else [(x0, x1, n, phi)]
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common.config import SapConfig
+from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.conventions import joint_quaternions_ok
 from sap_common.model import SapModel
 from sap_common.time_step import time_step_bound
@@ -86,6 +87,10 @@ class SolverSAP:
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (docs/presets.md).
         device: None or ``"cpu"`` (sap_ref runs on the host; the argument exists so that
             ``sap_ref`` and ``sap_gpu`` are called alike).
+        newton_path: ``"fused"`` (default) or ``"staged"``: how sap_gpu lays the Newton loop on
+            the device. Both compute the same iterates; sap_ref's single host loop is the same
+            for either, and the argument is checked and kept (``self.newton_path``) so that
+            ``sap_ref`` and ``sap_gpu`` are called alike.
         **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
@@ -97,10 +102,13 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, **overrides):
+                 device=None, newton_path: str = DEFAULT_NEWTON_PATH, **overrides):
         check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        if not isinstance(newton_path, str) or newton_path not in NEWTON_PATHS:
+            raise ValueError(f"newton_path: {newton_path!r} is not valid; valid: {', '.join(NEWTON_PATHS)}")
+        self.newton_path = newton_path
         if model.joint_dof_count < 1:
             raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
         self.model = model

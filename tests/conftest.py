@@ -7,6 +7,7 @@ are slow and shared, and timing is not what these tests check.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
@@ -42,3 +43,23 @@ DRAKE_ANCHORS = sorted(p for p in (DATA / "drake").glob("*.json") if p.name != "
 def drake_anchor_paths():
     assert DRAKE_ANCHORS, f"no Drake anchors under {DATA / 'drake'}"
     return DRAKE_ANCHORS
+
+
+@contextlib.contextmanager
+def cooperative_lanes(enabled: bool = True):
+    """Run block-per-world (tile) kernels on Warp's CPU device with all their lanes.
+
+    Warp runs a tile kernel's block on one lane on the CPU unless ``wp.config.enable_cpu_blocks``
+    is set; with it, the block's lanes run as cooperative fibers that switch at every block
+    barrier, so the lane-strided loops, block reductions and barriers of the fused Newton loop
+    really run (a missing barrier shows as a read of data another lane has not written yet). No
+    effect on CUDA, where blocks always have their lanes. Restores the previous setting.
+    """
+    import warp as wp
+
+    saved = wp.config.enable_cpu_blocks
+    wp.config.enable_cpu_blocks = bool(enabled) or saved
+    try:
+        yield
+    finally:
+        wp.config.enable_cpu_blocks = saved

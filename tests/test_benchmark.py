@@ -17,8 +17,11 @@ RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset",
             "gpu_memory_mib", "newton_mean", "newton_p95", "line_search_mean", "line_search_p95",
             "contacts_per_world_mean", "converged_fraction", "capped_steps", "world_steps", "truncated_contacts",
             "graph", "invalid_reason"}
-SOLVER_STAGES = ("boundary_in", "free_motion", "contact_jacobian", "constraints", "newton_evaluate", "linear_solve",
-                 "line_search", "newton_finish", "integration", "boundary_out")
+SOLVER_STAGES = {
+    "staged": ("boundary_in", "free_motion", "contact_jacobian", "constraints", "newton_evaluate", "linear_solve",
+               "line_search", "newton_finish", "integration", "boundary_out"),
+    "fused": ("boundary_in", "free_motion", "contact_jacobian", "constraints", "newton_fused", "integration",
+              "boundary_out")}
 # Sample-moment tolerance of the noise test: 4 standard errors of a 20000-sample std estimate.
 NOISE_SAMPLES = 20000
 NOISE_STD_TOL = 4.0 / np.sqrt(2 * NOISE_SAMPLES)
@@ -56,17 +59,22 @@ def test_mesh_collision_robot_runs_from_its_mjcf_file(capsys, device):
     assert row["world_steps_per_s"] > 0 and row["contacts_per_world_mean"] > 0  # it lands on its mesh feet
 
 
-def test_breakdown_names_every_stage_and_sums_to_the_total(capsys, device):
+@pytest.mark.parametrize("newton_path", ["staged", "fused"])
+def test_breakdown_names_every_stage_and_sums_to_the_total(capsys, device, newton_path):
     assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--breakdown",
-                 "--breakdown-steps", "2", "--device", str(device), "--json", "--quiet"]) == 0
+                 "--breakdown-steps", "2", "--newton-path", newton_path, "--device", str(device), "--json",
+                 "--quiet"]) == 0
     lines, row = _last_json(capsys)
     b = row["breakdown"]
     names = [s["stage"] for s in b["stages"]]
-    assert names == ["collision", "control_noise", *SOLVER_STAGES, "statistics"]
+    assert names == ["collision", "control_noise", *SOLVER_STAGES[newton_path], "statistics"]
     assert sum(s["percent"] for s in b["stages"]) == pytest.approx(100.0)
     assert sum(s["ms_per_step"] for s in b["stages"]) == pytest.approx(b["ms_per_step"])
-    newton = next(s for s in b["stages"] if s["stage"] == "newton_evaluate")
-    assert newton["calls_per_step"] >= 1  # one call per batched Newton iteration
+    newton = next(s for s in b["stages"] if s["stage"] == SOLVER_STAGES[newton_path][4])
+    if newton_path == "staged":
+        assert newton["calls_per_step"] >= 1  # one call per batched Newton iteration
+    else:
+        assert newton["calls_per_step"] == 1  # the whole loop of every world in one launch
     assert any("dominant stage:" in line for line in lines)
 
 
@@ -172,6 +180,7 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
              (["--num-worlds", "4,x"], "--num-worlds: expected integers >= 1, got 'x'"),
              (["--steps", "0"], "--steps: must be >= 1"),
              (["--warmup", "0"], "--warmup: must be >= 1"),
+             (["--structure-steps", "0"], "--structure-steps: must be >= 1"),
              (["--preset", "approx33"], "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
              (["--line-search", "newton"], "--line-search: line_search_variant: 'newton' is not valid; valid: "),
              (["--dt", "-1"], "--dt: must be a finite time step > 0 s"),
@@ -189,6 +198,10 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
         main(["sphere_drop", "--linear-solver", "lu"])
     assert e.value.code == 2
     assert "--linear-solver: invalid choice: 'lu' (choose from" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sphere_drop", "--newton-path", "graph"])
+    assert e.value.code == 2
+    assert "--newton-path: invalid choice: 'graph' (choose from" in capsys.readouterr().err
 
 
 def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
@@ -199,6 +212,33 @@ def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
     assert [(r["label"], r["linear_solver"]) for r in result["runs"]] == [("approx32/cholesky", "cholesky"),
                                                                           ("approx32/pcr", "pcr")]
     assert any(line.startswith("approx32/pcr") for line in lines)
+
+
+def test_newton_path_sweep_counts_launches_and_trips(capsys, device):
+    """--newton-path fused staged: both in one process with the same iterations (on one CPU lane
+    the two are equal), the speed-up printed, and the structure counted: the fused path issues one
+    Newton launch per step and passes through the loop once; the staged path passes once per
+    iteration of its slowest world plus the pass that only finds every world done, each pass
+    several launches."""
+    assert main(["box_stack", "--num-worlds", "3", "--steps", "4", "--warmup", "2", "--newton-path", "fused",
+                 "staged", "--structure-steps", "3", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    fused, staged = result["runs"]
+    assert (fused["label"], staged["label"]) == ("approx32/fused", "approx32/staged")
+    assert (fused["newton_path"], staged["newton_path"]) == ("fused", "staged")
+    if not wp.get_device(device).is_cuda:
+        for key in ("newton_mean", "line_search_mean", "newton_mean_structure", "newton_max_structure"):
+            assert fused[key] == staged[key], key
+    assert fused["newton_launches_per_step"] == 1 and fused["newton_trips_per_step"] == 1
+    assert staged["newton_trips_per_step"] == pytest.approx(staged["newton_max_structure"] + 1)
+    assert staged["newton_launches_per_step"] >= 4 * staged["newton_trips_per_step"]
+    assert fused["launches_per_step"] == pytest.approx(
+        staged["launches_per_step"] - staged["newton_launches_per_step"] + 1)
+    (q,) = result["newton_path_speedups"]
+    assert q["speedup"] == pytest.approx(fused["world_steps_per_s"] / staged["world_steps_per_s"])
+    assert any(line.startswith("speed-up fused/staged Newton path (approx32/cholesky/sparse, 3 worlds): ")
+               for line in lines)
+    assert any(line.startswith("structure: approx32/staged x3: ") for line in lines)
 
 
 def test_rows_sweep_reports_the_sparse_over_dense_speedup(capsys, device):

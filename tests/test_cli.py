@@ -9,21 +9,31 @@ import re
 import pytest
 
 import tools.benchmark
+import tools.benchmark_collision
 import tools.compare_backends
 import tools.compare_presets
 import tools.demo
+import tools.inspector
 import tools.plot_benchmark
+import tools.record
 import tools.scenes
+import tools.validate
+import tools.viewer
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
 from tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
 from conftest import DATA
 
 MAINS = {"sap-demo": tools.demo.main, "sap-scenes": tools.scenes.main,
          "sap-compare-presets": tools.compare_presets.main, "sap-compare-backends": tools.compare_backends.main,
-         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main}
+         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main,
+         "sap-inspect": tools.inspector.main, "sap-view": tools.viewer.main,
+         "sap-record": tools.record.main, "sap-validate": tools.validate.main,
+         "sap-benchmark-collision": tools.benchmark_collision.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
-                "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search")}
+                "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),
+                "sap-inspect": ("--preset", "--line-search"), "sap-view": ("--preset", "--line-search"),
+                "sap-validate": ("--preset", "--line-search")}
 
 
 def _no_work(monkeypatch):
@@ -68,7 +78,7 @@ def test_help_is_plain_text_and_lists_the_choices(capsys, prog):
 
 
 @pytest.mark.parametrize("prog", ["sap-demo", "sap-scenes", "sap-compare-presets", "sap-compare-backends",
-                                  "sap-benchmark"])
+                                  "sap-benchmark", "sap-view"])
 def test_a_missing_scene_file_is_a_one_line_error(capsys, monkeypatch, tmp_path, prog):
     _no_work(monkeypatch)
     missing = str(tmp_path / "nope.json")
@@ -110,6 +120,11 @@ def test_out_into_a_missing_directory_fails_before_any_work(capsys, monkeypatch,
     ("sap-benchmark", ["sphere_drop", "--max-iterations", "0"], "--max-iterations: max_iterations"),
     ("sap-benchmark", ["sphere_drop", "--linear-solver", "lu"], "argument --linear-solver: invalid choice: 'lu'"),
     ("sap-plot-benchmark", [str(DATA / "drake" / "index.json"), "--out", "x.doc"], "--out: matplotlib cannot write"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--preset", "fast"], "--preset: contact_preset_variant"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--epsilon", "0"], "--epsilon: must be a finite"),
+    ("sap-validate", [str(DATA / "drake" / "index.json")], "index.json: missing required field 'format'"),
+    ("sap-record", ["sphere_drop", "--steps", "0"], "--steps: must be >= 1"),
+    ("sap-record", ["sphere_drop", "--engine", "bullet"], "argument --engine: invalid choice: 'bullet'"),
 ])
 def test_bad_flags_are_one_line_errors_before_any_work(capsys, monkeypatch, prog, argv, message):
     _no_work(monkeypatch)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import warp as wp
 
+from conftest import cooperative_lanes
 from sap_gpu.blocked_cholesky import TILE, padded_size, solve
 
 # Cholesky is backward stable: ‖X − X*‖/‖X*‖ ≲ c·n·κ(A)·ε. The factor c·n is taken generously as
@@ -91,6 +92,34 @@ def test_a_non_spd_world_is_non_finite_and_alone(device):
             np.testing.assert_allclose(X[w], np.linalg.solve(A[w], B[w]), rtol=0, atol=1e-10 * np.abs(X[w]).max())
 
 
+@pytest.mark.parametrize("lanes", [False, True], ids=["one_lane", "cooperative_lanes"])
+@pytest.mark.parametrize("n", [16, 64], ids=["single", "blocked"])
+def test_failed_pivots_are_reported_per_world(device, n, lanes):
+    """The explicit pivot check (CUDA's tile Cholesky gives no NaN on failure): ``failed`` is 1
+    exactly for the worlds whose factorization meets a pivot that is not finite and > 0 (an
+    indefinite matrix, a singular one with an exact zero pivot, a NaN entry), 0 for the SPD
+    ones, and a masked world's flag is left alone; the SPD worlds' solutions are unaffected."""
+    rng = np.random.default_rng(n)
+    A = _spd(rng, 6, n, 10.0)
+    A[1] = -A[1]  # negative definite: the first pivot is sqrt(< 0)
+    A[2] = np.eye(n)
+    A[2, n - 2:, n - 2:] = 1.0  # PSD, rank n − 1: the last pivot is sqrt(1 − 1) = 0 exactly
+    A[3, n - 1, n - 1] = np.nan
+    A[4] = -A[4]  # not SPD, but masked: its flag keeps the sentinel
+    B = rng.standard_normal((6, n, 1))
+    active = np.array([1, 1, 1, 1, 0, 1], np.int32)
+    flags = wp.array(np.full(6, 9, np.int32), dtype=wp.int32, device=device)
+    X = wp.zeros((6, n, 1), dtype=wp.float64, device=device)
+    L = wp.zeros((6, n, n), dtype=wp.float64, device=device) if n > TILE else None
+    with cooperative_lanes(lanes):
+        solve(wp.array(A, dtype=wp.float64, device=device), wp.array(B, dtype=wp.float64, device=device), X,
+              wp.array(active, dtype=wp.int32, device=device), L, failed=flags)
+    np.testing.assert_array_equal(flags.numpy(), [0, 1, 1, 1, 9, 0])
+    for w in (0, 5):
+        np.testing.assert_allclose(X.numpy()[w], np.linalg.solve(A[w], B[w]), rtol=0,
+                                   atol=1e-10 * np.abs(X.numpy()[w]).max())
+
+
 def test_same_input_gives_bit_identical_worlds(device):
     rng = np.random.default_rng(5)
     A = np.repeat(_spd(rng, 1, 64, 1e4), 4, axis=0)
@@ -121,3 +150,5 @@ def test_bad_arguments_are_refused(device):
         solve(arr((1, 40, 40)), arr((1, 40, 1)), arr((1, 40, 1)), arr(1, wp.int32), arr((1, 40, 40)))
     with pytest.raises(ValueError, match="L_scratch"):
         solve(arr((1, 64, 64)), arr((1, 64, 1)), arr((1, 64, 1)), arr(1, wp.int32))
+    with pytest.raises(ValueError, match="failed: expected an int32 array of shape \\(2,\\)"):
+        solve(**ok, failed=arr(3, wp.int32))

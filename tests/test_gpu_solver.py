@@ -14,10 +14,11 @@ import pytest
 import warp as wp
 
 import sap_gpu
-from conftest import DATA
+from conftest import DATA, cooperative_lanes
 from sap_common import scenes
 from sap_common.io import body_pose_error, load_json, load_recording, recorded_body_indices
 from sap_common.state import SapContacts, StepStatus
+from sap_gpu.solver import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from test_ref_solver import CONTACT_FREE_ANCHORS, CONTACT_FREE_POSITION_TOL, CONTACT_FREE_ROTATION_TOL
 from test_ref_solver_contact import CONTACT_ANCHORS, CONTACT_POSITION_TOL, CONTACT_ROTATION_TOL
 
@@ -25,13 +26,13 @@ BATCH_SCENE = "box_stack"  # free bodies, box–box and box–plane contact, sev
 BATCH_STEPS = 8
 
 
-def _run_anchor(name, device):
+def _run_anchor(name, device, newton_path):
     path = DATA / "drake" / f"{name}.json"
     scene = load_json(path)
     rec = load_recording(scene)
     idx = recorded_body_indices(scene, json.loads(path.read_text())["recording"]["bodies"])
     solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device,
-                               **scene.solver_kwargs)
+                               newton_path=newton_path, **scene.solver_kwargs)
     pipeline = sap_gpu.CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config, device=device)
     contacts = pipeline.contacts()
     state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
@@ -40,7 +41,8 @@ def _run_anchor(name, device):
     for n in range(1, scene.num_steps + 1):
         pipeline.collide(state, contacts)
         counts.append(int(contacts.count.numpy()[0]))
-        solver.step(state, state, control, contacts, scene.dt)
+        with cooperative_lanes(newton_path == "fused"):
+            solver.step(state, state, control, contacts, scene.dt)
         assert solver.diagnostics()["status"][0] == StepStatus.CONVERGED, f"step {n}"
         dp, dr = body_pose_error(state.body_q.numpy()[0, idx], rec["body_pose_W"][n])
         worst_p, worst_r = max(worst_p, dp), max(worst_r, dr)
@@ -49,9 +51,11 @@ def _run_anchor(name, device):
     return worst_p, worst_r
 
 
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 @pytest.mark.parametrize("name", CONTACT_FREE_ANCHORS + CONTACT_ANCHORS)
-def test_drake_preset_reproduces_the_drake_anchors(device, name):
-    worst_p, worst_r = _run_anchor(name, device)
+def test_drake_preset_reproduces_the_drake_anchors(device, name, newton_path):
+    """Both Newton paths, the fused one with its 32 cooperative lanes."""
+    worst_p, worst_r = _run_anchor(name, device, newton_path)
     if name in CONTACT_ANCHORS:
         assert worst_p <= CONTACT_POSITION_TOL and worst_r <= CONTACT_ROTATION_TOL
     else:
@@ -82,18 +86,20 @@ def _perturbed_states(scene, seed):
 
 
 def _simulate(model, host_state, host_control, device, steps=BATCH_STEPS, capacity=None, preset="approx32",
-              **overrides):
-    """Collide + step ``steps`` times; returns (final host state, per-step statuses, contact counts)."""
+              newton_path=DEFAULT_NEWTON_PATH, **overrides):
+    """Collide + step ``steps`` times; returns (final host state, per-step statuses, contact counts).
+    The fused Newton path runs with its 32 cooperative lanes."""
     cap = capacity if capacity is not None else 32
     solver = sap_gpu.SolverSAP(model, max_rigid_contact=cap, contact_preset_variant=preset, device=device,
-                               **overrides)
+                               newton_path=newton_path, **overrides)
     pipeline = sap_gpu.CollisionPipeline(model, cap, solver.config, device=device)
     contacts = pipeline.contacts()
     state, control = sap_gpu.to_device(host_state, device), sap_gpu.to_device(host_control, device)
     statuses, counts = [], []
     for _ in range(steps):
         pipeline.collide(state, contacts)
-        solver.step(state, state, control, contacts, 2e-3)
+        with cooperative_lanes(newton_path == "fused"):
+            solver.step(state, state, control, contacts, 2e-3)
         statuses.append(solver.diagnostics()["status"])
         counts.append((contacts.count.numpy().copy(), contacts.overflow.numpy().copy()))
     return sap_gpu.to_host(state), np.array(statuses), counts
@@ -104,28 +110,32 @@ def _assert_state_equal(a, b, what):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f"{what}: {f} differs"
 
 
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 @pytest.mark.parametrize("preset", ["approx32", "approx64", "drake"])
-def test_identical_worlds_are_identical_and_runs_repeat(device, preset):
+def test_identical_worlds_are_identical_and_runs_repeat(device, preset, newton_path):
     scene = scenes.get(BATCH_SCENE, num_worlds=4)
     state = _perturbed_states(scenes.get(BATCH_SCENE), seed=0)
     batch = dataclasses.replace(scene.state, **{f: np.repeat(getattr(state, f), 4, axis=0)
                                                 for f in ("joint_q", "joint_qd", "body_q", "body_qd", "body_f")})
-    out, statuses, _ = _simulate(scene.sap_model, batch, scene.control, device, preset=preset)
+    out, statuses, _ = _simulate(scene.sap_model, batch, scene.control, device, preset=preset, newton_path=newton_path)
     assert np.all(statuses & StepStatus.CONVERGED)
     for w in range(1, 4):
         _assert_state_equal(_world(out, 0), _world(out, w), f"world {w} vs world 0")
-    again, statuses2, _ = _simulate(scene.sap_model, batch, scene.control, device, preset=preset)
+    again, statuses2, _ = _simulate(scene.sap_model, batch, scene.control, device, preset=preset,
+                                    newton_path=newton_path)
     _assert_state_equal(out, again, "second run")
     assert np.array_equal(statuses, statuses2)
 
 
-def test_a_world_of_a_mixed_batch_equals_its_solo_run(device):
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
+def test_a_world_of_a_mixed_batch_equals_its_solo_run(device, newton_path):
     scene = scenes.get(BATCH_SCENE, num_worlds=3)
     state = _perturbed_states(scene, seed=1)
-    out, _, _ = _simulate(scene.sap_model, state, scene.control, device)
+    out, _, _ = _simulate(scene.sap_model, state, scene.control, device, newton_path=newton_path)
     solo_model = scenes.get(BATCH_SCENE).sap_model
     for w in range(3):
-        solo, _, _ = _simulate(solo_model, _world(state, w), _world(scene.control, w), device)
+        solo, _, _ = _simulate(solo_model, _world(state, w), _world(scene.control, w), device,
+                               newton_path=newton_path)
         _assert_state_equal(_world(out, w), solo, f"world {w}")
 
 
@@ -167,12 +177,13 @@ def test_contact_overflow_is_counted_and_flagged(device):
     assert np.isfinite(out.joint_q).all()
 
 
-@pytest.mark.parametrize("linear_solver", ["cholesky", "pcr"])
-def test_step_allocates_nothing(device, monkeypatch, linear_solver):
+@pytest.mark.parametrize("linear_solver, newton_path", [("cholesky", "staged"), ("pcr", "staged"),
+                                                       ("cholesky", "fused")])
+def test_step_allocates_nothing(device, monkeypatch, linear_solver, newton_path):
     """Every buffer is made at construction; step() launches and copies only (docs/pipeline.md)."""
     scene = scenes.get(BATCH_SCENE, num_worlds=2)
     solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device,
-                               contact_linear_solver=linear_solver)
+                               contact_linear_solver=linear_solver, newton_path=newton_path)
     pipeline = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
     contacts = pipeline.contacts()
     state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
@@ -194,14 +205,15 @@ def test_step_allocates_nothing(device, monkeypatch, linear_solver):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("linear_solver", ["cholesky", "pcr"])
-def test_collide_and_step_capture_in_a_cuda_graph(device, linear_solver):
+@pytest.mark.parametrize("linear_solver, newton_path", [("cholesky", "staged"), ("pcr", "staged"),
+                                                       ("cholesky", "fused")])
+def test_collide_and_step_capture_in_a_cuda_graph(device, linear_solver, newton_path):
     if not device.is_cuda:
         pytest.skip("CUDA graph capture needs a CUDA device (run with --device cuda:0)")
     scene = scenes.get(BATCH_SCENE, num_worlds=8)
     host = _perturbed_states(scene, seed=5)
     solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device,
-                               contact_linear_solver=linear_solver)
+                               contact_linear_solver=linear_solver, newton_path=newton_path)
     pipeline = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
     contacts = pipeline.contacts()
     control = sap_gpu.to_device(scene.control, device)
@@ -271,13 +283,16 @@ def test_bad_step_arguments_are_refused_before_any_launch(device, small):
     assert isinstance(contacts, SapContacts)
 
 
-def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device):
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
+def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device, newton_path):
     """The profiling hook (tools/benchmark.py --breakdown) is called once per stage, in
-    pipeline order, once per Newton stage per iteration, and leaves the results bit-identical."""
+    pipeline order (the staged path: once per Newton stage per batch iteration; the fused path:
+    once for its one launch), and leaves the results bit-identical."""
     scene = scenes.get("box_stack", num_worlds=2)
 
     def run(hook):
-        solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device)
+        solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device,
+                                   newton_path=newton_path)
         solver.stage_hook = hook
         pipeline = sap_gpu.CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config, device=device)
         state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
@@ -292,8 +307,11 @@ def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device):
     np.testing.assert_array_equal(with_hook.joint_q, without_hook.joint_q)
     np.testing.assert_array_equal(with_hook.joint_qd, without_hook.joint_qd)
     head = ["boundary_in", "free_motion", "contact_jacobian", "constraints"]
-    tail = ["newton_finish", "integration", "boundary_out"]
-    assert names[:4] == head and names[-3:] == tail
+    assert names[:4] == head and names[-2:] == ["integration", "boundary_out"]
+    if newton_path == "fused":
+        assert names[4:-2] == ["newton_fused"]
+        return
+    assert names[-3] == "newton_finish"
     loop = names[4:-3]
     iterations = int(d["newton_iterations"].max())
     # One pass per Newton iteration, plus the last pass that only evaluates and stops.

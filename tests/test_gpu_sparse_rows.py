@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
+from conftest import cooperative_lanes
 from sap_common import scenes
 from sap_ref.collision import CollisionPipeline
 from strategies import random_constrained_models
+from sap_gpu.solver import NEWTON_PATHS
 from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
 
 CAP = 16
@@ -37,12 +39,13 @@ def _inputs(case, device):
     return model, state, control, contacts
 
 
-def _step(model, state, control, contacts, device, sparse, **config):
-    solver = sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, **config)
+def _step(model, state, control, contacts, device, sparse, newton_path="staged", **config):
+    solver = sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, newton_path=newton_path, **config)
     solver.sparse_rows = sparse
     out = sap_gpu.to_device(state, device)
-    solver.step(sap_gpu.to_device(state, device), out, sap_gpu.to_device(control, device),
-                sap_gpu.to_device(contacts, device), 1e-3)
+    with cooperative_lanes(newton_path == "fused"):
+        solver.step(sap_gpu.to_device(state, device), out, sap_gpu.to_device(control, device),
+                    sap_gpu.to_device(contacts, device), 1e-3)
     return solver, sap_gpu.to_host(out)
 
 
@@ -82,18 +85,21 @@ def _assert_equal_runs(a, b, what):
 
 @settings(max_examples=15)
 @given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
-       st.sampled_from(LINEAR_SOLVERS))
-def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_solver):
-    """Random models with every joint type, limits, drives and contacts: one step, both paths."""
+       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_solver, newton_path):
+    """Random models with every joint type, limits, drives and contacts: one step, both row paths,
+    on either Newton path (the fused one with its 32 cooperative lanes: the lanes split the DOFs
+    and rows by index, not by the lists, so the sums are still equal term for term)."""
     model, state, control, contacts = _inputs(case, device)
     config = dict(contact_preset_variant=preset, line_search_variant=line_search, contact_linear_solver=linear_solver)
-    runs = [_step(model, state, control, contacts, device, sparse, **config) for sparse in (True, False)]
+    runs = [_step(model, state, control, contacts, device, sparse, newton_path, **config) for sparse in (True, False)]
     _check_lists(runs[0][0], True)
     _check_lists(runs[1][0], False)
     _assert_equal_runs(*runs, f"{preset}/{line_search}/{linear_solver}")
     # ℓ, ∇ℓ, γ and H (or diag H) at a velocity that is not the solution.
     v = runs[0][0].v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
-    ea, eb = (s.evaluate_at(v) for s, _ in runs)
+    with cooperative_lanes(newton_path == "fused"):
+        ea, eb = (s.evaluate_at(v) for s, _ in runs)
     for k, x in ea.items():
         if x is None:
             assert eb[k] is None
@@ -101,8 +107,9 @@ def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_
             np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
-@pytest.mark.parametrize("linear_solver", LINEAR_SOLVERS)
-def test_humanoid_rollout_sparse_equals_dense(device, linear_solver):
+@pytest.mark.parametrize("linear_solver, newton_path", [("cholesky", "staged"), ("pcr", "staged"),
+                                                       ("cholesky", "fused")])
+def test_humanoid_rollout_sparse_equals_dense(device, linear_solver, newton_path):
     """A falling humanoid (one tree, ~13 of 27 columns per contact): the sparse path is taken
     (shorter lists than nv) and a 60-step rollout of 3 worlds equals the dense one."""
     ok, why = scenes.availability("humanoid")
@@ -114,7 +121,7 @@ def test_humanoid_rollout_sparse_equals_dense(device, linear_solver):
     outs = []
     for sparse in (True, False):
         solver = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device,
-                                   contact_linear_solver=linear_solver, **scene.solver_kwargs)
+                                   contact_linear_solver=linear_solver, newton_path=newton_path, **scene.solver_kwargs)
         solver.sparse_rows = sparse
         pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, solver.config, device=device)
         contacts = pipe.contacts()
@@ -126,7 +133,8 @@ def test_humanoid_rollout_sparse_equals_dense(device, linear_solver):
         ncols_seen = []
         for _ in range(60):
             pipe.collide(state, contacts)
-            solver.step(state, state, control, contacts, scene.dt)
+            with cooperative_lanes(newton_path == "fused"):
+                solver.step(state, state, control, contacts, scene.dt)
             count = contacts.count.numpy()
             ncols_seen += [n for w in range(3) for n in solver.P.contact_ncols.numpy()[w, :count[w]]]
         _check_lists(solver, sparse)

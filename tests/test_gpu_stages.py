@@ -17,11 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
+from conftest import cooperative_lanes
 from sap_common.config import SapConfig
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
+from sap_gpu.solver import NEWTON_PATHS
 from sap_ref.solver import SolverSAP as RefSolver
 from strategies import random_constrained_models
 from tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
@@ -47,7 +49,7 @@ def _close_rel(a, b, rtol, what):
     assert err <= rtol, f"{what}: relative |Δ| = {err:.3e}, rtol {rtol}"
 
 
-def _setup(case, device, **config):
+def _setup(case, device, newton_path="staged", **config):
     model, q, qd = case
     state = model.state()
     state.joint_q[0] = q
@@ -56,7 +58,7 @@ def _setup(case, device, **config):
     state.body_q[:], state.body_qd[:] = body_state(model, state.joint_q, state.joint_qd, "public")
     cap = 16
     ref = RefSolver(model, max_rigid_contact=cap, **config)
-    gpu = sap_gpu.SolverSAP(model, max_rigid_contact=cap, device=device, **config)
+    gpu = sap_gpu.SolverSAP(model, max_rigid_contact=cap, device=device, newton_path=newton_path, **config)
     pipe = CollisionPipeline(model, cap, ref.config)
     contacts = pipe.contacts()
     pipe.collide(state, contacts)
@@ -69,14 +71,16 @@ def _setup(case, device, **config):
 # 25 examples per run; SAP_STAGE_EXAMPLES=600 shakes it harder (done before each change lands).
 @settings(max_examples=int(os.environ.get("SAP_STAGE_EXAMPLES", "25")))
 @given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
-       st.sampled_from(LINEAR_SOLVERS))
-def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver):
-    model, state, control, contacts, ref, gpu = _setup(case, device, contact_preset_variant=preset,
+       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, newton_path):
+    """Both Newton paths; the fused one with its 32 cooperative lanes (conftest.cooperative_lanes)."""
+    model, state, control, contacts, ref, gpu = _setup(case, device, newton_path, contact_preset_variant=preset,
                                                        line_search_variant=line_search,
                                                        contact_linear_solver=linear_solver)
     out_gpu = sap_gpu.to_device(state, device)
-    gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
-             sap_gpu.to_device(contacts, device), 1e-3)
+    with cooperative_lanes(newton_path == "fused"):
+        gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
+                 sap_gpu.to_device(contacts, device), 1e-3)
     out_ref = state.copy()
     ref.step(state, out_ref, control, contacts, 1e-3)
     r, cfg, nv = ref.last_results[0], ref.config, model.joint_dof_count
@@ -147,7 +151,8 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver):
         p = dataclasses.replace(p, limit_J=gpu.limit_J.numpy()[0, :gpu.limits.count][active][:, dofs].astype(p.dtype),
                                 limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
     v = r.v1.copy()
-    ev_gpu = gpu.evaluate_at(v[None])
+    with cooperative_lanes(newton_path == "fused"):
+        ev_gpu = gpu.evaluate_at(v[None])
     ev_ref = evaluate(p, v[dofs])
     # ∇ℓ = A(v − v*) − Jᵀγ cancels near the solution: compare relative to its two terms.
     terms = max(np.abs(ev_ref.jt_gamma).max(initial=0.0), np.abs(ev_ref.grad + ev_ref.jt_gamma).max(initial=0.0))

@@ -7,6 +7,9 @@
 * A large batch of MuJoCo humanoids on sap_gpu, driven by the benchmark's control noise: every
   world-step converges (the benchmark's validity threshold), nothing becomes non-finite, no
   contact is dropped, and worlds given identical inputs stay bit-identical.
+* Every step of every Drake recording, one step at a time from the recorded state, on both
+  backends: within sap-validate's round-off bar (the default suite checks a subset,
+  tests/test_validate.py).
 """
 
 import numpy as np
@@ -17,6 +20,7 @@ from sap_common import scenes, spatial
 from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
+from conftest import DATA, DRAKE_ANCHORS
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +174,16 @@ def test_large_humanoid_batch_converges_and_identical_worlds_stay_bit_identical(
         for w in range(HUMANOID_WORLDS):
             assert np.array_equal(a[w], a[firsts[group[w]]]), f"{name}: world {w} differs from its group"
     assert len({out.joint_q[w].tobytes() for w in firsts}) == HUMANOID_GROUPS, "groups with different inputs agree"
+
+
+# ---------------------------------------------------------------------------- Drake recordings, every step
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@pytest.mark.parametrize("name", [p.stem for p in DRAKE_ANCHORS])
+def test_every_step_of_every_drake_recording_passes_one_step_validation(name, backend, device):
+    from tools.validate import make_context, one_step
+
+    ctx, _ = make_context(DATA / "drake" / f"{name}.json", backend=backend, device=device)
+    r = one_step(ctx, list(range(ctx.traj.num_steps)))
+    assert r["verdict"] == "pass" and r["failing_steps"] == 0 and r["not_converged_steps"] == 0, r["diagnosis"]

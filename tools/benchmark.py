@@ -44,6 +44,11 @@ with the same dt, worlds, steps, warm-up, graph capture and noise, in the same p
 prints the ratio sap_gpu/mjwarp of world-steps/s. ``--breakdown`` adds an eager pass with
 ``SolverSAP.stage_hook``: each stage is timed with ``wp.synchronize_device`` and
 ``perf_counter`` (collision around ``pipeline.collide``), reported as ms per step and %.
+After the timed run, ``--structure-steps`` eager steps are counted (:func:`structure`): device
+operations per step (launches, copies, memsets: a CUDA graph's nodes) and, for sap_gpu, those
+of the Newton loop and the batch's trips through it against the per-world Newton iterations.
+``--newton-path fused staged`` runs both of ``SolverSAP``'s Newton paths and prints the
+speed-up (on the CPU device also by process CPU time, which other load disturbs less).
 ``--json`` prints one JSON object as the last line: with one sap_gpu run its fields sit at the
 top level; always ``runs`` (every run, each with valid, world_steps_per_s, ms_per_step,
 num_worlds, preset, device, …), ``valid`` (all runs) and, with ``--vs-mjwarp``, ``ratios``.
@@ -69,11 +74,12 @@ import sap_gpu
 from sap_common.config import LINEAR_SOLVERS, SapConfig
 from sap_common.io import LoadedScene
 from sap_common.state import StepStatus
+from sap_gpu.solver import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, fail, load_scene_arg, parser, warp_device
 from tools.progress import Progress
 
 __all__ = ["main", "load_scene", "noise_channels", "percentile_from_histogram", "SapRun", "MjwarpRun",
-           "time_run", "breakdown", "validity", "DEFAULT_NOISE_STD", "MIN_CONVERGED_FRACTION"]
+           "time_run", "breakdown", "structure", "validity", "DEFAULT_NOISE_STD", "MIN_CONVERGED_FRACTION"]
 
 DEFAULT_SCENE = "humanoid"
 DEFAULT_STEPS = 500  # MuJoCo Warp's published reference run (mjwarp-testspeed) uses --nstep 500
@@ -97,6 +103,7 @@ LS_HIST_BINS = 256
 # (only when the bar is on: --quiet times without them).
 PROGRESS_UPDATES = 50
 PERCENTILE = 95.0
+DEFAULT_STRUCTURE_STEPS = 5  # eager steps whose device operations are counted after the timed run
 
 # Columns of the per-world statistics accumulator (int64, summed over steps on the device).
 _STAT_NAMES = ("steps", "converged", "newton", "line_search", "contacts", "truncated", "contacts_max", "non_finite",
@@ -300,11 +307,11 @@ class SapRun:
     backend = "sap_gpu"
 
     def __init__(self, scene: LoadedScene, preset: str, overrides: dict, device, dt: float, noise: NoiseChannels,
-                 sigma: float, seed: int, sparse_rows: bool = True):
+                 sigma: float, seed: int, sparse_rows: bool = True, newton_path: str = DEFAULT_NEWTON_PATH):
         m, C = scene.sap_model, scene.max_rigid_contact
         self.device, self.dt, self.W = device, dt, m.num_worlds
         self.solver = sap_gpu.SolverSAP(m, max_rigid_contact=C, contact_preset_variant=preset, device=device,
-                                        **overrides)
+                                        newton_path=newton_path, **overrides)
         self.solver.sparse_rows = sparse_rows
         self.pipeline = sap_gpu.CollisionPipeline(m, C, self.solver.config, device=device)
         self.contacts = self.pipeline.contacts()
@@ -439,7 +446,7 @@ def time_run(run, steps: int, warmup: int, use_graph: bool, bar: Progress) -> di
     run.reset_stats()
     chunk = max(1, steps // PROGRESS_UPDATES) if bar.enabled else steps
     wp.synchronize_device(device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     done = 0
     while done < steps:
         n = min(chunk, steps - done)
@@ -453,8 +460,8 @@ def time_run(run, steps: int, warmup: int, use_graph: bool, bar: Progress) -> di
             wp.synchronize_device(device)
             bar.update(done)
     wp.synchronize_device(device)
-    seconds = time.perf_counter() - t0
-    return dict(seconds=seconds, graph=graph is not None, graph_note=note)
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    return dict(seconds=seconds, cpu_seconds=cpu_seconds, graph=graph is not None, graph_note=note)
 
 
 class _StageTimer:
@@ -496,6 +503,82 @@ def breakdown(run: SapRun, steps: int) -> dict:
     return dict(steps=steps, ms_per_step=1e3 * total / steps, stages=stages)
 
 
+class _OperationCounter:
+    """Counts the device operations issued while active: kernel launches (``wp.launch``,
+    ``wp.launch_tiled``), copies (``wp.copy``) and memsets (``array.zero_``, ``array.fill_``):
+    on CUDA each is one graph node of a captured step (a ``capture_while`` body's nodes counted
+    once per trip it runs). ``mark(stage)`` charges the operations since the last mark to a stage."""
+
+    def __init__(self):
+        self.count, self.last, self.by_stage, self.calls = 0, 0, {}, {}
+        self.paused = False  # True while the benchmark itself reads results back
+        self._saved = []
+
+    def _wrap(self, owner, name):
+        original = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            self.count += not self.paused
+            return original(*args, **kwargs)
+
+        self._saved.append((owner, name, original))
+        setattr(owner, name, counted)
+
+    def __enter__(self):
+        for owner, name in ((wp, "launch"), (wp, "launch_tiled"), (wp, "copy"), (wp.array, "zero_"),
+                            (wp.array, "fill_")):
+            self._wrap(owner, name)
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    def mark(self, stage: str) -> None:
+        self.by_stage[stage] = self.by_stage.get(stage, 0) + self.count - self.last
+        self.calls[stage] = self.calls.get(stage, 0) + 1
+        self.last = self.count
+
+
+def structure(run, steps: int) -> dict:
+    """Device operations per step and, for sap_gpu, the Newton loop's structure, from ``steps``
+    eager steps after the timed run (no synchronization added; operations counted as issued).
+
+    Returns ``launches_per_step`` (every kernel launch, copy and memset of a step, collision and
+    statistics included) and, for sap_gpu, ``newton_launches_per_step`` (those of stage 3),
+    ``newton_trips_per_step`` (passes of the batch through the Newton loop: the staged path's
+    ``capture_while`` trips, 1 for the fused launch), ``newton_mean_structure`` (mean Newton
+    iterations per world over the same steps) and ``newton_max_structure`` (mean over the steps
+    of the slowest world's count, which the staged path's trips follow).
+    """
+    counter = _OperationCounter()
+    is_sap = run.backend == "sap_gpu"
+    iterations = []
+    if is_sap:
+        run.set_stage_hook(counter.mark)
+    try:
+        with counter:
+            for _ in range(steps):
+                run.step(mark=counter.mark)
+                if is_sap:  # not the step's: .numpy() may copy through wp.copy
+                    counter.paused = True
+                    iterations.append(run.solver.last_newton_iterations.numpy().copy())
+                    counter.paused = False
+    finally:
+        if is_sap:
+            run.set_stage_hook(None)
+    out = dict(launches_per_step=counter.count / steps, structure_steps=steps)
+    if is_sap:
+        newton = [k for k in counter.by_stage if k.startswith("newton_") or k in ("linear_solve", "line_search")]
+        trips = counter.calls.get("newton_evaluate", 0) + counter.calls.get("newton_fused", 0)
+        its = np.array(iterations)
+        out.update(newton_launches_per_step=sum(counter.by_stage[k] for k in newton) / steps,
+                   newton_trips_per_step=trips / steps, newton_mean_structure=float(its.mean()),
+                   newton_max_structure=float(its.max(axis=1).mean()))
+    return out
+
+
 # ----------------------------------------------------------------------------- runs and reports
 
 
@@ -528,6 +611,7 @@ def _run_one(make, label: str, scene: LoadedScene, args, device, extra: dict) ->
                gpu_memory_mib=None if mem0 is None else max(mem1 - mem0, 0) / 2**20, **timing, **extra)
     row.update(run.summary())
     row["valid"], row["invalid_reason"] = validity(row)
+    row.update(structure(run, args.structure_steps))
     if args.breakdown and run.backend == "sap_gpu":
         row["breakdown"] = breakdown(run, args.breakdown_steps)
     del run
@@ -570,7 +654,7 @@ def table(rows: list[dict]) -> str:
     w = max([12] + [len(r["label"]) for r in rows])
     head = (f"{'run':<{w}} {'worlds':>7} {'world-steps/s':>14} {'ms/step':>9} {'RTF':>9} {'mem MiB':>8} "
             f"{'Newton':>11} {'line search':>12} {'contacts':>9} {'converged':>9} {'capped':>7} {'trunc':>6} "
-            f"{'graph':>5}  valid")
+            f"{'graph':>5} {'ops/step':>9} {'trips':>6}  valid")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
@@ -580,9 +664,19 @@ def table(rows: list[dict]) -> str:
             f"{_fmt(r['line_search_mean'], '.2f') + '/' + _fmt(r['line_search_p95'], 'd'):>12} "
             f"{_fmt(r['contacts_per_world_mean'], '.2f'):>9} {_converged(r['converged_fraction']):>9} "
             f"{_fmt(r.get('capped_steps'), 'd'):>7} "
-            f"{_fmt(r['truncated_contacts'], 'd'):>6} {'yes' if r['graph'] else 'no':>5}  "
+            f"{_fmt(r['truncated_contacts'], 'd'):>6} {'yes' if r['graph'] else 'no':>5} "
+            f"{_fmt(r.get('launches_per_step'), '9.1f'):>9} {_fmt(r.get('newton_trips_per_step'), '6.1f'):>6}  "
             f"{'yes' if r['valid'] else 'NO: ' + r['invalid_reason']}")
     return "\n".join(lines)
+
+
+def structure_line(r: dict) -> str:
+    """The structural figures of one sap_gpu run (see :func:`structure`)."""
+    return (f"structure: {r['label']} x{r['num_worlds']}: {r['launches_per_step']:.1f} device ops/step, "
+            f"{r['newton_launches_per_step']:.1f} of them in the Newton loop; {r['newton_trips_per_step']:.1f} "
+            f"Newton trips/step of the batch against {r['newton_mean_structure']:.2f} mean and "
+            f"{r['newton_max_structure']:.2f} slowest-world Newton iterations per step "
+            f"({r['structure_steps']} counted steps)")
 
 
 def breakdown_table(row: dict) -> str:
@@ -606,11 +700,28 @@ def _ratios(rows: list[dict]) -> list[dict]:
 
 def _sparse_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of sparse rows over dense rows, per (num_worlds, preset, linear solver) run in both."""
-    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"])  # noqa: E731
+    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"))  # noqa: E731
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
     return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r["linear_solver"],
                  speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
             for r in rows if r.get("rows") == "sparse" and key(r) in dense]
+
+
+def _path_speedups(rows: list[dict]) -> list[dict]:
+    """world-steps/s of the fused Newton path over the staged one, per (num_worlds, preset, linear
+    solver, rows) run with both; on the CPU device also by process CPU time (``cpu_speedup``: Warp
+    runs CPU kernels on the calling thread, so the process's CPU time is the run's work, which
+    other load on a shared machine disturbs much less than the wall clock)."""
+    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"], r["rows"])  # noqa: E731
+    staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
+    out = []
+    for r in rows:
+        if r.get("newton_path") == "fused" and key(r) in staged:
+            s = staged[key(r)]
+            cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
+            out.append(dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r["linear_solver"],
+                            rows=r["rows"], speedup=r["world_steps_per_s"] / s["world_steps_per_s"], cpu_speedup=cpu))
+    return out
 
 
 def _positive_ints(flag: str, values: list[str]) -> list[int]:
@@ -649,6 +760,13 @@ def _parser():
     p.add_argument("--rows", nargs="+", default=["sparse"], choices=("sparse", "dense"),
                    help="J and A products of the Newton loop over non-zero columns (sparse, default) or every "
                         "column (dense: the plain path); both = a sweep with the speed-up printed")
+    p.add_argument("--newton-path", nargs="+", default=[DEFAULT_NEWTON_PATH], choices=NEWTON_PATHS,
+                   help=f"SolverSAP newton_path: fused (one block per world runs its whole Newton loop) or staged "
+                        f"(one kernel per stage, a capture_while trip per batch iteration); default "
+                        f"{DEFAULT_NEWTON_PATH}; both = a sweep with the speed-up printed")
+    p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
+                   help=f"eager steps after the timed run whose device operations are counted (default "
+                        f"{DEFAULT_STRUCTURE_STEPS})")
     p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
@@ -671,7 +789,7 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     """Check every flag before anything is built; ``ValueError`` names the flag and valid values."""
     worlds = _positive_ints("--num-worlds", args.num_worlds)
     for flag, v, lo in (("--steps", args.steps, 1), ("--warmup", args.warmup, 1),
-                        ("--breakdown-steps", args.breakdown_steps, 1)):
+                        ("--breakdown-steps", args.breakdown_steps, 1), ("--structure-steps", args.structure_steps, 1)):
         if v < lo:  # --warmup >= 1: the first step loads the kernels and must not be timed
             raise ValueError(f"{flag}: must be >= {lo}, got {v}")
     if args.max_rigid_contact is not None and args.max_rigid_contact < 0:
@@ -738,21 +856,24 @@ def main(argv=None) -> int:
         for preset in presets:
             for solver in (args.linear_solver or [None]):
                 for sparsity in dict.fromkeys(args.rows):
-                    run_overrides = dict(overrides)
-                    if solver is not None:
-                        run_overrides["contact_linear_solver"] = solver
-                    cfg = SapConfig.from_preset(preset, **run_overrides)
-                    extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
-                                 linear_solver=cfg.contact_linear_solver, rows=sparsity, **common)
-                    label = (cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
-                             + (f"/{sparsity}" if args.rows != ["sparse"] else ""))
-                    rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
-                                                        args.noise_std, args.seed, sparsity == "sparse"),
-                                         label, scene, args, device, extra))
+                    for path in dict.fromkeys(args.newton_path):
+                        run_overrides = dict(overrides)
+                        if solver is not None:
+                            run_overrides["contact_linear_solver"] = solver
+                        cfg = SapConfig.from_preset(preset, **run_overrides)
+                        extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
+                                     linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
+                                     **common)
+                        label = (cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
+                                 + (f"/{sparsity}" if args.rows != ["sparse"] else "")
+                                 + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else ""))
+                        rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
+                                                            args.noise_std, args.seed, sparsity == "sparse", path),
+                                             label, scene, args, device, extra))
         if args.vs_mjwarp:
             import mujoco_warp
 
-            extra = dict(preset=None, **common, line_search=None, linear_solver=None, rows=None,
+            extra = dict(preset=None, **common, line_search=None, linear_solver=None, rows=None, newton_path=None,
                          mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
             rows.append(_run_one(lambda: MjwarpRun(scene, device, dt, channels, args.noise_std, args.seed,
                                                    args.mjwarp_nconmax, args.mjwarp_njmax),
@@ -761,6 +882,9 @@ def main(argv=None) -> int:
     print(table(rows))
     notes = sorted({r["graph_note"] for r in rows})
     print("timing: " + "; ".join(notes))
+    for r in rows:
+        if r["backend"] == "sap_gpu":
+            print(structure_line(r))
     for r in rows:
         if "breakdown" in r:
             print(breakdown_table(r))
@@ -771,8 +895,14 @@ def main(argv=None) -> int:
     for q in speedups:
         print(f"speed-up sparse/dense rows ({q['preset']}/{q['linear_solver']}, {q['num_worlds']} worlds): "
               f"{q['speedup']:.3f}")
+    path_speedups = _path_speedups(rows)
+    for q in path_speedups:
+        cpu = "" if q["cpu_speedup"] is None else f" (by process CPU time: {q['cpu_speedup']:.3f})"
+        print(f"speed-up fused/staged Newton path ({q['preset']}/{q['linear_solver']}/{q['rows']}, "
+              f"{q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
     result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device),
-                  valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios, sparse_speedups=speedups)
+                  valid=all(r["valid"] for r in rows), runs=rows, ratios=ratios, sparse_speedups=speedups,
+                  newton_path_speedups=path_speedups)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
         result = {**sap_rows[0], **result}

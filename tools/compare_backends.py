@@ -38,7 +38,7 @@ from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
 from tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
 from tools.progress import Progress
-from tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, contact_tie_bound
+from tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
 
 __all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict", "main"]
 
@@ -159,9 +159,8 @@ def match_contacts(ref_contacts, gpu_contacts, world: int = 0):
 
 def _is_tie(c, k, world: int = 0) -> bool:
     """Whether contact slot k of ``c`` sits within round-off of the inclusion threshold."""
-    margin = float(c.margin0[world, k] + c.margin1[world, k])
     scale = max(np.abs(c.x0[world, k]).max(), np.abs(c.x1[world, k]).max())
-    return abs(float(c.phi0[world, k]) - margin) <= contact_tie_bound(scale)
+    return is_contact_tie(c.phi0[world, k], c.margin0[world, k] + c.margin1[world, k], scale)
 
 
 def collision_differences(ref_contacts, gpu_contacts) -> dict:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 import numpy as np
 
 __all__ = ["TOL", "GEOMETRY_TOL", "CURVED_GEOMETRY_TOL", "RESIDUAL_GAP_FACTOR", "CONTACT_TIE_ULPS",
-           "contact_tie_bound"]
+           "contact_tie_bound", "is_contact_tie"]
 
 TOL = MappingProxyType({
     # float64 everywhere, same formulas, different summation order: a few hundred ulps.
@@ -68,3 +68,11 @@ def contact_tie_bound(length_scale: float) -> float:
     """|φ₀ − margin| [m] within which inclusion is decided by round-off, for coordinates of size
     ``length_scale`` [m] (at least 1 m is assumed: the lengths of a scene in metres)."""
     return CONTACT_TIE_ULPS * float(np.finfo(np.float64).eps) * max(1.0, float(length_scale))
+
+
+def is_contact_tie(phi0: float, margin: float, length_scale: float) -> bool:
+    """Whether a contact with signed distance ``phi0`` [m] is included or not by round-off: |φ₀ −
+    margin| within :func:`contact_tie_bound` of the coordinates' size ``length_scale`` [m]. Used by
+    ``sap-compare-backends`` (two backends' contact sets) and ``sap-validate`` (a backend against a
+    recording)."""
+    return abs(float(phi0) - float(margin)) <= contact_tie_bound(length_scale)

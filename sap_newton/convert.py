@@ -1,0 +1,564 @@
+"""A ``newton.Model`` (every world) → :class:`~sap_common.model.SapModel` templates and index maps.
+
+Newton keeps all worlds in one flat model (bodies, joints, coordinates, DOFs and shapes carry a
+world index; −1 = global). A :class:`SapModel` is one world's template replicated
+``num_worlds`` times, so the conversion extracts each Newton world, and worlds whose templates
+are identical (same parameters, not only the same topology) share one :class:`WorldGroup`.
+Worlds that differ — per-world masses, gains, gravity, geometry — land in separate groups, so
+every world keeps its own parameters; the solver then runs one batched SAP solver per group.
+
+Conventions (checked against Newton 1.8's source): Newton's ``JointType`` values, quaternion
+order ``[x, y, z, w]``, transforms ``[p, q]``, ``body_qd = [v_COM, ω]`` in world,
+``body_f = [f, τ_COM]`` in world, and FREE-joint ``joint_qd = [v_COM, ω]`` / ``joint_f =
+[f, τ_COM]`` are exactly this project's *public* order, so coordinates, velocities and forces
+copy one to one (index maps below) — only the per-DOF *parameters* of FREE joints (armature,
+damping) are reordered, because SAP indexes them in its own ``[ω, v_O]`` order.
+
+Mapping (Newton → SAP):
+
+* **Bodies**: mass, COM, inertia (Newton float32 values, widened to float64).
+* **Joints**: FREE (parent = world, identity joint frames), REVOLUTE, PRISMATIC, BALL, FIXED,
+  D6 (two angular axes only when orthonormal: Newton orthonormalizes such a pair). DISTANCE
+  and ROD joints are refused with a ``ValueError`` naming the joint.
+* **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
+  ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
+  (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
+  (POSITION: ke, kd toward ``(target_q, 0)``; VELOCITY: kd toward ``target_qd``;
+  POSITION_VELOCITY: both; NONE/EFFORT: no drive), ``joint_effort_limit`` (≥ MAXVAL → inf) as
+  the clamp of the drive. ``Control.joint_act`` is the feed-forward input of Newton's
+  ``Actuator`` objects (which write ``Control.joint_f``); no Newton solver reads it, and neither
+  does this one (SAP's ``joint_act`` stays 0): ``joint_f`` is applied unclamped.
+  Passive joint stiffness, joint friction, drives on BALL/FREE DOFs, ball/free limits and
+  MuJoCo-specific actuators have no SAP counterpart: dropped, each listed in ``notes`` and
+  warned about once.
+* **Shapes** with ``ShapeFlags.COLLIDE_SHAPES``: PLANE (static, a half-space; finite extents
+  are noted), SPHERE, CAPSULE (along z), BOX. Newton's surface ``margin`` inflates spheres and
+  capsules (radius + margin) and shifts planes; a box with margin > 0 (a rounded box) is
+  refused. Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types
+  are refused with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops
+  them instead). Visual-only shapes and sites are not converted.
+* **Materials** (``contact_material="newton"``): μ, stiffness ke [N/m] and the dissipation
+  time scale τ_d = kd/ke [s] from Newton's ke [N/m] and kd [N·s/m]; ``"sap"`` keeps μ and
+  leaves ke and τ_d unset, so the solver's fallbacks (``fallback_stiffness``,
+  ``contact_tau_d``) apply.
+* **Collision filtering**: the candidate pairs are Newton's own ``model.shape_contact_pairs``
+  (groups, filter pairs, parent filtering, worlds): every shape gets group −1 and mask 1 and
+  the pairs SAP's rules would add are written as explicit filter pairs. Newton pairs between
+  bodies adjacent through a joint cannot be kept (SAP always filters them): noted.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import newton
+
+from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
+from sap_common.model import JointType, SapModel, ShapeType
+
+__all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
+           "to_sap_model"]
+
+CONTACT_MATERIALS = ("newton", "sap")
+JOINT_LIMIT_MODELS = ("newton", "drake")
+
+# Newton's "no limit" value (limits at or beyond it are infinite; effort limits too).
+MAXVAL = float(getattr(newton, "MAXVAL", 1e10))
+# A FREE joint frame counts as the identity when every entry of [p, q] is within this of
+# [0, 0, 0, 0, 0, 0, 1]: Newton stores transforms in float32 (ulp ~6e-8 near 1).
+IDENTITY_TOL = 1e-6
+# Two D6 angular axes count as orthonormal within this (float32 axes, normalized by Newton).
+ORTHONORMAL_TOL = 1e-5
+
+_NEWTON_JOINTS = {int(newton.JointType.PRISMATIC): JointType.PRISMATIC,
+                  int(newton.JointType.REVOLUTE): JointType.REVOLUTE,
+                  int(newton.JointType.BALL): JointType.BALL,
+                  int(newton.JointType.FIXED): JointType.FIXED,
+                  int(newton.JointType.FREE): JointType.FREE,
+                  int(newton.JointType.D6): JointType.D6}
+_NEWTON_SHAPES = {int(newton.GeoType.PLANE): ShapeType.PLANE,
+                  int(newton.GeoType.SPHERE): ShapeType.SPHERE,
+                  int(newton.GeoType.CAPSULE): ShapeType.CAPSULE,
+                  int(newton.GeoType.BOX): ShapeType.BOX}
+_COLLIDE_SHAPES = int(newton.ShapeFlags.COLLIDE_SHAPES)
+_KINEMATIC = int(newton.BodyFlags.KINEMATIC)
+_MODE = newton.JointTargetMode
+_POSITION_MODES = (int(_MODE.POSITION), int(_MODE.POSITION_VELOCITY))
+_DAMPED_MODES = (int(_MODE.POSITION), int(_MODE.VELOCITY), int(_MODE.POSITION_VELOCITY))
+_VELOCITY_MODES = (int(_MODE.VELOCITY), int(_MODE.POSITION_VELOCITY))
+# Newton orders FREE-joint DOFs [linear, angular]; SAP's per-DOF parameters are [angular, linear].
+_FREE_TO_SAP = np.array([3, 4, 5, 0, 1, 2])
+
+
+@dataclass(frozen=True, eq=False)
+class WorldGroup:
+    """Newton worlds that share one SAP template, and where their data live in Newton's arrays.
+
+    Attributes:
+        sap_model: the template, ``num_worlds = len(worlds)``.
+        worlds: the Newton world index of each world of the group, (Wg,).
+        body_index: Newton body index of each template body, per world, (Wg, B).
+        coord_index: Newton ``joint_q`` index of each template coordinate, (Wg, nq).
+        dof_index: Newton ``joint_qd``/``joint_f`` index of each template DOF, (Wg, nv).
+        target_q_index: Newton ``joint_target_q`` index feeding each DOF's drive position
+            target, −1 where the DOF has no position drive (target 0), (Wg, nv).
+        target_qd_index: Newton ``joint_target_qd`` index feeding each DOF's drive velocity
+            target, −1 where the mode has no velocity target (target 0), (Wg, nv).
+        shape_index: Newton shape index of each template shape, (Wg, S).
+    """
+
+    sap_model: SapModel
+    worlds: np.ndarray
+    body_index: np.ndarray
+    coord_index: np.ndarray
+    dof_index: np.ndarray
+    target_q_index: np.ndarray
+    target_qd_index: np.ndarray
+    shape_index: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class NewtonConversion:
+    """A converted ``newton.Model``: SAP templates per group of identical worlds, and routing.
+
+    Attributes:
+        groups: the world groups (one when every world is the same).
+        world_group / world_slot: group of each Newton world and its index inside it,
+            (world_count,).
+        shape_group / shape_slot: for each Newton shape, the group and world slot of the world
+            that owns it; −1 for global shapes (present in every world) and unconverted ones,
+            (shape_count,).
+        shape_local: template index of each Newton shape (global shapes have the same index
+            in every template), −1 where not converted, (shape_count,).
+        notes: Newton features with no SAP counterpart that were dropped (also warned about).
+    """
+
+    groups: tuple
+    world_group: np.ndarray
+    world_slot: np.ndarray
+    shape_group: np.ndarray
+    shape_slot: np.ndarray
+    shape_local: np.ndarray
+    notes: tuple
+
+    @property
+    def world_count(self) -> int:
+        return len(self.world_group)
+
+    @property
+    def sap_model(self) -> SapModel:
+        """The single template when every world is the same (``ValueError`` otherwise)."""
+        if len(self.groups) != 1:
+            raise ValueError(f"sap_model: the Newton worlds differ and form {len(self.groups)} templates; "
+                             "use .groups[i].sap_model")
+        return self.groups[0].sap_model
+
+
+def _check_choice(name: str, value, valid) -> str:
+    if value not in valid:
+        raise ValueError(f"{name}: must be one of {', '.join(map(repr, valid))}, got {value!r}")
+    return value
+
+
+def _host(model) -> dict:
+    """The Newton arrays the conversion reads, copied to NumPy once."""
+    names = ("body_mass", "body_com", "body_inertia", "body_flags", "body_world", "joint_type", "joint_parent",
+             "joint_child", "joint_X_p", "joint_X_c", "joint_axis", "joint_dof_dim", "joint_q_start",
+             "joint_qd_start", "joint_world", "joint_armature", "joint_damping", "joint_stiffness",
+             "joint_friction", "joint_target_ke", "joint_target_kd", "joint_target_mode", "joint_effort_limit",
+             "joint_limit_lower", "joint_limit_upper", "joint_limit_ke", "joint_limit_kd", "joint_enabled",
+             "joint_mimic_joint", "joint_q", "joint_qd", "shape_type", "shape_body", "shape_transform",
+             "shape_scale", "shape_margin", "shape_gap", "shape_flags", "shape_world", "shape_material_mu",
+             "shape_material_ke", "shape_material_kd", "gravity")
+    out = {}
+    for name in names:
+        a = getattr(model, name, None)
+        if a is None:
+            out[name] = None
+            continue
+        v = a.numpy()
+        out[name] = v.astype(np.float64) if v.dtype.kind == "f" else v
+    pairs = model.shape_contact_pairs
+    out["pairs"] = np.zeros((0, 2), np.int64) if pairs is None else pairs.numpy().reshape(-1, 2).astype(np.int64)
+    return out
+
+
+def _refuse_unsupported(model, n: dict) -> None:
+    """``ValueError`` for what SAP cannot represent at all (naming the first offender)."""
+    if int(model.particle_count) > 0:
+        raise ValueError(f"model: {model.particle_count} particles; SAP simulates rigid bodies only "
+                         "(particles, cloth and soft bodies are not supported)")
+    if int(model.constraint_mimic_count) > 0 or (n["joint_mimic_joint"] is not None
+                                                 and np.any(n["joint_mimic_joint"] >= 0)):
+        raise ValueError("model: mimic joints couple coordinates; SAP has no mimic constraint")
+    if int(getattr(model, "tendon_count", 0)) > 0:
+        raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
+    for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
+        raise ValueError(f"body {model.body_label[b]!r} (index {b}) is KINEMATIC; SAP simulates dynamic bodies only")
+    for j, t in enumerate(n["joint_type"].astype(int)):
+        label = f"joint {model.joint_label[j]!r} (index {j})"
+        if t not in _NEWTON_JOINTS:
+            name = newton.JointType(t).name if t in set(int(x) for x in newton.JointType) else str(t)
+            raise ValueError(f"{label} is a {name} joint; SAP supports FREE, REVOLUTE, PRISMATIC, BALL, FIXED "
+                             "and D6 joints")
+        if not n["joint_enabled"][j]:
+            raise ValueError(f"{label} is disabled (joint_enabled False); SAP has no disabled joints")
+        if t == int(newton.JointType.FREE):
+            ident = np.array([0, 0, 0, 0, 0, 0, 1.0])
+            if n["joint_parent"][j] != -1:
+                raise ValueError(f"{label}: a FREE joint must connect a body to the world (parent -1), got "
+                                 f"parent body {int(n['joint_parent'][j])}")
+            for frame in ("joint_X_p", "joint_X_c"):
+                if np.max(np.abs(n[frame][j] - ident)) > IDENTITY_TOL:
+                    raise ValueError(f"{label}: a FREE joint with a non-identity {frame} ({n[frame][j].tolist()}) "
+                                     "has other coordinates than SAP's world pose of the body; put the pose in "
+                                     "joint_q instead")
+        if t == int(newton.JointType.D6) and int(n["joint_dof_dim"][j, 1]) == 2:
+            d = int(n["joint_qd_start"][j] + n["joint_dof_dim"][j, 0])
+            a0, a1 = n["joint_axis"][d], n["joint_axis"][d + 1]
+            if max(abs(np.linalg.norm(a0) - 1), abs(np.linalg.norm(a1) - 1), abs(a0 @ a1)) > ORTHONORMAL_TOL:
+                raise ValueError(f"{label}: a D6 joint with two angular axes {a0.tolist()}, {a1.tolist()} that are "
+                                 "not orthonormal (Newton orthonormalizes such a pair, SAP rotates about the "
+                                 "axes as given)")
+
+
+def _effective_worlds(model, n: dict):
+    """World of each body / joint / shape; a legacy single-world model's globals go to world 0."""
+    W = int(model.world_count)
+    single = W <= 1
+    body_w = n["body_world"].astype(np.int64)
+    joint_w = n["joint_world"].astype(np.int64)
+    if single:
+        body_w, joint_w = np.zeros_like(body_w), np.zeros_like(joint_w)
+    for b in np.flatnonzero(body_w < 0):
+        raise ValueError(f"body {model.body_label[b]!r} (index {b}) is global (world -1) in a model with {W} "
+                         "worlds; SAP worlds cannot share a dynamic body")
+    shape_body = n["shape_body"].astype(np.int64)
+    shape_w = np.where(shape_body >= 0, body_w[np.maximum(shape_body, 0)] if len(body_w) else -1,
+                       n["shape_world"].astype(np.int64))
+    return max(W, 1), body_w, joint_w, shape_w
+
+
+def _unique(names) -> tuple:
+    seen, out = {}, []
+    for s in names:
+        s = str(s) or "unnamed"
+        k = seen.get(s, 0)
+        seen[s] = k + 1
+        out.append(s if k == 0 else f"{s}#{k}")
+    return tuple(out)
+
+
+class _Notes:
+    def __init__(self):
+        self.items: dict[str, list[str]] = {}
+
+    def add(self, what: str, who: str) -> None:
+        self.items.setdefault(what, [])
+        if who not in self.items[what]:
+            self.items[what].append(who)
+
+    def lines(self) -> tuple:
+        return tuple(f"{what}: {', '.join(who[:8])}{' …' if len(who) > 8 else ''} ({len(who)})"
+                     for what, who in self.items.items())
+
+
+def _quat_to_matrix(q) -> np.ndarray:
+    x, y, z, w = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
+def _shape_table(model, n, contact_material, skip, notes) -> dict:
+    """SAP geometry and material of every Newton shape (``use`` marks the ones converted)."""
+    S = len(n["shape_type"])
+    t, body = n["shape_type"].astype(np.int64), n["shape_body"].astype(np.int64)
+    colliding = (n["shape_flags"].astype(np.int64) & _COLLIDE_SHAPES) != 0
+    supported = np.isin(t, list(_NEWTON_SHAPES))
+    for s in np.flatnonzero(colliding & ~supported):
+        label = f"shape {model.shape_label[s]!r} (index {s})"
+        if not skip:
+            name = newton.GeoType(int(t[s])).name if int(t[s]) in {int(x) for x in newton.GeoType} else str(t[s])
+            raise ValueError(f"{label} is a {name} collision shape; SAP supports PLANE, SPHERE, CAPSULE and BOX "
+                             "(pass skip_unsupported_shapes=True to drop such shapes)")
+        notes.add("unsupported collision shapes skipped (SAP has plane, sphere, capsule, box)", label)
+    use = colliding & supported
+    ours = np.array([int(_NEWTON_SHAPES.get(int(x), -1)) for x in t], np.int64).reshape(S)
+    scale, margin, X = n["shape_scale"].reshape(S, 3), n["shape_margin"].reshape(S), n["shape_transform"].copy()
+    plane, sphere, capsule, box = (use & (ours == int(k)) for k in (ShapeType.PLANE, ShapeType.SPHERE,
+                                                                        ShapeType.CAPSULE, ShapeType.BOX))
+    for s in np.flatnonzero(plane & (body >= 0)):
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
+                         "static half-spaces on the world")
+    for s in np.flatnonzero(box & (margin > 0)):
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a box with margin {margin[s]} m is a rounded "
+                         "box, which SAP's box does not model; set the shape's margin to 0")
+    for s in np.flatnonzero(plane):
+        if scale[s, 0] > 0 or scale[s, 1] > 0:
+            notes.add("finite planes treated as infinite half-spaces", f"{model.shape_label[s]!r}")
+        if margin[s] > 0:  # the inflated surface of a half-space is the same half-space, shifted
+            X[s, :3] += _quat_to_matrix(X[s, 3:])[:, 2] * margin[s]
+    size = np.zeros((S, 3))
+    size[sphere, 0] = scale[sphere, 0] + margin[sphere]
+    size[capsule, 0], size[capsule, 1] = scale[capsule, 0] + margin[capsule], scale[capsule, 1]
+    size[box] = scale[box]
+    mu = n["shape_material_mu"].reshape(S).copy()
+    ke, tau = np.full(S, math.nan), np.full(S, math.nan)
+    if contact_material == "newton":
+        k, kd = n["shape_material_ke"].reshape(S), n["shape_material_kd"].reshape(S)
+        for s in np.flatnonzero(use & ~(k > 0)):
+            notes.add("shapes with ke <= 0 take the solver's fallback_stiffness and contact_tau_d",
+                      f"{model.shape_label[s]!r}")
+        good = k > 0
+        ke[good] = k[good]
+        tau[good] = np.maximum(kd[good], 0.0) / k[good]
+    return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau)
+
+
+def _dof_table(model, n, joint_limits, notes) -> dict:
+    """SAP joint parameters of every Newton DOF, in Newton's DOF indexing.
+
+    ``param`` maps each DOF slot to the Newton DOF whose parameters SAP stores there: the
+    identity, except FREE segments (Newton [linear, angular] → SAP [angular, linear]).
+    """
+    jt = n["joint_type"].astype(np.int64)
+    qs, ds = n["joint_q_start"].astype(np.int64), n["joint_qd_start"].astype(np.int64)
+    nv = int(ds[-1])
+    dof_joint = np.repeat(np.arange(len(jt)), np.diff(ds))
+    dof_type = jt[dof_joint]
+    axis_dof = np.isin(dof_type, [int(newton.JointType.PRISMATIC), int(newton.JointType.REVOLUTE),
+                                  int(newton.JointType.D6)])
+    mode = n["joint_target_mode"].astype(np.int64)
+    ke = np.where(np.isin(mode, _POSITION_MODES), n["joint_target_ke"], 0.0)
+    kd = np.where(np.isin(mode, _DAMPED_MODES), n["joint_target_kd"], 0.0)
+    lo, hi, effort = n["joint_limit_lower"].copy(), n["joint_limit_upper"].copy(), n["joint_effort_limit"].copy()
+    lo[lo <= -MAXVAL], hi[hi >= MAXVAL], effort[effort >= MAXVAL] = -math.inf, math.inf, math.inf
+    for d in np.flatnonzero(axis_dof & ~(effort > 0)):
+        raise ValueError(f"joint {model.joint_label[dof_joint[d]]!r} (DOF {d}): joint_effort_limit must be > 0, "
+                         f"got {effort[d]}")
+    if joint_limits == "newton":
+        lke, lkd = n["joint_limit_ke"].copy(), n["joint_limit_kd"].copy()
+    else:
+        lke, lkd = np.full(nv, DEFAULT_LIMIT_KE), np.full(nv, DEFAULT_LIMIT_KD)
+    pos_target = np.where(axis_dof & (ke > 0), qs[dof_joint] + (np.arange(nv) - ds[dof_joint]), -1)
+    vel_target = np.where(axis_dof & np.isin(mode, _VELOCITY_MODES) & (kd > 0), np.arange(nv), -1)
+
+    def note(what, mask):
+        for j in np.unique(dof_joint[mask]):
+            notes.add(what, f"{model.joint_label[j]!r}")
+
+    if n["joint_stiffness"] is not None:
+        note("passive joint stiffness (springs) dropped", n["joint_stiffness"] != 0)
+    if n["joint_friction"] is not None:
+        note("joint friction dropped", n["joint_friction"] != 0)
+    note("drives on BALL/FREE joints dropped", ~axis_dof & ((ke > 0) | (kd > 0)))
+    note("limits on BALL/FREE joints dropped", ~axis_dof & (np.isfinite(lo) | np.isfinite(hi)))
+    free = dof_type == int(newton.JointType.FREE)
+    note("FREE-joint armature/damping applied in SAP's [ω, v_origin] coordinates",
+         free & ((n["joint_armature"] != 0) | (n["joint_damping"] != 0)))
+    ke[~axis_dof], kd[~axis_dof], lo[~axis_dof], hi[~axis_dof], effort[~axis_dof] = 0, 0, -math.inf, math.inf, \
+        math.inf  # no drive, limit or clamp on ball/free DOFs
+    param = np.arange(nv)
+    for j in np.flatnonzero(jt == int(newton.JointType.FREE)):
+        param[ds[j]:ds[j] + 6] = ds[j] + _FREE_TO_SAP
+    return dict(param=param, ke=ke, kd=kd, lo=lo, hi=hi, effort=effort, lke=lke, lkd=lkd,
+                armature=n["joint_armature"], damping=n["joint_damping"], axis=n["joint_axis"].reshape(nv, 3),
+                pos_target=pos_target, vel_target=vel_target)
+
+
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(start, stop)`` for each pair (vectorized)."""
+    lengths = stops - starts
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return (offsets + np.arange(int(lengths.sum()))).astype(np.int64)
+
+
+def _bucket(world_of: np.ndarray, W: int):
+    """Indices sorted by world (stable: Newton order within a world) and each world's bounds."""
+    order = np.argsort(world_of, kind="stable")
+    return order, np.searchsorted(world_of[order], np.arange(-1, W + 1))[1:]
+
+
+def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local):
+    """SapModel keyword arguments and index maps of Newton world ``w``."""
+    (b_order, b_bounds), (j_order, j_bounds), (s_order, s_bounds) = buckets
+    bodies = b_order[b_bounds[w]:b_bounds[w + 1]]
+    joints = j_order[j_bounds[w]:j_bounds[w + 1]]
+    body_local[bodies] = np.arange(len(bodies))
+    parent, child = n["joint_parent"][joints].astype(np.int64), n["joint_child"][joints].astype(np.int64)
+    for b in np.setdiff1d(bodies, child):
+        raise ValueError(f"body {model.body_label[b]!r} (index {b}) has no joint; SAP needs every body to be "
+                         "the child of one joint (add_joint_free for a floating body)")
+    stray = (parent >= 0) & ~np.isin(parent, bodies)
+    for j in joints[stray]:
+        raise ValueError(f"joint {model.joint_label[j]!r} (index {j}) connects bodies of different worlds")
+    qs, ds = n["joint_q_start"].astype(np.int64), n["joint_qd_start"].astype(np.int64)
+    coords, dof = _ranges(qs[joints], qs[joints + 1]), _ranges(ds[joints], ds[joints + 1])
+    param = dofs["param"][dof]
+    own = s_order[s_bounds[w]:s_bounds[w + 1]]
+    shape_ids = np.concatenate([global_shapes, own[shapes["use"][own]]]).astype(np.int64)
+    shape_body = n["shape_body"][shape_ids].astype(np.int64)
+    g = n["gravity"]
+    kwargs = dict(
+        body_mass=n["body_mass"][bodies], body_com=n["body_com"][bodies].reshape(-1, 3),
+        body_inertia=n["body_inertia"][bodies].reshape(-1, 3, 3),
+        body_name=_unique(model.body_label[b] for b in bodies),
+        joint_type=np.array([int(_NEWTON_JOINTS[int(t)]) for t in n["joint_type"][joints]], np.int32),
+        joint_parent=np.where(parent >= 0, body_local[np.maximum(parent, 0)], -1).astype(np.int32),
+        joint_child=body_local[child].astype(np.int32), joint_X_p=n["joint_X_p"][joints].reshape(-1, 7),
+        joint_X_c=n["joint_X_c"][joints].reshape(-1, 7),
+        joint_dof_dim=n["joint_dof_dim"][joints].astype(np.int32).reshape(-1, 2),
+        joint_name=_unique(model.joint_label[j] for j in joints),
+        joint_axis=dofs["axis"][dof], joint_armature=dofs["armature"][param], joint_damping=dofs["damping"][param],
+        joint_target_ke=dofs["ke"][param], joint_target_kd=dofs["kd"][param],
+        joint_effort_limit=dofs["effort"][param], joint_limit_lower=dofs["lo"][param],
+        joint_limit_upper=dofs["hi"][param], joint_limit_ke=dofs["lke"][param], joint_limit_kd=dofs["lkd"][param],
+        joint_q_init=n["joint_q"][coords], joint_qd_init=n["joint_qd"][dof],
+        shape_type=shapes["type"][shape_ids].astype(np.int32),
+        shape_body=np.where(shape_body >= 0, body_local[np.maximum(shape_body, 0)], -1).astype(np.int32),
+        shape_transform=shapes["X"][shape_ids].reshape(-1, 7), shape_size=shapes["size"][shape_ids].reshape(-1, 3),
+        shape_margin=shapes["margin"][shape_ids], shape_material_mu=shapes["mu"][shape_ids],
+        shape_material_ke=shapes["ke"][shape_ids], shape_material_tau=shapes["tau"][shape_ids],
+        shape_collision_group=np.full(len(shape_ids), -1, np.int32),
+        shape_contype=np.ones(len(shape_ids), np.int64), shape_conaffinity=np.ones(len(shape_ids), np.int64),
+        shape_filter_pair=np.zeros((0, 2), np.int32),
+        shape_name=_unique(model.shape_label[s] for s in shape_ids),
+        gravity=g[w] if len(g) > w else g[0],
+    )
+    maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
+                target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
+    return kwargs, maps
+
+
+def _pairs_by_world(pairs: np.ndarray, shape_w: np.ndarray, W: int):
+    """Newton's candidate pairs bucketed by the world of their non-global shape: ``(pairs, bounds)``
+    with world ``w``'s pairs at ``pairs[bounds[w]:bounds[w + 1]]`` (global–global pairs dropped:
+    both static, never simulated)."""
+    w0, w1 = shape_w[pairs[:, 0]], shape_w[pairs[:, 1]]
+    pair_w = np.where(w0 >= 0, w0, w1)
+    pairs, pair_w = pairs[pair_w >= 0], pair_w[pair_w >= 0]
+    order = np.argsort(pair_w, kind="stable")
+    return pairs[order], np.searchsorted(pair_w[order], np.arange(W + 1))
+
+
+def _local_pairs(local_of_shape: np.ndarray, world_pairs: np.ndarray) -> set:
+    """A world's Newton pairs among its template shapes, as sorted local index pairs."""
+    a, b = local_of_shape[world_pairs[:, 0]], local_of_shape[world_pairs[:, 1]]
+    keep = (a >= 0) & (b >= 0)
+    return {(int(min(x, y)), int(max(x, y))) for x, y in zip(a[keep], b[keep])}
+
+
+def _newton_filters(kwargs, wanted, notes, world_label):
+    """Explicit filter pairs that make SAP's candidate pairs equal Newton's (``wanted``) for a world."""
+    probe = SapModel(num_worlds=1, **kwargs)
+    ours = {tuple(int(x) for x in p) for p in probe.shape_pair}
+    for a, b in sorted(wanted - ours):
+        notes.add("Newton shape pairs SAP never tests (same or jointed bodies, or both static)",
+                  f"{world_label}: {probe.shape_name[a]!r}-{probe.shape_name[b]!r}")
+    return np.array(sorted(ours - wanted), np.int32).reshape(-1, 2)
+
+
+_KEY_SKIP = ("body_name", "joint_name", "shape_name", "joint_q_init", "joint_qd_init")
+
+
+def _template_key(kwargs) -> bytes:
+    parts = []
+    for k in sorted(kwargs):
+        if k in _KEY_SKIP:
+            continue
+        parts.append(k.encode() + np.ascontiguousarray(kwargs[k]).tobytes() + str(np.shape(kwargs[k])).encode())
+    return b"|".join(parts)
+
+
+def convert_model(model, *, contact_material: str = "newton", joint_limits: str = "newton",
+                  skip_unsupported_shapes: bool = False) -> NewtonConversion:
+    """Convert every world of ``model`` (a finalized ``newton.Model``); see the module docstring.
+
+    Args:
+        model: the Newton model (any device; read once on the host).
+        contact_material: ``"newton"`` (ke, kd → stiffness and τ_d = kd/ke) or ``"sap"`` (the
+            solver's fallback stiffness and τ_d); μ always comes from Newton.
+        joint_limits: ``"newton"`` (limit stiffness/damping ``joint_limit_ke/kd``) or
+            ``"drake"`` (Drake's near-rigid 1e12 with a 1 ms time scale).
+        skip_unsupported_shapes: drop colliding shapes of types SAP does not have (noted)
+            instead of raising.
+
+    Raises:
+        ValueError: naming the joint, shape, body or feature SAP cannot represent.
+    """
+    if not isinstance(model, newton.Model):
+        raise ValueError(f"model: expected a newton.Model, got {type(model).__name__}")
+    _check_choice("contact_material", contact_material, CONTACT_MATERIALS)
+    _check_choice("joint_limits", joint_limits, JOINT_LIMIT_MODELS)
+    if not isinstance(skip_unsupported_shapes, bool):
+        raise ValueError(f"skip_unsupported_shapes: must be True or False, got {skip_unsupported_shapes!r}")
+    if int(model.body_count) == 0 or int(model.joint_dof_count) == 0:
+        raise ValueError("model: no articulated DOF (SAP needs at least one joint with a degree of freedom)")
+    n = _host(model)
+    _refuse_unsupported(model, n)
+    W, body_w, joint_w, shape_w = _effective_worlds(model, n)
+    notes = _Notes()
+    counts = getattr(model, "custom_frequency_counts", {}) or {}
+    for key, what in (("mujoco:actuator", "MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through "
+                                          "joint_target_q/qd or joint_f"),
+                      ("mujoco:equality_constraint", "MuJoCo equality constraints ignored")):
+        if int(counts.get(key, 0)) > 0:
+            notes.add(what, f"{int(counts[key])} in the model")
+    shapes = _shape_table(model, n, contact_material, skip_unsupported_shapes, notes)
+    dofs = _dof_table(model, n, joint_limits, notes)
+    global_shapes = np.flatnonzero((n["shape_body"] < 0) & (shape_w < 0) & shapes["use"])
+    buckets = (_bucket(body_w, W), _bucket(joint_w, W), _bucket(shape_w, W))
+    body_local = np.full(len(n["body_mass"]), -1, np.int64)  # each body lives in one world
+    templates, order, filters = {}, [], {}
+    pairs, bounds = _pairs_by_world(n["pairs"], shape_w, W)
+    local_of_shape = np.full(len(n["shape_type"]), -1, np.int64)  # global shapes: same index everywhere
+    for w in range(W):
+        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local)
+        local_of_shape[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
+        wanted = _local_pairs(local_of_shape, pairs[bounds[w]:bounds[w + 1]])
+        probe_key = _template_key(kwargs) + repr(sorted(wanted)).encode()
+        if probe_key not in filters:  # one probe model per distinct world, not per world
+            filters[probe_key] = _newton_filters(kwargs, wanted, notes, f"world {w}")
+        kwargs["shape_filter_pair"] = filters[probe_key]
+        key = _template_key(kwargs)
+        if key not in templates:
+            templates[key] = (kwargs, [])
+            order.append(key)
+        templates[key][1].append((w, maps))
+
+    S_newton = len(n["shape_type"])
+    world_group, world_slot = np.zeros(W, np.int32), np.zeros(W, np.int32)
+    shape_group, shape_slot = np.full(S_newton, -1, np.int32), np.full(S_newton, -1, np.int32)
+    shape_local = np.full(S_newton, -1, np.int32)
+    groups = []
+    for g, key in enumerate(order):
+        kwargs, members = templates[key]
+        sap_model = SapModel(num_worlds=len(members), **kwargs)
+        stack = lambda k: np.stack([m[k] for _, m in members]).astype(np.int32).reshape(len(members), -1)  # noqa
+        for slot, (w, maps) in enumerate(members):
+            world_group[w], world_slot[w] = g, slot
+            own = maps["shape_index"][len(global_shapes):]
+            shape_local[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
+            shape_group[own], shape_slot[own] = g, slot
+        groups.append(WorldGroup(
+            sap_model=sap_model, worlds=np.array([w for w, _ in members], np.int32),
+            body_index=stack("body_index"), coord_index=stack("coord_index"), dof_index=stack("dof_index"),
+            target_q_index=stack("target_q_index"), target_qd_index=stack("target_qd_index"),
+            shape_index=stack("shape_index")))
+    lines = notes.lines()
+    for line in lines:
+        warnings.warn(f"sap_newton: {line}", stacklevel=3)
+    return NewtonConversion(groups=tuple(groups), world_group=world_group, world_slot=world_slot,
+                            shape_group=shape_group, shape_slot=shape_slot, shape_local=shape_local, notes=lines)
+
+
+def to_sap_model(model, **kwargs) -> SapModel:
+    """The SAP model of a ``newton.Model`` whose worlds are all the same (``convert_model`` options).
+
+    ``ValueError`` if the worlds differ (use :func:`convert_model` and its groups then).
+    """
+    return convert_model(model, **kwargs).sap_model

@@ -1,0 +1,334 @@
+"""Newton ``State``/``Control``/``Contacts`` ↔ SAP device data, in Warp kernels on one device.
+
+Newton keeps every world in flat float32 arrays; ``sap_gpu`` keeps one ``(num_worlds, …)``
+float64 array per quantity and per :class:`~sap_newton.convert.WorldGroup`. The public orders
+are the same (see :mod:`sap_newton.convert`), so every transfer is a gather or a scatter through
+the group's index maps, widened or narrowed between float32 and float64 — no reordering, no host
+round trip, no allocation after construction (the launches are CUDA-graph capturable).
+
+=====================  ==================================  ===============================
+SAP (per group)        Newton                              map
+=====================  ==================================  ===============================
+``joint_q``            ``State.joint_q``                   ``coord_index``
+``joint_qd``           ``State.joint_qd``                  ``dof_index``
+``body_q/qd/f``        ``State.body_q/qd/f``               ``body_index``
+``joint_f``            ``Control.joint_f``                 ``dof_index``
+``joint_target_pos``   ``Control.joint_target_q``          ``target_q_index`` (−1 → 0)
+``joint_target_vel``   ``Control.joint_target_qd``         ``target_qd_index`` (−1 → 0)
+contacts               ``Contacts.rigid_contact_*``        shape → (group, world, shape)
+=====================  ==================================  ===============================
+
+SAP's ``joint_act`` stays zero: Newton's ``Control.joint_act`` feeds Newton's ``Actuator``
+objects, which write ``joint_f``; Newton's solvers do not read it either.
+
+Newton contacts: the witness points are Newton's body-frame support points plus their surface
+offsets, moved to world by the SAP poses of ``joint_q``; φ₀ = n̂·(x₁ − x₀); materials are
+combined per shape pair with :func:`sap_common.collision_rules.combine_materials` (Newton's
+per-contact properties are not used). A world with more contacts than slots keeps an arbitrary
+subset (Warp's atomic order), counts the rest in ``overflow`` and is flagged
+``CONTACT_OVERFLOW`` by the solver: size ``max_rigid_contact`` for the worst case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+import sap_gpu
+from sap_common.config import SapConfig
+from sap_common.collision_rules import combine_materials
+
+from .convert import NewtonConversion
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["Transfer"]
+
+
+# ---------------------------------------------------------------------------------- kernels
+
+
+@wp.kernel
+def _gather_scalars(index: wp.array2d(dtype=int), value_in: wp.array(dtype=wp.float32),
+                    value_out: wp.array2d(dtype=wp.float64)):
+    world, i = wp.tid()
+    k = index[world, i]
+    value = wp.float64(0.0)
+    if k >= 0:
+        value = wp.float64(value_in[k])
+    value_out[world, i] = value
+
+
+@wp.kernel
+def _scatter_scalars(index: wp.array2d(dtype=int), value_in: wp.array2d(dtype=wp.float64),
+                     value_out: wp.array(dtype=wp.float32)):
+    world, i = wp.tid()
+    k = index[world, i]
+    if k >= 0:
+        value_out[k] = wp.float32(value_in[world, i])
+
+
+@wp.kernel
+def _gather_transforms(index: wp.array2d(dtype=int), X_in: wp.array(dtype=wp.transformf),
+                       X_out: wp.array2d(dtype=wp.transformd)):
+    world, b = wp.tid()
+    X = X_in[index[world, b]]
+    X_out[world, b] = wp.transformd(wp.vec3d(wp.transform_get_translation(X)),
+                                    wp.quatd(wp.transform_get_rotation(X)))
+
+
+@wp.kernel
+def _scatter_transforms(index: wp.array2d(dtype=int), X_in: wp.array2d(dtype=wp.transformd),
+                        X_out: wp.array(dtype=wp.transformf)):
+    world, b = wp.tid()
+    X = X_in[world, b]
+    X_out[index[world, b]] = wp.transformf(wp.vec3f(wp.transform_get_translation(X)),
+                                           wp.quatf(wp.transform_get_rotation(X)))
+
+
+@wp.kernel
+def _gather_spatial(index: wp.array2d(dtype=int), V_in: wp.array(dtype=wp.spatial_vectorf),
+                    V_out: wp.array2d(dtype=wp.spatial_vectord)):
+    world, b = wp.tid()
+    V_out[world, b] = wp.spatial_vectord(V_in[index[world, b]])
+
+
+@wp.kernel
+def _scatter_spatial(index: wp.array2d(dtype=int), V_in: wp.array2d(dtype=wp.spatial_vectord),
+                     V_out: wp.array(dtype=wp.spatial_vectorf)):
+    world, b = wp.tid()
+    V_out[index[world, b]] = wp.spatial_vectorf(V_in[world, b])
+
+
+@wp.func
+def _world_point(body: int, X: wp.transformd, p: wp.vec3f) -> wp.vec3d:
+    """A Newton contact point (body frame, or world frame for body −1) in world, float64."""
+    x = wp.vec3d(p)
+    if body >= 0:
+        x = wp.transform_point(X, x)
+    return x
+
+
+@wp.kernel
+def _route_newton_contacts(
+    shape_group: wp.array(dtype=int), shape_slot: wp.array(dtype=int), shape_local: wp.array(dtype=int),
+    local_shape_body: wp.array(dtype=int), local_shape_margin: wp.array(dtype=wp.float64),
+    pair_mu: wp.array2d(dtype=wp.float64), pair_ke: wp.array2d(dtype=wp.float64),
+    pair_ke0: wp.array2d(dtype=wp.float64), pair_ke1: wp.array2d(dtype=wp.float64),
+    pair_tau: wp.array2d(dtype=wp.float64), group: int, capacity: int,
+    contact_count_in: wp.array(dtype=int), shape0_in: wp.array(dtype=int), shape1_in: wp.array(dtype=int),
+    point0_in: wp.array(dtype=wp.vec3f), point1_in: wp.array(dtype=wp.vec3f), offset0_in: wp.array(dtype=wp.vec3f),
+    offset1_in: wp.array(dtype=wp.vec3f), normal_in: wp.array(dtype=wp.vec3f),
+    body_X: wp.array2d(dtype=wp.transformd),
+    count_out: wp.array(dtype=int), overflow_out: wp.array(dtype=int), shape0_out: wp.array2d(dtype=int),
+    shape1_out: wp.array2d(dtype=int), body0_out: wp.array2d(dtype=int), body1_out: wp.array2d(dtype=int),
+    x0_out: wp.array2d(dtype=wp.vec3d), x1_out: wp.array2d(dtype=wp.vec3d), normal_out: wp.array2d(dtype=wp.vec3d),
+    phi0_out: wp.array2d(dtype=wp.float64), margin0_out: wp.array2d(dtype=wp.float64),
+    margin1_out: wp.array2d(dtype=wp.float64), mu_out: wp.array2d(dtype=wp.float64),
+    ke_out: wp.array2d(dtype=wp.float64), ke0_out: wp.array2d(dtype=wp.float64),
+    ke1_out: wp.array2d(dtype=wp.float64), tau_d_out: wp.array2d(dtype=wp.float64),
+):
+    """One Newton rigid contact into its world's next SAP slot (only this group's worlds)."""
+    k = wp.tid()
+    if k >= contact_count_in[0]:
+        return
+    a = shape0_in[k]
+    b = shape1_in[k]
+    if a < 0 or b < 0 or a >= shape_local.shape[0] or b >= shape_local.shape[0]:
+        return  # not a shape of this model
+    la = shape_local[a]
+    lb = shape_local[b]
+    if la < 0 or lb < 0:
+        return
+    world = int(shape_slot[a])
+    g = int(shape_group[a])
+    if world < 0:  # shape 0 is global (e.g. the ground): shape 1 names the world
+        world = int(shape_slot[b])
+        g = int(shape_group[b])
+    if world < 0 or g != group:
+        return
+    slot = wp.atomic_add(count_out, world, 1)
+    if slot >= capacity:
+        wp.atomic_add(overflow_out, world, 1)
+        return
+    ba = local_shape_body[la]
+    bb = local_shape_body[lb]
+    Xa = wp.transform_identity(dtype=wp.float64)
+    Xb = wp.transform_identity(dtype=wp.float64)
+    if ba >= 0:
+        Xa = body_X[world, ba]
+    if bb >= 0:
+        Xb = body_X[world, bb]
+    x0 = _world_point(ba, Xa, point0_in[k] + offset0_in[k])
+    x1 = _world_point(bb, Xb, point1_in[k] + offset1_in[k])
+    n = wp.normalize(wp.vec3d(normal_in[k]))
+    shape0_out[world, slot] = la
+    shape1_out[world, slot] = lb
+    body0_out[world, slot] = ba
+    body1_out[world, slot] = bb
+    x0_out[world, slot] = x0
+    x1_out[world, slot] = x1
+    normal_out[world, slot] = n
+    phi0_out[world, slot] = wp.dot(n, x1 - x0)
+    margin0_out[world, slot] = local_shape_margin[la]
+    margin1_out[world, slot] = local_shape_margin[lb]
+    mu_out[world, slot] = pair_mu[la, lb]
+    ke_out[world, slot] = pair_ke[la, lb]
+    ke0_out[world, slot] = pair_ke0[la, lb]
+    ke1_out[world, slot] = pair_ke1[la, lb]
+    tau_d_out[world, slot] = pair_tau[la, lb]
+
+
+@wp.kernel
+def _clamp_counts(capacity: int, count: wp.array(dtype=int)):
+    world = wp.tid()
+    count[world] = wp.min(count[world], capacity)
+
+
+# ---------------------------------------------------------------------------------- launchers
+
+
+def _check(name: str, a, length: int, dtype, device) -> None:
+    if not isinstance(a, wp.array):
+        raise ValueError(f"{name}: expected a wp.array, got {type(a).__name__}")
+    if a.ndim != 1 or a.shape[0] != length:
+        raise ValueError(f"{name}: expected shape ({length},), got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {wp.types.type_repr(dtype)}, got {wp.types.type_repr(a.dtype)}")
+    if a.device != device:
+        raise ValueError(f"{name}: on device {a.device}, but the SAP data live on {device}")
+
+
+class _GroupMaps:
+    """One group's index maps on the device."""
+
+    def __init__(self, group, device):
+        i32 = lambda a: wp.array(np.ascontiguousarray(a, np.int32), dtype=int, device=device)  # noqa: E731
+        self.body_index, self.coord_index, self.dof_index = (i32(group.body_index), i32(group.coord_index),
+                                                             i32(group.dof_index))
+        self.target_q_index, self.target_qd_index = i32(group.target_q_index), i32(group.target_qd_index)
+        m = group.sap_model
+        self.shape_body = i32(m.shape_body if m.shape_count else np.zeros(1))
+        self.shape_margin = wp.array(m.shape_margin if m.shape_count else np.zeros(1), dtype=wp.float64,
+                                     device=device)
+
+
+class Transfer:
+    """Moves data between Newton's flat arrays and the per-group SAP device data.
+
+    Args:
+        conversion: the :class:`~sap_newton.convert.NewtonConversion` of the Newton model.
+        body_count, joint_coord_count, joint_dof_count, shape_count: the Newton model's sizes.
+        device: the Warp device of both sides.
+        config: supplies the contact-material fallbacks (default ``SapConfig()``).
+    """
+
+    def __init__(self, conversion: NewtonConversion, body_count: int, joint_coord_count: int, joint_dof_count: int,
+                 shape_count: int, device=None, config: SapConfig | None = None):
+        self.conversion = conversion
+        self.device = d = wp.get_device(device)
+        self.body_count, self.nq, self.nv, self.shape_count = body_count, joint_coord_count, joint_dof_count, \
+            shape_count
+        self.groups = [_GroupMaps(g, d) for g in conversion.groups]
+        i32 = lambda a: wp.array(np.ascontiguousarray(a, np.int32), dtype=int, device=d)  # noqa: E731
+        self.shape_group, self.shape_slot = i32(conversion.shape_group), i32(conversion.shape_slot)
+        self.shape_local = i32(conversion.shape_local)
+        config = SapConfig() if config is None else config
+        self.pair_materials = []
+        for g in conversion.groups:
+            m, S = g.sap_model, max(g.sap_model.shape_count, 1)
+            mats = np.zeros((5, S, S))
+            for a in range(m.shape_count):
+                for b in range(m.shape_count):
+                    mats[:, a, b] = combine_materials(m, a, b, config)
+            self.pair_materials.append([wp.array(mats[i], dtype=wp.float64, device=d) for i in range(5)])
+
+    # ------------------------------------------------------------------ allocation
+
+    def states(self) -> list:
+        """One device :class:`~sap_common.state.SapState` per group (public order)."""
+        return [sap_gpu.state(g.sap_model, self.device) for g in self.conversion.groups]
+
+    def controls(self) -> list:
+        """One device :class:`~sap_common.state.SapControl` per group (public order)."""
+        return [sap_gpu.control(g.sap_model, self.device) for g in self.conversion.groups]
+
+    def contacts(self, capacity: int) -> list:
+        """One device :class:`~sap_common.state.SapContacts` per group, ``capacity`` slots per world."""
+        return [sap_gpu.contacts(g.sap_model.num_worlds, capacity, self.device) for g in self.conversion.groups]
+
+    # ------------------------------------------------------------------ state and control
+
+    def check_state(self, state, name: str = "state") -> None:
+        """``ValueError`` naming the field if a Newton ``State`` does not fit the model."""
+        d = self.device
+        _check(f"{name}.joint_q", state.joint_q, self.nq, wp.float32, d)
+        _check(f"{name}.joint_qd", state.joint_qd, self.nv, wp.float32, d)
+        _check(f"{name}.body_q", state.body_q, self.body_count, wp.transformf, d)
+        _check(f"{name}.body_qd", state.body_qd, self.body_count, wp.spatial_vectorf, d)
+        _check(f"{name}.body_f", state.body_f, self.body_count, wp.spatial_vectorf, d)
+
+    def check_control(self, control, name: str = "control") -> None:
+        """``ValueError`` naming the field if a Newton ``Control`` does not fit the model."""
+        d = self.device
+        _check(f"{name}.joint_f", control.joint_f, self.nv, wp.float32, d)
+        _check(f"{name}.joint_target_q", control.joint_target_q, self.nq, wp.float32, d)
+        _check(f"{name}.joint_target_qd", control.joint_target_qd, self.nv, wp.float32, d)
+
+    def state_to_sap(self, g: int, state, sap_state) -> None:
+        """Launch: Newton ``state`` → group ``g``'s ``sap_state`` (joint_q, joint_qd, body_q/qd/f)."""
+        M, d = self.groups[g], self.device
+        _launch(_gather_scalars, M.coord_index, state.joint_q, sap_state.joint_q, d)
+        _launch(_gather_scalars, M.dof_index, state.joint_qd, sap_state.joint_qd, d)
+        _launch(_gather_transforms, M.body_index, state.body_q, sap_state.body_q, d)
+        _launch(_gather_spatial, M.body_index, state.body_qd, sap_state.body_qd, d)
+        _launch(_gather_spatial, M.body_index, state.body_f, sap_state.body_f, d)
+
+    def state_from_sap(self, g: int, sap_state, state) -> None:
+        """Launch: group ``g``'s public ``sap_state`` → Newton ``state`` (joint_q, joint_qd, body_q, body_qd;
+        ``body_f`` is an input and is left alone)."""
+        if sap_state.joint_qd_order != "public":
+            raise ValueError("sap_state.joint_qd_order: must be 'public' to copy into a Newton State")
+        M, d = self.groups[g], self.device
+        _launch(_scatter_scalars, M.coord_index, sap_state.joint_q, state.joint_q, d)
+        _launch(_scatter_scalars, M.dof_index, sap_state.joint_qd, state.joint_qd, d)
+        _launch(_scatter_transforms, M.body_index, sap_state.body_q, state.body_q, d)
+        _launch(_scatter_spatial, M.body_index, sap_state.body_qd, state.body_qd, d)
+
+    def control_to_sap(self, g: int, control, sap_control) -> None:
+        """Launch: Newton ``control`` → group ``g``'s ``sap_control`` (public order; ``joint_act`` is not
+        read — see the module docstring)."""
+        M, d = self.groups[g], self.device
+        _launch(_gather_scalars, M.dof_index, control.joint_f, sap_control.joint_f, d)
+        _launch(_gather_scalars, M.target_q_index, control.joint_target_q, sap_control.joint_target_pos, d)
+        _launch(_gather_scalars, M.target_qd_index, control.joint_target_qd, sap_control.joint_target_vel, d)
+
+    # ------------------------------------------------------------------ contacts
+
+    def contacts_to_sap(self, g: int, contacts, body_X, sap_contacts) -> None:
+        """Launch: the Newton ``contacts`` of group ``g``'s worlds → ``sap_contacts``.
+
+        ``body_X (Wg, B)`` are the SAP body poses the body-frame points are moved with (the poses
+        of the step's ``joint_q``).
+        """
+        M, d, c, s = self.groups[g], self.device, contacts, sap_contacts
+        mu, ke, ke0, ke1, tau = self.pair_materials[g]
+        s.count.zero_()
+        s.overflow.zero_()
+        capacity = int(s.shape0.shape[1])
+        if c.rigid_contact_max == 0:
+            return
+        wp.launch(_route_newton_contacts, dim=c.rigid_contact_max, device=d, inputs=[
+            self.shape_group, self.shape_slot, self.shape_local, M.shape_body, M.shape_margin, mu, ke, ke0, ke1, tau,
+            g, capacity, c.rigid_contact_count, c.rigid_contact_shape0, c.rigid_contact_shape1,
+            c.rigid_contact_point0, c.rigid_contact_point1, c.rigid_contact_offset0, c.rigid_contact_offset1,
+            c.rigid_contact_normal, body_X], outputs=[
+            s.count, s.overflow, s.shape0, s.shape1, s.body0, s.body1, s.x0, s.x1, s.normal, s.phi0, s.margin0,
+            s.margin1, s.mu, s.ke, s.ke0, s.ke1, s.tau_d])
+        wp.launch(_clamp_counts, dim=s.count.shape[0], device=d, inputs=[capacity], outputs=[s.count])
+
+
+def _launch(kernel, index, src, dst, device) -> None:
+    if index.shape[0] * index.shape[1] == 0:
+        return
+    wp.launch(kernel, dim=index.shape, device=device, inputs=[index, src], outputs=[dst])

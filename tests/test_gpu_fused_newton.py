@@ -1,0 +1,321 @@
+"""The fused Newton path against the staged one (sap_gpu.fused_newton; a fast variant is tested against the plain path it replaces).
+
+``SolverSAP(newton_path="fused")`` runs stage 3 of a world in one block of lanes, ``"staged"``
+as one thread per world per kernel. Two kinds of comparison:
+
+* **one lane per block** (Warp's CPU device without cooperative lanes): every lane's partial
+  sum starts and runs in the staged kernels' order, each row of H adds its terms in the staged
+  order, and both paths factor with the same function, so the two must be *equal*
+  (``np.array_equal`` on states, statuses, iteration counts, ℓ, ∇ℓ, γ and H).
+* **32 cooperative lanes** (``conftest.cooperative_lanes``): ∇ℓ, γ and H are still formed per
+  DOF and per row by one lane each in the staged order, so they stay *equal*; ℓ is a block sum
+  of the lanes' partial sums in another order, so it may differ by the rounding of a
+  reordered sum (``SUM_ORDER_FACTOR``). Whole steps are compared on the solution: a stopping or
+  line-search decision taken near its threshold may differ, so each path's v₁ must be within
+  the other's reach by A-strong convexity of ℓ (‖x − y‖_A ≤ ‖∇ℓ(x)‖_{A⁻¹} + ‖∇ℓ(y)‖_{A⁻¹}).
+"""
+
+import numpy as np
+import pytest
+import warp as wp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sap_gpu
+from conftest import cooperative_lanes
+from sap_common import scenes
+from sap_common.state import StepStatus
+from sap_gpu.fused_newton import fused_newton_kernel, fused_size
+from sap_gpu.solver import NEWTON_PATHS
+from strategies import random_constrained_models
+from test_gpu_sparse_rows import _inputs
+from test_gpu_stages import LINE_SEARCHES, PRESETS
+
+CAP = 16
+# A sum of m floating-point terms taken in two orders differs by at most (m − 1)·ε·Σ|terms|
+# (each partial sum rounds once); 2 covers the rounding of the terms themselves, which both
+# paths compute identically, and of the bound's own arithmetic.
+SUM_ORDER_FACTOR = 2.0
+# Slack of the strong-convexity comparison: the gradients are evaluated in float64 with their
+# own rounding (as tests/test_gpu_stages.py: TOL["fp64"] relative to the velocity scale).
+GRAD_ROUNDING = 1e-10
+# Shared memory a block may use on the GPUs this targets: the opt-in maximum per block of an
+# H100/H200 (sm_90: 227 KiB); one tile for nv ≤ 32 should stay under the 48 KiB default.
+SM90_MAX_SHARED_PER_BLOCK = 227 * 1024
+DEFAULT_SHARED_PER_BLOCK = 48 * 1024
+
+
+def _solver(model, device, path, **config):
+    return sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, newton_path=path, **config)
+
+
+def _step(solver, state, control, contacts, device, dt=1e-3):
+    out = sap_gpu.to_device(state, device)
+    solver.step(sap_gpu.to_device(state, device), out, sap_gpu.to_device(control, device),
+                sap_gpu.to_device(contacts, device), dt)
+    return sap_gpu.to_host(out)
+
+
+def _assert_same_step(a, b, what):
+    (sa, oa), (sb, ob) = a, b
+    for f in ("joint_q", "joint_qd", "body_q", "body_qd"):
+        np.testing.assert_array_equal(getattr(oa, f), getattr(ob, f), err_msg=f"{what}: {f}")
+    da, db = sa.diagnostics(), sb.diagnostics()
+    for k in ("status", "newton_iterations", "line_search_iterations"):
+        np.testing.assert_array_equal(da[k], db[k], err_msg=f"{what}: {k}")
+
+
+def _a_norm_bound(solver, v_a, v_b):
+    """(‖v_a − v_b‖_A, ‖∇ℓ(v_a)‖_{A⁻¹} + ‖∇ℓ(v_b)‖_{A⁻¹}, ‖v_b‖_A) per world over participating DOFs,
+    ∇ℓ from ``solver.evaluate_at`` on the last step's problem."""
+    nv = solver.m.nv
+    A, mask = solver.A.numpy()[:, :nv, :nv], solver.dof_mask.numpy().astype(bool)
+    ga, gb = solver.evaluate_at(v_a)["grad"], solver.evaluate_at(v_b)["grad"]
+    out = []
+    for w in range(len(A)):
+        m = mask[w]
+        Aw = A[w][np.ix_(m, m)]
+        inv_norm = lambda g: float(np.sqrt(max(g @ np.linalg.solve(Aw, g), 0.0)))  # noqa: E731
+        d = (v_a[w] - v_b[w])[m]
+        out.append((float(np.sqrt(max(d @ Aw @ d, 0.0))), inv_norm(ga[w][m]) + inv_norm(gb[w][m]),
+                    float(np.sqrt(max(v_b[w][m] @ Aw @ v_b[w][m], 0.0)))))
+    return out
+
+
+def _assert_same_solution(solver, v_a, v_b, what):
+    """Both velocities solve the solver's last problem: within each other's reach (module doc)."""
+    np.testing.assert_array_equal(v_a[~solver.dof_mask.numpy().astype(bool)],
+                                  v_b[~solver.dof_mask.numpy().astype(bool)], err_msg=f"{what}: v1 = v* off the trees")
+    for w, (dist, reach, scale) in enumerate(_a_norm_bound(solver, v_a, v_b)):
+        assert dist <= reach * (1 + 1e-9) + GRAD_ROUNDING * max(1.0, scale), \
+            f"{what}, world {w}: ‖Δv₁‖_A = {dist:.3e} > {reach:.3e}"
+
+
+def _ell_order_bound(solver, v, ell):
+    """SUM_ORDER_FACTOR·m·ε·Σ|terms| of ℓ at v: ℓ_A's per-DOF terms ½(v − v*)ᵢ(A(v − v*))ᵢ and the
+    rows' costs ℓᵢ ≥ 0 (whose absolute sum is ℓ − ℓ_A)."""
+    nv = solver.m.nv
+    A, v_star = solver.A.numpy()[:, :nv, :nv], solver.v_star.numpy()
+    x = v - v_star
+    terms = 0.5 * x * np.einsum("wij,wj->wi", A, x)
+    rows = solver.P.gamma.shape[1]
+    m = nv + rows
+    return SUM_ORDER_FACTOR * m * np.finfo(np.float64).eps * (np.abs(terms).sum(1) + np.abs(ell - terms.sum(1)))
+
+
+# ---------------------------------------------------------------------------- one lane: equal
+
+@settings(max_examples=12)
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+def test_one_lane_fused_equals_staged(device, case, preset, line_search):
+    """Random models with every joint type, limits, drives and contacts: one step on each path."""
+    if device.is_cuda:
+        pytest.skip("a CUDA block always has its 32 lanes (see the cooperative-lane tests)")
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search)
+    with cooperative_lanes(False):
+        runs = []
+        for path in ("fused", "staged"):
+            solver = _solver(model, device, path, **config)
+            runs.append((solver, _step(solver, state, control, contacts, device)))
+        _assert_same_step(*runs, f"{preset}/{line_search}")
+        v = runs[1][0].v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        ea, eb = (s.evaluate_at(v) for s, _ in runs)
+    for k, x in ea.items():
+        np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
+
+
+# ---------------------------------------------------------------------------- 32 lanes
+
+@settings(max_examples=12)
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_search):
+    """32 lanes: ∇ℓ, γ, H equal to the staged ones, ℓ up to the sum order, v₁ to the solver tolerance."""
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search)
+    staged = _solver(model, device, "staged", **config)
+    out_s = _step(staged, state, control, contacts, device)
+    with cooperative_lanes():
+        fused = _solver(model, device, "fused", **config)
+        out_f = _step(fused, state, control, contacts, device)
+        v = staged.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        ef = fused.evaluate_at(v)
+    es = staged.evaluate_at(v)
+    for k in ("grad", "H", "H_diag", "contact_gamma", "limit_gamma", "drive_gamma"):
+        np.testing.assert_array_equal(ef[k], es[k], err_msg=f"evaluate_at: {k}")
+    assert np.all(np.abs(ef["ell"] - es["ell"]) <= _ell_order_bound(staged, v, es["ell"])), "ℓ"
+    ds, df = staged.diagnostics(), fused.diagnostics()
+    if ds["status"][0] == StepStatus.CONVERGED and df["status"][0] == StepStatus.CONVERGED:
+        _assert_same_solution(staged, fused.v1.numpy(), staged.v1.numpy(), f"{preset}/{line_search}")
+    else:  # away from convergence the two must fail the same way
+        assert ds["status"][0] == df["status"][0]
+    assert np.isfinite(out_f.joint_q).all() == np.isfinite(out_s.joint_q).all()
+
+
+@pytest.mark.parametrize("name, worlds, steps", [("humanoid", 2, 25), ("humanoid3", 1, 6)])
+def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
+    """A falling humanoid (27 DOFs: one tile, up to 64 contact slots and 42 limit rows spread over
+    32 lanes) and three of them (81 DOFs: the blocked factorization): from the same state every
+    step, the fused step solves the staged step's problem."""
+    ok, why = scenes.availability(name)
+    if not ok:
+        pytest.skip(why)
+    scene = scenes.get(name, num_worlds=worlds)
+    m = scene.sap_model
+    staged = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="staged")
+    with cooperative_lanes():
+        fused = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="fused")
+    assert fused.H.shape[1] == fused_size(m.joint_dof_count)
+    pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, staged.config, device=device)
+    contacts = pipe.contacts()
+    state = sap_gpu.to_device(scene.state, device)
+    control = scene.control.copy()
+    control.joint_f[:] = np.random.default_rng(7).normal(0.0, 5.0, control.joint_f.shape)
+    control = sap_gpu.to_device(control, device)
+    counts = []
+    for n in range(steps):
+        pipe.collide(state, contacts)
+        counts.append(int(contacts.count.numpy().max()))
+        with cooperative_lanes():
+            fused.step(state, sap_gpu.to_device(sap_gpu.to_host(state), device), control, contacts, scene.dt)
+        staged.step(state, state, control, contacts, scene.dt)
+        for s in (staged, fused):
+            assert np.all(s.diagnostics()["status"] == StepStatus.CONVERGED), f"step {n}"
+        _assert_same_solution(staged, fused.v1.numpy(), staged.v1.numpy(), f"{name} step {n}")
+    assert max(counts) > 0, "the rollout never touched the ground"
+
+
+def test_one_lane_blocked_factorization_equals_staged(device):
+    """nv = 81 (padded to 96): the fused loop factors with the staged blocked function."""
+    if device.is_cuda:
+        pytest.skip("a CUDA block always has its 32 lanes")
+    ok, why = scenes.availability("humanoid3")
+    if not ok:
+        pytest.skip(why)
+    scene = scenes.get("humanoid3", num_worlds=1)
+    m = scene.sap_model
+    runs = []
+    with cooperative_lanes(False):
+        for path in ("fused", "staged"):
+            solver = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path=path)
+            pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, solver.config, device=device)
+            contacts, state = pipe.contacts(), sap_gpu.to_device(scene.state, device)
+            control = sap_gpu.to_device(scene.control, device)
+            for _ in range(8):
+                pipe.collide(state, contacts)
+                solver.step(state, state, control, contacts, scene.dt)
+            runs.append((solver, sap_gpu.to_host(state)))
+    assert runs[0][0].H.shape[1] == 96 and runs[0][0].newton_L.shape[1] == 96
+    _assert_same_step(*runs, "humanoid3")
+
+
+def test_float32_objective_on_both_paths(device):
+    """contact_solve_precision = fp32 (ℓ, ∇ℓ, the block sums in float32): equal to the staged path
+    on one lane; with 32 lanes every step converges as the staged one does."""
+    scene, host = _pressed_stack(2)
+    runs = {}
+    for path, lanes in (("staged", False), ("fused", False), ("fused", True)):
+        with cooperative_lanes(lanes):
+            solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device, newton_path=path,
+                                       contact_solve_precision="fp32")
+            assert solver.P.v.dtype == wp.float32
+            pipe = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
+            contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
+            control = sap_gpu.to_device(scene.control, device)
+            statuses = []
+            for _ in range(6):
+                pipe.collide(state, contacts)
+                solver.step(state, state, control, contacts, 2e-3)
+                statuses.append(solver.diagnostics()["status"])
+            runs[path, lanes] = (solver, sap_gpu.to_host(state), np.array(statuses))
+    assert np.all(runs["staged", False][2] == StepStatus.CONVERGED)
+    assert np.all(runs["fused", True][2] == StepStatus.CONVERGED)
+    if not device.is_cuda:
+        _assert_same_step(runs["fused", False][:2], runs["staged", False][:2], "fp32 objective")
+
+
+# ---------------------------------------------------------------------------- failures, options
+
+def _pressed_stack(num_worlds):
+    from test_gpu_solver import _perturbed_states
+
+    scene = scenes.get("box_stack", num_worlds=num_worlds)
+    return scene, _perturbed_states(scene, seed=11)
+
+
+@pytest.mark.parametrize("path", NEWTON_PATHS)
+def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(device, path):
+    """World 1's dynamics matrix is made negative definite after stage 2 (A ← −10⁹A): its H
+    cannot be factored, so it stops with LINEAR_SOLVE_FAILURE after its first evaluation and
+    world 0 gives exactly its untouched result."""
+    scene, host = _pressed_stack(2)
+    m = scene.sap_model
+
+    def run(tamper):
+        with cooperative_lanes(path == "fused"):
+            solver = sap_gpu.SolverSAP(m, max_rigid_contact=16, device=device, newton_path=path)
+            pipe = sap_gpu.CollisionPipeline(m, 16, solver.config, device=device)
+            contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
+            pipe.collide(state, contacts)
+            assert contacts.count.numpy().min() >= 3
+
+            def hook(stage):
+                if tamper and stage == "constraints":
+                    A = solver.A.numpy()
+                    A[1] *= -1e9
+                    solver.A.assign(A)
+
+            solver.stage_hook = hook
+            solver.step(state, state, sap_gpu.to_device(scene.control, device), contacts, 2e-3)
+            return solver.diagnostics(), sap_gpu.to_host(state)
+
+    clean, clean_state = run(False)
+    bad, bad_state = run(True)
+    assert np.all(clean["status"] == StepStatus.CONVERGED)
+    assert bad["status"][1] & StepStatus.LINEAR_SOLVE_FAILURE and not bad["status"][1] & StepStatus.CONVERGED
+    assert bad["newton_iterations"][1] == 0
+    assert bad["status"][0] == StepStatus.CONVERGED
+    for f in ("joint_q", "joint_qd"):
+        np.testing.assert_array_equal(getattr(bad_state, f)[0], getattr(clean_state, f)[0], err_msg=f)
+
+
+@pytest.mark.parametrize("bad", ["Fused", "graph", None, 1])
+def test_newton_path_must_be_fused_or_staged(device, bad):
+    scene = scenes.get("sphere_drop")
+    with pytest.raises(ValueError, match=r"newton_path: .* is not valid; valid: fused, staged"):
+        sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=4, device=device, newton_path=bad)
+
+
+def test_pcr_runs_the_staged_loop_on_either_path(device):
+    """PCR is not fused: newton_path='fused' with PCR runs the staged loop, so the two are equal."""
+    scene, host = _pressed_stack(2)
+    runs = []
+    for path in NEWTON_PATHS:
+        solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device, newton_path=path,
+                                   contact_linear_solver="pcr")
+        assert solver.newton_path == path and solver.fused is False
+        pipe = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
+        contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
+        control = sap_gpu.to_device(scene.control, device)
+        for _ in range(3):
+            pipe.collide(state, contacts)
+            solver.step(state, state, control, contacts, 2e-3)
+        runs.append((solver, sap_gpu.to_host(state)))
+    _assert_same_step(*runs, "pcr")
+
+
+def test_the_fused_kernel_fits_in_shared_memory(device):
+    """The fused kernel's shared memory (Warp's count of its tiles, from the module metadata of
+    a CPU build: on CUDA the cuSolverDx workspace may add to it) stays within a block's budget:
+    one tile (nv ≤ 32) under the 48 KiB default, the blocked factorization (nv = 81, padded to
+    96, float64) under an H100's 227 KiB opt-in maximum."""
+    from sap_gpu.contact_solve import newton_kernels
+
+    cpu = wp.get_device("cpu")
+    for TL in (wp.float32, wp.float64):
+        kk = newton_kernels(wp.float64, TL, "monotone_decay")
+        for n, budget in ((32, DEFAULT_SHARED_PER_BLOCK), (96, SM90_MAX_SHARED_PER_BLOCK)):
+            kernel = fused_newton_kernel(kk, n)
+            meta = kernel.module.load(cpu, block_dim=sap_gpu.launch.TILE_BLOCK_DIM).meta
+            (smem,) = [v for k, v in meta.items() if k.endswith("forward_smem_bytes")]
+            assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}: {smem} bytes"

@@ -1,0 +1,349 @@
+"""sap_newton.convert: a newton.Model → SapModel, checked against this project's own builders.
+
+A robot built with Newton's ModelBuilder and the same robot built with ours give the same
+SapModel; a robot imported by Newton's MJCF importer and by our ``load_mjcf`` give the same
+mass matrix and bias forces. Both to float32 round-off, since Newton stores float32.
+"""
+
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+newton = pytest.importorskip("newton")
+import warp as wp  # noqa: E402
+
+import sap_newton  # noqa: E402
+from newton_scenes import PROBE_MJCF, mixed_robot_newton, mixed_robot_sap  # noqa: E402
+from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE  # noqa: E402
+from sap_common.conventions import joint_qd_public_to_sap  # noqa: E402
+from sap_common.io import load_mjcf  # noqa: E402
+from sap_common.model import JointType, ShapeType  # noqa: E402
+from sap_ref.dynamics import bias_forces, mass_matrix  # noqa: E402
+
+# Newton stores every parameter in float32: one rounding is ≤ 2^-24 ≈ 6e-8 relative, and
+# Newton's own float32 arithmetic (quaternion normalization, axis normalization, inertia
+# transforms at import) adds a few ulps. Observed: ≤ 5e-8 relative on M and the bias forces.
+FLOAT32_RTOL = 1e-6
+# Model fields compared between the twins (names and initial states aside).
+FIELDS = ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+          "joint_X_c", "joint_dof_dim", "joint_axis", "joint_armature", "joint_damping", "joint_target_ke",
+          "joint_target_kd", "joint_effort_limit", "joint_limit_lower", "joint_limit_upper", "shape_type",
+          "shape_body", "shape_transform", "shape_size", "shape_margin", "shape_material_mu",
+          "shape_material_ke", "shape_material_tau", "gravity", "shape_pair")
+
+
+def _close(name, a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, f"{name}: shapes {a.shape} vs {b.shape}"
+    same = a == b  # equal infinities included
+    scale = max(1.0, np.max(np.abs(np.where(np.isfinite(b), b, 0.0)), initial=0.0))
+    diff = np.abs(np.subtract(a, b, out=np.zeros_like(a), where=~same))
+    assert np.all(diff <= FLOAT32_RTOL * scale), f"{name}: max |Δ| {np.max(diff)} (scale {scale})"
+
+
+def _random_states(model, rng, count):
+    """(q, v_public) pairs: random quaternions for ball/free joints, uniform elsewhere."""
+    out = []
+    for _ in range(count):
+        q = rng.uniform(-0.8, 0.8, model.joint_coord_count)
+        for j in range(model.joint_count):
+            jt, q0 = JointType(int(model.joint_type[j])), int(model.joint_q_start[j])
+            if jt == JointType.BALL:
+                q[q0:q0 + 4] = rng.normal(size=4)
+                q[q0:q0 + 4] /= np.linalg.norm(q[q0:q0 + 4])
+            elif jt == JointType.FREE:
+                q[q0 + 3:q0 + 7] = rng.normal(size=4)
+                q[q0 + 3:q0 + 7] /= np.linalg.norm(q[q0 + 3:q0 + 7])
+        out.append((q, rng.normal(size=model.joint_dof_count)))
+    return out
+
+
+def _same_dynamics(a, b, rng, count=20):
+    """M(q) and C(q, v)v − τ_g of two models with the same coordinates agree to float32 round-off."""
+    worst = 0.0
+    for q, v in _random_states(a, rng, count):
+        Ma, Mb = mass_matrix(a, q), mass_matrix(b, q)
+        ba = bias_forces(a, q, joint_qd_public_to_sap(a, q, v))
+        bb = bias_forces(b, q, joint_qd_public_to_sap(b, q, v))
+        worst = max(worst, np.max(np.abs(Ma - Mb)) / np.max(np.abs(Mb)), np.max(np.abs(ba - bb)) / np.max(np.abs(bb)))
+    assert worst <= FLOAT32_RTOL, f"relative |ΔM|, |Δbias| up to {worst}"
+    return worst
+
+
+def test_core_packages_do_not_import_newton():
+    code = ("import sys; import sap_common, sap_ref, sap_gpu, sap_common.io, sap_common.scenes; "
+            "print('newton' in sys.modules, 'sap_newton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == ["False", "False"], out.stdout
+
+
+def test_newton_built_robot_equals_our_builder():
+    conv = sap_newton.convert_model(mixed_robot_newton())
+    ours = mixed_robot_sap()
+    theirs = conv.sap_model
+    assert conv.notes == ()
+    for f in FIELDS:
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    limited = np.isfinite(ours.joint_limit_lower) | np.isfinite(ours.joint_limit_upper)
+    _close("joint_limit_ke", theirs.joint_limit_ke[limited], ours.joint_limit_ke[limited])
+    _close("joint_limit_kd", theirs.joint_limit_kd[limited], ours.joint_limit_kd[limited])
+    _close("joint_q_init", theirs.joint_q_init, ours.joint_q_init)
+    _same_dynamics(theirs, ours, np.random.default_rng(0))
+
+
+def test_newton_mjcf_import_equals_load_mjcf():
+    builder = newton.ModelBuilder()
+    builder.add_mjcf(PROBE_MJCF)
+    theirs = sap_newton.to_sap_model(builder.finalize(device="cpu"))
+    ours = load_mjcf(PROBE_MJCF).sap_model
+    assert [JointType(int(t)).name for t in theirs.joint_type] == [JointType(int(t)).name for t in ours.joint_type]
+    for f in ("body_mass", "body_com", "body_inertia", "joint_X_p", "joint_X_c", "joint_axis", "joint_armature",
+              "joint_damping", "joint_limit_lower", "joint_limit_upper", "shape_type", "shape_size"):
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    _same_dynamics(theirs, ours, np.random.default_rng(1))
+
+
+def test_newton_imported_humanoid_equals_load_mjcf_with_shared_ankle_anchor():
+    """Newton 1.8's importer folds two hinges of one body into a D6 at the first hinge's anchor;
+    the humanoid's ankle hinges sit 4 cm apart, so with its stock file Newton's M differs from
+    MuJoCo's (~1e-3 relative, docs/newton.md). With one shared anchor both agree to round-off."""
+    mujoco_warp = pytest.importorskip("mujoco_warp")
+    path = os.path.join(os.path.dirname(mujoco_warp.__file__), "test_data", "humanoid", "humanoid.xml")
+    with open(path) as f:
+        xml = f.read()
+    stock_anchor = '<joint pos="0 0 .04" stiffness="3"/>'
+    assert stock_anchor in xml
+    xml = xml.replace(stock_anchor, '<joint pos="0 0 .08" stiffness="3"/>')
+    builder = newton.ModelBuilder()
+    builder.add_mjcf(xml)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        conv = sap_newton.convert_model(builder.finalize(device="cpu"))
+    text = "\n".join(str(r.message) for r in record)
+    assert "passive joint stiffness (springs) dropped" in text and "MuJoCo actuators" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # load_mjcf's own notes on stiffness and actuators
+        ours = load_mjcf(xml).sap_model
+    theirs = conv.sap_model
+    short = [n.rsplit("/", 1)[-1] for n in theirs.body_name]
+    order = [short.index(n) for n in ours.body_name]
+    _close("body_mass", theirs.body_mass[order], ours.body_mass)
+    _close("body_inertia", theirs.body_inertia[order], ours.body_inertia)
+    _same_dynamics(theirs, ours, np.random.default_rng(2), count=10)
+
+
+def test_worlds_with_different_parameters_form_groups():
+    model = mixed_robot_newton(num_worlds=3)
+    mass = model.body_mass.numpy()
+    mass[6] *= 1.5  # body 0 of world 1 (6 bodies per world)
+    model.body_mass.assign(mass)
+    conv = sap_newton.convert_model(model)
+    assert [g.worlds.tolist() for g in conv.groups] == [[0, 2], [1]]
+    assert conv.world_group.tolist() == [0, 1, 0] and conv.world_slot.tolist() == [0, 0, 1]
+    assert conv.groups[1].sap_model.body_mass[0] == pytest.approx(3.0)
+    assert conv.groups[0].sap_model.body_mass[0] == pytest.approx(2.0)
+    assert conv.groups[0].body_index.tolist() == [list(range(0, 6)), list(range(12, 18))]
+    with pytest.raises(ValueError, match="2 templates"):
+        conv.sap_model
+    # The ground plane (global) is shape 0 of every template; world shapes route to their group.
+    ground = model.shape_label.index("ground_plane")
+    assert conv.shape_local[ground] == 0 and conv.shape_group[ground] == -1
+    for g in conv.groups:
+        assert (g.shape_index[:, 0] == ground).all()
+        assert (conv.shape_group[g.shape_index[:, 1:]] == conv.groups.index(g)).all()
+
+
+def test_per_world_gravity_is_carried():
+    model = mixed_robot_newton(num_worlds=2)
+    model.set_gravity((0.0, 0.0, -1.62), world=1)
+    conv = sap_newton.convert_model(model)
+    assert len(conv.groups) == 2
+    assert conv.groups[conv.world_group[1]].sap_model.gravity[2] == pytest.approx(-1.62, rel=1e-6)
+
+
+def test_candidate_pairs_are_newtons():
+    """Groups, filter pairs and parent filtering: SAP tests exactly Newton's shape pairs."""
+    b = newton.ModelBuilder()
+    cfg = newton.ModelBuilder.ShapeConfig
+    bodies = [b.add_body(xform=wp.transform((0.3 * i, 0, 1), wp.quat_identity()), mass=1.0,
+                         inertia=wp.mat33(np.eye(3) * 0.01)) for i in range(4)]
+    s = [b.add_shape_sphere(bodies[0], radius=0.1, cfg=cfg(collision_group=1)),
+         b.add_shape_sphere(bodies[1], radius=0.1, cfg=cfg(collision_group=2)),
+         b.add_shape_box(bodies[2], hx=0.1, hy=0.1, hz=0.1, cfg=cfg(collision_group=-1)),
+         b.add_shape_capsule(bodies[3], radius=0.05, half_height=0.1, cfg=cfg(collision_group=1))]
+    b.add_shape_collision_filter_pair(s[0], s[3])
+    b.add_ground_plane()
+    model = b.finalize(device="cpu")
+    conv = sap_newton.convert_model(model)
+    g = conv.groups[0]
+    newton_pairs = {tuple(sorted(p)) for p in model.shape_contact_pairs.numpy().tolist()}
+    ours = {tuple(sorted(int(g.shape_index[0, i]) for i in p)) for p in g.sap_model.shape_pair}
+    assert ours == newton_pairs
+    assert (s[0], s[1]) not in ours and (s[0], s[3]) not in ours and (s[0], s[2]) in ours
+
+
+def _articulate(b):
+    b.add_articulation(list(range(b.joint_count)))
+    return b
+
+
+def test_drive_modes_map_like_newtons_mujoco_solver():
+    b = newton.ModelBuilder()
+    mode = newton.JointTargetMode
+    modes = (mode.NONE, mode.POSITION, mode.VELOCITY, mode.POSITION_VELOCITY, mode.EFFORT)
+    parent = -1
+    for k, m in enumerate(modes):
+        link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+        b.add_joint_revolute(parent, link, axis=(0, 1, 0), target_ke=10.0 + k, target_kd=1.0 + k, actuator_mode=m)
+        parent = link
+    _articulate(b)
+    conv = sap_newton.convert_model(b.finalize(device="cpu"))
+    m, g = conv.sap_model, conv.groups[0]
+    assert m.joint_target_ke.tolist() == [0.0, 11.0, 0.0, 13.0, 0.0]
+    assert m.joint_target_kd.tolist() == [0.0, 2.0, 3.0, 4.0, 0.0]
+    assert g.target_q_index[0].tolist() == [-1, 1, -1, 3, -1]  # position targets: coordinates
+    assert g.target_qd_index[0].tolist() == [-1, -1, 2, 3, -1]  # velocity targets: VELOCITY modes
+
+
+def test_material_and_limit_options():
+    model = mixed_robot_newton()
+    sap_mat = sap_newton.to_sap_model(model, contact_material="sap", joint_limits="drake")
+    assert np.isnan(sap_mat.shape_material_ke).all() and np.isnan(sap_mat.shape_material_tau).all()
+    assert sap_mat.shape_material_mu[1] == pytest.approx(0.8)
+    assert (sap_mat.joint_limit_ke == DEFAULT_LIMIT_KE).all() and (sap_mat.joint_limit_kd == DEFAULT_LIMIT_KD).all()
+    newton_mat = sap_newton.to_sap_model(model)
+    assert newton_mat.shape_material_tau[1] == pytest.approx(200.0 / 2e4)
+    for bad in (dict(contact_material="drake"), dict(joint_limits="hard"), dict(skip_unsupported_shapes=1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            sap_newton.convert_model(model, **bad)
+
+
+def test_margin_inflates_spheres_and_capsules_and_shifts_planes():
+    b = newton.ModelBuilder()
+    body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_shape_sphere(body, radius=0.1, cfg=newton.ModelBuilder.ShapeConfig(margin=0.01))
+    b.add_shape_capsule(body, radius=0.05, half_height=0.2, cfg=newton.ModelBuilder.ShapeConfig(margin=0.02))
+    b.add_ground_plane(cfg=newton.ModelBuilder.ShapeConfig(margin=0.03))
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert ShapeType(int(m.shape_type[0])) == ShapeType.PLANE
+    assert m.shape_transform[0, 2] == pytest.approx(0.03)
+    assert m.shape_size[1, 0] == pytest.approx(0.11) and m.shape_size[2, :2] == pytest.approx([0.07, 0.2])
+
+
+def _one_body(shape_adder, **body_kw):
+    b = newton.ModelBuilder()
+    body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01), **body_kw)
+    shape_adder(b, body)
+    return b
+
+
+@pytest.mark.parametrize("adder, match", [
+    (lambda b, body: b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="can"), "'can'.*CYLINDER"),
+    (lambda b, body: b.add_shape_ellipsoid(body, rx=0.1, ry=0.2, rz=0.3, label="egg"), "'egg'.*ELLIPSOID"),
+    (lambda b, body: b.add_shape_box(body, hx=0.1, hy=0.1, hz=0.1, label="rounded",
+                                     cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)), "'rounded'.*rounded box"),
+    (lambda b, body: b.add_shape_plane(body=body, width=0, length=0, label="tray"), "'tray'.*plane on a body"),
+])
+def test_unsupported_shapes_are_refused_by_name(adder, match):
+    model = _one_body(adder).finalize(device="cpu")
+    with pytest.raises(ValueError, match=match):
+        sap_newton.convert_model(model)
+
+
+def test_unsupported_shapes_can_be_skipped_and_visual_shapes_are_ignored():
+    def adder(b, body):
+        b.add_shape_sphere(body, radius=0.1)
+        b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="can")
+        b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="visual_can",
+                             cfg=newton.ModelBuilder.ShapeConfig(has_shape_collision=False))
+    model = _one_body(adder).finalize(device="cpu")
+    with pytest.warns(UserWarning, match="unsupported collision shapes skipped.*'can'"):
+        conv = sap_newton.convert_model(model, skip_unsupported_shapes=True)
+    assert conv.sap_model.shape_count == 1
+
+
+def test_unsupported_joints_and_bodies_are_refused_by_name():
+    b = newton.ModelBuilder()
+    a = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    c = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_free(a)
+    b.add_joint_distance(a, c, min_distance=0.1, max_distance=0.5, label="tether")
+    _articulate(b)
+    with pytest.raises(ValueError, match="'tether'.*DISTANCE joint"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+    b = newton.ModelBuilder()
+    body = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_free(body, parent_xform=wp.transform((0, 0, 1), wp.quat_identity()), label="offset_root")
+    _articulate(b)
+    with pytest.raises(ValueError, match="'offset_root'.*non-identity joint_X_p"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+    b = newton.ModelBuilder()
+    b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01), is_kinematic=True, label="conveyor")
+    with pytest.raises(ValueError, match="'conveyor'.*KINEMATIC"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+    b = newton.ModelBuilder()
+    b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_particle((0, 0, 1), (0, 0, 0), mass=0.1)
+    with pytest.raises(ValueError, match="particles"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+    b = newton.ModelBuilder()
+    b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01), label="loose")
+    link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_revolute(-1, link, axis=(0, 1, 0))
+    _articulate(b)
+    with pytest.raises(ValueError, match="'loose'.*no joint"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+    with pytest.raises(ValueError, match="model: expected a newton.Model"):
+        sap_newton.convert_model(mixed_robot_sap())
+
+
+def test_dropped_features_are_noted():
+    b = newton.ModelBuilder()
+    link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_revolute(-1, link, axis=(0, 1, 0), stiffness=5.0, friction=0.2, label="springy")
+    ball = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_ball(link, ball, actuator_mode=newton.JointTargetMode.POSITION, label="driven_ball")
+    model = _articulate(b).finalize(device="cpu")
+    ke = model.joint_target_ke.numpy()
+    ke[1:4] = 5.0
+    model.joint_target_ke.assign(ke)
+    with pytest.warns(UserWarning) as record:
+        conv = sap_newton.convert_model(model)
+    text = "\n".join(str(r.message) for r in record)
+    for what in ("passive joint stiffness (springs) dropped: 'springy'", "joint friction dropped: 'springy'",
+                 "drives on BALL/FREE joints dropped: 'driven_ball'"):
+        assert what in text
+    assert len(conv.notes) == 3
+    assert not conv.sap_model.joint_target_ke.any()
+
+
+def test_d6_with_two_non_orthonormal_angular_axes_is_refused():
+    b = newton.ModelBuilder()
+    link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    cfg = newton.ModelBuilder.JointDofConfig
+    b.add_joint_d6(-1, link, angular_axes=[cfg(axis=(1, 0, 0)), cfg(axis=(math.sqrt(0.5), math.sqrt(0.5), 0))],
+                   label="skew")
+    _articulate(b)
+    with pytest.raises(ValueError, match="'skew'.*not orthonormal"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+
+def test_free_joint_parameters_are_reordered_to_sap_order():
+    """Newton orders a FREE joint's DOFs [linear, angular], SAP's parameters are [angular, linear]."""
+    model = mixed_robot_newton()
+    armature = model.joint_armature.numpy()
+    armature[:6] = np.arange(1, 7) * 1e-3
+    model.joint_armature.assign(armature)
+    with pytest.warns(UserWarning, match="FREE-joint armature/damping applied in SAP's"):
+        m = sap_newton.to_sap_model(model)
+    np.testing.assert_allclose(m.joint_armature[:6], np.array([4, 5, 6, 1, 2, 3]) * 1e-3, rtol=FLOAT32_RTOL)

@@ -1,0 +1,312 @@
+"""sap-validate: the committed Drake recordings pass one-step mode to round-off on both backends;
+broken implementations are caught and diagnosed at the right stage; ties are reported as ties;
+reports (text, JSON, JUnit) are well-formed; a user's own trajectory file validates.
+
+Every step of every recording on both backends: tests/test_long_rollouts.py (``pytest -m slow``).
+"""
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import sap_ref.collision
+import sap_ref.solver
+from sap_common import scenes
+from sap_common.io.trajectory import write_trajectory
+from sap_ref.collision import CollisionPipeline
+from sap_ref.solver import SolverSAP
+from tools import validate as V
+from tools.diagnose import STAGE_RTOL
+from tools.validate_backends import recorded_state
+from conftest import DATA, DRAKE_ANCHORS
+
+RECORDINGS = [p.stem for p in DRAKE_ANCHORS]
+EVERY = 20  # one-step checks per recording: every EVERY-th step, plus the onsets below
+
+
+def _steps(ctx):
+    """Every EVERY-th step and the five steps after each onset (first contact, actuation at its
+    limit, a limit impulse in the momentum residual): where the constraint rows appear."""
+    N = ctx.traj.num_steps
+    steps = set(range(0, N, EVERY))
+    c, x = ctx.traj.contacts, ctx.traj.extra
+    onsets = []
+    if c and c["contact_count"].any():
+        onsets.append(int(np.argmax(c["contact_count"] > 0)) - 1)
+    if "dynamics_residual" in x and (np.abs(x["dynamics_residual"]) > 1e-4).any():
+        onsets.append(int(np.argmax((np.abs(x["dynamics_residual"]) > 1e-4).any(axis=1))) - 1)
+    for n in onsets:
+        steps |= set(range(max(n, 0), min(n + 5, N)))
+    return sorted(steps)
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_committed_recordings_pass_one_step_to_round_off(name, backend, device):
+    ctx, _ = V.make_context(DATA / "drake" / f"{name}.json", backend=backend, device=device)
+    r = V.one_step(ctx, _steps(ctx))
+    # The bar: |Δv| ≤ ONE_STEP_RTOL·max(1, |v|) and |Δq| ≤ ONE_STEP_RTOL·max(1, |q|) on every step.
+    assert r["verdict"] == "pass" and r["failing_steps"] == 0, r["diagnosis"]
+    assert r["worst_error_over_bar"] <= 1.0 and r["not_converged_steps"] == 0
+
+
+# ----------------------------------------------------------------------------- broken implementations
+
+
+@pytest.fixture
+def half_friction(monkeypatch):
+    """sap_ref with every combined friction coefficient halved (a wrong μ)."""
+    original = sap_ref.collision.combine_materials
+
+    def wrong(model, a, b, config):
+        mu, ke, k0, k1, tau = original(model, a, b, config)
+        return 0.5 * mu, ke, k0, k1, tau
+
+    monkeypatch.setattr(sap_ref.collision, "combine_materials", wrong)
+
+
+def test_wrong_friction_coefficient_is_diagnosed_at_the_constraint_rows(half_friction):
+    ctx, _ = V.make_context(DATA / "drake" / "sphere_slide.json")
+    r = V.one_step(ctx, [0, 1, 2])  # step 0 slides in contact (μ matters); then the hop
+    d = r["diagnosis"]
+    assert r["verdict"] == "FAIL" and r["failing_steps"] == 1
+    assert d["step"] == 0 and d["cause"] == "constraint_rows" and not d["explained"]
+    bad = [s["stage"] for s in d["stages"] if not s["ok"]]
+    assert bad == ["contact μ"], d["stages"]  # geometry, k, τ_d and J all agree
+
+
+def test_wrong_friction_in_sap_gpu_is_diagnosed(monkeypatch, device):
+    import sap_gpu.collision
+
+    original = sap_gpu.collision.combine_materials
+    monkeypatch.setattr(sap_gpu.collision, "combine_materials",
+                        lambda *a: (0.5 * original(*a)[0],) + tuple(original(*a)[1:]))
+    ctx, _ = V.make_context(DATA / "drake" / "sphere_slide.json", backend="gpu", device=device)
+    d = V.one_step(ctx, [0])["diagnosis"]
+    assert d["cause"] == "constraint_rows" and [s["stage"] for s in d["stages"] if not s["ok"]] == ["contact μ"]
+
+
+def test_mutated_jacobian_sign_is_diagnosed_at_the_constraint_rows(monkeypatch):
+    original = sap_ref.solver.contact_geometry
+
+    def flipped(*args, **kwargs):
+        geometry = original(*args, **kwargs)
+        geometry.J[:, 2, :] *= -1.0  # the normal row's sign
+        return geometry
+
+    monkeypatch.setattr(sap_ref.solver, "contact_geometry", flipped)
+    ctx, _ = V.make_context(DATA / "drake" / "sphere_drop.json")
+    first = int(np.argmax(ctx.traj.contacts["contact_count"] > 0)) - 1  # the step of the first contact
+    r = V.one_step(ctx, [first - 1, first])
+    d = r["diagnosis"]
+    assert r["failing_steps"] == 1 and d["step"] == first and d["cause"] == "constraint_rows"
+    assert [s["stage"] for s in d["stages"] if not s["ok"]] == ["contact J: J·v₁ normal vs recorded separation speed"]
+
+
+def test_wrong_free_motion_is_diagnosed_as_a_step_difference_at_the_free_motion(monkeypatch):
+    original = sap_ref.solver.free_motion
+
+    def wrong(model, q0, v0, dt, **kwargs):  # 1 % too much damping
+        fm = original(model, q0, v0, dt, **kwargs)
+        A = fm.A + 0.01 * dt * np.diag(model.joint_damping)
+        return dataclasses.replace(fm, A=A, v_star=v0 + np.linalg.solve(A, fm.A @ (fm.v_star - v0)))
+
+    monkeypatch.setattr(sap_ref.solver, "free_motion", wrong)
+    ctx, _ = V.make_context(DATA / "drake" / "pendulum_limit.json")
+    d = V.one_step(ctx, [100])["diagnosis"]
+    assert d["cause"] == "step" and not d["explained"]
+    first_bad = next(s for s in d["stages"] if not s["ok"])
+    assert first_bad["stage"].startswith("free motion")
+    assert first_bad["max_abs_diff"] > 1e3 * first_bad["tolerance"] * STAGE_RTOL
+
+
+def test_correct_steps_leave_every_stage_within_its_tolerance():
+    """The stage table of passing steps: every stage compared, none departs."""
+    from tools.diagnose import stage_table
+
+    for name, step, expected in (("sphere_slide", 0, "contact force on shape 1's body [N]"),
+                                 ("prismatic_pd", 3, "actuation: drive force [N, N·m]"),
+                                 ("box_corners_slide", 300, "contact J: J·v₁ normal vs recorded separation speed")):
+        ctx, _ = V.make_context(DATA / "drake" / f"{name}.json")
+        stages = stage_table(ctx, step)
+        assert expected in [s.name for s in stages]
+        assert all(s.ok for s in stages), (name, [s for s in stages if not s.ok])
+
+
+# ----------------------------------------------------------------------------- ties, Newton tolerance
+
+
+def _sphere_recording(tmp_path, *, z, margin, with_contacts, name="rec.npz", **solver):
+    """One step of sphere_drop's ball at height ``z`` by "another implementation": sap_ref whose
+    ball has contact margin ``margin`` (so it reports the ground contact while φ₀ < margin)."""
+    scene = scenes.get("sphere_drop")
+    model = dataclasses.replace(scene.sap_model, shape_margin=np.array([0.0, margin]))
+    other = dataclasses.replace(scene, sap_model=model)
+    state = recorded_state(other, [0, 0, z, 0, 0, 0, 1], np.zeros(6))
+    solver = SolverSAP(model, max_rigid_contact=1, contact_preset_variant="drake", line_search_variant="exact_root",
+                       **solver)
+    pipeline = CollisionPipeline(model, 1, solver.config)
+    contacts = pipeline.contacts()
+    pipeline.collide(state, contacts)
+    out = state.copy()
+    solver.step(state, out, scene.control, contacts, 1e-3)
+    k = int(contacts.count[0])
+    c = None
+    if with_contacts:
+        c = {"contact_count": np.array([0, k]), "contact_shape0": np.array([[-1], [0]]),
+             "contact_shape1": np.array([[-1], [1]]), "contact_phi": np.array([[0.0], [contacts.phi0[0, 0]]])}
+    return write_trajectory(tmp_path / name, scene="sphere_drop", dt=1e-3, q=np.vstack([state.joint_q, out.joint_q]),
+                            v=np.vstack([state.joint_qd, out.joint_qd]), convention="sap", engine="test", contacts=c), k
+
+
+@pytest.mark.parametrize("with_contacts", [True, False])
+def test_touching_contact_decided_the_other_way_is_reported_as_a_tie(tmp_path, with_contacts):
+    # The ball rests exactly on the ground: φ₀ = 0. The recording included the contact, we do not
+    # (we report φ₀ < 0 only): a tie, found from the recorded contacts or, without them, by
+    # including the near-threshold pair and reproducing the recorded step.
+    path, k = _sphere_recording(tmp_path, z=0.1, margin=1e-9, with_contacts=with_contacts)
+    assert k == 1
+    r = V.validate(path)
+    d = r["one_step"]["diagnosis"]
+    assert r["one_step"]["failing_steps"] == 1 and d["cause"] == "contact_set" and d["tie"] and d["explained"]
+    assert r["verdict"] == "pass" and r["one_step"]["explained"]["tie"] == 1
+    assert V.validate(path, strict=True)["verdict"] == "FAIL"
+
+
+@pytest.mark.parametrize("with_contacts", [True, False])
+def test_contact_set_difference_beyond_round_off_is_not_a_tie(tmp_path, with_contacts):
+    # 0.5 mm above the ground with a 1 mm margin: the recording has a contact at φ₀ = +5e-4 m.
+    path, k = _sphere_recording(tmp_path, z=0.1005, margin=1e-3, with_contacts=with_contacts)
+    assert k == 1
+    r = V.validate(path)
+    d = r["one_step"]["diagnosis"]
+    assert r["verdict"] == "FAIL" and not d["explained"]
+    if with_contacts:
+        assert d["cause"] == "contact_set" and not d["tie"] and "not a tie" in d["message"]
+    else:  # nothing near the threshold: the step itself differs
+        assert d["cause"] == "step"
+
+
+def test_a_solve_to_a_tighter_tolerance_is_a_different_newton_iterate(tmp_path):
+    # The recording converged further (rel 1e-12) than our drake preset stops (1e-6): both satisfy
+    # our stopping criterion, but they are different iterates (step 196 of box_corners_slide, while
+    # the box comes to rest on its four corners: they differ by 2.6e-7·|v|).
+    ctx, _ = V.make_context(DATA / "drake" / "box_corners_slide.json")
+    q, v = ctx.q_rows[196], ctx.v_rows[196]
+    scene = ctx.scene
+    solver = SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact,
+                       **{**scene.solver_kwargs, "optimality_rel_tol": 1e-12, "cost_rel_tol": 1e-300,
+                          "cost_abs_tol": 1e-300})
+    pipeline = CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config)
+    state = recorded_state(scene, q, v)
+    contacts = pipeline.contacts()
+    pipeline.collide(state, contacts)
+    out = state.copy()
+    solver.step(state, out, scene.control, contacts, ctx.dt)
+    (tmp_path / "box_corners_slide.json").write_text((DATA / "drake" / "box_corners_slide.json").read_text())
+    path = write_trajectory(tmp_path / "tight.npz", scene="box_corners_slide.json", dt=ctx.dt,
+                            q=np.vstack([q, out.joint_q[0]]), v=np.vstack([v, out.joint_qd[0]]), convention="sap")
+    r = V.validate(path)
+    d = r["one_step"]["diagnosis"]
+    assert d is not None and d["cause"] == "newton_tolerance" and d["explained"], d
+    assert r["verdict"] == "pass" and r["one_step"]["explained"]["newton_tolerance"] == 1
+
+
+# ----------------------------------------------------------------------------- rollout mode
+
+
+def test_rollout_passes_within_the_sensitivity_bar():
+    r = V.validate(DATA / "drake" / "sphere_slide.json", mode="rollout", steps=300)
+    o = r["rollout"]
+    assert r["verdict"] == "pass" and o["max_dq"] < 1e-12 < o["sensitivity_drift_q"]
+
+
+def test_rollout_of_a_broken_implementation_leaves_the_envelope(half_friction):
+    o = V.validate(DATA / "drake" / "sphere_slide.json", mode="rollout", steps=50)["rollout"]
+    assert o["verdict"] == "FAIL" and o["first_failing_step"] == 1
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def test_json_and_junit_reports_are_well_formed(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    q, v = V.make_context(DATA / "drake" / "prismatic_pd.json")[0].q_rows[:6], None
+    ctx = V.make_context(DATA / "drake" / "prismatic_pd.json")[0]
+    v = ctx.v_rows[:6].copy()
+    v[3] += 1e-6  # a wrong velocity in row 3
+    (tmp_path / "prismatic_pd.json").write_text((DATA / "drake" / "prismatic_pd.json").read_text())
+    write_trajectory(bad, scene="prismatic_pd.json", dt=ctx.dt, q=q, v=v, convention="sap", engine="broken")
+    junit = tmp_path / "report.xml"
+    code = V.main([str(DATA / "drake" / "prismatic_pd.json"), str(bad), "--steps", "5", "--quiet", "--json",
+                   "--junit", str(junit)])
+    assert code == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    report = json.loads(out[-1])
+    assert report["verdict"] == "FAIL" and [r["verdict"] for r in report["reports"]] == ["pass", "FAIL"]
+    assert report["reports"][1]["one_step"]["diagnosis"]["step"] == 2  # row 3 is the result of step 2
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    suites = root.findall("testsuite")
+    assert [s.get("failures") for s in suites] == ["0", "1"]
+    failure = suites[1].find("testcase/failure")
+    assert failure is not None and "step 2" in failure.get("message")
+    assert suites[0].find("testcase").get("name") == "one-step [sap_ref]"
+
+
+def test_usage_errors_are_one_line(capsys, tmp_path):
+    assert V.main([str(DATA / "drake" / "prismatic_pd.json"), "--every", "0"]) == 2
+    assert V.main([str(tmp_path / "missing.npz")]) == 2
+    assert V.main([str(DATA / "drake" / "prismatic_pd.json"), "--junit", str(tmp_path / "no" / "r.xml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("sap-validate: error: ") for line in err)
+    assert "--every" in err[0] and "no such trajectory file" in err[1] and "--junit" in err[2]
+
+
+# ----------------------------------------------------------------------------- other writers
+
+
+def test_the_user_trajectory_example_validates(tmp_path):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "user_trajectory.py"
+    spec = importlib.util.spec_from_file_location("user_trajectory", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = example.write(str(tmp_path / "pendulum.npz"))  # what example.main writes, then validates
+    r = V.validate(out, mode="both")
+    assert r["verdict"] == "pass" and r["one_step"]["max_dv"] <= 1e-15
+
+
+def test_mujoco_recording_is_judged_by_statistics(tmp_path):
+    pytest.importorskip("mujoco")
+    from tools.record import record_mujoco
+
+    xml = tmp_path / "ball.xml"
+    xml.write_text('<mujoco><option timestep="0.001"/><worldbody><geom name="ground" type="plane" size="2 2 .1"/>'
+                   '<body name="ball" pos="0 0 0.2"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>'
+                   '</worldbody></mujoco>')
+    path = record_mujoco(str(xml), str(tmp_path), steps=300)
+    r = V.validate(path, mode="both")
+    s = r["statistics"]
+    assert r["engine"] == "mujoco" and r["verdict"] == "pass" and "one_step" not in r
+    assert s["contact_free_max_rel_dv"] <= V.MUJOCO_FREE_RTOL and s["contact_steps"] > 100
+    assert s["contact_pairs_agree_share"] >= V.MUJOCO_CONTACT_AGREEMENT
+    assert r["rollout_statistics"]["verdict"] == "not judged"
+
+
+def test_sap_gpu_stage_table_compares_it_with_sap_ref_first(device):
+    from tools.diagnose import stage_table
+
+    ctx, _ = V.make_context(DATA / "drake" / "box_corners_slide.json", backend="gpu", device=device)
+    stages = stage_table(ctx, 300)
+    names = [s.name for s in stages]
+    gpu_rows = [n for n in names if n.startswith("sap_gpu vs sap_ref: ")]
+    assert {"sap_gpu vs sap_ref: contact J", "sap_gpu vs sap_ref: v₁ [m/s, rad/s]"} <= set(gpu_rows)
+    assert names.index(gpu_rows[-1]) < names.index("free motion: A(v₁ − v*) − h(τ_c + Bu) vs recorded momentum "
+                                                   "residual [N·s]")
+    assert all(s.ok for s in stages), [s for s in stages if not s.ok]

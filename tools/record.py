@@ -1,0 +1,314 @@
+"""``sap-record``: record a scene with Drake (pydrake 1.51.1) or MuJoCo, for ``sap-validate``.
+
+    sap-record --reference --timing                       # regenerate tests/data/drake/ (needs [drake])
+    sap-record --reference --check                        # regenerate into a temporary folder, compare
+    sap-record sphere_on_sphere --out recordings/         # a built-in scene, recorded by Drake
+    sap-record model.xml --engine mujoco --steps 500 --out recordings/
+
+Drake (``--engine drake``, the default; ``pip install -e ".[drake]"``): the scene becomes a
+``MultibodyPlant`` with SAP and point contact, Drake's simulator steps it, and the recording is
+written in the format of ``tests/data/drake/README.md``: ``<scene>.json`` (the scene read back
+from the plant, conventions, checks) and ``<scene>.npz`` (q, v, body poses and velocities,
+energies, contacts with depth, witness points and forces, actuation, dynamics residuals, M and
+the bias terms at the start and the end), and the scene's entry in ``index.json``. A scene is a
+built-in scene name (``sap-scenes``) or a Drake scene file, which re-records itself; features
+with no Drake counterpart are refused with a message naming them (tools/record_spec.py).
+Recording twice gives identical files (byte for byte; with ``--timing`` the ``performance``
+block measures Drake's own speed and differs from run to run).
+
+MuJoCo (``--engine mujoco``): an MJCF/URDF file stepped by ``mujoco.mj_step`` with zero
+controls from ``qpos0``, written as a trajectory file (``sap_common.io.trajectory``, convention
+``mujoco``) with the contacts MuJoCo found each step (shape pairs, distance, point, normal).
+MuJoCo has its own contact model, so ``sap-validate`` compares such a recording by statistics.
+
+``--reference`` regenerates every scene of ``tests/data/drake/index.json`` from its own file;
+``--check`` writes into a temporary folder instead and compares the result with the committed
+files field by field (:func:`compare_recordings`), exit status 1 on a difference beyond the
+stated tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from tools.cli import fail, load_scene_arg, parser
+
+__all__ = ["REFERENCE_DIR", "CHECK_RTOL", "RUN_DEPENDENT", "record_drake", "record_mujoco", "compare_recordings",
+           "write_json", "main"]
+
+REFERENCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "drake")
+# Fields that describe the run, not the scene: the machine, library versions, timing, and the
+# paths and generator name of the workspace that wrote the file.
+RUN_DEPENDENT = ("performance", "versions", "generator", "recording.file")
+# The convention self-checks and the physics summaries under ``checks`` are recomputed from the
+# recorded arrays by formulas that may group the same arithmetic differently: measured differences
+# against the committed files ≤ 1.1e-15 absolute (w_principal of free_spin, through an eigen-
+# decomposition); 1e-12·max(1, |x|) keeps them apart from any change of the recorded data.
+CHECK_RTOL = 1e-12
+_DERIVED = ("checks", "convention_self_checks (all must be ~1e-12 or less)")
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Strict JSON with one-space indentation and a final newline (the format's layout)."""
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write("\n")
+
+
+def _repo_relative(path: str) -> str:
+    """``path`` relative to the repository when it lies inside it, else its file name."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    full = os.path.abspath(path)
+    return os.path.relpath(full, root) if full.startswith(root + os.sep) else os.path.basename(full)
+
+
+def _spec(scene_arg: str) -> dict:
+    """The Drake scene specification of a scene argument: a Drake scene file as it is, a
+    built-in scene converted (or refused)."""
+    from tools.record_spec import scene_to_spec
+
+    if scene_arg.lower().endswith(".json"):
+        if not os.path.isfile(scene_arg):
+            raise ValueError(f"scene file: {scene_arg!r} does not exist")
+        with open(scene_arg) as f:
+            try:
+                spec = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{scene_arg}: not valid JSON ({e})") from None
+        if "plant" not in spec:
+            raise ValueError(f"{scene_arg}: not a Drake scene file (no 'plant')")
+        return spec
+    if scene_arg.lower().endswith((".xml", ".urdf")):
+        raise ValueError(f"scene: {scene_arg!r} is an MJCF/URDF file; record it with --engine mujoco (Drake scenes "
+                         "come from built-in scenes or Drake scene files)")
+    return scene_to_spec(load_scene_arg(scene_arg, 1))
+
+
+def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> tuple[str, str]:
+    """Record a scene with Drake into ``out_dir``; returns ``(json path, npz path)``."""
+    from tools.record_checks import SELF_CHECK_LIMIT, convention_self_checks, scene_checks
+    from tools.record_document import drake_document, index_entry, jsonable
+    from tools.record_drake import record
+
+    spec = _spec(scene_arg)
+    ds, sim, perf = record(spec, num_steps=steps, with_timing=timing)
+    name = spec.get("scene", "scene")
+    json_path, npz_path = os.path.join(out_dir, f"{name}.json"), os.path.join(out_dir, f"{name}.npz")
+    doc = drake_document(ds, sim, perf, npz_file=_repo_relative(npz_path), checks={}, self_checks={})
+    arrays = sim["arrays"]
+    doc["checks"] = jsonable(scene_checks(ds, doc, arrays))
+    self_checks = convention_self_checks(ds, doc, arrays)
+    bad = {k: v for k, v in self_checks.items() if not v <= SELF_CHECK_LIMIT}
+    if bad:
+        raise RuntimeError(f"scene {name!r}: convention self-checks above {SELF_CHECK_LIMIT:g}: {bad}; not written")
+    doc["convention_self_checks (all must be ~1e-12 or less)"] = jsonable(self_checks)
+    np.savez_compressed(npz_path, **arrays)  # numpy's zip entries carry a fixed date: reproducible bytes
+    write_json(json_path, doc)
+    index_path = os.path.join(out_dir, "index.json")
+    index = {"generator": doc["generator"], "pydrake": doc["versions"]["pydrake"], "scenes": {}}
+    if os.path.isfile(index_path):
+        with open(index_path) as f:
+            index = json.load(f)
+        index["generator"] = doc["generator"]
+    index["scenes"][name] = index_entry(doc, _repo_relative(json_path), _repo_relative(npz_path))
+    write_json(index_path, index)
+    return json_path, npz_path
+
+
+def record_mujoco(scene_arg: str, out_dir: str, *, steps=None) -> str:
+    """Step an MJCF/URDF scene with MuJoCo and write a trajectory file; returns its path."""
+    import mujoco
+
+    from sap_common.io import load_mjcf
+    from sap_common.io.trajectory import write_trajectory
+
+    if not scene_arg.lower().endswith((".xml", ".urdf")) or not os.path.isfile(scene_arg):
+        raise ValueError(f"scene: --engine mujoco records an MJCF/URDF file; {scene_arg!r} is not one")
+    scene = load_mjcf(scene_arg)
+    m, shape_of = scene.mj_model, scene.mujoco_map.shape
+    d = mujoco.MjData(m)
+    N = int(steps or scene.num_steps)
+    qpos, qvel, rows = [d.qpos.copy()], [d.qvel.copy()], [[]]
+    for _ in range(N):
+        mujoco.mj_step(m, d)  # collision at q_n, then the step: d.contact describes the step n → n+1
+        row = []
+        for c in d.contact[:d.ncon]:
+            a, b = shape_of[int(c.geom1)], shape_of[int(c.geom2)]
+            if a < 0 or b < 0:
+                continue  # a geom type with no shape of ours
+            normal = np.array(c.frame[:3]) * (1.0 if a < b else -1.0)  # MuJoCo's from geom1 to geom2
+            row.append((min(a, b), max(a, b), float(c.dist), np.array(c.pos), normal))
+        qpos.append(d.qpos.copy())
+        qvel.append(d.qvel.copy())
+        rows.append(row)
+    C = max(1, max(len(r) for r in rows))
+    contacts = {"contact_count": np.array([len(r) for r in rows], np.int64),
+                "contact_shape0": np.full((N + 1, C), -1, np.int64), "contact_shape1": np.full((N + 1, C), -1, np.int64),
+                "contact_phi": np.zeros((N + 1, C)), "contact_point": np.zeros((N + 1, C, 3)),
+                "contact_normal": np.zeros((N + 1, C, 3))}
+    for n, row in enumerate(rows):
+        for k, (a, b, phi, p, normal) in enumerate(row):
+            contacts["contact_shape0"][n, k], contacts["contact_shape1"][n, k] = a, b
+            contacts["contact_phi"][n, k], contacts["contact_point"][n, k] = phi, p
+            contacts["contact_normal"][n, k] = normal
+    out = os.path.join(out_dir, f"{scene.name}.mujoco.npz")
+    rel_scene = os.path.relpath(os.path.abspath(scene_arg), os.path.abspath(out_dir))
+    return write_trajectory(out, scene=rel_scene, dt=float(m.opt.timestep), q=np.array(qpos), v=np.array(qvel),
+                            convention="mujoco", engine="mujoco", contacts=contacts)
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def _walk(new, old, path: str, out: list, derived: bool) -> None:
+    if path.lstrip(".") in RUN_DEPENDENT:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in old.keys() | new.keys():
+            p = f"{path}.{k}" if path else k
+            if p in RUN_DEPENDENT:
+                continue
+            if k not in new or k not in old:
+                out.append({"field": p, "kind": "missing here" if k not in new else "only here"})
+                continue
+            _walk(new[k], old[k], p, out, derived or p in _DERIVED)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(new, old)):
+            _walk(a, b, f"{path}[{i}]", out, derived)
+    elif (isinstance(new, (int, float)) and isinstance(old, (int, float)) and not isinstance(new, bool)
+          and not isinstance(old, bool)):
+        diff = abs(float(new) - float(old))
+        tol = CHECK_RTOL * max(1.0, abs(float(old))) if derived else 0.0
+        if diff > 0:
+            out.append({"field": path, "kind": "number", "diff": diff, "tolerance": tol, "ok": diff <= tol})
+    elif new != old:
+        out.append({"field": path, "kind": "value", "new": new, "old": old, "ok": False})
+
+
+def compare_recordings(new_json: str, old_json: str) -> dict:
+    """Field-by-field comparison of two recordings of one scene (JSON and the NPZ beside each).
+
+    NPZ arrays must be identical (same names, order, dtype, shape and bits); JSON fields too,
+    except the run-dependent ones (:data:`RUN_DEPENDENT`, skipped) and the numbers under
+    ``checks`` and the convention self-checks (recomputed summaries, :data:`CHECK_RTOL`).
+    Returns ``{"ok", "arrays": [...], "fields": [...], "largest": {...}}`` with every difference.
+    """
+    from sap_common.io.drake import load_recording
+
+    with open(new_json) as f:
+        new = json.load(f)
+    with open(old_json) as f:
+        old = json.load(f)
+    fields: list = []
+    _walk(new, old, "", fields, False)
+    a, b = load_recording(new_json), load_recording(old_json)
+    arrays = []
+    if list(a) != list(b):
+        arrays.append({"array": "(names)", "new": list(a), "old": list(b), "ok": False})
+    for k in b:
+        if k not in a:
+            continue
+        x, y = a[k], b[k]
+        same = x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+        if not same:
+            d = float(np.abs(x.astype(float) - y.astype(float)).max()) if x.shape == y.shape else float("inf")
+            arrays.append({"array": k, "max_abs_diff": d, "ok": False})
+    ok = all(f.get("ok", False) for f in fields) and not arrays
+    numbers = [f for f in fields if f["kind"] == "number"]
+    largest = max(numbers, key=lambda f: f["diff"] / max(f["tolerance"], 1e-300), default=None)
+    return {"ok": ok, "arrays": arrays, "fields": fields, "largest": largest,
+            "npz_bytes_identical": _same_bytes(new_json[:-5] + ".npz", old_json[:-5] + ".npz")}
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def _reference_scenes() -> list[str]:
+    with open(os.path.join(REFERENCE_DIR, "index.json")) as f:
+        return [os.path.join(REFERENCE_DIR, f"{name}.json") for name in json.load(f)["scenes"]]
+
+
+def main(argv=None) -> int:
+    p = parser("sap-record", __doc__)
+    p.add_argument("scenes", nargs="*", help="built-in scene names, Drake scene files (.json) or, with --engine mujoco, "
+                                             "MJCF/URDF files")
+    p.add_argument("--engine", default="drake", choices=("drake", "mujoco"), help="who simulates (default drake)")
+    p.add_argument("--out", default=None, help="output folder (default: the current folder; --reference: "
+                                               "tests/data/drake)")
+    p.add_argument("--steps", type=int, default=None, help="steps to record (default: the scene's)")
+    p.add_argument("--timing", action="store_true", help="Drake: also measure Drake's time per step (7 runs)")
+    p.add_argument("--reference", action="store_true", help="Drake: every scene of tests/data/drake/index.json")
+    p.add_argument("--check", action="store_true", help="with --reference: record into a temporary folder and compare "
+                                                        "with the committed files instead of overwriting them")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = p.parse_args(argv)
+    try:
+        if args.steps is not None and args.steps < 1:
+            raise ValueError(f"--steps: must be >= 1, got {args.steps}")
+        if args.check and not args.reference:
+            raise ValueError("--check: compares with the committed files, so it needs --reference")
+        if args.reference and (args.scenes or args.engine != "drake"):
+            raise ValueError("--reference: records the committed Drake scenes; give no scenes and no --engine mujoco")
+        if not args.reference and not args.scenes:
+            raise ValueError("scenes: give at least one scene (or --reference)")
+        mjcf = [s for s in args.scenes if s.lower().endswith((".xml", ".urdf"))]
+        if args.engine == "drake" and mjcf:
+            raise ValueError(f"scene: {mjcf[0]!r} is an MJCF/URDF file; record it with --engine mujoco (Drake "
+                             "scenes come from built-in scenes or Drake scene files)")
+        if args.engine == "drake":
+            from tools.record_drake import pydrake_available
+
+            ok, why = pydrake_available()
+            if not ok:
+                raise ValueError(f"--engine drake: {why}")
+        scenes = _reference_scenes() if args.reference else args.scenes
+        out = args.out or (REFERENCE_DIR if args.reference and not args.check else ".")
+        if args.check:
+            out = tempfile.mkdtemp(prefix="sap-record-check-")
+        if not os.path.isdir(out):
+            raise ValueError(f"--out: the folder {out!r} does not exist")
+        if args.engine == "drake":
+            specs = [_spec(s) for s in scenes]  # refusals before any simulation
+            del specs
+    except ValueError as e:
+        return fail("sap-record", e)
+    results, ok = [], True
+    for s in scenes:
+        try:
+            if args.engine == "mujoco":
+                path = record_mujoco(s, out, steps=args.steps)
+                print(f"{s}: wrote {path}")
+                results.append({"scene": s, "trajectory": path})
+                continue
+            json_path, npz_path = record_drake(s, out, steps=args.steps, timing=args.timing)
+        except ValueError as e:
+            return fail("sap-record", e)
+        entry = {"scene": s, "json": json_path, "npz": npz_path}
+        print(f"{s}: wrote {json_path} and {npz_path}")
+        if args.check:
+            c = compare_recordings(json_path, s)
+            entry["comparison"] = c
+            ok &= c["ok"]
+            big = c["largest"]
+            print(f"  against {s}: arrays {'identical' if not c['arrays'] else c['arrays']}, NPZ bytes "
+                  f"{'identical' if c['npz_bytes_identical'] else 'differ'}; {len(c['fields'])} JSON fields differ"
+                  + (f", largest {big['field']} by {big['diff']:.3g} (tolerance {big['tolerance']:.3g})" if big else "")
+                  + f" → {'ok' if c['ok'] else 'DIFFERS'}")
+            for f in c["fields"]:
+                if not f.get("ok", False):
+                    print(f"    {f}")
+        results.append(entry)
+    if args.json:
+        print(json.dumps({"ok": ok, "recordings": results}, default=str))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

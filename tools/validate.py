@@ -1,0 +1,485 @@
+"""``sap-validate``: hold an implementation of SAP against a recorded trajectory, with a verdict.
+
+    sap-validate tests/data/drake/sphere_slide.json
+    sap-validate tests/data/drake --backend both --every 10 --junit validate.xml
+    sap-validate my_kernels.npz --mode both --json
+
+A recording is a Drake recording (``tests/data/drake/<scene>.json``, written by ``sap-record``)
+or a trajectory file of the minimal format (``sap_common.io.trajectory``) written by any
+implementation. Two modes (``--mode``):
+
+* one-step (teacher-forced): every step starts from the recording's own state n and must
+  reproduce row n+1 to round-off, ``|Δv| ≤ ONE_STEP_RTOL·max(1, |v|)`` and the same for q;
+  errors cannot compound, so this is the sharp test of an implementation. A step that misses
+  the bar is diagnosed (tools/diagnose.py): a contact-set tie or a Newton iterate within
+  tolerance explains it (it passes unless ``--strict``); anything else fails, with the stage
+  where the step departs.
+* rollout: the free trajectory from the recorded initial state. Its bar is the scene's own
+  sensitivity: sap_ref is rolled out twice, once from a state whose velocities are nudged by
+  ``--epsilon``, and the drift between the two (running maximum) bounds the rollout's
+  distance from the recording at each step (never below the accumulated one-step bar).
+
+A MuJoCo recording (``engine: mujoco``) follows MuJoCo's own contact model, so it is judged by
+statistics: steps without contact must agree to :data:`MUJOCO_FREE_RTOL`, the contact pairs
+must agree on :data:`MUJOCO_CONTACT_AGREEMENT` of the steps, and the velocity errors of contact
+steps are reported. Exit status: 0 when every recording passes, 1 when one fails, 2 for a
+usage error. ``--json`` prints one JSON object as the last line, ``--junit FILE`` writes a JUnit
+XML report (one test case per recording, backend and mode).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, trajectory_states
+from sap_common.model import JointType
+from sap_common.state import StepStatus
+from sap_common import spatial
+from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
+from tools.diagnose import diagnose
+from tools.progress import Progress
+from tools.validate_backends import RefBackend, make_backend, recorded_state
+
+__all__ = ["ONE_STEP_RTOL", "ROLLOUT_EPSILON", "MAX_DIAGNOSES", "MUJOCO_FREE_RTOL", "MUJOCO_CONTACT_AGREEMENT",
+           "Context", "make_context", "expand", "position_error", "one_step", "rollout", "validate", "junit_xml", "main"]
+
+# One-step bar. Measured one-step differences of sap_ref from Drake over every step of the seven
+# Drake recordings: ≤ 8.6e-15·max(1, |v|) (39 ulps, box_corners_slide, four near-rigid
+# contacts) in v and ≤ 1.1e-16 in q. 1e-12 is ~100× that, and six orders below SAP's Newton
+# tolerance (relative 1e-6): a step that stopped at another Newton iterate does not pass as
+# round-off.
+ONE_STEP_RTOL = 1e-12
+# Rollout nudge [m/s, rad/s] added to every initial velocity of the sensitivity run: far above
+# round-off (1e-16), far below any physical speed of the scenes.
+ROLLOUT_EPSILON = 1e-7
+# Failing steps diagnosed before the rest are reported as undiagnosed (each costs a few solves).
+MAX_DIAGNOSES = 50
+# MuJoCo recordings: contact-free steps follow the same Newton–Euler equations and semi-implicit
+# Euler; MuJoCo's mass matrix and bias come from its own recursions (agreeing with ours to
+# ~1e-12, tests/test_ref_dynamics_mujoco.py), so 1e-9 relative to max(1, |v|) holds them.
+MUJOCO_FREE_RTOL = 1e-9
+# Share of contact steps whose contact pairs (shape pairs) must agree with MuJoCo's: both report a
+# pair while φ < margin; ties at the threshold and MuJoCo's multi-contact box pairs make a few differ.
+MUJOCO_CONTACT_AGREEMENT = 0.95
+MODES = ("one-step", "rollout", "both")
+_MODE_KEYS = ("one_step", "statistics", "rollout", "rollout_statistics")  # report keys of the modes
+
+
+@dataclass
+class Context:
+    """What a validation of one recording by one backend needs (also read by tools/diagnose.py).
+
+    Attributes:
+        scene, traj: the scene and the trajectory.
+        q_rows, v_rows: recorded coordinates and SAP-order velocities, (N+1, nq), (N+1, nv).
+        backend: the implementation under test; reference: sap_ref with the same settings (the
+            backend itself when it is sap_ref).
+        dt: the recording's time step [s].  one_step_rtol: the one-step bar.
+        actuated_dofs: our DOF of each recorded actuator column (Drake recordings), or None.
+    """
+
+    scene: object
+    traj: object
+    q_rows: np.ndarray
+    v_rows: np.ndarray
+    backend: object
+    reference: object
+    dt: float
+    one_step_rtol: float = ONE_STEP_RTOL
+    actuated_dofs: np.ndarray | None = None
+
+    def state(self, n: int):
+        return recorded_state(self.scene, self.q_rows[n], self.v_rows[n])
+
+    def errors(self, n: int, v1, q1):
+        """``(|Δv|, bar_v, |Δq|, bar_q)`` of a step from row n against row n+1."""
+        ev = float(np.abs(v1 - self.v_rows[n + 1]).max(initial=0.0))
+        eq = position_error(self.scene.sap_model, q1, self.q_rows[n + 1])
+        bar_v = self.one_step_rtol * max(1.0, float(np.abs(self.v_rows[n + 1]).max(initial=0.0)))
+        bar_q = self.one_step_rtol * max(1.0, float(np.abs(self.q_rows[n + 1]).max(initial=0.0)))
+        return ev, bar_v, eq, bar_q
+
+    def within_bar(self, n: int, v1, q1) -> bool:
+        ev, bv, eq, bq = self.errors(n, v1, q1)
+        return ev <= bv and eq <= bq
+
+
+def position_error(model, qa, qb) -> float:
+    """Largest coordinate difference [m or rad]: translations and scalar joints entry by entry,
+    rotations as the angle between the two quaternions (each normalized; the sign and the
+    quaternion's norm, which Drake lets drift, do not count)."""
+    qa, qb = np.asarray(qa, np.float64), np.asarray(qb, np.float64)
+    err = 0.0
+    for j in range(model.joint_count):
+        s = model.joint_q_slice(j)
+        a, b = qa[s], qb[s]
+        jt = JointType(int(model.joint_type[j]))
+        if jt in (JointType.FREE, JointType.DISTANCE):
+            err = max(err, float(np.abs(a[:3] - b[:3]).max()), float(spatial.quat_angle_between(a[3:], b[3:])))
+        elif jt == JointType.BALL:
+            err = max(err, float(spatial.quat_angle_between(a, b)))
+        elif a.size:
+            err = max(err, float(np.abs(a - b).max()))
+    return err
+
+
+def _actuated_dofs(scene, traj):
+    """Our DOF of each column of a Drake recording's ``net_actuation`` (by ``input_start``)."""
+    if traj.convention != "drake" or traj.scene_path is None:
+        return None
+    with open(traj.scene_path) as f:
+        spec = json.load(f)
+    acts = sorted((spec.get("actuation") or {}).get("actuators", []), key=lambda a: int(a.get("input_start", 0)))
+    m = scene.sap_model
+    return np.array([int(m.joint_qd_start[m.joint_index(a["joint"])]) for a in acts], dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- one-step mode
+
+
+def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, progress=None) -> dict:
+    """Teacher-forced steps ``steps`` (row n → n+1): errors against the bar, diagnoses of failures."""
+    worst = {"dv": 0.0, "dq": 0.0, "ratio": 0.0, "step": None}
+    failing, diagnoses, counts, nonconverged = [], [], {"tie": 0, "newton_tolerance": 0}, 0
+    undiagnosed = 0
+    for i, n in enumerate(steps):
+        state = ctx.state(n)
+        contacts = ctx.backend.collide(state)
+        v1, q1, status = ctx.backend.step(state, contacts, ctx.dt)
+        nonconverged += not status & StepStatus.CONVERGED
+        ev, bv, eq, bq = ctx.errors(n, v1, q1)
+        ratio = max(ev / bv, eq / bq)
+        worst["dv"], worst["dq"] = max(worst["dv"], ev), max(worst["dq"], eq)
+        if ratio > worst["ratio"]:
+            worst["ratio"], worst["step"] = ratio, int(n)
+        if ratio > 1.0:
+            failing.append(int(n))
+            if len(diagnoses) < max_diagnoses:
+                d = diagnose(ctx, int(n))
+                diagnoses.append(d)
+                if d.explained:
+                    counts["tie" if d.tie else "newton_tolerance"] += 1
+            else:
+                undiagnosed += 1
+        if progress:
+            progress(i + 1)
+    unexplained = [d for d in diagnoses if not d.explained or strict]
+    ok = not unexplained and undiagnosed == 0
+    first = next((d for d in diagnoses if not d.explained), diagnoses[0] if diagnoses else None)
+    return {"steps_checked": len(steps), "max_dv": worst["dv"], "max_dq": worst["dq"],
+            "worst_error_over_bar": worst["ratio"], "worst_step": worst["step"], "bar_rtol": ctx.one_step_rtol,
+            "failing_steps": len(failing), "explained": counts, "undiagnosed": undiagnosed,
+            "not_converged_steps": int(nonconverged), "verdict": "pass" if ok else "FAIL",
+            "diagnosis": None if first is None else first.as_dict(),
+            "first_explained": next((d.as_dict() for d in diagnoses if d.explained), None)}
+
+
+# ----------------------------------------------------------------------------- rollout mode
+
+
+def rollout(ctx: Context, steps: int, *, epsilon=ROLLOUT_EPSILON, progress=None) -> dict:
+    """The free trajectory against the recording, with the sensitivity bar (module docstring)."""
+    model = ctx.scene.sap_model
+    s0 = ctx.state(0)
+    q_imp, v_imp, status = ctx.backend.rollout(s0, steps, ctx.dt, progress)
+    if ctx.backend is ctx.reference:
+        q_ref, v_ref = q_imp, v_imp
+    else:
+        q_ref, v_ref, _ = ctx.reference.rollout(s0, steps, ctx.dt)
+    nudged = recorded_state(ctx.scene, ctx.q_rows[0], ctx.v_rows[0] + epsilon)
+    q_eps, v_eps, _ = ctx.reference.rollout(nudged, steps, ctx.dt)
+    drift_q = np.maximum.accumulate([position_error(model, a, b) for a, b in zip(q_eps, q_ref)])
+    drift_v = np.maximum.accumulate(np.abs(v_eps - v_ref).max(axis=1, initial=0.0))
+    n = np.arange(steps + 1)
+    floor_q = n * ctx.one_step_rtol * np.maximum(1.0, np.abs(ctx.q_rows[:steps + 1]).max(axis=1, initial=0.0))
+    floor_v = n * ctx.one_step_rtol * np.maximum(1.0, np.abs(ctx.v_rows[:steps + 1]).max(axis=1, initial=0.0))
+    bar_q, bar_v = np.maximum(drift_q, floor_q), np.maximum(drift_v, floor_v)
+    err_q = np.array([position_error(model, a, b) for a, b in zip(q_imp, ctx.q_rows[:steps + 1])])
+    err_v = np.abs(v_imp - ctx.v_rows[:steps + 1]).max(axis=1, initial=0.0)
+    bad = np.flatnonzero((err_q > bar_q) | (err_v > bar_v))
+    k = int(np.argmax(np.maximum(err_q / np.maximum(bar_q, 1e-300), err_v / np.maximum(bar_v, 1e-300))))
+    out = {"steps": int(steps), "epsilon": epsilon, "max_dq": float(err_q.max()), "max_dv": float(err_v.max()),
+           "sensitivity_drift_q": float(drift_q[-1]), "sensitivity_drift_v": float(drift_v[-1]),
+           "worst_step": k, "worst_dq": float(err_q[k]), "bar_q_there": float(bar_q[k]),
+           "worst_dv": float(err_v[k]), "bar_v_there": float(bar_v[k]),
+           "not_converged_steps": int(np.sum((status & StepStatus.CONVERGED) == 0)),
+           "verdict": "pass" if bad.size == 0 else "FAIL"}
+    if bad.size:
+        f = int(bad[0])
+        out["first_failing_step"] = f
+        out["message"] = (f"the rollout leaves the sensitivity envelope at step {f}: |Δq| {err_q[f]:.3g} (bar "
+                          f"{bar_q[f]:.3g}), |Δv| {err_v[f]:.3g} (bar {bar_v[f]:.3g}); one-step mode locates the cause")
+    return out
+
+
+# ----------------------------------------------------------------------------- MuJoCo statistics
+
+
+def mujoco_statistics(ctx: Context, steps, progress=None) -> dict:
+    """One-step comparison of a MuJoCo recording by statistics (module docstring): the largest
+    relative |Δv| of contact-free steps (judged), the share of contact steps whose contact pairs
+    agree (judged), |Δv| of contact steps and the mean φ₀ of both sides (reported)."""
+    free_ratio, agree, contact_steps, dv, phi_ours, phi_theirs = 0.0, 0, 0, [], [], []
+    c = ctx.traj.contacts
+    for i, n in enumerate(steps):
+        state = ctx.state(n)
+        contacts = ctx.backend.collide(state)
+        v1, q1, _ = ctx.backend.step(state, contacts, ctx.dt)
+        k_ours = int(contacts.count[0])
+        ours = {tuple(sorted((int(contacts.shape0[0, k]), int(contacts.shape1[0, k])))) for k in range(k_ours)}
+        theirs = set()
+        if c:
+            k_theirs = int(c["contact_count"][n + 1])
+            theirs = {tuple(sorted((int(c["contact_shape0"][n + 1, k]), int(c["contact_shape1"][n + 1, k]))))
+                      for k in range(k_theirs)}
+            phi_theirs += c["contact_phi"][n + 1, :k_theirs].tolist()
+        phi_ours += contacts.phi0[0, :k_ours].tolist()
+        ev = float(np.abs(v1 - ctx.v_rows[n + 1]).max(initial=0.0))
+        if not ours and not theirs:
+            free_ratio = max(free_ratio, ev / max(1.0, float(np.abs(ctx.v_rows[n + 1]).max(initial=0.0))))
+        else:
+            contact_steps += 1
+            agree += ours == theirs
+            dv.append(ev)
+        if progress:
+            progress(i + 1)
+    share = agree / contact_steps if contact_steps else 1.0
+    ok = free_ratio <= MUJOCO_FREE_RTOL and share >= MUJOCO_CONTACT_AGREEMENT
+    dv = np.array(dv) if dv else np.zeros(1)
+    mean = lambda x: float(np.mean(x)) if x else None  # noqa: E731
+    return {"steps_checked": len(steps), "contact_free_max_rel_dv": free_ratio, "contact_free_bar": MUJOCO_FREE_RTOL,
+            "contact_steps": contact_steps, "contact_pairs_agree_share": share,
+            "contact_agreement_bar": MUJOCO_CONTACT_AGREEMENT,
+            "contact_step_dv": {"median": float(np.median(dv)), "p95": float(np.percentile(dv, 95)),
+                                "max": float(dv.max())},
+            "mean_phi0": {"recorded": mean(phi_theirs), "ours": mean(phi_ours)},
+            "verdict": "pass" if ok else "FAIL"}
+
+
+def rollout_statistics(ctx: Context, steps: int, progress=None) -> dict:
+    """A MuJoCo recording's free run against ours: distances only (two contact models part ways)."""
+    q_imp, v_imp, _ = ctx.backend.rollout(ctx.state(0), steps, ctx.dt, progress)
+    err_q = [position_error(ctx.scene.sap_model, a, b) for a, b in zip(q_imp, ctx.q_rows[:steps + 1])]
+    err_v = np.abs(v_imp - ctx.v_rows[:steps + 1]).max(axis=1, initial=0.0)
+    return {"steps": int(steps), "max_dq": float(max(err_q)), "final_dq": float(err_q[-1]),
+            "max_dv": float(err_v.max()), "verdict": "not judged"}
+
+
+# ----------------------------------------------------------------------------- one recording
+
+
+def make_context(path, *, backend="ref", device="cpu", preset=None, line_search=None) -> tuple[Context, str]:
+    """``(Context, solver settings line)`` for validating the recording at ``path`` with ``backend``."""
+    traj = load_trajectory(path)
+    scene = load_trajectory_scene(traj)
+    q_rows, v_rows = trajectory_states(traj, scene)
+    kwargs, settings = scene_solver_kwargs(scene, preset, line_search, default_preset="drake")
+    reference = RefBackend(scene, kwargs)
+    impl = reference if backend == "ref" else make_backend(backend, scene, kwargs, device)
+    return Context(scene, traj, q_rows, v_rows, impl, reference, traj.dt,
+                   actuated_dofs=_actuated_dofs(scene, traj)), settings
+
+
+def validate(path, *, backend="ref", mode="one-step", device="cpu", preset=None, line_search=None, every=1,
+             steps=None, epsilon=ROLLOUT_EPSILON, strict=False, max_diagnoses=MAX_DIAGNOSES, quiet=True) -> dict:
+    """Validate one recording with one backend; the report as a dict (``verdict`` "pass" or "FAIL")."""
+    t0 = time.perf_counter()
+    ctx, settings = make_context(path, backend=backend, device=device, preset=preset, line_search=line_search)
+    traj, scene, impl = ctx.traj, ctx.scene, ctx.backend
+    N = traj.num_steps if steps is None else min(int(steps), traj.num_steps)
+    report = {"recording": os.fspath(path), "scene": scene.name, "engine": traj.engine, "convention": traj.convention,
+              "backend": impl.name, "device": str(getattr(impl, "device", "cpu")) if backend == "gpu" else "host",
+              "solver": settings, "dt": traj.dt, "recorded_steps": traj.num_steps}
+    modes = ("one-step", "rollout") if mode == "both" else (mode,)
+    if traj.engine == "mujoco":  # MuJoCo's contact model: statistics, and a rollout that is not judged
+        modes = ("statistics",) + tuple("rollout statistics" for m in modes if m == "rollout")
+    for m in modes:
+        label = f"{scene.name} {m} [{impl.name}]"
+        idx = list(range(0, N, every))
+        total = len(idx) if not m.startswith("rollout") else N
+        with Progress(total, label, enabled=not quiet) as bar:
+            if m == "one-step":
+                report["one_step"] = one_step(ctx, idx, strict=strict, max_diagnoses=max_diagnoses, progress=bar.update)
+            elif m == "statistics":
+                report["statistics"] = mujoco_statistics(ctx, idx, progress=bar.update)
+            elif m == "rollout statistics":
+                report["rollout_statistics"] = rollout_statistics(ctx, N, progress=bar.update)
+            else:
+                report["rollout"] = rollout(ctx, N, epsilon=epsilon, progress=bar.update)
+    parts = [report[k]["verdict"] for k in ("one_step", "statistics", "rollout") if k in report]  # judged modes
+    report["verdict"] = "pass" if all(p == "pass" for p in parts) else "FAIL"
+    report["wall_s"] = time.perf_counter() - t0
+    return report
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def _text(r: dict) -> str:
+    lines = [f"{r['scene']} ({r['recording']}, {r['engine']}, {r['convention']} convention, {r['recorded_steps']} "
+             f"steps of {r['dt']:g} s) with {r['backend']}", f"  {r['solver']}"]
+    if "one_step" in r:
+        o = r["one_step"]
+        ex = o["explained"]
+        lines.append(f"  one-step: {o['steps_checked']} steps, max |Δv| {o['max_dv']:.3g}, max |Δq| {o['max_dq']:.3g} "
+                     f"(bar {o['bar_rtol']:g}·max(1, |x|), reached up to {o['worst_error_over_bar']:.3g} of it, at step "
+                     f"{o['worst_step']}); {o['failing_steps']} over the bar ({ex['tie']} ties, "
+                     f"{ex['newton_tolerance']} Newton tolerance, {o['undiagnosed']} undiagnosed) → {o['verdict']}")
+        for key in ("diagnosis", "first_explained"):
+            d = o.get(key)
+            if d and (key == "diagnosis" or d != o.get("diagnosis")):
+                lines.append(f"    {d['message']}")
+                for s in d["stages"]:
+                    mark = "ok" if s["ok"] else "DIFFERS"
+                    lines.append(f"      {s['stage']:<66} {s['max_abs_diff']:11.3e} (allowed {s['tolerance']:9.2e}, "
+                                 f"scale {s['scale']:9.2e}) {mark}{' ' + s['note'] if s['note'] else ''}")
+    if "statistics" in r:
+        s = r["statistics"]
+        st, ph = s["contact_step_dv"], s["mean_phi0"]
+        phi = lambda x: "none" if x is None else f"{x:.3g} m"  # noqa: E731
+        lines.append(f"  statistics (MuJoCo's contact model): contact-free steps max |Δv|/max(1,|v|) "
+                     f"{s['contact_free_max_rel_dv']:.3g} (bar {s['contact_free_bar']:g}); contact pairs agree on "
+                     f"{100 * s['contact_pairs_agree_share']:.1f} % of {s['contact_steps']} contact steps (bar "
+                     f"{100 * s['contact_agreement_bar']:.0f} %); contact steps |Δv| median {st['median']:.3g}, 95th "
+                     f"percentile {st['p95']:.3g}, max {st['max']:.3g} m/s; mean φ₀ recorded {phi(ph['recorded'])}, "
+                     f"here {phi(ph['ours'])} → {s['verdict']}")
+    if "rollout_statistics" in r:
+        o = r["rollout_statistics"]
+        lines.append(f"  rollout (not judged: two contact models): {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, final "
+                     f"|Δq| {o['final_dq']:.3g}, max |Δv| {o['max_dv']:.3g}")
+    if "rollout" in r:
+        o = r["rollout"]
+        lines.append(f"  rollout: {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, max |Δv| {o['max_dv']:.3g}; "
+                     f"sensitivity (ε = {o['epsilon']:g} on every velocity) drifts {o['sensitivity_drift_q']:.3g} in q, "
+                     f"{o['sensitivity_drift_v']:.3g} in v → {o['verdict']}")
+        if "message" in o:
+            lines.append(f"    {o['message']}")
+    lines.append(f"  verdict: {r['verdict']}")
+    return "\n".join(lines)
+
+
+def junit_xml(reports: list) -> str:
+    """A JUnit XML report: one ``testsuite`` per recording, one ``testcase`` per backend and mode."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="sap-validate")
+    total = failures = 0
+    for r in reports:
+        suite = ET.SubElement(root, "testsuite", name=r["recording"])
+        cases = [(k, r[k]) for k in _MODE_KEYS if k in r]
+        for key, res in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"sap-validate.{r['scene']}",
+                                 name=f"{key.replace('_', '-')} [{r['backend']}]", time=f"{r['wall_s'] / len(cases):.3f}")
+            text = _text({**{k: v for k, v in r.items() if k not in _MODE_KEYS}, key: res})
+            if res["verdict"] == "FAIL":
+                msg = (res.get("diagnosis") or {}).get("message") or res.get("message") or "over the bar"
+                ET.SubElement(case, "failure", message=msg, type="ValidationFailure").text = text
+                failures += 1
+            ET.SubElement(case, "system-out").text = text
+            total += 1
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(res["verdict"] == "FAIL" for _, res in cases)))
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def expand(args) -> list[str]:
+    """Recording arguments → files: a folder gives its Drake recordings (``*.json`` but
+    ``index.json``) and its trajectory files (``*.npz`` that are not a Drake recording's arrays)."""
+    out = []
+    for a in args:
+        if not os.path.isdir(a):
+            out.append(a)
+            continue
+        names = sorted(os.listdir(a))
+        jsons = [n for n in names if n.endswith(".json") and n != "index.json"]
+        stems = {n[:-5] for n in jsons}
+        out += [os.path.join(a, n) for n in jsons]
+        out += [os.path.join(a, n) for n in names if n.endswith(".npz") and n[:-4] not in stems]
+        if not jsons and not any(n.endswith(".npz") for n in names):
+            raise ValueError(f"recordings: the folder {a!r} holds no recording")
+    return out
+
+
+def main(argv=None) -> int:
+    p = parser("sap-validate", __doc__)
+    p.add_argument("recordings", nargs="+", help="Drake recordings (tests/data/drake/<scene>.json), trajectory files "
+                                                 "(.npz, .json) or folders of them")
+    p.add_argument("--backend", default="ref", choices=("ref", "gpu", "both"), help="implementation: sap_ref, sap_gpu "
+                   "or both (default ref)")
+    p.add_argument("--mode", default="one-step", choices=MODES, help="one-step, rollout or both (default one-step)")
+    p.add_argument("--device", default="cpu", help="Warp device of sap_gpu (default cpu)")
+    p.add_argument("--preset", default=None, help=f"one of {PRESET_CHOICES} (default: the scene file's, else drake)")
+    p.add_argument("--line-search", default=None, help=f"one of {LINE_SEARCH_CHOICES} (default: the scene file's)")
+    p.add_argument("--every", type=int, default=1, help="one-step mode: check every N-th step (default 1)")
+    p.add_argument("--steps", type=int, default=None, help="validate the first N steps (default: all)")
+    p.add_argument("--epsilon", type=float, default=ROLLOUT_EPSILON,
+                   help=f"rollout: velocity nudge of the sensitivity run [m/s, rad/s] (default {ROLLOUT_EPSILON:g})")
+    p.add_argument("--strict", action="store_true", help="ties and Newton-tolerance differences fail too")
+    p.add_argument("--max-diagnoses", type=int, default=MAX_DIAGNOSES,
+                   help=f"failing steps diagnosed per recording (default {MAX_DIAGNOSES})")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--junit", default=None, metavar="FILE", help="write a JUnit XML report to FILE")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    try:
+        check_flags(args.preset, args.line_search)
+        if args.every < 1:
+            raise ValueError(f"--every: must be >= 1, got {args.every}")
+        if args.steps is not None and args.steps < 1:
+            raise ValueError(f"--steps: must be >= 1, got {args.steps}")
+        if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+            raise ValueError(f"--epsilon: must be a finite number > 0, got {args.epsilon}")
+        if args.max_diagnoses < 0:
+            raise ValueError(f"--max-diagnoses: must be >= 0, got {args.max_diagnoses}")
+        if args.junit:
+            check_out("--junit", args.junit)
+        device = warp_device(args.device) if args.backend != "ref" else "cpu"
+        paths = expand(args.recordings)
+        for path in paths:
+            load_trajectory(path)  # every file readable before any work
+    except ValueError as e:
+        return fail("sap-validate", e)
+    backends = ("ref", "gpu") if args.backend == "both" else (args.backend,)
+    reports = []
+    for path in paths:
+        for b in backends:
+            try:
+                r = validate(path, backend=b, mode=args.mode, device=device, preset=args.preset,
+                             line_search=args.line_search, every=args.every, steps=args.steps, epsilon=args.epsilon,
+                             strict=args.strict, max_diagnoses=args.max_diagnoses, quiet=args.quiet)
+            except ValueError as e:
+                return fail("sap-validate", f"{path}: {e}")
+            print(_text(r), flush=True)
+            reports.append(r)
+    ok = all(r["verdict"] == "pass" for r in reports)
+    print(f"sap-validate: {sum(r['verdict'] == 'pass' for r in reports)} of {len(reports)} passed → "
+          f"{'PASS' if ok else 'FAIL'}")
+    if args.junit:
+        with open(args.junit, "w") as f:
+            f.write(junit_xml(reports))
+    if args.json:
+        print(json.dumps({"verdict": "pass" if ok else "FAIL", "reports": reports}, default=_json_default))
+    return 0 if ok else 1
+
+
+def _json_default(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
