@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from . import spatial
+from . import geometry, spatial
 from .model import JointType, SapModel, ShapeType, check_inertia
 
 __all__ = [
@@ -117,6 +117,8 @@ class ModelBuilder:
         self._shapes: list[dict] = []
         self._filter_pairs: list[tuple[int, int]] = []
         self._body_joint: dict[int, int] = {}
+        self._meshes: list[np.ndarray] = []  # hull points (V, 3) per mesh
+        self._hfields: list[np.ndarray] = []  # heights (nrow, ncol) per height field
 
     # ------------------------------------------------------------------ sizes
 
@@ -395,6 +397,55 @@ class ModelBuilder:
         """Box with half extents (hx, hy, hz) centred at the shape frame origin."""
         return self._add_shape(ShapeType.BOX, body, xform, (hx, hy, hz), material)
 
+    def add_shape_cylinder(self, body: int, xform=None, radius: float = 0.05, half_length: float = 0.1,
+                           **material) -> int:
+        """Cylinder of ``radius`` with flat caps at ±``half_length`` along the shape frame's z axis."""
+        return self._add_shape(ShapeType.CYLINDER, body, xform, (radius, half_length, 0.0), material)
+
+    def add_shape_ellipsoid(self, body: int, xform=None, a: float = 0.1, b: float = 0.1, c: float = 0.1,
+                            **material) -> int:
+        """Ellipsoid with semi-axes (a, b, c) [m] along the shape frame's x, y, z axes."""
+        return self._add_shape(ShapeType.ELLIPSOID, body, xform, (a, b, c), material)
+
+    def add_shape_convex_mesh(self, body: int, xform=None, vertices=None, scale=(1.0, 1.0, 1.0), **material) -> int:
+        """The convex hull of ``vertices`` (n, 3) [m] in the shape frame, each scaled by ``scale``.
+
+        A non-convex mesh collides as its hull (as in MuJoCo and Drake); only the hull's extreme
+        points are kept, in the given order (:func:`sap_common.geometry.convex_hull`)."""
+        name = material.get("name", f"shape_{len(self._shapes)}")
+        where = f"add_shape_convex_mesh(name={name!r})"
+        sc = _vec("scale", scale, 3, where)
+        if not np.all(np.isfinite(sc) & (sc > 0)):
+            raise ValueError(f"{where}: scale must be finite and > 0, got {sc.tolist()}")
+        if vertices is None:
+            raise ValueError(f"{where}: vertices is required (an (n, 3) array of points)")
+        hull = geometry.convex_hull(np.asarray(vertices, dtype=np.float64) * sc if np.ndim(vertices) == 2
+                                    else np.asarray(vertices, dtype=np.float64), f"{where}: vertices")
+        s = self._add_shape(ShapeType.CONVEX_MESH, body, xform, (0.0, 0.0, 0.0), material)
+        self._shapes[s]["source"] = len(self._meshes)
+        self._meshes.append(hull.vertices)
+        return s
+
+    def add_shape_heightfield(self, heights=None, xform=None, hx: float = 1.0, hy: float = 1.0, base: float = 0.1,
+                              **material) -> int:
+        """A height field on the world: ``heights`` (rows, columns) [m] over x ∈ [−hx, hx] (columns)
+        and y ∈ [−hy, hy] (rows) of the shape frame, solid down to z = −``base``
+        (:mod:`sap_common.geometry` has the grid and its triangles)."""
+        name = material.get("name", f"shape_{len(self._shapes)}")
+        where = f"add_shape_heightfield(name={name!r})"
+        h = np.asarray(heights, dtype=np.float64) if heights is not None else None
+        if h is None or h.ndim != 2 or h.shape[0] < 2 or h.shape[1] < 2:
+            raise ValueError(f"{where}: heights must be a (rows, columns) array with at least 2 of each, "
+                             f"got {None if h is None else h.shape}")
+        _finite("heights", h, where)
+        if not (base > 0 and np.min(h) > -base):
+            raise ValueError(f"{where}: base must be > 0 and reach below the lowest height {np.min(h)} "
+                             f"(solid from z = -base), got {base}")
+        s = self._add_shape(ShapeType.HEIGHTFIELD, -1, xform, (hx, hy, base), material)
+        self._shapes[s]["source"] = len(self._hfields)
+        self._hfields.append(h.copy())
+        return s
+
     _MATERIAL_KEYS = ("mu", "ke", "tau", "margin", "collision_group", "contype", "conaffinity", "name")
 
     def _add_shape(self, st, body, xform, size, material):
@@ -416,6 +467,12 @@ class ModelBuilder:
             raise ValueError(f"{where}: radius must be > 0 m and half_length >= 0 m, got {size[:2].tolist()}")
         if st == ShapeType.BOX and not np.all(size > 0):
             raise ValueError(f"{where}: hx, hy, hz must be > 0 m, got {size.tolist()}")
+        if st == ShapeType.CYLINDER and not (size[0] > 0 and size[1] > 0):
+            raise ValueError(f"{where}: radius and half_length must be > 0 m, got {size[:2].tolist()}")
+        if st == ShapeType.ELLIPSOID and not np.all(size > 0):
+            raise ValueError(f"{where}: a, b, c must be > 0 m, got {size.tolist()}")
+        if st == ShapeType.HEIGHTFIELD and not (size[0] > 0 and size[1] > 0):
+            raise ValueError(f"{where}: hx, hy must be > 0 m, got {size[:2].tolist()}")
         mu, ke, tau = material.get("mu"), material.get("ke"), material.get("tau")
         if mu is not None and not (math.isfinite(mu) and mu >= 0):
             raise ValueError(f"{where}: mu must be finite and >= 0 (None = solver fallback_mu), got {mu}")
@@ -439,7 +496,7 @@ class ModelBuilder:
         self._shapes.append(dict(
             type=st, body=int(body), X=_xform("xform", xform, where), size=size,
             margin=float(margin), mu=nan if mu is None else float(mu), ke=nan if ke is None else float(ke),
-            tau=nan if tau is None else float(tau), group=int(group), name=name, **masks,
+            tau=nan if tau is None else float(tau), group=int(group), name=name, source=-1, **masks,
         ))
         return len(self._shapes) - 1
 
@@ -505,6 +562,12 @@ class ModelBuilder:
             shape_filter_pair=np.array(self._filter_pairs, dtype=np.int32).reshape(-1, 2),
             shape_name=tuple(s["name"] for s in shapes),
             gravity=self.gravity,
+            shape_source=np.array([s["source"] for s in shapes], dtype=np.int32),
+            mesh_vertex=np.concatenate(self._meshes) if self._meshes else np.zeros((0, 3)),
+            mesh_vertex_start=np.concatenate([[0], np.cumsum([len(v) for v in self._meshes])]).astype(np.int32),
+            hfield_height=np.concatenate([h.ravel() for h in self._hfields]) if self._hfields else np.zeros(0),
+            hfield_start=np.concatenate([[0], np.cumsum([h.size for h in self._hfields])]).astype(np.int32),
+            hfield_shape=np.array([h.shape for h in self._hfields], dtype=np.int32).reshape(-1, 2),
         )
 
     @staticmethod

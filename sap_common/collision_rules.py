@@ -10,24 +10,64 @@ import math
 
 import numpy as np
 
+from .constants import MANIFOLD_MAX_POINTS
 from .enums import ShapeType
 
-__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "combine_materials"]
+__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_capacity", "combine_materials", "BROAD_PHASES",
+           "check_broad_phase"]
+
+# Broad-phase modes of both collision pipelines: "aabb" tests a candidate pair's narrow phase only
+# when the two shapes' world bounding boxes (grown by their margins) overlap (a plane: when the
+# other box reaches below its surface plus the margins); "none" runs the narrow phase on every
+# candidate pair. Both give the same contacts (docs/design.md § Collision).
+BROAD_PHASES = ("aabb", "none")
+
+
+def check_broad_phase(broad_phase) -> str:
+    """``broad_phase`` if it is one of ``BROAD_PHASES``, else ``ValueError`` naming the valid values."""
+    if not isinstance(broad_phase, str) or broad_phase not in BROAD_PHASES:
+        raise ValueError(f"broad_phase: expected one of {', '.join(BROAD_PHASES)}, got {broad_phase!r}")
+    return broad_phase
 
 _P, _S, _C, _B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
-# Most contacts one pair can produce, by unordered pair of shape types.
-MAX_CONTACTS_PER_PAIR = {
-    frozenset([_P, _S]): 1, frozenset([_P, _C]): 2, frozenset([_P, _B]): 8, frozenset([_S]): 1,
-    frozenset([_S, _C]): 1, frozenset([_S, _B]): 1, frozenset([_C]): 2, frozenset([_C, _B]): 3, frozenset([_B]): 8,
-}
+_CY, _E, _M, _H = ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD
+
+
+def _max_contacts() -> dict:
+    """Most contacts one pair can produce, by unordered pair of shape types.
+
+    The four primitives keep their own routines; a pair with a cylinder, ellipsoid, mesh or height
+    field gets a manifold of at most ``MANIFOLD_MAX_POINTS`` (4) points, or 1 where a sphere or an
+    ellipsoid (which touch in one point) meets anything but a height field (whose creases it can
+    touch in several); plane–ellipsoid 1. Plane–height field and
+    height field–height field never meet (both live on the world)."""
+    table = {
+        frozenset([_P, _S]): 1, frozenset([_P, _C]): 2, frozenset([_P, _B]): 8, frozenset([_S]): 1,
+        frozenset([_S, _C]): 1, frozenset([_S, _B]): 1, frozenset([_C]): 2, frozenset([_C, _B]): 3, frozenset([_B]): 8,
+    }
+    for a in ShapeType:
+        for b in ShapeType:
+            key = frozenset([a, b])
+            if key in table or key in (frozenset([_P]), frozenset([_P, _H]), frozenset([_H])):
+                continue
+            table[key] = 1 if (_S in key or _E in key) and _H not in key else MANIFOLD_MAX_POINTS
+    return table
+
+
+MAX_CONTACTS_PER_PAIR = _max_contacts()
 
 
 def contact_capacity(model) -> int:
     """Most contacts the narrow phase can report for one world: Σ over ``model.shape_pair`` of
     ``MAX_CONTACTS_PER_PAIR`` (a ``max_rigid_contact`` that can never overflow)."""
-    return sum(MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
-                                                ShapeType(int(model.shape_type[b]))])]
-               for a, b in model.shape_pair)
+    return sum(pair_capacity(model))
+
+
+def pair_capacity(model) -> np.ndarray:
+    """``MAX_CONTACTS_PER_PAIR`` of each candidate pair of ``model.shape_pair``, (P,) int."""
+    return np.array([MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
+                                                      ShapeType(int(model.shape_type[b]))])]
+                     for a, b in model.shape_pair], dtype=np.int64)
 
 
 def combine_materials(model, a: int, b: int, config):

@@ -13,7 +13,10 @@ __all__ = [
     # collision
     "DEFAULT_NORMAL", "COINCIDENT_DISTANCE", "PARALLEL_TOL", "INTERIOR_DEPTH_MARGIN", "GOLDEN_ITERATIONS",
     "GOLDEN_TIE", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS", "FACE_AXIS_TIE", "CLIP_TOL", "POINT_SEGMENT",
-    "PARALLEL_DENOM",
+    "PARALLEL_DENOM", "FACE_MERGE_TOL", "GJK_MAX_ITERATIONS", "GJK_REL_TOL", "GJK_TOUCH_DISTANCE",
+    "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
+    "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
+    "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS", "REFINE_STEP", "REFINE_HALVINGS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
     # line searches
@@ -65,6 +68,89 @@ POINT_SEGMENT = 1e-300
 # Relative size of Ericson's denominator a·e − b² (= |d₁|²|d₂|² sin²θ) at or below which two
 # segments are parallel and s is fixed at 0: sin θ ≤ 1e-6, as PARALLEL_TOL.
 PARALLEL_DENOM = 1e-12
+
+# Convex meshes: Qhull's facets whose unit normals agree within this (per component) and whose
+# offsets agree within this times the mesh's size are one polygon face. Facets of one planar face
+# differ by rounding (~1e-15); distinct faces of real meshes differ far more (a 1e-6 rad crease
+# is a crease). A face is what a multi-point contact clips against.
+FACE_MERGE_TOL = 1e-9
+# GJK (distance between convex cores, docs/design.md § Collision): at most this many support
+# steps. Polytope pairs stop exactly after a few; a curved pair converges linearly and reaches
+# GJK_REL_TOL in ~10-40 steps; the cap only bounds the cost of a pathological configuration.
+GJK_MAX_ITERATIONS = 100
+# GJK stops when the duality gap |v|² − v·w is at most this times |v|²: the distance is then
+# known to a relative 1e-12 (a few thousand ulps), below any physical scale.
+GJK_REL_TOL = 1e-12
+# A GJK tetrahedron whose volume |det| is below this times its largest edge cubed is flat: it
+# encloses nothing. A curved core makes GJK's support points cluster (they converge), and the
+# orientation of a face of nearly coincident points is rounding noise; a sound tetrahedron has
+# |det|/edge³ of order 0.1.
+FLAT_SIMPLEX = 1e-9
+# [m] GJK: cores closer than this overlap or touch; EPA (penetration) takes over. Rounding noise
+# of metre-scale coordinates is ~1e-16 m; a gap of 1e-12 m is contact for every purpose.
+GJK_TOUCH_DISTANCE = 1e-12
+# EPA (penetration depth): polytope capacity. A polytope pair converges exactly within a few
+# dozen vertices; a curved pair stops at the cap, its depth then accurate to ~1e-4 of the
+# shapes' curvature radius (docs/design.md § Collision). 2V − 4 faces close V vertices.
+EPA_MAX_VERTICES = 64
+EPA_MAX_FACES = 2 * EPA_MAX_VERTICES
+# [m] EPA stops when a new support point extends the nearest face by at most this: the exact
+# answer of a polytope pair (which ends at 0 up to rounding, ~1e-17 m), and for a curved pair a
+# depth good to ~1e-10 m while staying clear of the rounding regime (~1e-13 m), where a new
+# face can be a sliver whose normal rounding turns inward.
+EPA_TOL = 1e-10
+# EPA on a curved pair stopped by its vertex cap is polished by Newton steps on the separation
+# σ(n) (sap_ref.collision_convex.refine_penetration): quadratic convergence from EPA's ~1e-3 rad
+# reaches rounding in 3–5 steps; 8 bound the cost.
+REFINE_ITERATIONS = 8
+# [rad] Central-difference step of the refinement's Hessian: the support map of a curved core is
+# smooth on this scale (its error is O(step²) ~ 1e-8 relative, which only slows the last step),
+# and it is the length of a fallback gradient step.
+REFINE_STEP = 1e-4
+# A normal within this of perpendicular to a cylinder's or capsule's axis (|n·â|) is on the kink of
+# its support function, where the support is a whole segment (the side line, the core): a normal
+# put there by the refinement is perpendicular to rounding (~1e-17); a generic one is not within 1e-12.
+KINK_TOL = 1e-12
+# Polytope points whose support values along a refined normal agree within this times the shape's
+# size are one support set (an edge, a face): the refined normal is good to ~1e-8 rad, so the two
+# ends of an edge lying against the other shape differ by ~1e-9 of the size; distinct vertices of a
+# generic contact differ by far more.
+SUPPORT_TIE = 1e-8
+# [m] A refinement step (or a move onto a kink) must raise σ by more than this: a smaller gain is
+# rounding (~1e-16 m per operation on metre-scale coordinates), and following it would only slide
+# the normal along a flat optimum (a face against a rim), moving the witness points off the face.
+REFINE_MIN_GAIN = 1e-14
+# A refinement step that does not raise σ is halved up to this many times, then refinement stops.
+REFINE_HALVINGS = 8
+# A face (of a box, mesh or cylinder cap) is a reference face of a multi-point contact when its
+# outward normal is within this of the contact normal (1 − cos θ, θ ≤ 4.5e-5 rad). A polytope's
+# contact normal is a face normal to rounding (~1e-15) whenever a face touches; an edge–edge
+# normal is not, and gets one point.
+FACE_ALIGNMENT_TOL = 1e-9
+# A face of shape 1 replaces shape 0's as the reference only when better aligned by more than
+# this: parallel faces (a stack) tie, and rounding must not decide the side.
+FACE_ALIGNMENT_TIE = 1e-12
+# Points of a multi-point (manifold) contact per pair: the deepest, then the three that span the
+# largest area of the clipped contact polygon. Four points hold a face against tipping in every
+# direction (a quadrilateral around the contact patch); more only add rows to the solve.
+MANIFOLD_MAX_POINTS = 4
+# [m] A manifold candidate this close to a chosen point (or to the line or triangle they span)
+# adds no support and is not chosen.
+MANIFOLD_MERGE_DISTANCE = 1e-6
+# [m] Manifold candidates whose depths differ by at most this are equally deep: the first in
+# enumeration order is the deepest (so rounding does not pick among the corners of a resting face).
+MANIFOLD_DEPTH_TIE = 1e-12
+# Relative: a later manifold candidate must beat the best distance or area by this fraction to
+# replace it (the corners of a square tie exactly; rounding must not choose).
+MANIFOLD_AREA_TIE = 1e-9
+# A cylinder cap is clipped as this regular polygon inscribed in its rim (vertices on the rim, so
+# on the surface); the exact deepest rim point is always a candidate besides.
+CYLINDER_CAP_POLYGON = 8
+# [m] A height-field witness point this close to its cell triangle is on the terrain surface.
+ON_FACE_TOL = 1e-9
+# [m] Broad phase: bounding boxes are grown by this beyond the shape and its margin, so that the
+# rounding of a rotated box (~1e-16 m) never drops a pair whose narrow phase would report it.
+BROAD_PHASE_SLACK = 1e-9
 
 # ----------------------------------------------------------------------------- constraints
 

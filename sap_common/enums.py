@@ -28,9 +28,21 @@ class ShapeType(enum.IntEnum):
     * SPHERE: ``(radius, 0, 0)``.
     * CAPSULE: ``(radius, half_length, 0)``, segment along the shape frame's z axis.
     * BOX: ``(hx, hy, hz)`` half extents, centred on the shape frame.
+    * CYLINDER: ``(radius, half_length, 0)``, axis along the shape frame's z axis, flat caps at
+      z = ±half_length.
+    * ELLIPSOID: ``(a, b, c)`` semi-axes along the shape frame's x, y, z axes.
+    * CONVEX_MESH: the convex hull of a point set given in the shape frame (the model's
+      ``mesh_*`` arrays, ``shape_source`` = its mesh index); size unused (zeros).
+    * HEIGHTFIELD: ``(hx, hy, base)``: a grid of heights over x ∈ [−hx, hx], y ∈ [−hy, hy] of the
+      shape frame, solid down to z = −base (the model's ``hfield_*`` arrays, ``shape_source`` = its
+      height-field index); world-attached only, like a plane.
     """
 
     PLANE = 0
     SPHERE = 1
     CAPSULE = 2
     BOX = 3
+    CYLINDER = 4
+    ELLIPSOID = 5
+    CONVEX_MESH = 6
+    HEIGHTFIELD = 7

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import spatial
+from . import geometry, spatial
 from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from .conventions import check_order, joint_qd_sap_to_public, quaternion_norm_ok
 from .enums import JointType, ShapeType
@@ -190,6 +190,15 @@ class SapModel:
         shape_filter_pair: explicitly excluded shape pairs, (F, 2).
         shape_name: unique shape names, (S,).
         gravity: gravitational acceleration [m/s²], world frame, (3,).
+        shape_source: per shape, the index of its mesh (CONVEX_MESH) or height field
+            (HEIGHTFIELD), −1 for every other type, (S,). Optional (default: all −1).
+        mesh_vertex: points of every convex mesh, concatenated, in the shape frame [m], (MV, 3);
+            a mesh is the convex hull of its points.
+        mesh_vertex_start: start of mesh m's points in ``mesh_vertex``, (M + 1,) (last = MV).
+        hfield_height: heights of every height field, concatenated row by row (row i along y,
+            column j along x) [m], (H,).
+        hfield_start: start of height field h in ``hfield_height``, (NH + 1,) (last = H).
+        hfield_shape: (rows, columns) of each height field, ≥ 2 each, (NH, 2).
 
     Derived (computed at construction, not passed in):
         joint_q_start / joint_qd_start: segment starts, (J + 1,) (last entry = nq / nv).
@@ -201,6 +210,13 @@ class SapModel:
         dof_tree: tree index per DOF, (nv,).
         body_static: True where a body is welded to the world (only FIXED joints up to it), (B,).
         shape_pair: candidate collision pairs (a < b), sorted, (P, 2).
+        mesh_face_start: start of mesh m's faces, (M + 1,); mesh_face_vertex_start: start of
+            face f's vertices in ``mesh_face_vertex``, (F + 1,); mesh_face_vertex: indices into
+            ``mesh_vertex`` of each face's vertices, counter-clockwise seen from outside, (FV,);
+            mesh_face_plane: unit outward normal n and offset d of each face (n·x ≤ d inside),
+            (F, 4). Faces are the hull's, coplanar triangles merged (:mod:`sap_common.geometry`).
+        shape_local_bounds: each shape's axis-aligned bounds in its own frame (lower, upper)
+            [m], (S, 2, 3); a plane's are unbounded except its top z = 0.
     """
 
     num_worlds: int
@@ -241,6 +257,12 @@ class SapModel:
     shape_filter_pair: np.ndarray
     shape_name: tuple
     gravity: np.ndarray
+    shape_source: np.ndarray | None = None
+    mesh_vertex: np.ndarray | None = None
+    mesh_vertex_start: np.ndarray | None = None
+    hfield_height: np.ndarray | None = None
+    hfield_start: np.ndarray | None = None
+    hfield_shape: np.ndarray | None = None
 
     joint_q_start: np.ndarray = field(init=False)
     joint_qd_start: np.ndarray = field(init=False)
@@ -252,6 +274,11 @@ class SapModel:
     dof_tree: np.ndarray = field(init=False)
     body_static: np.ndarray = field(init=False)
     shape_pair: np.ndarray = field(init=False)
+    mesh_face_start: np.ndarray = field(init=False)
+    mesh_face_vertex_start: np.ndarray = field(init=False)
+    mesh_face_vertex: np.ndarray = field(init=False)
+    mesh_face_plane: np.ndarray = field(init=False)
+    shape_local_bounds: np.ndarray = field(init=False)
 
     # ------------------------------------------------------------------ construction
 
@@ -362,6 +389,7 @@ class SapModel:
         for s in range(S):
             self._check_shape(s, snames[s], int(stype[s]), int(sbody[s]), B, size[s], margin[s],
                               mu[s], ske[s], stau[s], int(group[s]), int(contype[s]), int(conaff[s]))
+        source, mesh_v, mesh_vs, hf_h, hf_s, hf_shape = self._shape_sources(stype, size, snames)
         fpair = _arr("shape_filter_pair", np.reshape(self.shape_filter_pair, (-1, 2)), np.int32, (-1, 2))
         for i, (a, b) in enumerate(fpair):
             if not (0 <= a < S and 0 <= b < S) or a == b:
@@ -383,7 +411,9 @@ class SapModel:
             shape_margin=margin, shape_material_mu=mu, shape_material_ke=ske,
             shape_material_tau=stau, shape_collision_group=group,
             shape_contype=contype.astype(np.uint32), shape_conaffinity=conaff.astype(np.uint32),
-            shape_filter_pair=fpair, shape_name=snames, gravity=gravity,
+            shape_filter_pair=fpair, shape_name=snames, gravity=gravity, shape_source=source,
+            mesh_vertex=mesh_v, mesh_vertex_start=mesh_vs, hfield_height=hf_h, hfield_start=hf_s,
+            hfield_shape=hf_shape,
         ).items():
             set_(k, v if isinstance(v, tuple) else _ro(v))
 
@@ -416,6 +446,10 @@ class SapModel:
         set_("dof_tree", _ro(dof_tree))
         set_("body_static", _ro(body_static))
         set_("shape_pair", _ro(self._candidate_pairs()))
+        for k, v in zip(("mesh_face_start", "mesh_face_vertex_start", "mesh_face_vertex", "mesh_face_plane"),
+                        geometry.mesh_faces(mesh_v, mesh_vs)):
+            set_(k, _ro(v))
+        set_("shape_local_bounds", _ro(geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s)))
         check_mass_matrix(self)
 
     @staticmethod
@@ -562,6 +596,14 @@ class SapModel:
             raise ValueError(f"shape_size{where}: capsule radius must be > 0 and half_length >= 0, got {size[:2].tolist()}")
         if st == ShapeType.BOX and not np.all(size > 0):
             raise ValueError(f"shape_size{where}: box half extents must be > 0, got {size.tolist()}")
+        if st == ShapeType.CYLINDER and not (size[0] > 0 and size[1] > 0):
+            raise ValueError(f"shape_size{where}: cylinder radius and half_length must be > 0, got {size[:2].tolist()}")
+        if st == ShapeType.ELLIPSOID and not np.all(size > 0):
+            raise ValueError(f"shape_size{where}: ellipsoid semi-axes must be > 0, got {size.tolist()}")
+        if st == ShapeType.HEIGHTFIELD and not np.all(size > 0):
+            raise ValueError(f"shape_size{where}: height field (hx, hy, base) must be > 0, got {size.tolist()}")
+        if st == ShapeType.HEIGHTFIELD and body != -1:
+            raise ValueError(f"shape_body{where}: height fields must be attached to the world (body -1)")
         if not (np.isfinite(margin) and margin >= 0):
             raise ValueError(f"shape_margin{where}: must be finite and >= 0, got {margin}")
         if not (np.isnan(mu) or (np.isfinite(mu) and mu >= 0)):
@@ -575,6 +617,55 @@ class SapModel:
         for nm, v in (("shape_contype", contype), ("shape_conaffinity", conaff)):
             if not 0 <= v < 2**32:
                 raise ValueError(f"{nm}{where}: must be a 32-bit unsigned bitmask, got {v}")
+
+    def _shape_sources(self, stype, size, snames):
+        """Checked ``shape_source`` and mesh / height-field arrays (read-only copies)."""
+        S = len(stype)
+        mesh_v = _arr("mesh_vertex", np.zeros((0, 3)) if self.mesh_vertex is None else self.mesh_vertex,
+                      np.float64, (-1, 3))
+        mesh_vs = _arr("mesh_vertex_start", [0] if self.mesh_vertex_start is None else self.mesh_vertex_start,
+                       np.int64, (-1,)).astype(np.int32)
+        hf_h = _arr("hfield_height", np.zeros(0) if self.hfield_height is None else self.hfield_height,
+                    np.float64, (-1,))
+        hf_s = _arr("hfield_start", [0] if self.hfield_start is None else self.hfield_start, np.int64, (-1,)).astype(np.int32)
+        NH = len(hf_s) - 1
+        hf_shape = _arr("hfield_shape", np.zeros((0, 2)) if self.hfield_shape is None else self.hfield_shape,
+                        np.int64, (NH, 2)).astype(np.int32)
+        source = _arr("shape_source", np.full(S, -1) if self.shape_source is None else self.shape_source,
+                      np.int64, (S,)).astype(np.int32)
+        for name, starts, total in (("mesh_vertex_start", mesh_vs, len(mesh_v)), ("hfield_start", hf_s, len(hf_h))):
+            if len(starts) < 1 or starts[0] != 0 or starts[-1] != total or np.any(np.diff(starts) < 0):
+                raise ValueError(f"{name}: must start at 0, never decrease and end at {total} (the number of "
+                                 f"entries), got {starts.tolist()}")
+        M = len(mesh_vs) - 1
+        if not np.all(np.isfinite(mesh_v)):
+            raise ValueError("mesh_vertex: must be finite")
+        for m in range(M):
+            if mesh_vs[m + 1] - mesh_vs[m] < 4:
+                raise ValueError(f"mesh_vertex_start: mesh {m} has {mesh_vs[m + 1] - mesh_vs[m]} points; a convex "
+                                 "mesh needs at least 4 spanning a volume")
+        if not np.all(np.isfinite(hf_h)):
+            raise ValueError("hfield_height: must be finite")
+        for h in range(NH):
+            r, c = (int(x) for x in hf_shape[h])
+            if r < 2 or c < 2 or hf_s[h + 1] - hf_s[h] != r * c:
+                raise ValueError(f"hfield_shape[{h}]: ({r}, {c}) must be >= 2 each and rows x columns = "
+                                 f"{hf_s[h + 1] - hf_s[h]} heights")
+        for s in range(S):
+            st, where = ShapeType(int(stype[s])), f"shape_source[{s}] ({snames[s]})"
+            if st == ShapeType.CONVEX_MESH and not 0 <= source[s] < M:
+                raise ValueError(f"{where}: a CONVEX_MESH names its mesh, an index in [0, {M}), got {source[s]}")
+            elif st == ShapeType.HEIGHTFIELD:
+                if not 0 <= source[s] < NH:
+                    raise ValueError(f"{where}: a HEIGHTFIELD names its height field, an index in [0, {NH}), "
+                                     f"got {source[s]}")
+                lo = float(np.min(hf_h[hf_s[source[s]]:hf_s[source[s] + 1]]))
+                if not lo > -size[s, 2]:
+                    raise ValueError(f"shape_size[{s}] ({snames[s]}): height field base {size[s, 2]} must reach "
+                                     f"below its lowest height {lo} (solid from z = -base up)")
+            elif st not in (ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD) and source[s] != -1:
+                raise ValueError(f"{where}: must be -1 for a {st.name}, got {source[s]}")
+        return source, mesh_v, mesh_vs, hf_h, hf_s, hf_shape
 
     def _candidate_pairs(self) -> np.ndarray:
         """Shape pairs the narrow phase tests (the filters of docs/design.md § Collision), a < b, sorted."""

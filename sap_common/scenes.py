@@ -2,15 +2,17 @@
 
 ``get(name, num_worlds=1)`` returns a :class:`~sap_common.io.LoadedScene`. Scenes that share
 a name with a Drake anchor (sphere_drop, sphere_slide, box_slide ≈ box_corners_slide,
-pendulum_limit, double_pendulum, prismatic_pd, free_spin) are built with the
+pendulum_limit, double_pendulum, prismatic_pd, free_spin, cylinder_roll, mesh_rock) are built with the
 :class:`~sap_common.builder.ModelBuilder` to the same specification, so the anchor's JSON
 and the builder describe the same model (a test holds them equal). Materials a scene leaves
 unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
 μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
 caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
 ships with ``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the
-large-system benchmark model) and ``ant`` (gymnasium's, when gymnasium is installed); their joint
-stiffness (MuJoCo passive springs) has no counterpart here and is dropped.
+large-system benchmark model), ``mesh_quadruped`` (a quadruped colliding through convex meshes,
+cylinders, capsules and an ellipsoid, whose MJCF file ships in ``sap_common/data``) and ``ant``
+(gymnasium's, when gymnasium is installed); their joint stiffness (MuJoCo passive springs) has no
+counterpart here and is dropped.
 """
 
 from __future__ import annotations
@@ -194,6 +196,52 @@ def _sphere_on_sphere(num_worlds):
                   num_worlds)
 
 
+def _cylinder_roll(num_worlds):
+    # A wheel rolling tilted on its rim touches the ground in one point (the rim's lowest point),
+    # which is what Drake's point contact reports for any cylinder–half-space pair; standing on a
+    # cap or lying on its side it would touch along a face or a line, where this project reports
+    # several points and Drake one (docs/validation.md). The tilt (0.35 rad from upright) keeps it
+    # on the rim for the whole run.
+    b = ModelBuilder()
+    r, half_length, tilt, m = 0.1, 0.02, 0.35, 1.0
+    i_axis, i_diameter = 0.5 * m * r * r, m * (3 * r * r + (2 * half_length) ** 2) / 12
+    wheel = b.add_body(m, inertia=np.diag([i_diameter, i_diameter, i_axis]), name="wheel")
+    q = spatial.quat_from_axis_angle(np.array([1.0, 0.0, 0.0]), math.pi / 2 - tilt)  # axis tilted from horizontal
+    z0 = r * math.cos(tilt) + half_length * math.sin(tilt) - 1e-4  # the lowest rim point 0.1 mm in
+    w_W = spatial.quat_to_matrix(q) @ np.array([0.0, 0.0, -10.0])  # spinning about its axis
+    b.add_joint_free(-1, wheel, q0=(0, 0, z0, *q), qd0=(1.0, 0, 0, *w_W), name="wheel")
+    b.add_ground_plane(mu=0.5, ke=1e5, tau=0.01, name="ground")
+    b.add_shape_cylinder(wheel, radius=r, half_length=half_length, mu=0.5, ke=1e5, tau=0.01, name="wheel_cylinder")
+    return _scene("cylinder_roll", b, 4e-3, 200, 1,
+                  "A wheel (cylinder R 0.1 m, 4 cm wide, 1 kg) tilted 0.35 rad, pushed at 1 m/s with a "
+                  "spin of 10 rad/s about its axis: it rolls and curves on one rim point (cylinder–plane).",
+                  num_worlds)
+
+
+# The unit cube's 8 corners, half size 0.05 m: the convex mesh of mesh_rock.
+_MESH_CUBE = np.array([[x, y, z] for x in (-0.05, 0.05) for y in (-0.05, 0.05) for z in (-0.05, 0.05)])
+
+
+def _mesh_rock(num_worlds):
+    # A flat face on a sphere touches in one point (the sphere's point under the face), for Drake's
+    # point contact as for this project's sphere–mesh pair; on the ground the face would get 4
+    # points here and 1 in Drake (docs/validation.md). A cube on a dome is stable (its centre of
+    # mass, 5 cm above the face, is below the dome's radius): it rocks about its rest pose.
+    b = ModelBuilder()
+    h, m, R = 0.05, 1.0, 0.5
+    b.add_shape_sphere(-1, spatial.transform((0, 0, 0)), radius=R, mu=0.8, ke=1e5, tau=0.01, name="dome")
+    cube = b.add_body(m, inertia=solid_box_inertia(m, h, h, h), name="cube")
+    tilt = 0.06  # [rad] small enough that the contact rolls over the face, never reaching an edge
+    q = spatial.quat_from_axis_angle(np.array([1.0, 0.0, 0.0]), tilt)
+    u = np.array([0.0, -math.sin(tilt), math.cos(tilt)])  # the face centre touches the dome at R u, 0.1 mm in
+    b.add_joint_free(-1, cube, q0=(*((R + h - 1e-4) * u), *q), name="cube")
+    b.add_shape_convex_mesh(cube, vertices=_MESH_CUBE, mu=0.8, ke=1e5, tau=0.01, name="cube_mesh")
+    return _scene("mesh_rock", b, 4e-3, 200, 1,
+                  "A convex-mesh cube (half size 5 cm, 1 kg) resting on a fixed sphere (R 0.5 m) 0.06 rad off its "
+                  "top, touching in one point of its face (sphere–mesh): it rocks slowly (period ~6 s).",
+                  num_worlds)
+
+
 def _arm_push_block(num_worlds):
     b = ModelBuilder()
     b.add_ground_plane(mu=0.5, name="ground")
@@ -290,6 +338,15 @@ def _humanoid3(num_worlds):
     return scene
 
 
+def _mesh_quadruped(num_worlds):
+    path = os.path.join(os.path.dirname(__file__), "data", "mesh_quadruped.xml")
+    return _mjcf_scene("mesh_quadruped", path, num_worlds,
+                       "A quadruped whose collision geometry is what real robot models use: a convex-mesh "
+                       "chassis and feet, cylinder thighs, capsule shins and an ellipsoid head (14 DOFs, 8 "
+                       "position actuators), standing on the ground plane; its MJCF file ships with the "
+                       "package (sap_common/data/mesh_quadruped.xml).")
+
+
 def _ant(num_worlds):
     path = _package_file("gymnasium", "envs/mujoco/assets/ant.xml", "pip install gymnasium")
     return _mjcf_scene("ant", path, num_worlds, "Gymnasium's ant (a torso on four two-joint legs).")
@@ -307,8 +364,11 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "ball_joint_pendulum": _ball_joint_pendulum,
     "sphere_on_sphere": _sphere_on_sphere,
     "arm_push_block": _arm_push_block,
+    "cylinder_roll": _cylinder_roll,
+    "mesh_rock": _mesh_rock,
     "humanoid": _humanoid,
     "humanoid3": _humanoid3,
+    "mesh_quadruped": _mesh_quadruped,
     "ant": _ant,
 }
 
@@ -319,7 +379,7 @@ def names() -> tuple[str, ...]:
 
 
 # Scenes that need an optional package: scene name -> (package, install hint).
-_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"),
+_REQUIRES = {"humanoid": ("mujoco_warp", "pip install mujoco-warp"), "mesh_quadruped": ("mujoco", "pip install mujoco"),
              "humanoid3": ("mujoco_warp", "pip install mujoco-warp"), "ant": ("gymnasium", "pip install gymnasium")}
 
 

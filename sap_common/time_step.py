@@ -39,7 +39,15 @@ def _thinnest_moving_shape(model) -> tuple[float, int]:
         if b < 0 or model.body_static[b]:
             continue
         t, size = ShapeType(int(model.shape_type[s])), model.shape_size[s]
-        L = float(np.min(size)) if t == ShapeType.BOX else float(size[0])
+        if t in (ShapeType.BOX, ShapeType.ELLIPSOID):
+            L = float(np.min(size))
+        elif t == ShapeType.CYLINDER:
+            L = float(min(size[0], size[1]))
+        elif t == ShapeType.CONVEX_MESH:
+            lo, hi = model.shape_local_bounds[s]
+            L = 0.5 * float(np.min(hi - lo))
+        else:
+            L = float(size[0])
         if L < best:
             best, which = L, s
     return best, which

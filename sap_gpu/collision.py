@@ -1,14 +1,19 @@
-"""Collision on the device: the narrow phase of :mod:`sap_ref.collision`, one thread per (world, shape pair).
+"""Collision on the device: the narrow phase of :mod:`sap_ref.collision`, one thread per (world, pair).
 
-Same pairs (``model.shape_pair``), same routines, same conventions (normal from shape 0 into
-shape 1, x1 − x0 = φ₀ n̂, reported while φ₀ < margin₀ + margin₁, Drake's material
-combination with the solver fallbacks) and the same order: each (world, pair) thread writes its
-contacts into the pair's own range of a per-world scratch buffer (``MAX_CONTACTS_PER_PAIR``
-slots at a fixed offset), then one thread per world lists them pair by pair, which is the
-generation order of a serial loop over the pairs (a deterministic compaction, no atomics); if
-more than ``max_rigid_contact`` were generated the deepest are kept (ties by generation order),
-in generation order, and the rest counted in ``contacts.overflow``. Nothing is ever written
-beyond the capacity.
+Same pairs (``model.shape_pair``), same broad phase (:mod:`sap_gpu.broad_phase`), same routines
+(the primitives here, the general convex pairs, manifolds and height fields in
+:mod:`sap_gpu.collision_convex` and :mod:`sap_gpu.collision_manifold`), same conventions
+(normal from shape 0 into shape 1, x1 − x0 = φ₀ n̂, reported while φ₀ < margin₀ + margin₁,
+Drake's material combination with the solver fallbacks) and the same order.
+
+Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
+``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
+and their number to ``pair_count[world, p]``, so threads never share a slot. The compaction
+(``_select``, one thread per world) then walks the slots in order — pair by pair, each pair's
+points in its routine's order: sap_ref's generation order, whatever order the threads ran in.
+If more than ``max_rigid_contact`` were generated the deepest are kept (ties by generation
+order), in generation order, and the rest counted in ``contacts.overflow``. Nothing is ever
+written beyond the capacity.
 """
 
 import math
@@ -19,12 +24,15 @@ import warp as wp
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
-from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, combine_materials, contact_capacity
+from sap_common.collision_rules import check_broad_phase, combine_materials, pair_capacity
 from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
-                                  FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE, INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM,
-                                  PARALLEL_TOL, POINT_SEGMENT)
+                                  EPA_MAX_FACES, EPA_MAX_VERTICES, FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE,
+                                  INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM, PARALLEL_TOL, POINT_SEGMENT)
 
 from .arrays import GpuModel
+from .broad_phase import pair_overlap, world_bounds
+from .collision_convex import Convex, Epa, Geometry, mat43d, row3, segment_closest_params, vec4d
+from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
 from .kinematics import quat_norm_ok
 from .launch import world_block_dim
@@ -37,24 +45,25 @@ PLANE = wp.constant(int(ShapeType.PLANE))
 SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
 BOX = wp.constant(int(ShapeType.BOX))
+CYLINDER = wp.constant(int(ShapeType.CYLINDER))
+HEIGHTFIELD = wp.constant(int(ShapeType.HEIGHTFIELD))
 mat83d = wp.types.matrix((8, 3), wp.float64)
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 
 @wp.struct
 class Scratch:
-    """Generated contacts of every world before capacity selection, pair p's at slots
-    ``pair_start[p] …`` (``generated[world, p]`` of them); ``order`` lists them pair by pair."""
-    pair: wp.array2d(dtype=int)
+    """Generated contacts of every world before capacity selection: pair p's slots are
+    ``offset[p] … offset[p] + pair_capacity[p] − 1`` of each world's row."""
     x0: wp.array2d(dtype=wp.vec3d)
     x1: wp.array2d(dtype=wp.vec3d)
     normal: wp.array2d(dtype=wp.vec3d)
     phi: wp.array2d(dtype=wp.float64)
-    count: wp.array(dtype=int)
+    pair_count: wp.array2d(dtype=int)  # (num_worlds, P): contacts pair p generated
+    offset: wp.array(dtype=int)  # (P,): first slot of pair p
+    pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
+    slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
     margin: wp.array(dtype=wp.float64)  # per pair: margin0 + margin1
-    pair_start: wp.array(dtype=int)  # per pair: its first scratch slot (Σ of the earlier pairs' maxima)
-    generated: wp.array2d(dtype=int)  # per (world, pair): contacts written
-    order: wp.array2d(dtype=int)  # per world: scratch slots in generation order (count[world] of them)
 
 
 @wp.func
@@ -62,8 +71,10 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
     """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
     if not (phi < S.margin[pair]) or not wp.isfinite(phi):
         return
-    k = S.pair_start[pair] + S.generated[world, pair]
-    S.pair[world, k] = pair
+    j = S.pair_count[world, pair]
+    if j >= S.pair_capacity[pair]:  # never reached: MAX_CONTACTS_PER_PAIR bounds every routine
+        return
+    k = S.offset[pair] + j
     S.phi[world, k] = phi
     if swap != 0:
         S.x0[world, k] = x1
@@ -73,7 +84,7 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
         S.x0[world, k] = x0
         S.x1[world, k] = x1
         S.normal[world, k] = n
-    S.generated[world, pair] = S.generated[world, pair] + 1
+    S.pair_count[world, pair] = j + 1
 
 
 # default_normal() spells out DEFAULT_NORMAL for the kernels; keep the two equal.
@@ -121,40 +132,6 @@ def closest_on_segment(a: wp.vec3d, b: wp.vec3d, x: wp.vec3d) -> wp.vec3d:
 
 
 @wp.func
-def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
-    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
-    d1 = a1 - a0
-    d2 = b1 - b0
-    r = a0 - b0
-    a = wp.dot(d1, d1)
-    e = wp.dot(d2, d2)
-    f = wp.dot(d2, r)
-    tiny = wp.float64(POINT_SEGMENT)
-    zero = wp.float64(0.0)
-    one = wp.float64(1.0)
-    if a <= tiny and e <= tiny:
-        return zero, zero
-    if a <= tiny:
-        return zero, wp.clamp(f / e, zero, one)
-    c = wp.dot(d1, r)
-    if e <= tiny:
-        return wp.clamp(-c / a, zero, one), zero
-    b = wp.dot(d1, d2)
-    denom = a * e - b * b
-    s = zero
-    if denom > wp.float64(PARALLEL_DENOM) * a * e:
-        s = wp.clamp((b * f - c * e) / denom, zero, one)
-    t = (b * s + f) / e
-    if t < zero:
-        t = zero
-        s = wp.clamp(-c / a, zero, one)
-    elif t > one:
-        t = one
-        s = wp.clamp((b - c) / a, zero, one)
-    return s, t
-
-
-@wp.func
 def segment_closest_points(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
     s, t = segment_closest_params(a0, a1, b0, b1)
     return a0 + s * (a1 - a0), b0 + t * (b1 - b0)
@@ -182,7 +159,7 @@ def box_point_query(Xb: wp.transformd, h: wp.vec3d, p: wp.vec3d):
     outside = int(0)
     for i in range(3):
         if wp.abs(c[i]) > h[i]:
-            outside = 1
+            outside = int(1)
     if outside == 1:
         q = wp.vec3d(wp.clamp(c[0], -h[0], h[0]), wp.clamp(c[1], -h[1], h[1]), wp.clamp(c[2], -h[2], h[2]))
         diff = c - q
@@ -396,7 +373,7 @@ def box_box(S: Scratch, world: int, pair: int, swap: int, X0: wp.transformd, h0:
             s = box_separation(L / nrm, T, R0, h0, R1, h1)
             if have_edge == 0 or s > best_edge:
                 best_edge = s
-                have_edge = 1
+                have_edge = int(1)
                 edge_i = i
                 edge_j = j
                 edge_L = L / nrm
@@ -491,7 +468,7 @@ def pair_contacts(S: Scratch, world: int, pair: int, swap: int, t0: int, X0: wp.
                         x0, x1, n, phi = sphere_sphere(pa, s0[0], closest_on_segment(b0, b1, pa), s1[0],
                                                        frame_x(X0))
                         emit(S, world, pair, swap, x0, x1, n, phi)
-                    done = 1
+                    done = int(1)
             if done == 0:
                 pa, pb = segment_closest_points(a0, a1, b0, b1)
                 fallback = frame_x(X0)
@@ -506,32 +483,88 @@ def pair_contacts(S: Scratch, world: int, pair: int, swap: int, t0: int, X0: wp.
 
 
 @wp.func
-def body_pose(X: wp.transformd) -> wp.transformd:
-    """A body pose with its quaternion normalized on read (the quaternion policy)."""
-    return wp.transformd(wp.transform_get_translation(X), wp.normalize(wp.transform_get_rotation(X)))
+def new_shape(G: Geometry, kind: int, X: wp.transformd, size: wp.vec3d, v0: int, v1: int, f0: int, f1: int) -> Convex:
+    """The Convex of a shape at world pose X (sap_ref.collision.convex_shape)."""
+    c = Convex()
+    c.kind = kind
+    c.p = wp.transform_get_translation(X)
+    c.R = wp.quat_to_matrix(wp.transform_get_rotation(X))
+    c.size = size
+    c.radius = wp.float64(0.0)
+    if kind == SPHERE or kind == CAPSULE:
+        c.radius = size[0]
+    c.v0 = v0
+    c.v1 = v1
+    c.f0 = f0
+    c.f1 = f1
+    return c
 
 
-@wp.kernel
-def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
-              shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
-              shape_pair: wp.array2d(dtype=int), pair_count: int, body_q: wp.array2d(dtype=wp.transformd),
-              status: wp.array(dtype=int), S: Scratch):
-    world, p = wp.tid()
-    S.generated[world, p] = 0
-    if status[world] != 0:  # a rejected body_q quaternion: no contacts for this world
+@wp.func
+def key_less(X1: wp.transformd, s1: wp.vec3d, X0: wp.transformd, s0: wp.vec3d) -> int:
+    """sap_ref.collision._canonical_swap: (X1, size1) before (X0, size0), lexicographically."""
+    a = wp.transform_get_translation(X1)
+    b = wp.transform_get_translation(X0)
+    for i in range(3):
+        if a[i] < b[i]:
+            return 1
+        if a[i] > b[i]:
+            return 0
+    qa = wp.transform_get_rotation(X1)
+    qb = wp.transform_get_rotation(X0)
+    for i in range(4):
+        if qa[i] < qb[i]:
+            return 1
+        if qa[i] > qb[i]:
+            return 0
+    for i in range(3):
+        if s1[i] < s0[i]:
+            return 1
+        if s1[i] > s0[i]:
+            return 0
+    return 0
+
+
+@wp.func
+def emit_all(S: Scratch, world: int, pair: int, swap: int, count: int, X0: mat43d, X1: mat43d, N: mat43d,
+             PHI: vec4d):
+    for k in range(count):
+        emit(S, world, pair, swap, row3(X0, k), row3(X1, k), row3(N, k), PHI[k])
+
+
+@wp.struct
+class ShapeData:
+    """Per shape: its mesh's vertex and face ranges, its height field's heights (start, rows,
+    columns), its local bounds."""
+    v0: wp.array(dtype=int)
+    v1: wp.array(dtype=int)
+    f0: wp.array(dtype=int)
+    f1: wp.array(dtype=int)
+    h_start: wp.array(dtype=int)
+    h_rows: wp.array(dtype=int)
+    h_cols: wp.array(dtype=int)
+    lo: wp.array(dtype=wp.vec3d)
+    hi: wp.array(dtype=wp.vec3d)
+
+
+@wp.func
+def new_pair(G: Geometry, E: Epa, row: int, D: ShapeData, S: Scratch, world: int, pair: int, swap: int, a: int,
+             t0: int, X0: wp.transformd, s0: wp.vec3d, b: int, t1: int, X1: wp.transformd, s1: wp.vec3d):
+    """Canonical order t0 ≤ t1 with a new shape type (sap_ref.collision._new_pair)."""
+    margin = S.margin[pair]
+    B_ = new_shape(G, t1, X1, s1, D.v0[b], D.v1[b], D.f0[b], D.f1[b])
+    if t0 == PLANE:
+        cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(X0), plane_normal(X0), B_, margin)
+        emit_all(S, world, pair, swap, cnt, CX0, CX1, CN, CPHI)
         return
-    a = shape_pair[p, 0]
-    b = shape_pair[p, 1]
-    Xa = shape_transform[a]
-    if shape_body[a] >= 0:
-        Xa = body_pose(body_q[world, shape_body[a]]) * shape_transform[a]
-    Xb = shape_transform[b]
-    if shape_body[b] >= 0:
-        Xb = body_pose(body_q[world, shape_body[b]]) * shape_transform[b]
-    if shape_type[a] <= shape_type[b]:
-        pair_contacts(S, world, p, 0, shape_type[a], Xa, shape_size[a], shape_type[b], Xb, shape_size[b])
-    else:
-        pair_contacts(S, world, p, 1, shape_type[b], Xb, shape_size[b], shape_type[a], Xa, shape_size[a])
+    A_ = new_shape(G, t0, X0, s0, D.v0[a], D.v1[a], D.f0[a], D.f1[a])
+    if t1 == HEIGHTFIELD:
+        cnt, CX0, CX1, CN, CPHI = heightfield_contacts(
+            G, E, row, A_, D.lo[a], D.hi[a], B_.p, B_.R, s1, D.h_start[b], D.h_rows[b], D.h_cols[b], margin)
+        emit_all(S, world, pair, swap, cnt, CX0, CX1, CN, CPHI)
+        return
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, margin)
+    emit_all(S, world, pair, swap, cnt, CX0, CX1, CN, CPHI)
 
 
 @wp.kernel
@@ -539,17 +572,62 @@ def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), statu
     """INVALID_QUATERNION for a world with a rejected body_q quaternion (docs/conventions.md § Quaternions read from a state), else 0."""
     world = wp.tid()
     status_out[world] = 0
-    for b in range(body_count):
+    for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world
         if quat_norm_ok(wp.transform_get_rotation(body_q[world, b])) == 0:
             status_out[world] = INVALID_QUATERNION
+            return
+
+
+@wp.kernel
+def _generate(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
+              shape_transform: wp.array(dtype=wp.transformd), shape_size: wp.array(dtype=wp.vec3d),
+              shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+              pair_epa_row: wp.array(dtype=int), epa_pairs: int, use_broad_phase: int, G: Geometry, D: ShapeData,
+              pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
+              centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), E: Epa, S: Scratch):
+    world, p = wp.tid()
+    S.pair_count[world, p] = 0
+    if status[world] != 0:
+        return
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    Xa = pose[world, a]
+    Xb = pose[world, b]
+    if use_broad_phase != 0 and pair_overlap(shape_type, shape_margin, centre, half, world, a, b, Xa, Xb) == 0:
+        return
+    ta = shape_type[a]
+    tb = shape_type[b]
+    swap = int(0)
+    if tb < ta:
+        swap = int(1)
+    elif ta == tb and ta != BOX:
+        swap = key_less(Xb, shape_size[b], Xa, shape_size[a])
+    i0 = a
+    i1 = b
+    X0 = Xa
+    X1 = Xb
+    if swap == 1:
+        i0 = b
+        i1 = a
+        X0 = Xb
+        X1 = Xa
+    t0 = shape_type[i0]
+    t1 = shape_type[i1]
+    if t0 >= CYLINDER or t1 >= CYLINDER:
+        row = int(0)
+        if pair_epa_row[p] >= 0:
+            row = world * epa_pairs + pair_epa_row[p]
+        new_pair(G, E, row, D, S, world, p, swap, i0, t0, X0, shape_size[i0], i1, t1, X1, shape_size[i1])
+    else:
+        pair_contacts(S, world, p, swap, t0, X0, shape_size[i0], t1, X1, shape_size[i1])
 
 
 @wp.kernel
 def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
             pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
-            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), pair_count: int,
-            capacity: int, S: Scratch,
+            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), capacity: int,
+            pairs: int, slots: int, S: Scratch,
             count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
             shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
             x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
@@ -557,12 +635,6 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             margin1: wp.array2d(dtype=wp.float64), mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
             ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64)):
     world = wp.tid()
-    n = int(0)  # the generated contacts, pair by pair: the order of a serial loop over the pairs
-    for p in range(pair_count):
-        for t in range(S.generated[world, p]):
-            S.order[world, n] = S.pair_start[p] + t
-            n = n + 1
-    S.count[world] = n
     zero = wp.float64(0.0)
     for slot in range(capacity):
         shape0[world, slot] = -1
@@ -580,40 +652,50 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
         ke0[world, slot] = zero
         ke1[world, slot] = zero
         tau_d[world, slot] = zero
-    slot = int(0)
-    for i in range(n):
-        keep = int(1)
-        k = S.order[world, i]
-        if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
-            rank = int(0)
-            for j in range(n):
-                phi_j = S.phi[world, S.order[world, j]]
-                if phi_j < S.phi[world, k] or (phi_j == S.phi[world, k] and j < i):
-                    rank += 1
-            if rank >= capacity:
-                keep = 0
-        if keep == 1:
-            p = S.pair[world, k]
-            a = shape_pair[p, 0]
-            b = shape_pair[p, 1]
-            shape0[world, slot] = a
-            shape1[world, slot] = b
-            body0[world, slot] = shape_body[a]
-            body1[world, slot] = shape_body[b]
-            x0[world, slot] = S.x0[world, k]
-            x1[world, slot] = S.x1[world, k]
-            normal[world, slot] = S.normal[world, k]
-            phi0[world, slot] = S.phi[world, k]
-            margin0[world, slot] = shape_margin[a]
-            margin1[world, slot] = shape_margin[b]
-            mu[world, slot] = pair_mu[p]
-            ke[world, slot] = pair_ke[p]
-            ke0[world, slot] = pair_ke0[p]
-            ke1[world, slot] = pair_ke1[p]
-            tau_d[world, slot] = pair_tau[p]
-            slot += 1
-    count[world] = slot
-    overflow[world] = n - slot
+    n = int(0)
+    for p in range(pairs):
+        n += S.pair_count[world, p]
+    out = int(0)
+    for p in range(pairs):  # pair by pair, each pair's slots in order: generation order
+        for jj in range(S.pair_count[world, p]):
+            i = S.offset[p] + jj
+            keep = int(1)
+            if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
+                rank = int(0)
+                for j in range(slots):
+                    pj = S.slot_pair[j]
+                    if j - S.offset[pj] < S.pair_count[world, pj]:
+                        if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                            rank += 1
+                if rank >= capacity:
+                    keep = 0
+            if keep == 1:
+                a = shape_pair[p, 0]
+                b = shape_pair[p, 1]
+                shape0[world, out] = a
+                shape1[world, out] = b
+                body0[world, out] = shape_body[a]
+                body1[world, out] = shape_body[b]
+                x0[world, out] = S.x0[world, i]
+                x1[world, out] = S.x1[world, i]
+                normal[world, out] = S.normal[world, i]
+                phi0[world, out] = S.phi[world, i]
+                margin0[world, out] = shape_margin[a]
+                margin1[world, out] = shape_margin[b]
+                mu[world, out] = pair_mu[p]
+                ke[world, out] = pair_ke[p]
+                ke0[world, out] = pair_ke0[p]
+                ke1[world, out] = pair_ke1[p]
+                tau_d[world, out] = pair_tau[p]
+                out += 1
+    count[world] = out
+    overflow[world] = n - out
+
+
+def _needs_epa(t0: int, t1: int) -> bool:
+    """Pairs whose routine can run GJK/EPA: a new shape type, but not against a plane."""
+    new = {int(t) for t in (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD)}
+    return (t0 in new or t1 in new) and ShapeType.PLANE not in (t0, t1)
 
 
 class CollisionPipeline:
@@ -624,33 +706,90 @@ class CollisionPipeline:
         max_rigid_contact: contact slots per world (≥ 0).
         config: supplies the material fallbacks (default ``SapConfig()``).
         device: Warp device.
+        broad_phase: ``"aabb"`` (default) or ``"none"``, as in sap_ref; the contacts are the same.
     """
 
-    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
+    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None,
+                 broad_phase: str = "aabb"):
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
+        self.broad_phase = check_broad_phase(broad_phase)
         self.model = model
         self.device = get_device(device)
         self.m = GpuModel(model, self.device)
         d, W = self.device, model.num_worlds
+        P, Sh = len(model.shape_pair), model.shape_count
         mats = np.array([combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair],
                         dtype=np.float64).reshape(-1, 5)
         f64 = lambda x: wp.array(np.ascontiguousarray(x, np.float64), dtype=wp.float64, device=d)  # noqa: E731
+        i32 = lambda x: wp.array(np.ascontiguousarray(x, np.int32), dtype=int, device=d)  # noqa: E731
+        v3 = lambda x: wp.array(np.ascontiguousarray(np.reshape(x, (-1, 3)), np.float64), dtype=wp.vec3d, device=d)  # noqa: E731
         self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau = (f64(mats[:, i]) for i in range(5))
-        cap = max(contact_capacity(model), 1)
+        caps = pair_capacity(model)
+        offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
+        self.slots = int(offset[-1])
+        cap = max(self.slots, 1)
         S = Scratch()
-        S.pair = wp.zeros((W, cap), dtype=int, device=d)
         S.x0, S.x1, S.normal = (wp.zeros((W, cap), dtype=wp.vec3d, device=d) for _ in range(3))
         S.phi = wp.zeros((W, cap), dtype=wp.float64, device=d)
-        S.count = wp.zeros(W, dtype=int, device=d)
+        S.pair_count = wp.zeros((W, max(P, 1)), dtype=int, device=d)
+        S.offset = i32(offset[:-1] if P else [0])
+        S.pair_capacity = i32(caps if P else [0])
+        S.slot_pair = i32(np.repeat(np.arange(P), caps) if P else [0])
         pairs = model.shape_pair
-        most = [MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
-                                                              ShapeType(int(model.shape_type[b]))])] for a, b in pairs]
-        S.pair_start = wp.array(np.concatenate([[0], np.cumsum(most)[:-1]]).astype(np.int32) if len(pairs)
-                                else np.zeros(1, np.int32), dtype=int, device=d)
-        S.generated = wp.zeros((W, max(len(pairs), 1)), dtype=int, device=d)
-        S.order = wp.zeros((W, cap), dtype=int, device=d)
-        S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if len(pairs) else np.zeros(1))
+        S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if P else np.zeros(1))
         self.scratch = S
+        # Geometry of meshes and height fields, and per-shape ranges into it.
+        G = Geometry()
+        G.mesh_vertex = v3(model.mesh_vertex if len(model.mesh_vertex) else np.zeros(3))
+        G.mesh_face_vertex_start = i32(model.mesh_face_vertex_start)
+        G.mesh_face_vertex = i32(model.mesh_face_vertex if len(model.mesh_face_vertex) else [0])
+        G.mesh_face_plane = wp.array(np.ascontiguousarray(model.mesh_face_plane if len(model.mesh_face_plane)
+                                                          else np.zeros((1, 4)), np.float64), dtype=wp.vec4d, device=d)
+        G.hfield_height = f64(model.hfield_height if len(model.hfield_height) else np.zeros(1))
+        self.geometry = G
+        Dd = ShapeData()
+        src = model.shape_source
+        is_mesh = model.shape_type == int(ShapeType.CONVEX_MESH)
+        is_hf = model.shape_type == int(ShapeType.HEIGHTFIELD)
+        mesh = np.where(is_mesh, src, 0)
+        hf = np.where(is_hf, src, 0)
+        def pick(values, index, where):  # values[index] where `where`, else 0 (index may be out of range there)
+            values = np.asarray(values)
+            return np.where(where, values[np.clip(index, 0, max(len(values) - 1, 0))], 0) if len(values) else \
+                np.zeros(Sh, np.int64)
+
+        hshape = model.hfield_shape if len(model.hfield_shape) else np.zeros((1, 2), np.int32)
+        Dd.v0 = i32(pick(model.mesh_vertex_start, mesh, is_mesh) if Sh else [0])
+        Dd.v1 = i32(pick(model.mesh_vertex_start, mesh + 1, is_mesh) if Sh else [0])
+        Dd.f0 = i32(pick(model.mesh_face_start, mesh, is_mesh) if Sh else [0])
+        Dd.f1 = i32(pick(model.mesh_face_start, mesh + 1, is_mesh) if Sh else [0])
+        Dd.h_start = i32(pick(model.hfield_start, hf, is_hf) if Sh else [0])
+        Dd.h_rows = i32(pick(hshape[:, 0], hf, is_hf) if Sh else [0])
+        Dd.h_cols = i32(pick(hshape[:, 1], hf, is_hf) if Sh else [0])
+        bounds = np.where(np.isfinite(model.shape_local_bounds), model.shape_local_bounds, 0.0)  # a plane's: unused
+        Dd.lo = v3(bounds[:, 0] if Sh else np.zeros(3))
+        Dd.hi = v3(bounds[:, 1] if Sh else np.zeros(3))
+        self.shape_data = Dd
+        # EPA scratch: one row per (world, pair that can run EPA).
+        epa = [p for p in range(P) if _needs_epa(int(model.shape_type[pairs[p, 0]]), int(model.shape_type[pairs[p, 1]]))]
+        row = np.full(max(P, 1), -1, np.int32)
+        row[epa] = np.arange(len(epa))
+        self.pair_epa_row = i32(row)
+        self.epa_pairs = len(epa)
+        rows = max(W * len(epa), 1)
+        E = Epa()
+        E.P, E.PA, E.PB = (wp.zeros((rows, EPA_MAX_VERTICES), dtype=wp.vec3d, device=d) for _ in range(3))
+        E.face = wp.zeros((rows, EPA_MAX_FACES), dtype=wp.vec3i, device=d)
+        E.fn = wp.zeros((rows, EPA_MAX_FACES), dtype=wp.vec3d, device=d)
+        E.fd = wp.zeros((rows, EPA_MAX_FACES), dtype=wp.float64, device=d)
+        E.alive = wp.zeros((rows, EPA_MAX_FACES), dtype=int, device=d)
+        E.visible = wp.zeros((rows, EPA_MAX_FACES), dtype=int, device=d)
+        E.horizon = wp.zeros((rows, 3 * EPA_MAX_FACES), dtype=wp.vec2i, device=d)
+        self.epa = E
+        # Every shape's world pose and (broad phase) world box, (num_worlds, S).
+        self.pose = wp.zeros((W, max(Sh, 1)), dtype=wp.transformd, device=d)
+        self.centre = wp.zeros((W, max(Sh, 1)), dtype=wp.vec3d, device=d)
+        self.half = wp.zeros((W, max(Sh, 1)), dtype=wp.vec3d, device=d)
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
         # rejected (that world got no contacts), else 0. Device array, (num_worlds,).
         self.last_status = wp.zeros(W, dtype=wp.int32, device=d)
@@ -678,14 +817,21 @@ class CollisionPipeline:
             raise ValueError(f"state.body_q: expected a wp.array of wp.transformd shaped "
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
-        wp.launch(_check_poses, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device,
+        W, P = m.num_worlds, len(self.model.shape_pair)
+        wp.launch(_check_poses, dim=W, block_dim=world_block_dim(self.device), device=self.device,
                   inputs=[m.body_count, state.body_q], outputs=[self.last_status])
-        wp.launch(_generate, dim=(m.num_worlds, m.pair_count), device=self.device, inputs=[
-            m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_pair, m.pair_count, state.body_q,
-            self.last_status, self.scratch])
+        use_bp = int(self.broad_phase == "aabb")
+        world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
+                     self.shape_data.hi, m.shape_margin, state.body_q, self.pose, self.centre, self.half, W,
+                     self.model.shape_count)
+        if P:
+            wp.launch(_generate, dim=(W, P), device=self.device, inputs=[
+                m.shape_type, m.shape_body, m.shape_transform, m.shape_size, m.shape_margin, m.shape_pair,
+                self.pair_epa_row, self.epa_pairs, use_bp, self.geometry, self.shape_data, self.pose,
+                self.last_status, self.centre, self.half, self.epa], outputs=[self.scratch])
         c = contacts
-        wp.launch(_select, dim=m.num_worlds, block_dim=world_block_dim(self.device), device=self.device, inputs=[
+        wp.launch(_select, dim=W, block_dim=world_block_dim(self.device), device=self.device, inputs=[
             m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
-            self.pair_tau, m.pair_count, self.max_rigid_contact, self.scratch], outputs=[
+            self.pair_tau, self.max_rigid_contact, P, self.slots if P else 0, self.scratch], outputs=[
             c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,
             c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d])

@@ -49,7 +49,8 @@ import math
 import numpy as np
 
 from sap_common import spatial
-from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, combine_materials, contact_capacity
+from sap_common.geometry import hfield_grid, shape_local_bounds
+from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, check_broad_phase, combine_materials, contact_capacity
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
                                   INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
@@ -58,7 +59,10 @@ from sap_common.conventions import quaternion_norm_ok
 from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
 
 from .arrays import check_host_device
+from .broad_phase import pair_overlap
 from .collision_box import box_box, box_signed_distance, closest_point_on_box, segment_closest_points
+from .collision_convex import Convex
+from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
            "plane_sphere", "plane_capsule", "plane_box", "sphere_sphere", "sphere_capsule", "sphere_box",
@@ -252,19 +256,91 @@ _ROUTINES = {
 }
 
 
-def pair_contacts(type0, X0, size0, type1, X1, size1):
+_NEW_TYPES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD)
+
+
+def convex_shape(t, X, size, geometry=None) -> Convex:
+    """The :class:`~sap_ref.collision_convex.Convex` of a shape at world pose X; ``geometry`` is a
+    mesh's ``(points (V, 3), faces [(n, d, vertex indices)])`` in its own frame."""
+    conv = Convex(int(t), X[:3], spatial.quat_to_matrix(X[3:]), size, None if geometry is None else geometry[0])
+    if geometry is not None:
+        conv.faces = geometry[1]
+    return conv
+
+
+def shape_geometry(model: SapModel, s: int):
+    """The ``geometry`` argument of :func:`pair_contacts` for shape s of a model: a mesh's
+    ``(points (V, 3), faces [(n, d, vertex indices into points)])``, a height field's heights
+    (rows, columns), else None."""
+    t = ShapeType(int(model.shape_type[s]))
+    if t == ShapeType.HEIGHTFIELD:
+        return hfield_grid(model, s)
+    if t != ShapeType.CONVEX_MESH:
+        return None
+    mesh = int(model.shape_source[s])
+    v0, v1 = int(model.mesh_vertex_start[mesh]), int(model.mesh_vertex_start[mesh + 1])
+    faces = []
+    for f in range(int(model.mesh_face_start[mesh]), int(model.mesh_face_start[mesh + 1])):
+        idx = model.mesh_face_vertex[model.mesh_face_vertex_start[f]:model.mesh_face_vertex_start[f + 1]] - v0
+        faces.append((model.mesh_face_plane[f, :3], float(model.mesh_face_plane[f, 3]), np.asarray(idx)))
+    return np.asarray(model.mesh_vertex[v0:v1]), faces
+
+
+def local_bounds(t, size, geometry=None) -> np.ndarray:
+    """A shape's axis-aligned bounds in its own frame, (2, 3) (:func:`sap_common.geometry.shape_local_bounds`)."""
+    if int(t) == ShapeType.CONVEX_MESH:
+        return np.array([geometry[0].min(axis=0), geometry[0].max(axis=0)])
+    return shape_local_bounds([int(t)], [size], [-1], np.zeros((0, 3)), [0], np.zeros(0), [0])[0]
+
+
+def _canonical_swap(X0, size0, X1, size1) -> bool:
+    """For two shapes of one type: whether shape 1 comes first in the fixed order (pose, then size,
+    lexicographically). Running the routine in that order whatever the argument order makes the
+    swapped call the exact mirror (witness points swapped, normal negated), rounding included."""
+    return tuple(np.concatenate([X1, size1])) < tuple(np.concatenate([X0, size0]))
+
+
+def _new_pair(t0, X0, size0, t1, X1, size1, geo0, geo1, margin):
+    """Canonical order t0 ≤ t1, at least one of the new shape types."""
+    if t0 == ShapeType.PLANE:
+        plane = (X0[:3], spatial.quat_to_matrix(X0[3:]))
+        return plane_manifold(plane, convex_shape(t1, X1, size1, geo1), margin)
+    if t1 == ShapeType.HEIGHTFIELD:
+        return heightfield_contacts(convex_shape(t0, X0, size0, geo0), X1[:3], spatial.quat_to_matrix(X1[3:]), size1,
+                                    geo1, local_bounds(t0, size0, geo0), margin)
+    return convex_manifold(convex_shape(t0, X0, size0, geo0), convex_shape(t1, X1, size1, geo1), margin)
+
+
+def _mirror(contacts):
+    return [(x1, x0, -n, phi) for x0, x1, n, phi in contacts]
+
+
+def pair_contacts(type0, X0, size0, type1, X1, size1, geometry0=None, geometry1=None, margin=0.0):
     """Contacts ``[(x0, x1, normal, phi0)]`` of shape 0 against shape 1, in either type order.
 
-    The routine of the canonical order (lower ``ShapeType`` first) runs; for the other order its
-    outputs are swapped (x0 ↔ x1) and the normal negated, so φ₀ and the point order are the
-    same both ways. ``X0``/``X1`` are world poses ``[p, q_xyzw]``; no margin filtering here.
+    The routine of the canonical order (lower ``ShapeType`` first; for two shapes of one type, the
+    order of :func:`_canonical_swap`) runs; for the other order its outputs are swapped (x0 ↔ x1)
+    and the normal negated, so φ₀ and the point order are the same both ways. ``X0``/``X1`` are
+    world poses ``[p, q_xyzw]``; ``geometry0/1`` the mesh ``(points, faces)`` or the height field's
+    heights (rows, columns) of a CONVEX_MESH / HEIGHTFIELD shape; ``margin`` (margin₀ + margin₁)
+    bounds the candidates of a manifold (:mod:`sap_ref.collision_manifold`). No margin filtering here.
     """
     t0, t1 = ShapeType(int(type0)), ShapeType(int(type1))
-    if (t0, t1) in _ROUTINES:
-        return _ROUTINES[(t0, t1)](X0, size0, X1, size1)
-    if (t1, t0) in _ROUTINES:
-        return [(x1, x0, -n, phi) for x0, x1, n, phi in _ROUTINES[(t1, t0)](X1, size1, X0, size0)]
-    raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
+    X0, X1 = np.asarray(X0, dtype=np.float64), np.asarray(X1, dtype=np.float64)
+    size0, size1 = np.asarray(size0, dtype=np.float64), np.asarray(size1, dtype=np.float64)
+    swap = t1 < t0 or (t0 == t1 and t0 != ShapeType.BOX and _canonical_swap(X0, size0, X1, size1))
+    if swap:
+        t0, X0, size0, geometry0, t1, X1, size1, geometry1 = t1, X1, size1, geometry1, t0, X0, size0, geometry0
+    if t0 in _NEW_TYPES or t1 in _NEW_TYPES:
+        if (t0, t1) in ((ShapeType.PLANE, ShapeType.PLANE), (ShapeType.PLANE, ShapeType.HEIGHTFIELD),
+                        (ShapeType.HEIGHTFIELD, ShapeType.HEIGHTFIELD)):
+            raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
+        out = _new_pair(t0, X0, size0, t1, X1, size1, geometry0, geometry1, margin)
+    elif (t0, t1) in _ROUTINES:
+        out = _ROUTINES[(t0, t1)](X0, size0, X1, size1)
+    else:
+        raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
+    return _mirror(out) if swap else out
 
 
 class CollisionPipeline:
@@ -276,12 +352,19 @@ class CollisionPipeline:
             gives one that never overflows).
         config: supplies the material fallbacks (default ``SapConfig()``).
         device: None or ``"cpu"`` (the host; accepted so that sap_ref and sap_gpu are called alike).
+        broad_phase: ``"aabb"`` (default: the narrow phase runs on pairs whose bounding boxes
+            overlap, :mod:`sap_ref.broad_phase`) or ``"none"`` (every candidate pair); the contacts
+            are the same.
     """
 
-    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None):
+    def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None,
+                 broad_phase: str = "aabb"):
         check_host_device(device)
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
+        self.broad_phase = check_broad_phase(broad_phase)
         self.model = model
+        # Per shape: a mesh's (points, faces) or a height field's heights, in its own frame.
+        self._geometry = [shape_geometry(model, s) for s in range(model.shape_count)]
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
         # rejected (that world got no contacts), else 0, (num_worlds,).
         self.last_status = np.zeros(model.num_worlds, dtype=np.int32)
@@ -331,11 +414,15 @@ class CollisionPipeline:
         m = self.model
         found = []  # (a, b, x0, x1, normal, phi0, materials) in generation order
         X = self._shape_poses(body_q) if accepted else None
-        for (a, b), mat in zip(m.shape_pair if accepted else (), self._materials):
+        test = pair_overlap(m, X) if accepted and self.broad_phase == "aabb" else np.ones(len(m.shape_pair), bool)
+        for (a, b), mat, tested in zip(m.shape_pair if accepted else (), self._materials, test):
+            if not tested:
+                continue
             a, b = int(a), int(b)
             margin = m.shape_margin[a] + m.shape_margin[b]
             for x0, x1, n, phi in pair_contacts(m.shape_type[a], X[a], m.shape_size[a],
-                                                m.shape_type[b], X[b], m.shape_size[b]):
+                                                m.shape_type[b], X[b], m.shape_size[b],
+                                                self._geometry[a], self._geometry[b], margin):
                 if phi < margin and math.isfinite(phi):  # a non-finite pose reports nothing
                     found.append((a, b, x0, x1, n, float(phi), mat))
         keep = list(range(len(found)))

@@ -47,6 +47,19 @@ def test_smoke_run_is_valid_and_reports_every_key(capsys, device):
     assert (row["gpu_memory_mib"] is None) == (not wp.get_device(device).is_cuda)
 
 
+def test_mesh_collision_robot_runs_from_its_mjcf_file(capsys, device):
+    import os
+
+    from sap_common import scenes
+
+    path = os.path.join(os.path.dirname(scenes.__file__), "data", "mesh_quadruped.xml")
+    assert main([path, "--num-worlds", "2", "--steps", "40", "--warmup", "2", "--device", str(device),
+                 "--json", "--quiet"]) == 0
+    _, row = _last_json(capsys)
+    assert row["scene"] == "mesh_quadruped" and row["valid"] is True and row["converged_fraction"] == 1.0
+    assert row["world_steps_per_s"] > 0 and row["contacts_per_world_mean"] > 0  # it lands on its mesh feet
+
+
 @pytest.mark.parametrize("newton_path", ["staged", "fused"])
 def test_breakdown_names_every_stage_and_sums_to_the_total(capsys, device, newton_path):
     assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--breakdown",

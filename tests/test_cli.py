@@ -9,6 +9,7 @@ import re
 import pytest
 
 import tools.benchmark
+import tools.benchmark_collision
 import tools.compare_backends
 import tools.compare_presets
 import tools.demo
@@ -26,7 +27,8 @@ MAINS = {"sap-demo": tools.demo.main, "sap-scenes": tools.scenes.main,
          "sap-compare-presets": tools.compare_presets.main, "sap-compare-backends": tools.compare_backends.main,
          "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main,
          "sap-inspect": tools.inspector.main, "sap-view": tools.viewer.main,
-         "sap-record": tools.record.main, "sap-validate": tools.validate.main}
+         "sap-record": tools.record.main, "sap-validate": tools.validate.main,
+         "sap-benchmark-collision": tools.benchmark_collision.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
                 "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),

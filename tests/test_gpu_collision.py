@@ -2,7 +2,9 @@
 
 Integer fields (count, overflow, shape/body ids) must be identical and float fields equal to a
 few ulps: both run the same routines in float64 in the same order; they differ only in how a
-quaternion rotates a vector (Warp's formula vs NumPy's) and in summation order.
+quaternion rotates a vector (Warp's formula vs NumPy's) and in summation order. Where a cylinder
+or an ellipsoid takes part, GJK/EPA and the refinement iterate to a tolerance, and the float
+fields are held to ``CURVED_GEOMETRY_TOL`` (tools/tolerances.py says why).
 """
 
 import dataclasses
@@ -22,11 +24,16 @@ from sap_gpu.collision import CollisionPipeline as GpuPipeline
 from sap_ref.collision import CollisionPipeline as RefPipeline
 from sap_ref.collision import contact_capacity
 from strategies import quaternions, vectors
-from tools.tolerances import GEOMETRY_TOL  # float64 geometry: a few hundred ulps (reason there)
+from collision_cases import CUBE, GEM
+from tools.tolerances import CURVED_GEOMETRY_TOL, GEOMETRY_TOL  # float64 geometry (reasons there)
 
 INT_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")
 FLOAT_FIELDS = ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d")
-TYPES = (ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX)
+TYPES = (ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER,
+         ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD)
+STATIC = (ShapeType.PLANE, ShapeType.HEIGHTFIELD)
+CURVED = (ShapeType.CYLINDER, ShapeType.ELLIPSOID)
+HEIGHTS = np.array([[0.015 * np.sin(0.8 * i + 0.5 * j) for j in range(6)] for i in range(5)])
 
 
 def _both(model, state, capacity, device, config=None):
@@ -39,15 +46,18 @@ def _both(model, state, capacity, device, config=None):
     return expected, sap_gpu.to_host(got)
 
 
-def assert_same_contacts(expected, got, what=""):
+def assert_same_contacts(expected, got, what="", curved=False):
+    """Identical integer fields; float fields within GEOMETRY_TOL, or CURVED_GEOMETRY_TOL for the
+    geometric fields where a curved core (cylinder, ellipsoid) took part."""
     for f in INT_FIELDS:
         assert np.array_equal(getattr(expected, f), getattr(got, f)), f"{what} {f}: {getattr(expected, f)} vs " \
                                                                        f"{getattr(got, f)}"
     for f in FLOAT_FIELDS:
         a, b = getattr(expected, f), getattr(got, f)
         finite = np.isfinite(a)
+        tol = CURVED_GEOMETRY_TOL.get(f, GEOMETRY_TOL) if curved else GEOMETRY_TOL
         assert np.array_equal(finite, np.isfinite(b)), f"{what} {f}: non-finite entries differ"
-        assert np.abs(a[finite] - b[finite]).max(initial=0.0) <= GEOMETRY_TOL, f"{what} {f}"
+        assert np.abs(a[finite] - b[finite]).max(initial=0.0) <= tol, f"{what} {f}"
         assert np.array_equal(a[~finite], b[~finite]), f"{what} {f}"  # ±inf stiffness
 
 
@@ -86,6 +96,9 @@ def _two_shapes(types, sizes, poses, materials=None):
         if t == ShapeType.PLANE:
             b.add_shape_plane(-1, poses[k], **mat)
             continue
+        if t == ShapeType.HEIGHTFIELD:
+            b.add_shape_heightfield(HEIGHTS, poses[k], hx=0.3, hy=0.25, base=0.1, **mat)
+            continue
         body = b.add_body(1.0, inertia=(1, 1, 1))
         b.add_joint_free(-1, body)
         bodies.append(k)
@@ -93,6 +106,12 @@ def _two_shapes(types, sizes, poses, materials=None):
             b.add_shape_sphere(body, radius=size[0], **mat)
         elif t == ShapeType.CAPSULE:
             b.add_shape_capsule(body, radius=size[0], half_length=size[1], **mat)
+        elif t == ShapeType.CYLINDER:
+            b.add_shape_cylinder(body, radius=size[0], half_length=size[1], **mat)
+        elif t == ShapeType.ELLIPSOID:
+            b.add_shape_ellipsoid(body, None, *size, **mat)
+        elif t == ShapeType.CONVEX_MESH:
+            b.add_shape_convex_mesh(body, vertices=GEM if size[0] == 0 else CUBE, **mat)
         else:
             b.add_shape_box(body, None, *size, **mat)
     model = b.finalize()
@@ -109,14 +128,22 @@ def generic_two_shape_models(draw):
     coincident or parallel features), where an answer may flip on rounding, are in
     ``test_degenerate_configurations_match_sap_ref``."""
     t0, t1 = draw(st.sampled_from(TYPES)), draw(st.sampled_from(TYPES))
-    if t0 == ShapeType.PLANE and t1 == ShapeType.PLANE:
+    if t0 in STATIC and t1 in STATIC:
         t1 = ShapeType.BOX
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     sizes = {ShapeType.PLANE: lambda: np.zeros(3), ShapeType.SPHERE: lambda: [rng.uniform(0.02, 0.3), 0, 0],
              ShapeType.CAPSULE: lambda: [rng.uniform(0.02, 0.2), rng.uniform(0.0, 0.3), 0],
-             ShapeType.BOX: lambda: rng.uniform(0.02, 0.3, 3)}
+             ShapeType.BOX: lambda: rng.uniform(0.02, 0.3, 3),
+             ShapeType.CYLINDER: lambda: [rng.uniform(0.02, 0.2), rng.uniform(0.01, 0.2), 0],
+             ShapeType.ELLIPSOID: lambda: rng.uniform(0.02, 0.2, 3),
+             ShapeType.CONVEX_MESH: lambda: [float(rng.integers(0, 2)), 0, 0],  # 0: the gem, 1: the cube
+             ShapeType.HEIGHTFIELD: lambda: np.zeros(3)}
     poses = [spatial.transform(rng.uniform(-0.2, 0.2, 3), spatial.quat_normalize(rng.normal(size=4)))
              for _ in range(2)]
+    for k, t in enumerate((t0, t1)):
+        if t == ShapeType.HEIGHTFIELD:  # an upright terrain near the origin, the other shape above it
+            poses[k] = spatial.transform(rng.uniform(-0.05, 0.05, 3), spatial.quat_from_axis_angle(
+                np.array([0.0, 0.0, 1.0]), rng.uniform(-3, 3)))
     materials = [dict(margin=draw(st.sampled_from([0.0, 0.01])), mu=draw(st.sampled_from([None, 0.3, 1.0])),
                       ke=draw(st.sampled_from([None, 1e5, math.inf]))) for _ in range(2)]
     return _two_shapes((t0, t1), [sizes[t0](), sizes[t1]()], poses, materials)
@@ -128,14 +155,16 @@ def test_random_pairs_match_sap_ref(device, case):
     model, state = case
     config = SapConfig(fallback_mu=0.7, fallback_stiffness=3e5, contact_tau_d=0.02)
     expected, got = _both(model, state, 16, device, config)
-    assert_same_contacts(expected, got)
+    # sap_ref never generates more than MAX_CONTACTS_PER_PAIR (an ellipsoid or a sphere touches in one point)
+    assert expected.count[0] + expected.overflow[0] <= contact_capacity(model)
+    assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
 def _q(axis, angle):
     return spatial.quat_from_axis_angle(np.asarray(axis, float), angle)
 
 
-P_, S_, C_, B_ = TYPES
+P_, S_, C_, B_, CY_, E_, M_, H_ = TYPES
 IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
 ALONG_X = _q([0, 1, 0], math.pi / 2)  # capsule axis (frame z) along world x
 DEGENERATE = {
@@ -153,6 +182,14 @@ DEGENERATE = {
     "aligned boxes face on face": ((B_, B_), ([0.1, 0.1, 0.1], [0.05, 0.05, 0.05]), ([0, 0, 0], [0.02, 0.01, 0.14])),
     "identical coincident boxes": ((B_, B_), ([0.1, 0.1, 0.1], [0.1, 0.1, 0.1]), ([0, 0, 0], [0, 0, 0])),
     "box resting flat on a plane": ((P_, B_), ([0, 0, 0], [0.1, 0.2, 0.05]), ([0, 0, 0], [0, 0, 0.049])),
+    # Multi-point contacts of the new shapes: faces tie exactly, the first candidates win in both.
+    "mesh cube resting flat on a plane": ((P_, M_), ([0, 0, 0], [1, 0, 0]), ([0, 0, 0], [0, 0, 0.0599])),
+    "mesh cube resting flat on a box": ((B_, M_), ([0.1, 0.1, 0.1], [1, 0, 0]), ([0, 0, 0], [0.02, 0.01, 0.1599])),
+    "mesh cubes stacked": ((M_, M_), ([1, 0, 0], [1, 0, 0]), ([0, 0, 0], [0.01, 0.02, 0.1199])),
+    "cylinder standing on a plane": ((P_, CY_), ([0, 0, 0], [0.05, 0.1, 0]), ([0, 0, 0], [0, 0, 0.0999])),
+    "cylinder standing on a box": ((B_, CY_), ([0.2, 0.2, 0.1], [0.05, 0.1, 0]), ([0, 0, 0], [0.01, 0, 0.1999])),
+    "capsule lying on a mesh face": ((C_, M_), ([0.05, 0.03, 0], [1, 0, 0]), ([0, 0, 0.1099], [0, 0, 0])),
+    "sphere over a height-field vertex": ((S_, H_), ([0.05, 0, 0], [0, 0, 0]), ([-0.06, 0, 0.055], [0, 0, 0])),
 }
 
 
@@ -167,7 +204,7 @@ def test_degenerate_configurations_match_sap_ref(device, name):
     model, state = _two_shapes(types, [np.asarray(s, float) for s in sizes], poses)
     expected, got = _both(model, state, 16, device)
     assert expected.count[0] > 0, "the configuration is meant to touch"
-    assert_same_contacts(expected, got, name)
+    assert_same_contacts(expected, got, name, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
 def test_two_runs_and_identical_worlds_are_bit_identical(device):
@@ -237,3 +274,54 @@ def test_bad_input_raises_naming_the_field(device):
         pipe.collide(model.state(), pipe.contacts())  # host state
     with pytest.raises(ValueError, match=r"state: expected a SapState"):
         pipe.collide(state.body_q, pipe.contacts())
+
+
+def _many_shapes(num_worlds, seed=3):
+    """A scene with one shape of every type on its own free body (and a plane and a height field),
+    scattered so that some pairs touch and most do not, in every world differently."""
+    b = ModelBuilder()
+    b.add_ground_plane()
+    b.add_shape_heightfield(HEIGHTS, spatial.transform((2.0, 0.0, 0.0)), hx=0.3, hy=0.25, base=0.1)
+    adders = [lambda k: b.add_shape_sphere(k, radius=0.06), lambda k: b.add_shape_capsule(k, radius=0.04, half_length=0.05),
+              lambda k: b.add_shape_box(k, None, 0.05, 0.04, 0.03), lambda k: b.add_shape_cylinder(k, radius=0.05, half_length=0.04),
+              lambda k: b.add_shape_ellipsoid(k, None, 0.05, 0.04, 0.06), lambda k: b.add_shape_convex_mesh(k, vertices=GEM),
+              lambda k: b.add_shape_convex_mesh(k, vertices=CUBE)]
+    for i in range(14):
+        body = b.add_body(1.0, inertia=(1, 1, 1))
+        b.add_joint_free(-1, body)
+        adders[i % len(adders)](body)
+    model = b.replicate(num_worlds).finalize()
+    state = model.state()
+    rng = np.random.default_rng(seed)
+    for w in range(num_worlds):
+        for k in range(model.body_count):
+            centre = (2.0, 0.0, 0.05) if k % 3 == 0 else (0.0, 0.0, 0.05)
+            state.body_q[w, k] = spatial.transform(np.asarray(centre) + rng.uniform(-0.2, 0.2, 3) * [1, 1, 0.3],
+                                                   spatial.quat_normalize(rng.normal(size=4)))
+    return model, state
+
+
+def test_broad_phase_gives_the_contacts_of_every_pair_and_matches_sap_ref(device):
+    model, state = _many_shapes(3)
+    capacity = contact_capacity(model)
+    results = {}
+    for bp in ("aabb", "none"):
+        pipe = GpuPipeline(model, capacity, device=device, broad_phase=bp)
+        c = pipe.contacts()
+        pipe.collide(sap_gpu.to_device(state, device), c)
+        results[bp] = sap_gpu.to_host(c)
+    for f in dataclasses.fields(results["aabb"]):
+        a = getattr(results["aabb"], f.name)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, getattr(results["none"], f.name)), f.name
+    ref = RefPipeline(model, capacity)
+    expected = ref.contacts()
+    ref.collide(state, expected)
+    assert_same_contacts(expected, results["aabb"], "many shapes", curved=True)
+    assert results["aabb"].count.min() > 0 and len(model.shape_pair) > 50
+
+
+def test_broad_phase_value_is_checked(device):
+    model = scenes.get("sphere_drop").sap_model
+    with pytest.raises(ValueError, match=r"broad_phase: expected one of aabb, none, got 'sap'"):
+        GpuPipeline(model, 2, device=device, broad_phase="sap")

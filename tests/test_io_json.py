@@ -148,11 +148,13 @@ def _delete(path):
     return edit
 
 
-def _cylinder(spec):
-    spec["geometries"].append({"index": 0, "name": "cyl", "body": "pendulum", "body_index": 1,
-                               "shape": {"type": "cylinder"}, "X_BG": {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]},
-                               "point_contact_stiffness": 1e6, "relaxation_time": 0.1, "dynamic_friction": 0.5})
-    return spec
+def _shaped(shape):
+    def make(spec):
+        spec["geometries"].append({"index": 0, "name": "g", "body": "pendulum", "body_index": 1,
+                                   "shape": shape, "X_BG": {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]},
+                                   "point_contact_stiffness": 1e6, "relaxation_time": 0.1, "dynamic_friction": 0.5})
+        return spec
+    return make
 
 
 # The catalogue of malformed scene files: (make the spec from a good one, the message after
@@ -236,8 +238,16 @@ MALFORMED = {
                            r"geometries: \(none\)"),
     "geometry on unknown body": (lambda: _set(["geometries", 1, "body_index"], 7)(_box_spec()),
                                  r"geometries\[1\]\.body_index: unknown body index 7; bodies: 0, 1"),
-    "shape cylinder": (lambda: _cylinder(_pendulum_spec()),
-                       r"geometries\[0\]\.shape\.type: expected one of sphere, box, half_space, got the string 'cylinder'"),
+    "shape capsule": (lambda: _shaped({"type": "capsule"})(_pendulum_spec()),
+                      r"geometries\[0\]\.shape\.type: expected one of sphere, box, half_space, cylinder, convex, "
+                      r"got the string 'capsule'"),
+    "cylinder without length": (lambda: _shaped({"type": "cylinder", "radius": 0.1})(_pendulum_spec()),
+                                r"geometries\[0\]\.shape\.length: missing; expected a finite number > 0 \[m\]"),
+    "convex with 3 points": (lambda: _shaped({"type": "convex", "vertices": [[0, 0, 0], [1, 0, 0], [0, 1, 0]]})(
+        _pendulum_spec()), r"geometries\[0\]\.shape\.vertices: expected a list of at least 4 points"),
+    "convex point of 2 numbers": (lambda: _shaped({"type": "convex", "vertices": [[0, 0, 0], [1, 0, 0], [0, 1, 0],
+                                                                                   [0, 0]]})(_pendulum_spec()),
+                                  r"geometries\[0\]\.shape\.vertices\[3\]: expected a list of 3 numbers"),
     "radius negative": (lambda: _set(["geometries", 1, "shape", "radius"], -0.005)(_box_spec()),
                         r"geometries\[1\]\.shape\.radius: expected a finite number > 0 \[m\], got -0\.005"),
     "stiffness a list": (lambda: _set(["geometries", 1, "point_contact_stiffness"], [1e7])(_box_spec()),

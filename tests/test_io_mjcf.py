@@ -3,6 +3,7 @@
 import dataclasses
 import importlib.util
 import math
+import os
 import warnings
 
 import mujoco
@@ -388,17 +389,16 @@ def test_limits_shapes_and_fixed_bodies():
           <body name="arm"><joint name="j" type="hinge" axis="0 0 1" range="-30 60" limited="true" ref="10"/>
             <inertial pos="0 0 0" mass="1" diaginertia="1 1 1"/>
             <geom type="capsule" fromto="0 0 0 0.5 0 0" size=".05" friction="0.7 0.1 0.1" margin="0.01"/>
-            <geom name="can" type="cylinder" size=".05 .1"/>
+            <geom name="can" type="sdf" size=".05 .1"/>
             <body name="tip" pos="0.5 0 0"><geom type="sphere" size=".06"/></body></body></body></worldbody></mujoco>"""
-    with pytest.warns(UserWarning, match=r"other than plane/sphere/capsule/box are skipped: \['can \(cylinder\)'\]"):
-        scene = load_mjcf(xml)
+    xml = xml.replace('<geom name="can" type="sdf" size=".05 .1"/>', "")  # (SDF geoms need a plugin)
+    scene = load_mjcf(xml)
     m, mj = scene.sap_model, scene.mj_model
     # Degrees in MJCF, ref 10°: our limits are range − ref in radians.
     assert m.joint_limit_lower[0] == pytest.approx(math.radians(-40))
     assert m.joint_limit_upper[0] == pytest.approx(math.radians(50))
     types = dict(zip(m.shape_name, m.shape_type.tolist()))
     assert len(types) == 4 and types["geom0"] == ShapeType.PLANE
-    assert scene.mujoco_map.shape[mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_GEOM, "can")] == -1
     cap = m.shape_type.tolist().index(ShapeType.CAPSULE)
     assert m.shape_material_mu[cap] == 0.7 and m.shape_margin[cap] == 0.01
     assert m.shape_size[cap, 1] == pytest.approx(0.25)
@@ -429,13 +429,16 @@ _URDF = """<robot name="r"><link name="base"><collision><geometry><cylinder radi
 def test_urdf(tmp_path):
     path = tmp_path / "arm.urdf"
     path.write_text(_URDF)
-    with pytest.warns(UserWarning, match=r"skipped: \['geom0 \(cylinder\)'\]"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every geometry maps: nothing dropped
         scene = load_mjcf(path)
     m, mj = scene.sap_model, scene.mj_model
     assert scene.name == "arm" and scene.source == str(path) and "URDF" in scene.description
     assert m.joint_type.tolist() == [JointType.REVOLUTE, JointType.PRISMATIC]
     assert (m.joint_limit_lower.tolist(), m.joint_limit_upper.tolist()) == ([-1.0, 0.0], [1.0, 0.2])
-    assert sorted(ShapeType(t).name for t in m.shape_type) == ["BOX", "SPHERE"]
+    assert sorted(ShapeType(t).name for t in m.shape_type) == ["BOX", "CYLINDER", "SPHERE"]
+    cyl = m.shape_type.tolist().index(ShapeType.CYLINDER)
+    assert m.shape_size[cyl, :2] == pytest.approx([0.1, 0.025]) and m.shape_body[cyl] == -1  # the fixed base
     for qpos in ([0.0, 0.0], [0.4, 0.1], [-0.9, 0.2]):
         _assert_fk_matches(scene, _mujoco_data(scene, qpos))
 
@@ -504,3 +507,80 @@ def test_loaded_scene_fields():
     assert scene.max_rigid_contact == 8  # no shapes: the minimum
     assert scene.body_names == ("a", "b") and scene.state.joint_q.shape == (2, 11)
     assert scene.state.joint_qd_order == "public" and not np.any(scene.state.joint_qd)
+
+
+_SHAPES_XML = """<mujoco><asset>
+    <mesh name="wedge" vertex="0 0 0  .2 0 0  0 .1 0  0 0 .1  .2 .1 0  .05 .05 .02"/>
+    <hfield name="hills" nrow="3" ncol="4" size=".6 .4 .05 .02" elevation="0 .5 1 .5  .2 .3 .4 .5  1 0 0 1"/>
+  </asset><worldbody>
+    <geom name="terrain" type="hfield" hfield="hills" pos="0 0 -.1" euler="0 0 20"/>
+    <body name="b" pos="0 0 .3"><freejoint/>
+      <geom name="cyl" type="cylinder" size=".05 .1" pos=".1 0 0" euler="30 0 0" margin=".002"/>
+      <geom name="ell" type="ellipsoid" size=".03 .04 .05" pos="0 .2 0"/>
+      <geom name="mesh" type="mesh" mesh="wedge" pos="0 0 .1"/></body>
+  </worldbody></mujoco>"""
+
+
+def test_cylinder_ellipsoid_mesh_and_height_field_are_mapped():
+    """Each geom becomes its shape with MuJoCo's size, frame and data: the mesh's compiled vertices
+    in MuJoCo's (recentred) geom frame, the height field's heights data·size[2] and base size[3]."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scene = load_mjcf(_SHAPES_XML)
+    m, mj = scene.sap_model, scene.mj_model
+    d = _mujoco_data(scene, mj.qpos0)
+    by_name = {n: i for i, n in enumerate(m.shape_name)}
+    assert [ShapeType(int(m.shape_type[by_name[n]])).name for n in ("terrain", "cyl", "ell", "mesh")] == \
+        ["HEIGHTFIELD", "CYLINDER", "ELLIPSOID", "CONVEX_MESH"]
+    cyl, ell, mesh, hf = (by_name[n] for n in ("cyl", "ell", "mesh", "terrain"))
+    assert m.shape_size[cyl, :2].tolist() == [0.05, 0.1] and m.shape_margin[cyl] == 0.002
+    assert m.shape_size[ell].tolist() == pytest.approx([0.03, 0.04, 0.05])
+    g = mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_GEOM, "mesh")
+    verts = m.mesh_vertex[m.mesh_vertex_start[m.shape_source[mesh]]:m.mesh_vertex_start[m.shape_source[mesh] + 1]]
+    mj_verts = np.array(mj.mesh_vert[mj.mesh_vertadr[0]:mj.mesh_vertadr[0] + mj.mesh_vertnum[0]], dtype=np.float64)
+    assert len(verts) == 5  # the hull's extreme points: the interior point (.05, .05, .02) is not one
+    assert all(any(np.array_equal(v, w) for w in mj_verts) for v in verts)
+    # Our mesh frame is MuJoCo's geom frame: the vertices land on MuJoCo's world points.
+    X = spatial.transform_compose(scene.state.body_q[0, m.shape_body[mesh]], m.shape_transform[mesh])
+    world = spatial.transform_point(np.broadcast_to(X, (len(verts), 7)), verts)
+    mj_world = d.geom_xpos[g] + mj_verts @ d.geom_xmat[g].reshape(3, 3).T
+    assert all(np.abs(mj_world - w).sum(axis=1).min() < TOL for w in world)
+    assert m.shape_body[hf] == -1 and m.shape_size[hf].tolist() == pytest.approx([0.6, 0.4, 0.02])
+    heights = m.hfield_height[m.hfield_start[0]:m.hfield_start[1]].reshape(m.hfield_shape[0])
+    np.testing.assert_allclose(heights, np.array(mj.hfield_data).reshape(3, 4) * 0.05, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(m.shape_transform[hf, :3], [0, 0, -0.1], atol=TOL)
+
+
+def test_a_height_field_on_a_moving_body_is_an_error():
+    xml = _SHAPES_XML.replace('<geom name="mesh"', '<geom name="bad" type="hfield" hfield="hills"/><geom name="mesh"')
+    with pytest.raises(ValueError, match=r"geom_type: height field geom 'bad' sits on a moving body"):
+        load_mjcf(xml)
+
+
+def test_mesh_quadruped_loads_every_geometry_and_stands():
+    """The shipped mesh-collision robot: every geom mapped (no warning), its feet on the ground."""
+    from sap_common import scenes
+    from sap_ref.collision import CollisionPipeline
+
+    path = os.path.join(os.path.dirname(scenes.__file__), "data", "mesh_quadruped.xml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scene = load_mjcf(path)
+    m = scene.sap_model
+    assert m.shape_count == scene.mj_model.ngeom and min(scene.mujoco_map.shape) >= 0
+    counts = {t.name: int(np.sum(m.shape_type == t)) for t in ShapeType}
+    assert counts == {"PLANE": 1, "SPHERE": 0, "CAPSULE": 4, "BOX": 0, "CYLINDER": 4, "ELLIPSOID": 1,
+                      "CONVEX_MESH": 5, "HEIGHTFIELD": 0}
+    from sap_common.kinematics import forward_kinematics
+
+    state = scene.state.copy()
+    q = state.joint_q[0].copy()
+    q[2] -= 0.0051  # lower the robot 0.1 mm into the ground (it starts 5 mm above it)
+    state.body_q[:] = forward_kinematics(m, q)
+    pipe = CollisionPipeline(m, scene.max_rigid_contact)
+    c = pipe.contacts()
+    pipe.collide(state, c)
+    feet = {m.shape_index(f"{leg}_foot") for leg in ("fl", "fr", "hl", "hr")}
+    touching = [(int(c.shape0[0, k]), int(c.shape1[0, k])) for k in range(int(c.count[0]))]
+    assert len(touching) == 16 and {b for _, b in touching} == feet  # 4 corners of each sole
+    assert np.all(c.phi0[0, :16] < 0) and np.all(c.phi0[0, :16] > -2e-4)

@@ -21,6 +21,7 @@ from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
 from conftest import DATA, DRAKE_ANCHORS
+from test_validate import OFF_SURFACE_WITNESS
 
 pytestmark = pytest.mark.slow
 
@@ -180,8 +181,10 @@ def test_large_humanoid_batch_converges_and_identical_worlds_stay_bit_identical(
 
 
 @pytest.mark.parametrize("backend", ["ref", "gpu"])
-@pytest.mark.parametrize("name", [p.stem for p in DRAKE_ANCHORS])
+@pytest.mark.parametrize("name", [p.stem for p in DRAKE_ANCHORS if p.stem not in OFF_SURFACE_WITNESS])
 def test_every_step_of_every_drake_recording_passes_one_step_validation(name, backend, device):
+    """Every recording but mesh_rock, whose Drake contact point is off the surfaces by design
+    (tests/test_validate.py pins that difference down)."""
     from tools.validate import make_context, one_step
 
     ctx, _ = make_context(DATA / "drake" / f"{name}.json", backend=backend, device=device)

@@ -140,7 +140,7 @@ BAD_FIELDS = [
     (dict(joint_q_init=np.zeros(12)), r"joint_q_init\[1:5\] \(ball\): a quaternion must be finite with 1e-09 <= \|q\| <= 1e\+09"),
     (dict(joint_q_init=np.r_[0.0, 0, 0, 0, 1e-200, np.zeros(7)]), r"joint_q_init\[1:5\] \(ball\): a quaternion must be finite"),
     (dict(joint_qd_init=np.full(10, np.nan)), r"joint_qd_init: must be finite"),
-    (dict(shape_type=np.array([0, 7])), r"shape_type\[1\] \(ball_c\): 7 is not a ShapeType; valid: PLANE=0"),
+    (dict(shape_type=np.array([0, 99])), r"shape_type\[1\] \(ball_c\): 99 is not a ShapeType; valid: PLANE=0"),
     (dict(shape_body=np.array([0, 2])), r"shape_body\[0\] \(ground\): planes \(half-spaces\) must be attached to the world"),
     (dict(shape_size=np.zeros((2, 3))), r"shape_size\[1\] \(ball_c\): sphere radius must be > 0"),
     (dict(shape_material_ke=np.array([np.nan, -1.0])), r"shape_material_ke\[1\] \(ball_c\): must be > 0, inf = rigid \(NaN = unset\)"),

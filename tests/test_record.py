@@ -201,7 +201,8 @@ def test_recording_twice_gives_identical_files(tmp_path):
 LIBRARY_SCENES = {"sphere_drop": ("sphere_drop", 0.0), "sphere_slide": ("sphere_slide", 0.0),
                   "box_slide": ("box_corners_slide", 0.0), "pendulum_limit": ("pendulum_limit", 0.0),
                   "prismatic_pd": ("prismatic_pd", 0.0), "double_pendulum": ("double_pendulum", 1e-12),
-                  "free_spin": ("free_spin", 1e-11)}
+                  "free_spin": ("free_spin", 1e-11), "cylinder_roll": ("cylinder_roll", 0.0),
+                  "mesh_rock": ("mesh_rock", 0.0)}
 
 
 @needs_pydrake

@@ -20,8 +20,12 @@ from conftest import DATA
 
 LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 PRESETS = ("approx32", "approx64", "drake")
-CONTACT_ANCHORS = ("sphere_drop", "sphere_slide", "box_corners_slide")
-# The required bounds for Drake's contact anchors (observed with the drake preset: ≤ 1e-15).
+CONTACT_ANCHORS = ("sphere_drop", "sphere_slide", "box_corners_slide", "cylinder_roll", "mesh_rock")
+# The required bounds for Drake's contact anchors. Observed with the drake preset: ≤ 1e-15 for the
+# sphere scenes and cylinder_roll (the same contact point as Drake's, to rounding); mesh_rock 1.0e-5 m
+# and 1.9e-4 rad after 0.8 s: Drake's sphere–convex query reports both witness points ~0.41·depth
+# (4e-5 to 8e-5 m) inside the sphere rather than on the two surfaces, so the contact point SAP uses
+# sits that far from ours along the normal (tests/data/drake/README.md).
 CONTACT_POSITION_TOL = 1e-4
 CONTACT_ROTATION_TOL = 1e-3
 

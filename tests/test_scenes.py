@@ -13,10 +13,12 @@ from conftest import DATA
 MIRRORS = {
     "sphere_drop": "sphere_drop", "sphere_slide": "sphere_slide", "box_slide": "box_corners_slide",
     "pendulum_limit": "pendulum_limit", "double_pendulum": "double_pendulum",
-    "prismatic_pd": "prismatic_pd", "free_spin": "free_spin",
+    "prismatic_pd": "prismatic_pd", "free_spin": "free_spin", "cylinder_roll": "cylinder_roll",
+    "mesh_rock": "mesh_rock",
 }
 DOCUMENTED_SCENES = ("sphere_drop", "sphere_slide", "box_slide", "box_stack", "pendulum_limit", "double_pendulum",
-                 "prismatic_pd", "free_spin", "ball_joint_pendulum", "sphere_on_sphere", "arm_push_block")
+                 "prismatic_pd", "free_spin", "ball_joint_pendulum", "sphere_on_sphere", "arm_push_block",
+                 "cylinder_roll", "mesh_rock", "mesh_quadruped")
 # Products of a few rotations and inertia rotations, float64.
 MIRROR_TOL = 1e-12
 
@@ -59,7 +61,7 @@ def test_mirror_equals_drake_anchor(name):
     assert a.body_name == b.body_name and a.joint_name == b.joint_name and a.shape_name == b.shape_name
     for f in ("body_mass", "body_com", "body_inertia", "joint_X_p", "joint_X_c", "joint_axis", "joint_armature",
               "joint_damping", "joint_target_ke", "joint_target_kd", "joint_effort_limit", "joint_limit_lower",
-              "joint_limit_upper", "shape_transform", "shape_size", "gravity"):
+              "joint_limit_upper", "shape_transform", "shape_size", "gravity", "mesh_vertex", "mesh_vertex_start"):
         np.testing.assert_allclose(getattr(a, f), getattr(b, f), atol=MIRROR_TOL, rtol=0, err_msg=f)
     np.testing.assert_array_equal(a.joint_type, b.joint_type)
     np.testing.assert_array_equal(a.shape_type, b.shape_type)

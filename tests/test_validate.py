@@ -23,7 +23,13 @@ from tools.diagnose import STAGE_RTOL
 from tools.validate_backends import recorded_state
 from conftest import DATA, DRAKE_ANCHORS
 
-RECORDINGS = [p.stem for p in DRAKE_ANCHORS]
+# mesh_rock is not round-off close to Drake by construction: Drake's sphere–convex query puts its
+# contact point ~0.41·depth inside the sphere (docs/validation.md); the test below pins that down.
+OFF_SURFACE_WITNESS = ("mesh_rock",)
+# Drake's contact point over the depth, from ours, in mesh_rock (measured in the recording: 0.409;
+# 1 % relative is the bar, so a change of either query shows).
+DRAKE_SPHERE_CONVEX_OFFSET = 0.41
+RECORDINGS = [p.stem for p in DRAKE_ANCHORS if p.stem not in OFF_SURFACE_WITNESS]
 EVERY = 20  # one-step checks per recording: every EVERY-th step, plus the onsets below
 
 
@@ -51,6 +57,22 @@ def test_committed_recordings_pass_one_step_to_round_off(name, backend, device):
     # The bar: |Δv| ≤ ONE_STEP_RTOL·max(1, |v|) and |Δq| ≤ ONE_STEP_RTOL·max(1, |q|) on every step.
     assert r["verdict"] == "pass" and r["failing_steps"] == 0, r["diagnosis"]
     assert r["worst_error_over_bar"] <= 1.0 and r["not_converged_steps"] == 0
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_mesh_rock_differs_from_drake_only_in_the_contact_point(backend, device):
+    """Same φ₀ and normal as Drake to round-off; the contact point is 0.41·depth off ours (Drake's
+    witnesses lie inside the sphere), which the one-step diagnosis names, and nothing else."""
+    ctx, _ = V.make_context(DATA / "drake" / "mesh_rock.json", backend=backend, device=device)
+    r = V.one_step(ctx, [0])
+    d = r["diagnosis"]
+    assert r["verdict"] == "FAIL" and d["cause"] == "constraint_rows" and not d["tie"]
+    stages = {s["stage"]: s for s in d["stages"]}
+    assert stages["contacts: φ₀ [m]"]["ok"] and stages["contacts: normals"]["ok"]
+    depth = -float(ctx.traj.contacts["contact_phi"][1, 0])  # Drake's depth in step 0
+    assert depth > 0 and stages["contacts: contact point [m]"]["max_abs_diff"] == pytest.approx(
+        DRAKE_SPHERE_CONVEX_OFFSET * depth, rel=0.01)
+    assert all(s["ok"] for name, s in stages.items() if name.startswith("contact ") and "J" not in name)  # μ, k, τ_d
 
 
 # ----------------------------------------------------------------------------- broken implementations

@@ -240,7 +240,7 @@ def main(argv=None) -> int:
         print(json.dumps(dict(scene=scene.name, backend=args.backend, steps=steps, converged_fraction=converged,
                               preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
                               max_iterations=cfg.max_iterations, newton_mean=float(np.mean(rec["newton"])),
-                              plot=wrote)))
+                              max_contacts=int(max(rec["contacts"], default=0)), plot=wrote)))
     return 0
 
 

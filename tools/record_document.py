@@ -432,8 +432,28 @@ def _actuation(ds) -> dict:
     return out
 
 
+def _convex(shape, name: str) -> dict:
+    """A ``convex`` entry read back from Drake's ``Convex``: the vertices and faces of the OBJ it
+    was given, after checking that Drake's own convex hull has exactly those vertices (so the
+    loaded model collides with the shape Drake collided with)."""
+    if not shape.source().is_in_memory() or shape.scale3().tolist() != [1.0, 1.0, 1.0]:
+        raise ValueError(f"geometry {name!r}: only unscaled in-memory Convex meshes are recorded")
+    vertices, faces = [], []
+    for line in shape.source().in_memory().mesh_file.contents().decode().splitlines():
+        if line.startswith("v "):
+            vertices.append([float(x) for x in line.split()[1:4]])
+        elif line.startswith("f "):
+            faces.append([int(k.split("/")[0]) - 1 for k in line.split()[1:]])
+    hull = shape.GetConvexHull()
+    drake_hull = sorted(tuple(hull.vertex(i).tolist()) for i in range(hull.num_vertices()))
+    if drake_hull != sorted(map(tuple, vertices)):
+        raise ValueError(f"geometry {name!r}: Drake's convex hull has other vertices than the mesh "
+                         "(give the hull's vertices only)")
+    return {"type": "convex", "vertices": vertices, "faces": faces}
+
+
 def _geometries(ds, context) -> tuple[list, list]:
-    from pydrake.geometry import Box, HalfSpace, Sphere
+    from pydrake.geometry import Box, Convex, Cylinder, HalfSpace, Sphere
 
     sg = ds.scene_graph
     inspector = sg.get_query_output_port().Eval(sg.GetMyContextFromRoot(context)).inspector()
@@ -449,6 +469,10 @@ def _geometries(ds, context) -> tuple[list, list]:
             s = {"type": "box", "size": shape.size().tolist(), "half_extents": (0.5 * shape.size()).tolist()}
         elif isinstance(shape, HalfSpace):
             s = {"type": "half_space", "note": HALF_SPACE_NOTE}
+        elif isinstance(shape, Cylinder):
+            s = {"type": "cylinder", "radius": shape.radius(), "length": shape.length()}
+        elif isinstance(shape, Convex):
+            s = _convex(shape, inspector.GetName(gid))
         else:
             raise ValueError(f"geometry {inspector.GetName(gid)!r}: shape {type(shape).__name__} is not recorded")
         props, given = inspector.GetProximityProperties(gid), model.GetProximityProperties(gid)

@@ -67,6 +67,28 @@ def machine() -> str:
 # ----------------------------------------------------------------------------- building the plant
 
 
+def obj_text(vertices, faces) -> str:
+    """A Wavefront OBJ of a polygon mesh (faces: 0-based vertex indices, counter-clockwise seen
+    from outside; OBJ counts from 1), with every coordinate written exactly (repr)."""
+    lines = [f"v {float(x)!r} {float(y)!r} {float(z)!r}" for x, y, z in vertices]
+    lines += ["f " + " ".join(str(int(k) + 1) for k in f) for f in faces]
+    return "\n".join(lines) + "\n"
+
+
+def drake_shape(shape: dict, name: str):
+    """Drake's ``Cylinder(radius, length)`` or ``Convex`` (an in-memory OBJ of the shape's vertices
+    and faces; Drake collides with its convex hull) of a ``cylinder`` / ``convex`` shape entry."""
+    from pydrake.common import MemoryFile
+    from pydrake.geometry import Convex, Cylinder, InMemoryMesh
+
+    if shape["type"] == "cylinder":
+        return Cylinder(float(shape["radius"]), float(shape["length"]))
+    if "faces" not in shape:
+        raise ValueError(f"geometry {name!r}: a convex shape needs 'faces' (vertex index lists) for Drake's mesh")
+    text = obj_text(shape["vertices"], shape["faces"])
+    return Convex(InMemoryMesh(mesh_file=MemoryFile(text, ".obj", name)))
+
+
 class DrakeScene:
     """A built Drake diagram and the maps back to the specification.
 
@@ -163,6 +185,8 @@ class DrakeScene:
             shape = g["shape"]
             if shape["type"] == "sphere":
                 geometry = Sphere(float(shape["radius"]))
+            elif shape["type"] in ("cylinder", "convex"):
+                geometry = drake_shape(shape, g["name"])
             else:
                 geometry = HalfSpace()
             props = ProximityProperties()

@@ -38,6 +38,9 @@ NO_DRAKE_COUNTERPART = {
                                      "added for every body without a joint)",
     "FREE joint with armature or damping": "Drake's floating joints added for free bodies have neither",
     "CAPSULE shape": "the JSON scene format has no capsule, so the recording could not be loaded back",
+    "ELLIPSOID shape": "Drake's point contact has no ellipsoid–half-space or ellipsoid–mesh query of its own "
+                       "(the recorder builds spheres, half spaces, cylinders and convex meshes only)",
+    "HEIGHTFIELD shape": "Drake has no height-field shape",
     "BOX shape contact": ("Drake's point contact reports one point per geometry pair (the deepest), this project's box "
                   "collision one per touching corner: the contact sets would differ (put spheres at the corners, as "
                   "box_corners_slide does)"),
@@ -48,7 +51,12 @@ NO_DRAKE_COUNTERPART = {
     "joint_act beyond the effort limit on an undriven DOF": "Drake does not clamp a plain actuation input",
 }
 SPEC_JOINT_TYPES = ("quaternion_floating", "revolute", "prismatic", "ball_rpy", "weld")
-SPEC_SHAPES = ("sphere", "half_space")  # boxes: see NO_DRAKE_COUNTERPART
+# Boxes: see NO_DRAKE_COUNTERPART. Cylinders and convex meshes are recorded, but Drake's point
+# contact gives a pair ONE point (the deepest) where this project gives a face or a line several
+# (docs/validation.md): a scene with them matches Drake only while each pair touches in one point
+# (a wheel on its rim, a mesh on a sphere or on a vertex), which the recording's contact counts
+# then show step by step.
+SPEC_SHAPES = ("sphere", "half_space", "cylinder", "convex")
 # A limit time scale τ = kd/ke equal to h within this relative difference is Drake's τ = h
 # (kd is stored as ke·h, one rounding).
 LIMIT_TAU_RTOL = 1e-12
@@ -66,6 +74,17 @@ def _pose(X) -> dict:
 
 def _is_identity(X) -> bool:
     return bool(np.array_equal(np.asarray(X, float), spatial.transform_identity()))
+
+
+def _convex_shape(m, mesh: int) -> dict:
+    """The ``convex`` shape of mesh ``mesh``: its hull's vertices in the shape frame and its faces
+    (vertex indices, counter-clockwise seen from outside), which Drake reads as an OBJ mesh."""
+    v0, v1 = int(m.mesh_vertex_start[mesh]), int(m.mesh_vertex_start[mesh + 1])
+    faces = []
+    for f in range(int(m.mesh_face_start[mesh]), int(m.mesh_face_start[mesh + 1])):
+        a, b = int(m.mesh_face_vertex_start[f]), int(m.mesh_face_vertex_start[f + 1])
+        faces.append([int(k) - v0 for k in m.mesh_face_vertex[a:b]])
+    return {"type": "convex", "vertices": m.mesh_vertex[v0:v1].tolist(), "faces": faces}
 
 
 def scene_to_spec(scene: LoadedScene) -> dict:
@@ -143,14 +162,21 @@ def scene_to_spec(scene: LoadedScene) -> dict:
     geometries = []
     for s in range(m.shape_count):
         st, where = ShapeType(int(m.shape_type[s])), f"shape {m.shape_name[s]!r}"
-        if st in (ShapeType.CAPSULE, ShapeType.BOX):
-            raise _refuse(name, "CAPSULE shape" if st == ShapeType.CAPSULE else "BOX shape contact", where)
+        if st in (ShapeType.CAPSULE, ShapeType.BOX, ShapeType.ELLIPSOID, ShapeType.HEIGHTFIELD):
+            raise _refuse(name, "BOX shape contact" if st == ShapeType.BOX else f"{st.name} shape", where)
         if m.shape_margin[s] != 0:
             raise _refuse(name, "shape margin", where)
         if m.shape_material_ke[s] == np.inf:
             raise _refuse(name, "rigid contact (ke = inf)", where)
         size = m.shape_size[s]
-        shape = {"type": "sphere", "radius": float(size[0])} if st == ShapeType.SPHERE else {"type": "half_space"}
+        if st == ShapeType.SPHERE:
+            shape = {"type": "sphere", "radius": float(size[0])}
+        elif st == ShapeType.CYLINDER:
+            shape = {"type": "cylinder", "radius": float(size[0]), "length": float(2.0 * size[1])}
+        elif st == ShapeType.CONVEX_MESH:
+            shape = _convex_shape(m, int(m.shape_source[s]))
+        else:
+            shape = {"type": "half_space"}
         g = {"index": s, "name": m.shape_name[s], "body": body_name(int(m.shape_body[s])),
              "body_index": int(m.shape_body[s]) + 1, "shape": shape, "X_BG": _pose(m.shape_transform[s])}
         for key, value in (("point_contact_stiffness", m.shape_material_ke[s]),

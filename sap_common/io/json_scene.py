@@ -10,8 +10,10 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
 * actuators: reflected inertia (rotor inertia · gear ratio²) → armature; PD gains → drives
   (``target_ke``/``target_kd``) with the effort limit; desired state → control targets;
   feed-forward → ``joint_act``;
-* geometries ``sphere``, ``box``, ``half_space`` with per-geometry stiffness, relaxation
-  time and dynamic friction; ``collision_candidate_pairs`` become exactly our candidate pairs;
+* geometries ``sphere``, ``box``, ``half_space``, ``cylinder`` (``radius``, ``length`` along
+  the geometry's z axis, as Drake's ``Cylinder``) and ``convex`` (``vertices``, a list of
+  points whose convex hull is the shape, as Drake's ``Convex``; ``faces``, if present, is
+  read by the recorder only) with per-geometry stiffness, relaxation time and dynamic friction; ``collision_candidate_pairs`` become exactly our candidate pairs;
 * gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings.
 
 Our joints are ordered by Drake's ``v_start``, so 1-DOF chains keep Drake's q/v order.
@@ -47,7 +49,7 @@ DEFAULT_NUM_STEPS = 1000
 _JOINT_SIZES = {"quaternion_floating": (7, 6), "revolute": (1, 1), "prismatic": (1, 1), "ball_rpy": (3, 3),
                 "weld": (0, 0)}
 _JOINT_TYPES = tuple(_JOINT_SIZES)
-_SHAPES = ("sphere", "box", "half_space")
+_SHAPES = ("sphere", "box", "half_space", "cylinder", "convex")
 _LINE_SEARCHES = {"exact": "exact_root", "backtracking": "armijo_decay"}
 
 
@@ -427,6 +429,15 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
             else:
                 he = 0.5 * _vec(shape, "size", shp, 3, lo=0.0, unit="m")
             s = build(gw, "add_shape_box", body, X, *he, **material)
+        elif kind == "cylinder":
+            s = build(gw, "add_shape_cylinder", body, X, radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"),
+                      half_length=0.5 * _num(shape, "length", shp, lo=0.0, lo_open=True, unit="m"), **material)
+        elif kind == "convex":
+            points, vp = _list(shape, "vertices", shp, expected="a list of at least 4 points [x, y, z] [m]")
+            if len(points) < 4:
+                raise _SceneError(vp, f"expected a list of at least 4 points [x, y, z] [m], got {_got(points)}")
+            vertices = np.stack([_vec(points, i, vp, 3, unit="m") for i in range(len(points))])
+            s = build(gw, "add_shape_convex_mesh", body, X, vertices=vertices, **material)
         else:  # half_space
             s = build(gw, "add_shape_plane", body, X, **material)
         shape_of_geom[gidx] = s

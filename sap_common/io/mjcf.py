@@ -21,9 +21,13 @@ inertia inference and URDF parsing apply. Mapping (MuJoCo → ours):
   actuator ``armature``/``damping``). ``limited`` ranges → position limits (minus ``qpos0``)
   with the builder's default limit stiffness. Ball cone limits and joint stiffness (passive
   springs) have no counterpart: dropped with a warning naming the joints.
-* **Geoms.** plane/sphere/capsule/box with sliding friction ``friction[0]``, ``margin`` and
-  ``contype``/``conaffinity``; other types are skipped with a warning. Geoms of static
-  bodies (welded to the world) are attached to the world at their world pose. MuJoCo's
+* **Geoms.** plane, sphere, capsule, box, cylinder, ellipsoid, mesh and height field, with sliding
+  friction ``friction[0]``, ``margin`` and ``contype``/``conaffinity``; SDF geoms are skipped
+  with a warning. A mesh becomes a CONVEX_MESH of MuJoCo's compiled vertices (``mesh_vert``, in
+  the geom frame MuJoCo recentred the mesh to; MuJoCo, like us, collides a mesh as its convex
+  hull); a height field takes MuJoCo's heights ``hfield_data·size[2]`` over ±``size[0:2]`` with its
+  base ``size[3]`` (planes and height fields must be static). Geoms of static bodies (welded to
+  the world) are attached to the world at their world pose. MuJoCo's
   contact stiffness and damping (``solref``/``solimp``), ``condim``, ``gap`` and its friction
   combination (max of the two geoms) are not mapped: shapes keep the solver fallbacks for k
   and τ_d and our combination rule (docs/formulation.md § Material combination).
@@ -72,8 +76,9 @@ ANCHOR_TOL = 1e-12
 
 # mujoco enums, as ints so that this module imports without mujoco.
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3  # mjtJoint
-_GEOM_PLANE, _GEOM_SPHERE, _GEOM_CAPSULE, _GEOM_BOX = 0, 2, 3, 6  # mjtGeom
-_GEOM_NAMES = {1: "hfield", 4: "ellipsoid", 5: "cylinder", 7: "mesh", 8: "sdf"}
+_GEOM_PLANE, _GEOM_HFIELD, _GEOM_SPHERE, _GEOM_CAPSULE, _GEOM_ELLIPSOID, _GEOM_CYLINDER, _GEOM_BOX, _GEOM_MESH = \
+    0, 1, 2, 3, 4, 5, 6, 7  # mjtGeom
+_GEOM_NAMES = {8: "sdf"}
 _TRN_JOINT, _DYN_NONE, _GAIN_FIXED, _BIAS_NONE, _BIAS_AFFINE = 0, 0, 0, 0, 1  # mjtTrn/Dyn/Gain/Bias
 _OBJ_BODY, _OBJ_JOINT, _OBJ_GEOM, _OBJ_TENDON, _OBJ_ACTUATOR, _OBJ_EQUALITY = 1, 3, 5, 18, 19, 17  # mjtObj
 # mjtDisableBit
@@ -462,9 +467,10 @@ def _add_geoms(b: ModelBuilder, m, data, body_of: list, notes: list) -> list:
         if int(m.body_weldid[body]) == 0:  # static: attach to the world at its (fixed) world pose
             X_WB = spatial.transform(np.array(data.xpos[body], dtype=np.float64), _quat(data.xquat[body]))
             X, ours = spatial.transform_compose(X_WB, X_BG), -1
-        elif gtype == _GEOM_PLANE:
-            raise ValueError(f"geom_type: plane geom {gname!r} sits on a moving body; planes (half-spaces) must be "
-                             "static (welded to the world)")
+        elif gtype in (_GEOM_PLANE, _GEOM_HFIELD):
+            kind = "plane" if gtype == _GEOM_PLANE else "height field"
+            raise ValueError(f"geom_type: {kind} geom {gname!r} sits on a moving body; planes (half-spaces) and "
+                             "height fields must be static (welded to the world)")
         else:
             X, ours = X_BG, body_of[body]
         mat = dict(mu=float(m.geom_friction[g, 0]), margin=float(m.geom_margin[g]),
@@ -478,10 +484,26 @@ def _add_geoms(b: ModelBuilder, m, data, body_of: list, notes: list) -> list:
             shape_of[g] = b.add_shape_capsule(ours, X, radius=size[0], half_length=size[1], **mat)
         elif gtype == _GEOM_BOX:
             shape_of[g] = b.add_shape_box(ours, X, *size, **mat)
+        elif gtype == _GEOM_CYLINDER:
+            shape_of[g] = b.add_shape_cylinder(ours, X, radius=size[0], half_length=size[1], **mat)
+        elif gtype == _GEOM_ELLIPSOID:
+            shape_of[g] = b.add_shape_ellipsoid(ours, X, *size, **mat)
+        elif gtype == _GEOM_MESH:
+            mesh = int(m.geom_dataid[g])
+            adr, n = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
+            vertices = np.array(m.mesh_vert[adr:adr + n], dtype=np.float64)  # in the geom frame (recentred)
+            shape_of[g] = b.add_shape_convex_mesh(ours, X, vertices=vertices, **mat)
+        elif gtype == _GEOM_HFIELD:
+            hf = int(m.geom_dataid[g])
+            nrow, ncol, adr = int(m.hfield_nrow[hf]), int(m.hfield_ncol[hf]), int(m.hfield_adr[hf])
+            hx, hy, top, base = (float(v) for v in m.hfield_size[hf])
+            heights = np.array(m.hfield_data[adr:adr + nrow * ncol], dtype=np.float64).reshape(nrow, ncol) * top
+            shape_of[g] = b.add_shape_heightfield(heights, X, hx=hx, hy=hy, base=base, **mat)
         else:
             skipped.append(f"{gname} ({_GEOM_NAMES.get(gtype, gtype)})")
     if skipped:
-        notes.append(f"geom types other than plane/sphere/capsule/box are skipped: {skipped}")
+        notes.append(f"geom types other than plane/height field/sphere/capsule/ellipsoid/cylinder/box/mesh are "
+                     f"skipped: {skipped}")
     return shape_of
 
 

@@ -1,0 +1,967 @@
+"""Device GJK/EPA for the general convex pairs: :mod:`sap_ref.collision_convex`, step for step.
+
+Same cores and radii, same support functions and tie rules, same GJK (van den Bergen) and EPA
+(grown from the nearest face, visibility grown across shared edges, free face slots reused lowest
+first, the nearest *triangle* for the witnesses), the same refinement of a curved pair stopped by
+the vertex cap and the same witness rule after it. Decisions are taken on the same quantities in
+the same order, so the two backends agree to rounding (docs/testing.md § Cross-backend checks).
+
+EPA keeps its polytope in global scratch (:class:`Epa`), one row per (world, pair) thread that
+can need it: ``EPA_MAX_VERTICES`` vertices with their two witness points and ``EPA_MAX_FACES``
+faces per row.
+"""
+
+import math
+
+import warp as wp
+
+from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, FLAT_SIMPLEX, GJK_MAX_ITERATIONS,
+                                  GJK_REL_TOL, GJK_TOUCH_DISTANCE, KINK_TOL, PARALLEL_DENOM, POINT_SEGMENT,
+                                  REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_MIN_GAIN, REFINE_STEP, SUPPORT_TIE)
+from sap_common.enums import ShapeType
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["Geometry", "Convex", "Epa", "support", "convex_contact", "mat43d", "mat63d", "vec4d"]
+
+SPHERE = wp.constant(int(ShapeType.SPHERE))
+CAPSULE = wp.constant(int(ShapeType.CAPSULE))
+BOX = wp.constant(int(ShapeType.BOX))
+CYLINDER = wp.constant(int(ShapeType.CYLINDER))
+ELLIPSOID = wp.constant(int(ShapeType.ELLIPSOID))
+CONVEX_MESH = wp.constant(int(ShapeType.CONVEX_MESH))
+PRISM = wp.constant(-1)
+MAXV = wp.constant(EPA_MAX_VERTICES)
+MAXF = wp.constant(EPA_MAX_FACES)
+
+mat43d = wp.types.matrix(shape=(4, 3), dtype=wp.float64)
+mat63d = wp.types.matrix(shape=(6, 3), dtype=wp.float64)
+vec4d = wp.types.vector(length=4, dtype=wp.float64)
+
+
+@wp.struct
+class Geometry:
+    """Mesh and height-field data of the model (the ``mesh_*`` and ``hfield_*`` fields)."""
+    mesh_vertex: wp.array(dtype=wp.vec3d)
+    mesh_face_vertex_start: wp.array(dtype=int)
+    mesh_face_vertex: wp.array(dtype=int)
+    mesh_face_plane: wp.array(dtype=wp.vec4d)
+    hfield_height: wp.array(dtype=wp.float64)
+
+
+@wp.struct
+class Convex:
+    """One shape in the world (sap_ref's ``Convex``): kind (a ShapeType, −1 a height-field prism),
+    pose p, R, size, core radius, a mesh's vertex range [v0, v1) and face range [f0, f1) in
+    :class:`Geometry`, a prism's six points (local) and its top plane (local)."""
+    kind: int
+    p: wp.vec3d
+    R: wp.mat33d
+    size: wp.vec3d
+    radius: wp.float64
+    v0: int
+    v1: int
+    f0: int
+    f1: int
+    prism: mat63d
+    top_n: wp.vec3d
+    top_d: wp.float64
+
+
+@wp.struct
+class Epa:
+    """EPA scratch, one row per thread that can run EPA: polytope points P = a − b with their
+    witnesses PA, PB, (rows, EPA_MAX_VERTICES); faces (i, j, k), unit normal, distance, alive flag,
+    (rows, EPA_MAX_FACES); the visible list and the horizon edges of one expansion."""
+    P: wp.array2d(dtype=wp.vec3d)
+    PA: wp.array2d(dtype=wp.vec3d)
+    PB: wp.array2d(dtype=wp.vec3d)
+    face: wp.array2d(dtype=wp.vec3i)
+    fn: wp.array2d(dtype=wp.vec3d)
+    fd: wp.array2d(dtype=wp.float64)
+    alive: wp.array2d(dtype=int)
+    visible: wp.array2d(dtype=int)
+    horizon: wp.array2d(dtype=wp.vec2i)
+
+
+@wp.func
+def zero3() -> wp.vec3d:
+    return wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+
+
+@wp.func
+def sgn(x: wp.float64) -> wp.float64:
+    """+1 for x ≥ 0 (ties take the + side), −1 otherwise."""
+    if x >= wp.float64(0.0):
+        return wp.float64(1.0)
+    return wp.float64(-1.0)
+
+
+@wp.func
+def row3(m: mat43d, i: int) -> wp.vec3d:
+    return wp.vec3d(m[i, 0], m[i, 1], m[i, 2])
+
+
+@wp.func
+def prism_point(s: Convex, i: int) -> wp.vec3d:
+    return wp.vec3d(s.prism[i, 0], s.prism[i, 1], s.prism[i, 2])
+
+
+@wp.func
+def support_local(G: Geometry, s: Convex, dl: wp.vec3d) -> wp.vec3d:
+    """sap_ref.collision_convex.support_local."""
+    h = s.size
+    if s.kind == SPHERE:
+        return zero3()
+    if s.kind == CAPSULE:
+        return wp.vec3d(wp.float64(0.0), wp.float64(0.0), sgn(dl[2]) * h[1])
+    if s.kind == BOX:
+        return wp.vec3d(sgn(dl[0]) * h[0], sgn(dl[1]) * h[1], sgn(dl[2]) * h[2])
+    if s.kind == CYLINDER:
+        rho = wp.sqrt(dl[0] * dl[0] + dl[1] * dl[1])
+        if rho > wp.float64(0.0):
+            return wp.vec3d(h[0] * dl[0] / rho, h[0] * dl[1] / rho, sgn(dl[2]) * h[1])
+        return wp.vec3d(h[0], wp.float64(0.0), sgn(dl[2]) * h[1])
+    if s.kind == ELLIPSOID:
+        ad = wp.cw_mul(h, dl)
+        return wp.cw_mul(h, ad) / wp.sqrt(wp.dot(ad, ad))
+    if s.kind == PRISM:
+        best = prism_point(s, 0)
+        bd = wp.dot(best, dl)
+        for i in range(1, 6):
+            v = prism_point(s, i)
+            dv = wp.dot(v, dl)
+            if dv > bd:
+                best = v
+                bd = dv
+        return best
+    best = G.mesh_vertex[s.v0]
+    bd = wp.dot(best, dl)
+    for i in range(s.v0 + 1, s.v1):
+        v = G.mesh_vertex[i]
+        dv = wp.dot(v, dl)
+        if dv > bd:
+            best = v
+            bd = dv
+    return best
+
+
+@wp.func
+def support(G: Geometry, s: Convex, d: wp.vec3d) -> wp.vec3d:
+    """The core's world point farthest along d: p + R s(Rᵀd)."""
+    return s.p + s.R * support_local(G, s, wp.transpose(s.R) * d)
+
+
+@wp.func
+def unit(v: wp.vec3d) -> wp.vec3d:
+    return v / wp.sqrt(wp.dot(v, v))
+
+
+# ----------------------------------------------------------------------------- closest point on a simplex
+# Each returns (v, lam, keep, count): v = Σ lam_k W[keep_k] over the first `count` entries.
+
+
+@wp.func
+def closest_segment(W: mat43d, i0: int, i1: int):
+    a = row3(W, i0)
+    b = row3(W, i1)
+    ab = b - a
+    den = wp.dot(ab, ab)
+    t = wp.float64(0.0)
+    if den > wp.float64(0.0):
+        t = -wp.dot(a, ab) / den
+    one = wp.float64(1.0)
+    zero = wp.float64(0.0)
+    if t <= zero:
+        return a, vec4d(one, zero, zero, zero), wp.vec4i(i0, 0, 0, 0), 1
+    if t >= one:
+        return b, vec4d(one, zero, zero, zero), wp.vec4i(i1, 0, 0, 0), 1
+    return a + t * ab, vec4d(one - t, t, zero, zero), wp.vec4i(i0, i1, 0, 0), 2
+
+
+@wp.func
+def closest_triangle(W: mat43d, i0: int, i1: int, i2: int):
+    """Ericson's ClosestPtPointTriangle with p = 0 (sap_ref._closest_triangle)."""
+    a = row3(W, i0)
+    b = row3(W, i1)
+    c = row3(W, i2)
+    ab = b - a
+    ac = c - a
+    zero = wp.float64(0.0)
+    one = wp.float64(1.0)
+    d1 = -wp.dot(ab, a)
+    d2 = -wp.dot(ac, a)
+    if d1 <= zero and d2 <= zero:
+        return a, vec4d(one, zero, zero, zero), wp.vec4i(i0, 0, 0, 0), 1
+    d3 = -wp.dot(ab, b)
+    d4 = -wp.dot(ac, b)
+    if d3 >= zero and d4 <= d3:
+        return b, vec4d(one, zero, zero, zero), wp.vec4i(i1, 0, 0, 0), 1
+    vc = d1 * d4 - d3 * d2
+    if vc <= zero and d1 >= zero and d3 <= zero:
+        return closest_segment(W, i0, i1)
+    d5 = -wp.dot(ab, c)
+    d6 = -wp.dot(ac, c)
+    if d6 >= zero and d5 <= d6:
+        return c, vec4d(one, zero, zero, zero), wp.vec4i(i2, 0, 0, 0), 1
+    vb = d5 * d2 - d1 * d6
+    if vb <= zero and d2 >= zero and d6 <= zero:
+        return closest_segment(W, i0, i2)
+    va = d3 * d6 - d5 * d4
+    if va <= zero and (d4 - d3) >= zero and (d5 - d6) >= zero:
+        return closest_segment(W, i1, i2)
+    den = va + vb + vc
+    if not (den > zero):  # a degenerate (flat) triangle: its nearest edge
+        v1, lam1, keep1, n1 = closest_segment(W, i0, i1)
+        v2, lam2, keep2, n2 = closest_segment(W, i0, i2)
+        if wp.dot(v2, v2) < wp.dot(v1, v1):
+            v1 = v2
+            lam1 = lam2
+            keep1 = keep2
+            n1 = n2
+        v3, lam3, keep3, n3 = closest_segment(W, i1, i2)
+        if wp.dot(v3, v3) < wp.dot(v1, v1):
+            v1 = v3
+            lam1 = lam3
+            keep1 = keep3
+            n1 = n3
+        return v1, lam1, keep1, n1
+    bv = vb / den
+    bw = vc / den
+    return a + ab * bv + ac * bw, vec4d(one - bv - bw, bv, bw, zero), wp.vec4i(i0, i1, i2, 0), 3
+
+
+@wp.func
+def tetra_face(f: int):
+    """sap_ref._TETRA_FACES[f]: (i, j, k, opposite)."""
+    if f == 0:
+        return 0, 1, 2, 3
+    if f == 1:
+        return 0, 1, 3, 2
+    if f == 2:
+        return 0, 2, 3, 1
+    return 1, 2, 3, 0
+
+
+@wp.func
+def closest_tetrahedron(W: mat43d):
+    e1 = row3(W, 1) - row3(W, 0)
+    e2 = row3(W, 2) - row3(W, 0)
+    e3 = row3(W, 3) - row3(W, 0)
+    scale = wp.max(wp.max(wp.length(e1), wp.length(e2)), wp.length(e3))
+    flat = not (wp.abs(wp.dot(e1, wp.cross(e2, e3))) > wp.float64(FLAT_SIMPLEX) * scale * scale * scale)
+    inside = not flat
+    have = int(0)
+    bv = zero3()
+    blam = vec4d()
+    bkeep = wp.vec4i()
+    bn = int(0)
+    for f in range(4):
+        i, j, k, o = tetra_face(f)
+        a = row3(W, i)
+        nrm = wp.cross(row3(W, j) - a, row3(W, k) - a)
+        s_origin = -wp.dot(nrm, a)
+        s_opposite = wp.dot(nrm, row3(W, o) - a)
+        if flat or s_origin * s_opposite < wp.float64(0.0) or s_opposite == wp.float64(0.0):
+            inside = False
+            v, lam, keep, n = closest_triangle(W, i, j, k)
+            if have == 0 or wp.dot(v, v) < wp.dot(bv, bv):
+                have = int(1)
+                bv = v
+                blam = lam
+                bkeep = keep
+                bn = n
+    if inside:
+        q = wp.float64(0.25)
+        return zero3(), vec4d(q, q, q, q), wp.vec4i(0, 1, 2, 3), 4
+    return bv, blam, bkeep, bn
+
+
+@wp.func
+def closest_on_simplex(W: mat43d, n: int):
+    if n == 1:
+        one = wp.float64(1.0)
+        zero = wp.float64(0.0)
+        return row3(W, 0), vec4d(one, zero, zero, zero), wp.vec4i(0, 0, 0, 0), 1
+    if n == 2:
+        return closest_segment(W, 0, 1)
+    if n == 3:
+        return closest_triangle(W, 0, 1, 2)
+    return closest_tetrahedron(W)
+
+
+@wp.func
+def support_pair(G: Geometry, A: Convex, B: Convex, d: wp.vec3d):
+    a = support(G, A, d)
+    b = support(G, B, -d)
+    return a - b, a, b
+
+
+# ----------------------------------------------------------------------------- GJK
+
+
+@wp.func
+def gjk(G: Geometry, A: Convex, B: Convex):
+    """sap_ref.collision_convex.gjk. Returns (overlap, dist, a, b, n, W, WA, WB): the witnesses of a
+    separated pair, or the simplex (n points) holding the origin."""
+    d = A.p - B.p
+    if not (wp.dot(d, d) > wp.float64(0.0)):
+        d = wp.vec3d(wp.float64(1.0), wp.float64(0.0), wp.float64(0.0))
+    W = mat43d()
+    WA = mat43d()
+    WB = mat43d()
+    w0, a0, b0 = support_pair(G, A, B, d)
+    W[0] = w0
+    WA[0] = a0
+    WB[0] = b0
+    n = int(1)
+    v = w0
+    lam = vec4d(wp.float64(1.0), wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    touch = wp.float64(GJK_TOUCH_DISTANCE)
+    for it in range(GJK_MAX_ITERATIONS):
+        vv = wp.dot(v, v)
+        if vv <= touch * touch:
+            return 1, wp.float64(0.0), zero3(), zero3(), n, W, WA, WB
+        w, a, b = support_pair(G, A, B, -v)
+        if vv - wp.dot(v, w) <= wp.float64(GJK_REL_TOL) * vv:
+            break
+        TW = W
+        TA = WA
+        TB = WB
+        TW[n] = w
+        TA[n] = a
+        TB[n] = b
+        v_new, lam_new, keep, nk = closest_on_simplex(TW, n + 1)
+        if nk == 4:
+            return 1, wp.float64(0.0), zero3(), zero3(), 4, TW, TA, TB
+        if not (wp.dot(v_new, v_new) < vv):
+            # no progress (a degenerate simplex): continue from the segment v → w (sap_ref.gjk)
+            ha = zero3()
+            hb = zero3()
+            for k in range(n):
+                ha = ha + lam[k] * row3(WA, k)
+                hb = hb + lam[k] * row3(WB, k)
+            TW = mat43d()
+            TA = mat43d()
+            TB = mat43d()
+            TW[0] = v
+            TA[0] = ha
+            TB[0] = hb
+            TW[1] = w
+            TA[1] = a
+            TB[1] = b
+            v_new, lam_new, keep, nk = closest_segment(TW, 0, 1)
+            if not (wp.dot(v_new, v_new) < vv):
+                break
+        for k in range(nk):
+            W[k] = row3(TW, keep[k])
+            WA[k] = row3(TA, keep[k])
+            WB[k] = row3(TB, keep[k])
+        n = nk
+        v = v_new
+        lam = lam_new
+    a = zero3()
+    b = zero3()
+    for k in range(n):
+        a = a + lam[k] * row3(WA, k)
+        b = b + lam[k] * row3(WB, k)
+    return 0, wp.sqrt(wp.dot(v, v)), a, b, n, W, WA, WB
+
+
+# ----------------------------------------------------------------------------- EPA
+
+
+@wp.func
+def axis(k: int) -> wp.vec3d:
+    e = zero3()
+    e[k] = wp.float64(1.0)
+    return e
+
+
+@wp.func
+def argmin_abs(u: wp.vec3d) -> int:
+    k = int(0)
+    for i in range(1, 3):
+        if wp.abs(u[i]) < wp.abs(u[k]):
+            k = i
+    return k
+
+
+@wp.func
+def blow_up(G: Geometry, A: Convex, B: Convex, n: int, W: mat43d, WA: mat43d, WB: mat43d):
+    """sap_ref._blow_up: grow a simplex holding the origin to a tetrahedron of D."""
+    if n == 1:
+        for e in range(3):
+            for si in range(2):
+                s = wp.float64(1.0)
+                if si == 1:
+                    s = wp.float64(-1.0)
+                w, a, b = support_pair(G, A, B, s * axis(e))
+                if n == 1 and wp.length(w - row3(W, 0)) > wp.float64(0.0):
+                    W[1] = w
+                    WA[1] = a
+                    WB[1] = b
+                    n = int(2)
+            if n == 2:
+                break
+    if n == 2:
+        u = row3(W, 1) - row3(W, 0)
+        d = wp.cross(u, axis(argmin_abs(u)))
+        for si in range(2):
+            s = wp.float64(1.0)
+            if si == 1:
+                s = wp.float64(-1.0)
+            if n == 2:
+                w, a, b = support_pair(G, A, B, s * d)
+                if wp.length(wp.cross(w - row3(W, 0), u)) > wp.float64(0.0):
+                    W[2] = w
+                    WA[2] = a
+                    WB[2] = b
+                    n = int(3)
+    if n == 3:
+        nrm = wp.cross(row3(W, 1) - row3(W, 0), row3(W, 2) - row3(W, 0))
+        for si in range(2):
+            s = wp.float64(1.0)
+            if si == 1:
+                s = wp.float64(-1.0)
+            if n == 3:
+                w, a, b = support_pair(G, A, B, s * nrm)
+                if wp.abs(wp.dot(nrm, w - row3(W, 0))) > wp.float64(0.0):
+                    W[3] = w
+                    WA[3] = a
+                    WB[3] = b
+                    n = int(4)
+    return n, W, WA, WB
+
+
+@wp.func
+def face_of(E: Epa, row: int, i: int, j: int, k: int):
+    """(ok, unit normal, distance) of triangle (i, j, k) of the polytope."""
+    pi = E.P[row, i]
+    nrm = wp.cross(E.P[row, j] - pi, E.P[row, k] - pi)
+    nn = wp.sqrt(wp.dot(nrm, nrm))
+    if not (nn > wp.float64(0.0)):
+        return 0, zero3(), wp.float64(0.0)
+    nrm = nrm / nn
+    return 1, nrm, wp.dot(nrm, pi)
+
+
+@wp.func
+def edge_of(f: wp.vec3i, e: int):
+    """Directed edge e of face f: (f[e], f[e+1 mod 3])."""
+    return f[e], f[(e + 1) % 3]
+
+
+@wp.func
+def neighbour(E: Epa, row: int, nf: int, p: int, q: int) -> int:
+    """The alive face slot holding the directed edge (p, q), or −1 (the first in slot order)."""
+    for s in range(nf):
+        if E.alive[row, s] != 0:
+            fv = E.face[row, s]
+            if (fv[0] == p and fv[1] == q) or (fv[1] == p and fv[2] == q) or (fv[2] == p and fv[0] == q):
+                return s
+    return -1
+
+
+@wp.func
+def in_list(E: Epa, row: int, count: int, s: int) -> int:
+    for i in range(count):
+        if E.visible[row, i] == s:
+            return 1
+    return 0
+
+
+@wp.func
+def epa(G: Geometry, E: Epa, row: int, A: Convex, B: Convex, n: int, W: mat43d, WA: mat43d, WB: mat43d):
+    """sap_ref.collision_convex.epa. Returns (depth, normal, a, b, converged)."""
+    n, W, WA, WB = blow_up(G, A, B, n, W, WA, WB)
+    if n < 4:
+        return wp.float64(0.0), wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0)), row3(WA, 0), \
+            row3(WB, 0), 1
+    centre = zero3()
+    for k in range(4):
+        E.P[row, k] = row3(W, k)
+        E.PA[row, k] = row3(WA, k)
+        E.PB[row, k] = row3(WB, k)
+        centre = centre + row3(W, k)
+    centre = centre / wp.float64(4.0)
+    nv = int(4)
+    nf = int(0)
+    for f in range(4):
+        i, j, k, o = tetra_face(f)
+        ok, nrm, dist = face_of(E, row, i, j, k)
+        if ok == 1:
+            if wp.dot(nrm, centre - E.P[row, i]) > wp.float64(0.0):
+                t = j
+                j = k
+                k = t
+                nrm = -nrm
+                dist = -dist
+            E.face[row, nf] = wp.vec3i(i, j, k)
+            E.fn[row, nf] = nrm
+            E.fd[row, nf] = dist
+            E.alive[row, nf] = 1
+            nf += 1
+    best = int(-1)
+    best_normal = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(1.0))
+    converged = int(0)
+    for it in range(MAXV):
+        best = int(-1)
+        alive_count = int(0)
+        for s in range(nf):
+            if E.alive[row, s] != 0:
+                alive_count += 1
+                if best < 0 or E.fd[row, s] < E.fd[row, best]:
+                    best = s
+        if best < 0:
+            break
+        bn = E.fn[row, best]
+        bd = E.fd[row, best]
+        best_normal = bn
+        w, a, b = support_pair(G, A, B, bn)
+        if wp.dot(bn, w) - bd <= wp.float64(EPA_TOL):
+            converged = int(1)
+            break
+        if nv >= MAXV:
+            break
+        new = nv
+        # visible faces, grown breadth first from the best across shared edges
+        E.visible[row, 0] = best
+        nvis = int(1)
+        i = int(0)
+        while i < nvis:
+            fv = E.face[row, E.visible[row, i]]
+            i += 1
+            for e in range(3):
+                p, q = edge_of(fv, e)
+                g = neighbour(E, row, nf, q, p)
+                if g >= 0 and in_list(E, row, nvis, g) == 0:
+                    gf = E.face[row, g]
+                    if wp.dot(E.fn[row, g], w - E.P[row, gf[0]]) > wp.float64(EPA_TOL):
+                        E.visible[row, nvis] = g
+                        nvis += 1
+        nh = int(0)
+        for vi in range(nvis):
+            fv = E.face[row, E.visible[row, vi]]
+            for e in range(3):
+                p, q = edge_of(fv, e)
+                if in_list(E, row, nvis, neighbour(E, row, nf, q, p)) == 0:
+                    E.horizon[row, nh] = wp.vec2i(p, q)
+                    nh += 1
+        if alive_count - nvis + nh > MAXF:
+            break
+        E.P[row, new] = w
+        sliver = int(0)
+        for h in range(nh):
+            ed = E.horizon[row, h]
+            ok, nrm, dist = face_of(E, row, ed[0], ed[1], new)
+            if ok == 0 or dist < bd - wp.float64(EPA_TOL):
+                sliver = int(1)
+        if sliver == 1:
+            converged = int(1)
+            break
+        E.PA[row, new] = a
+        E.PB[row, new] = b
+        nv += 1
+        for vi in range(nvis):
+            E.alive[row, E.visible[row, vi]] = 0
+        for h in range(nh):
+            ed = E.horizon[row, h]
+            ok, nrm, dist = face_of(E, row, ed[0], ed[1], new)
+            slot = int(-1)
+            for s in range(nf):
+                if slot < 0 and E.alive[row, s] == 0:
+                    slot = s
+            if slot < 0:
+                slot = nf
+                nf += 1
+            E.face[row, slot] = wp.vec3i(ed[0], ed[1], new)
+            E.fn[row, slot] = nrm
+            E.fd[row, slot] = dist
+            E.alive[row, slot] = 1
+    # the nearest alive face as a triangle
+    have = int(0)
+    bv = zero3()
+    blam = vec4d()
+    bidx = wp.vec4i()
+    bcount = int(0)
+    for s in range(nf):
+        if E.alive[row, s] != 0:
+            fv = E.face[row, s]
+            T = mat43d()
+            T[0] = E.P[row, fv[0]]
+            T[1] = E.P[row, fv[1]]
+            T[2] = E.P[row, fv[2]]
+            v, lam, keep, cnt = closest_triangle(T, 0, 1, 2)
+            if have == 0 or wp.dot(v, v) < wp.dot(bv, bv):
+                have = int(1)
+                bv = v
+                blam = lam
+                bcount = cnt
+                for k in range(cnt):
+                    bidx[k] = fv[keep[k]]
+    depth = wp.sqrt(wp.dot(bv, bv))
+    nrm = bv
+    if depth > wp.float64(0.0):
+        nrm = bv / depth
+    else:
+        nrm = best_normal
+    a = zero3()
+    b = zero3()
+    for k in range(bcount):
+        a = a + blam[k] * E.PA[row, bidx[k]]
+        b = b + blam[k] * E.PB[row, bidx[k]]
+    return depth, nrm, a, b, converged
+
+
+# ----------------------------------------------------------------------------- refinement and result
+
+
+@wp.func
+def separation(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
+    a = support(G, A, n)
+    b = support(G, B, -n)
+    return wp.dot(n, b - a), a, b
+
+
+@wp.func
+def tangents(n: wp.vec3d):
+    t1 = wp.cross(n, axis(argmin_abs(n)))
+    t1 = t1 / wp.sqrt(wp.dot(t1, t1))
+    return t1, wp.cross(n, t1)
+
+
+@wp.func
+def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
+    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
+    d1 = a1 - a0
+    d2 = b1 - b0
+    r = a0 - b0
+    a = wp.dot(d1, d1)
+    e = wp.dot(d2, d2)
+    f = wp.dot(d2, r)
+    tiny = wp.float64(POINT_SEGMENT)
+    zero = wp.float64(0.0)
+    one = wp.float64(1.0)
+    if a <= tiny and e <= tiny:
+        return zero, zero
+    if a <= tiny:
+        return zero, wp.clamp(f / e, zero, one)
+    c = wp.dot(d1, r)
+    if e <= tiny:
+        return wp.clamp(-c / a, zero, one), zero
+    b = wp.dot(d1, d2)
+    denom = a * e - b * b
+    s = zero
+    if denom > wp.float64(PARALLEL_DENOM) * a * e:
+        s = wp.clamp((b * f - c * e) / denom, zero, one)
+    t = (b * s + f) / e
+    if t < zero:
+        t = zero
+        s = wp.clamp(-c / a, zero, one)
+    elif t > one:
+        t = one
+        s = wp.clamp((b - c) / a, zero, one)
+    return s, t
+
+
+@wp.func
+def refine_penetration(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
+    """sap_ref.collision_convex.refine_penetration: (n, sigma, a, b, moved)."""
+    n_start = n
+    sigma, a, b = separation(G, A, B, n)
+    h = wp.float64(REFINE_STEP)
+    gain = wp.float64(REFINE_MIN_GAIN)
+    for it in range(REFINE_ITERATIONS):
+        t1, t2 = tangents(n)
+        x = a - b
+        g0 = -wp.dot(t1, x)
+        g1 = -wp.dot(t2, x)
+        if not (g0 * g0 + g1 * g1 > wp.float64(0.0)):
+            break
+        H00 = wp.float64(0.0)
+        H01 = wp.float64(0.0)
+        H10 = wp.float64(0.0)
+        H11 = wp.float64(0.0)
+        for j in range(2):
+            tj = t1
+            if j == 1:
+                tj = t2
+            np_ = unit(n + h * tj)
+            nm_ = unit(n - h * tj)
+            xp = support(G, A, np_) - support(G, B, -np_)
+            xm = support(G, A, nm_) - support(G, B, -nm_)
+            dx = (xp - xm) / (wp.float64(2.0) * h)
+            if j == 0:
+                H00 = -wp.dot(t1, dx)
+                H10 = -wp.dot(t2, dx)
+            else:
+                H01 = -wp.dot(t1, dx)
+                H11 = -wp.dot(t2, dx)
+        off = wp.float64(0.5) * (H01 + H10)
+        nx = wp.dot(n, x)
+        H00 = wp.float64(0.5) * (H00 + H00) + nx
+        H11 = wp.float64(0.5) * (H11 + H11) + nx
+        H01 = off
+        H10 = off
+        det = H00 * H11 - H01 * H10
+        th0 = wp.float64(0.0)
+        th1 = wp.float64(0.0)
+        if H00 < wp.float64(0.0) and det > wp.float64(0.0):
+            th0 = -(H11 * g0 - H01 * g1) / det
+            th1 = -(H00 * g1 - H10 * g0) / det
+        else:
+            gn = wp.sqrt(g0 * g0 + g1 * g1)
+            th0 = h * g0 / gn
+            th1 = h * g1 / gn
+        improved = int(0)
+        for hv in range(REFINE_HALVINGS):
+            if improved == 0:
+                trial = unit(n + th0 * t1 + th1 * t2)
+                s_new, a_new, b_new = separation(G, A, B, trial)
+                if s_new > sigma + gain:
+                    n = trial
+                    sigma = s_new
+                    a = a_new
+                    b = b_new
+                    improved = 1
+                else:
+                    th0 = wp.float64(0.5) * th0
+                    th1 = wp.float64(0.5) * th1
+        if improved == 0:
+            break
+    n, sigma, a, b = refine_on_kinks(G, A, B, n, sigma, a, b)
+    moved = int(0)
+    if n[0] != n_start[0] or n[1] != n_start[1] or n[2] != n_start[2]:
+        moved = 1
+    return n, sigma, a, b, moved
+
+
+@wp.func
+def axis_of(s: Convex):
+    """sap_ref._axis_of: (has a kink axis, the axis)."""
+    ax = wp.vec3d(s.R[0, 2], s.R[1, 2], s.R[2, 2])
+    if s.kind == CYLINDER or s.kind == CAPSULE:
+        return 1, ax
+    return 0, ax
+
+
+@wp.func
+def refine_on_kinks(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a: wp.vec3d, b: wp.vec3d):
+    """sap_ref.collision_convex._refine_on_kinks."""
+    gain = wp.float64(REFINE_MIN_GAIN)
+    hasA, axA = axis_of(A)
+    hasB, axB = axis_of(B)
+    have_kink = int(0)
+    kink = zero3()
+    for c in range(3):
+        ok = int(0)
+        trial = zero3()
+        ax = axA
+        if c == 0 and hasA == 1:
+            v = n - wp.dot(n, axA) * axA
+            if wp.dot(v, v) > wp.float64(0.0):
+                ok = 1
+                trial = unit(v)
+        if c == 1 and hasB == 1:
+            ax = axB
+            v = n - wp.dot(n, axB) * axB
+            if wp.dot(v, v) > wp.float64(0.0):
+                ok = 1
+                trial = unit(v)
+        if c == 2 and hasA == 1 and hasB == 1:
+            cr = wp.cross(axA, axB)
+            if wp.dot(cr, cr) > wp.float64(0.0):
+                ok = 1
+                trial = unit(cr)
+                if wp.dot(trial, n) < wp.float64(0.0):
+                    trial = -trial
+        if ok == 1:
+            s_new, a_new, b_new = separation(G, A, B, trial)
+            if s_new > sigma + gain:
+                n = trial
+                sigma = s_new
+                a = a_new
+                b = b_new
+                if c == 2:
+                    have_kink = 0
+                else:
+                    have_kink = 1
+                    kink = ax
+    if have_kink == 0:
+        return n, sigma, a, b
+    h = wp.float64(REFINE_STEP)
+    for it in range(REFINE_ITERATIONS):
+        t = wp.cross(kink, n)
+        t = t / wp.sqrt(wp.dot(t, t))
+        g = -wp.dot(t, a - b)
+        if not (g * g > wp.float64(0.0)):
+            break
+        np_ = unit(n + h * t)
+        nm_ = unit(n - h * t)
+        xp = support(G, A, np_) - support(G, B, -np_)
+        xm = support(G, A, nm_) - support(G, B, -nm_)
+        H = -wp.dot(t, (xp - xm) / (wp.float64(2.0) * h)) + wp.dot(n, a - b)
+        theta = h
+        if g <= wp.float64(0.0):
+            theta = -h
+        if H < wp.float64(0.0):
+            theta = -g / H
+        improved = int(0)
+        for hv in range(REFINE_HALVINGS):
+            if improved == 0:
+                trial = unit(n + theta * t)
+                s_new, a_new, b_new = separation(G, A, B, trial)
+                if s_new > sigma + gain:
+                    n = trial
+                    sigma = s_new
+                    a = a_new
+                    b = b_new
+                    improved = 1
+                else:
+                    theta = wp.float64(0.5) * theta
+        if improved == 0:
+            break
+    return n, sigma, a, b
+
+
+@wp.func
+def box_point(s: Convex, i: int) -> wp.vec3d:
+    """Corner i of a box in sap_ref's order (x slowest, z fastest, − before +)."""
+    sx = wp.float64(1.0)
+    sy = wp.float64(1.0)
+    sz = wp.float64(1.0)
+    if i < 4:
+        sx = wp.float64(-1.0)
+    if (i // 2) % 2 == 0:
+        sy = wp.float64(-1.0)
+    if i % 2 == 0:
+        sz = wp.float64(-1.0)
+    return wp.vec3d(sx * s.size[0], sy * s.size[1], sz * s.size[2])
+
+
+@wp.func
+def polytope_point(G: Geometry, s: Convex, i: int) -> wp.vec3d:
+    if s.kind == BOX:
+        return box_point(s, i)
+    if s.kind == PRISM:
+        return prism_point(s, i)
+    return G.mesh_vertex[s.v0 + i]
+
+
+@wp.func
+def polytope_count(s: Convex) -> int:
+    if s.kind == BOX:
+        return 8
+    if s.kind == PRISM:
+        return 6
+    return s.v1 - s.v0
+
+
+@wp.func
+def support_feature(G: Geometry, s: Convex, d: wp.vec3d):
+    """sap_ref.collision_convex._support_feature: (kind 0 point / 1 segment / 2 set, e0, e1)."""
+    d = d / wp.sqrt(wp.dot(d, d))
+    if s.kind == BOX or s.kind == CONVEX_MESH or s.kind == PRISM:
+        dl = wp.transpose(s.R) * d
+        k = polytope_count(s)
+        dmax = wp.dot(polytope_point(G, s, 0), dl)
+        scale = wp.float64(0.0)
+        for i in range(k):
+            v = polytope_point(G, s, i)
+            dmax = wp.max(dmax, wp.dot(v, dl))
+            scale = wp.max(scale, wp.max(wp.max(wp.abs(v[0]), wp.abs(v[1])), wp.abs(v[2])))
+        nt = int(0)
+        i0 = int(0)
+        i1 = int(0)
+        for i in range(k):
+            if wp.dot(polytope_point(G, s, i), dl) >= dmax - wp.float64(SUPPORT_TIE) * scale:
+                if nt == 0:
+                    i0 = i
+                elif nt == 1:
+                    i1 = i
+                nt += 1
+        if nt == 1:
+            return 0, zero3(), zero3()
+        if nt == 2:
+            return 1, s.p + s.R * polytope_point(G, s, i0), s.p + s.R * polytope_point(G, s, i1)
+        return 2, zero3(), zero3()
+    has, ax = axis_of(s)
+    if has == 0:
+        return 0, zero3(), zero3()
+    along = wp.abs(wp.dot(d, ax))
+    if s.kind == CYLINDER and along >= wp.float64(1.0) - wp.float64(KINK_TOL):
+        return 2, zero3(), zero3()
+    if along > wp.float64(KINK_TOL):
+        return 0, zero3(), zero3()
+    hl = s.size[1]
+    centre = s.p
+    if s.kind == CYLINDER:
+        centre = support(G, s, d) - sgn((wp.transpose(s.R) * d)[2]) * hl * ax
+    return 1, centre - hl * ax, centre + hl * ax
+
+
+@wp.func
+def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a_s: wp.vec3d, b_s: wp.vec3d,
+              a_epa: wp.vec3d, b_epa: wp.vec3d):
+    """sap_ref.collision_convex._witnesses."""
+    ka, fa0, fa1 = support_feature(G, A, n)
+    kb, fb0, fb1 = support_feature(G, B, -n)
+    if ka == 2 and kb == 2:
+        return a_epa, a_epa + sigma * n
+    if ka == 1 and kb == 1:
+        s, t = segment_closest_params(fa0, fa1, fb0 - sigma * n, fb1 - sigma * n)
+        return fa0 + s * (fa1 - fa0), fb0 + t * (fb1 - fb0)
+    if ka == 0 and kb == 0:
+        kb0 = b_s - sigma * n
+        ka1 = a_s + sigma * n
+        err_b = wp.dot(kb0 - a_epa, kb0 - a_epa) + wp.dot(b_s - b_epa, b_s - b_epa)
+        err_a = wp.dot(a_s - a_epa, a_s - a_epa) + wp.dot(ka1 - b_epa, ka1 - b_epa)
+        if err_b <= err_a:
+            return kb0, b_s
+        return a_s, ka1
+    if ka == 0:
+        return a_s, a_s + sigma * n
+    if kb == 0:
+        return b_s - sigma * n, b_s
+    if ka == 1:
+        s, t = segment_closest_params(fa0, fa1, a_epa, a_epa)
+        pa = fa0 + s * (fa1 - fa0)
+        return pa, pa + sigma * n
+    s, t = segment_closest_params(fb0, fb1, b_epa, b_epa)
+    pb = fb0 + s * (fb1 - fb0)
+    return pb - sigma * n, pb
+
+
+@wp.func
+def curved(s: Convex) -> int:
+    """sap_ref.collision_convex._curved: a cylinder or ellipsoid core."""
+    if s.kind == CYLINDER or s.kind == ELLIPSOID:
+        return 1
+    return 0
+
+
+@wp.func
+def convex_contact(G: Geometry, E: Epa, row: int, A: Convex, B: Convex):
+    """sap_ref.collision_convex.convex_contact: (x0, x1, normal from A into B, phi)."""
+    overlap, dist, a, b, n, W, WA, WB = gjk(G, A, B)
+    nrm = zero3()
+    phi_core = wp.float64(0.0)
+    if overlap == 0:
+        nrm = (b - a) / dist
+        phi_core = dist
+    else:
+        depth, nrm, a, b, converged = epa(G, E, row, A, B, n, W, WA, WB)
+        phi_core = -depth
+        if converged == 0 or curved(A) == 1 or curved(B) == 1:
+            n_r, sigma, a_s, b_s, moved = refine_penetration(G, A, B, nrm)
+            if moved == 1 and (converged == 0 or sigma >= phi_core - wp.float64(EPA_TOL)):
+                a, b = witnesses(G, A, B, n_r, sigma, a_s, b_s, a, b)
+                nrm = n_r
+                phi_core = sigma
+    phi = phi_core - A.radius - B.radius
+    x0 = a + A.radius * nrm
+    x1 = b - B.radius * nrm
+    mid = wp.float64(0.5) * (x0 + x1)
+    half = wp.float64(0.5) * phi
+    return mid - half * nrm, mid + half * nrm, nrm, phi

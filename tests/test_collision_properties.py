@@ -1,0 +1,275 @@
+"""Properties every new pair type must have, in both backends, on random shapes and poses
+(Hypothesis), checked against geometry written independently here (implicit functions and support
+functions of each shape, a convex feasibility problem solved by SciPy):
+
+* **symmetry**: the pair built in the other shape order gives the mirrored contacts (witness
+  points swapped, normal negated, same φ), exactly;
+* **φ sign**: the deepest φ is negative exactly when the shapes overlap (an inside/outside test:
+  min over x of max(g₀(x), g₁(x)) < 0 with gᵢ ≤ 0 inside shape i), decided away from touching;
+* **witness points on both surfaces**: x0 on shape 0's boundary (g₀ = 0), x1 on shape 1's;
+* **normal = the direction of least separation**: the separation along n̂,
+  σ(n̂) = min_b n̂·b − max_a n̂·a (independent support functions), equals the deepest φ and no other
+  direction separates more (σ(n') ≤ φ for random and nearby n'), i.e. φ = max σ;
+* every point of a manifold shares its pair's normal (a reference face), except height fields.
+
+Height-field pairs (the terrain is not convex) check the first three with the terrain's own
+inside test (below its triangulated surface) and surface test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sap_gpu
+from collision_cases import B, C, CUBE, CY, E, GEM, H, M, NEW_PAIR_TYPES, P, S
+from sap_common import spatial
+from sap_common.builder import ModelBuilder
+from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, contact_capacity
+from sap_common.geometry import convex_hull, hfield_triangle
+from sap_gpu.collision import CollisionPipeline as GpuPipeline
+from sap_ref.collision import CollisionPipeline as RefPipeline
+
+# [m] Polytope cores and plane pairs end exactly: rounding of metre-scale coordinates.
+EXACT_TOL = 1e-12
+# [m] Curved cores iterate (GJK/EPA, refinement) to ~1e-10 m (sap_common.constants.EPA_TOL).
+ITERATIVE_TOL = 1e-8
+# [m] φ this close to 0 is touching: the inside test's solver (SLSQP, 1e-10) cannot decide the sign.
+TOUCHING = 1e-5
+HEIGHTS = np.array([[0.02 * math.sin(0.9 * i + 0.4 * j) + 0.01 * j for j in range(6)] for i in range(5)])
+HF_SIZE = (0.3, 0.25, 0.1)  # hx, hy, base
+MESHES = {"gem": GEM, "cube": CUBE}
+
+
+@st.composite
+def shapes(draw, t):
+    """(type, size, mesh points or None) of one shape."""
+    f = lambda lo, hi: draw(st.floats(lo, hi))  # noqa: E731
+    if t == S:
+        return t, np.array([f(0.02, 0.1), 0, 0]), None
+    if t == C:
+        return t, np.array([f(0.02, 0.08), f(0.0, 0.1), 0]), None
+    if t in (B, E):
+        return t, np.array([f(0.02, 0.1), f(0.02, 0.1), f(0.02, 0.1)]), None
+    if t == CY:
+        return t, np.array([f(0.02, 0.1), f(0.01, 0.1), 0]), None
+    if t == M:
+        name = draw(st.sampled_from(sorted(MESHES)))
+        return t, np.zeros(3), MESHES[name] * draw(st.floats(0.5, 1.5))
+    return t, np.zeros(3), None  # plane, height field
+
+
+@st.composite
+def pairs(draw):
+    t0, t1 = draw(st.sampled_from(NEW_PAIR_TYPES))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    spread = 0.2 if H in (t0, t1) else 0.1
+    poses = []
+    for t in (t0, t1):
+        p = rng.uniform(-spread, spread, 3)
+        if H in (t0, t1):
+            p[2] = rng.uniform(0.0, 0.12)
+        if t == P:
+            p = np.array([0.0, 0.0, rng.uniform(-0.05, 0.05)])
+        if t == H:  # the terrain at the origin (terrain_height is in its frame)
+            p = np.zeros(3)
+        q = spatial.quat_normalize(rng.normal(size=4)) if t not in (H,) else np.array([0.0, 0.0, 0.0, 1.0])
+        if t == P:
+            q = spatial.quat_normalize(np.array([*rng.normal(size=2) * 0.3, 0.0, 1.0]))
+        poses.append(spatial.transform(p, q))
+    return draw(shapes(t0)), poses[0], draw(shapes(t1)), poses[1]
+
+
+def _build(first, X_first, second, X_second):
+    """A two-shape model (a plane or height field on the world, the others on free bodies) and its
+    state with the shapes at the given world poses."""
+    b = ModelBuilder()
+    bodies = []
+    for (t, size, mesh), X in ((first, X_first), (second, X_second)):
+        if t == P:
+            b.add_shape_plane(-1, X, margin=0.5)
+            continue
+        if t == H:
+            b.add_shape_heightfield(HEIGHTS, X, hx=HF_SIZE[0], hy=HF_SIZE[1], base=HF_SIZE[2], margin=0.5)
+            continue
+        body = b.add_body(1.0, inertia=(1, 1, 1))
+        b.add_joint_free(-1, body)
+        bodies.append(X)
+        kw = dict(margin=0.5)
+        if t == S:
+            b.add_shape_sphere(body, radius=size[0], **kw)
+        elif t == C:
+            b.add_shape_capsule(body, radius=size[0], half_length=size[1], **kw)
+        elif t == B:
+            b.add_shape_box(body, None, *size, **kw)
+        elif t == CY:
+            b.add_shape_cylinder(body, radius=size[0], half_length=size[1], **kw)
+        elif t == E:
+            b.add_shape_ellipsoid(body, None, *size, **kw)
+        else:
+            b.add_shape_convex_mesh(body, vertices=mesh, **kw)
+    model = b.finalize()
+    state = model.state()
+    for i, X in enumerate(bodies):
+        state.body_q[0, i] = X
+    return model, state
+
+
+def _contacts(backend, model, state, device):
+    if backend == "ref":
+        pipe = RefPipeline(model, contact_capacity(model))
+        c = pipe.contacts()
+        pipe.collide(state, c)
+        return c
+    pipe = GpuPipeline(model, contact_capacity(model), device=device)
+    c = pipe.contacts()
+    pipe.collide(sap_gpu.to_device(state, device), c)
+    return sap_gpu.to_host(c)
+
+
+def _list(c):
+    return [(c.x0[0, k], c.x1[0, k], c.normal[0, k], float(c.phi0[0, k])) for k in range(int(c.count[0]))]
+
+
+# ----------------------------------------------------------------------------- independent geometry
+
+
+def _frame(X):
+    return X[:3], spatial.quat_to_matrix(X[3:])
+
+
+def implicit(shape, X):
+    """g(x): < 0 inside, 0 on the boundary, > 0 outside (not a distance for every type)."""
+    t, size, mesh = shape
+    p, R = _frame(X)
+    if t == P:
+        return lambda x: R[:, 2] @ (x - p)
+    if t == M:
+        hull = convex_hull(mesh)
+        return lambda x: max(pl[:3] @ (R.T @ (x - p)) - pl[3] for pl in hull.planes)
+
+    def g(x):
+        l = R.T @ (x - p)
+        if t == S:
+            return math.sqrt(l @ l) - size[0]
+        if t == C:
+            z = min(max(l[2], -size[1]), size[1])
+            return math.sqrt(l[0] ** 2 + l[1] ** 2 + (l[2] - z) ** 2) - size[0]
+        if t == B:
+            return float(np.max(np.abs(l) - size))
+        if t == CY:
+            return max(math.hypot(l[0], l[1]) - size[0], abs(l[2]) - size[1])
+        return min(size) * (math.sqrt(np.sum((l / size) ** 2)) - 1.0)  # ellipsoid, scaled to metres
+    return g
+
+
+def support_fn(shape, X):
+    """s(d): the shape's point farthest along d (written here, not sap_ref's)."""
+    t, size, mesh = shape
+    p, R = _frame(X)
+
+    def s(d):
+        l = R.T @ d
+        if t == S:
+            return p + size[0] * d / np.linalg.norm(d)
+        if t == C:
+            return p + R @ np.array([0.0, 0.0, size[1] * np.sign(l[2])]) + size[0] * d / np.linalg.norm(d)
+        if t == B:
+            return p + R @ (np.sign(l) * size)
+        if t == CY:
+            rho = math.hypot(l[0], l[1])
+            return p + R @ np.array([size[0] * l[0] / rho, size[0] * l[1] / rho, size[1] * np.sign(l[2])])
+        if t == E:
+            return p + R @ (size ** 2 * l / np.linalg.norm(size * l))
+        return p + R @ mesh[int(np.argmax(mesh @ l))]
+    return s
+
+
+def overlap_margin(g0, g1, x_start):
+    """min over x of max(g0(x), g1(x)) (SLSQP on (x, t)): < 0 when the interiors intersect."""
+    from scipy.optimize import minimize
+
+    cons = [{"type": "ineq", "fun": lambda z, g=g: z[3] - g(z[:3])} for g in (g0, g1)]
+    z0 = np.concatenate([x_start, [max(g0(x_start), g1(x_start))]])
+    res = minimize(lambda z: z[3], z0, constraints=cons, method="SLSQP", options={"ftol": 1e-12, "maxiter": 500})
+    return max(g0(res.x[:3]), g1(res.x[:3]))
+
+
+def terrain_height(x, y):
+    hx, hy = HF_SIZE[:2]
+    nrow, ncol = HEIGHTS.shape
+    dx, dy = 2 * hx / (ncol - 1), 2 * hy / (nrow - 1)
+    j, i = min(max(int((x + hx) // dx), 0), ncol - 2), min(max(int((y + hy) // dy), 0), nrow - 2)
+    u, v = (x + hx) / dx - j, (y + hy) / dy - i
+    tri = hfield_triangle(HEIGHTS, hx, hy, i, j, 0 if v >= u else 1)
+    n = np.cross(tri[1] - tri[0], tri[2] - tri[0])
+    return tri[0, 2] - (n[0] * (x - tri[0, 0]) + n[1] * (y - tri[0, 1])) / n[2]
+
+
+def _tol(t0, t1):
+    return EXACT_TOL if all(t in (P, S, C, B, M, H) for t in (t0, t1)) else ITERATIVE_TOL
+
+
+# ----------------------------------------------------------------------------- the properties
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=pairs())
+def test_symmetry_sign_surfaces_and_least_separation(backend, device, case):
+    first, X0, second, X1 = case
+    (t0, _, _), (t1, _, _) = first, second
+    forward = _list(_contacts(backend, *_build(first, X0, second, X1), device))
+    backward = _list(_contacts(backend, *_build(second, X1, first, X0), device))
+    # Symmetry: the other shape order mirrors the contacts exactly.
+    assert len(forward) == len(backward)
+    for (x0, x1, n, phi), (y0, y1, m, psi) in zip(forward, backward):
+        assert np.array_equal(x0, y1) and np.array_equal(x1, y0) and np.array_equal(n, -m) and phi == psi
+    if not forward:
+        assert H in (t0, t1)  # only a shape off the terrain's footprint reports nothing
+        return
+    assert len(forward) <= MAX_CONTACTS_PER_PAIR[frozenset([t0, t1])]
+    tol = _tol(t0, t1)
+    g0, g1 = (lambda x: x[2] - terrain_height(x[0], x[1])) if t0 == H else implicit(first, X0), \
+        (lambda x: x[2] - terrain_height(x[0], x[1])) if t1 == H else implicit(second, X1)
+    for x0, x1, n, phi in forward:
+        assert abs(np.linalg.norm(n) - 1.0) < 1e-12
+        assert np.allclose(x1 - x0, phi * n, rtol=0, atol=1e-12)
+        # Witness points on both surfaces (scaled implicit functions: zero on the boundary).
+        assert abs(g0(x0)) <= max(tol, 1e-12) * 10 and abs(g1(x1)) <= max(tol, 1e-12) * 10, (t0.name, t1.name)
+    deepest = min(forward, key=lambda c: c[3])
+    x0, x1, n, phi = deepest
+    # φ sign against an inside/outside test.
+    if abs(phi) > TOUCHING:
+        if H in (t0, t1):  # the terrain: a point of the shape below the surface, or none of its witnesses
+            shape_point = x1 if t0 == H else x0
+            g = g0 if t0 == H else g1
+            if phi > 0:
+                assert g(shape_point) >= 0
+            else:  # deeper than the shape is thick, the witness may be the shape's point beyond a cell's wall
+                lowest = support_fn(second, X1)(np.array([0, 0, -1.0])) if t0 == H else \
+                    support_fn(first, X0)(np.array([0, 0, -1.0]))
+                assert g(shape_point) < 0 or g(lowest) < 0
+        elif P not in (t0, t1):
+            assert (phi < 0) == (overlap_margin(g0, g1, 0.5 * (x0 + x1)) < 0), (t0.name, t1.name, phi)
+        else:
+            assert (phi < 0) == (g0(x1) < 0 if t0 == P else g1(x0) < 0)
+    # Normal = the direction of least separation: φ = σ(n̂) = max σ.
+    if P in (t0, t1):
+        plane_normal = spatial.quat_to_matrix((X0 if t0 == P else X1)[3:])[:, 2]
+        assert np.allclose(n, plane_normal if t0 == P else -plane_normal, atol=1e-12)
+    elif H not in (t0, t1):
+        s0, s1 = support_fn(first, X0), support_fn(second, X1)
+        sigma = lambda d: d @ (s1(-d) - s0(d))  # noqa: E731
+        assert sigma(n) == pytest.approx(phi, abs=tol * 10)
+        rng = np.random.default_rng(0)
+        others = [v / np.linalg.norm(v) for v in rng.normal(size=(200, 3))]
+        others += [(n + 1e-3 * v) / np.linalg.norm(n + 1e-3 * v) for v in rng.normal(size=(50, 3))]
+        assert max(sigma(d) for d in others) <= phi + tol * 10
+        # A manifold's points share the pair's normal (one reference face).
+        for c in forward:
+            assert np.allclose(c[2], n, atol=1e-12)
