@@ -188,7 +188,9 @@ def test_distance_joint_limit_slots():
 
 
 def test_plane_shape_type_values():
-    assert [t.value for t in ShapeType] == [0, 1, 2, 3]
+    assert [(t.name, t.value) for t in ShapeType] == [
+        ("PLANE", 0), ("SPHERE", 1), ("CAPSULE", 2), ("BOX", 3), ("CYLINDER", 4), ("ELLIPSOID", 5), ("CONVEX_MESH", 6),
+        ("HEIGHTFIELD", 7)]  # the kernels order pairs by these values (canonical order: lower type first)
     assert [t.value for t in JointType] == [0, 1, 2, 3, 4, 5, 6]
 
 
