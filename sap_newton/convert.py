@@ -32,9 +32,9 @@ Mapping (Newton → SAP):
   MuJoCo-specific actuators have no SAP counterpart: dropped, each listed in ``notes`` and
   warned about once.
 * **Shapes** with ``ShapeFlags.COLLIDE_SHAPES``: PLANE (static, a half-space; finite extents
-  are noted), SPHERE, CAPSULE (along z), BOX. Newton's surface ``margin`` inflates spheres and
-  capsules (radius + margin) and shifts planes; a box with margin > 0 (a rounded box) is
-  refused. Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types
+  are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID. Newton's surface
+  ``margin`` inflates spheres and capsules (radius + margin) and shifts planes; a box, cylinder
+  or ellipsoid with margin > 0 (a rounded shape, which SAP's does not model) is refused. Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types
   are refused with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops
   them instead). Visual-only shapes and sites are not converted.
 * **Materials** (``contact_material="newton"``): μ, stiffness ke [N/m] and the dissipation
@@ -82,7 +82,9 @@ _NEWTON_JOINTS = {int(newton.JointType.PRISMATIC): JointType.PRISMATIC,
 _NEWTON_SHAPES = {int(newton.GeoType.PLANE): ShapeType.PLANE,
                   int(newton.GeoType.SPHERE): ShapeType.SPHERE,
                   int(newton.GeoType.CAPSULE): ShapeType.CAPSULE,
-                  int(newton.GeoType.BOX): ShapeType.BOX}
+                  int(newton.GeoType.BOX): ShapeType.BOX,
+                  int(newton.GeoType.CYLINDER): ShapeType.CYLINDER,
+                  int(newton.GeoType.ELLIPSOID): ShapeType.ELLIPSOID}
 _COLLIDE_SHAPES = int(newton.ShapeFlags.COLLIDE_SHAPES)
 _KINEMATIC = int(newton.BodyFlags.KINEMATIC)
 _MODE = newton.JointTargetMode
@@ -283,20 +285,24 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         label = f"shape {model.shape_label[s]!r} (index {s})"
         if not skip:
             name = newton.GeoType(int(t[s])).name if int(t[s]) in {int(x) for x in newton.GeoType} else str(t[s])
-            raise ValueError(f"{label} is a {name} collision shape; SAP supports PLANE, SPHERE, CAPSULE and BOX "
+            raise ValueError(f"{label} is a {name} collision shape; SAP converts PLANE, SPHERE, CAPSULE, BOX, "
+                             "CYLINDER and ELLIPSOID "
                              "(pass skip_unsupported_shapes=True to drop such shapes)")
-        notes.add("unsupported collision shapes skipped (SAP has plane, sphere, capsule, box)", label)
+        notes.add("unsupported collision shapes skipped (SAP converts plane, sphere, capsule, box, cylinder, "
+                  "ellipsoid)", label)
     use = colliding & supported
     ours = np.array([int(_NEWTON_SHAPES.get(int(x), -1)) for x in t], np.int64).reshape(S)
     scale, margin, X = n["shape_scale"].reshape(S, 3), n["shape_margin"].reshape(S), n["shape_transform"].copy()
-    plane, sphere, capsule, box = (use & (ours == int(k)) for k in (ShapeType.PLANE, ShapeType.SPHERE,
-                                                                        ShapeType.CAPSULE, ShapeType.BOX))
+    plane, sphere, capsule, box, cylinder, ellipsoid = (
+        use & (ours == int(k)) for k in (ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX,
+                                         ShapeType.CYLINDER, ShapeType.ELLIPSOID))
     for s in np.flatnonzero(plane & (body >= 0)):
         raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
                          "static half-spaces on the world")
-    for s in np.flatnonzero(box & (margin > 0)):
-        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a box with margin {margin[s]} m is a rounded "
-                         "box, which SAP's box does not model; set the shape's margin to 0")
+    for kind, mask in (("box", box), ("cylinder", cylinder), ("ellipsoid", ellipsoid)):
+        for s in np.flatnonzero(mask & (margin > 0)):
+            raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a {kind} with margin {margin[s]} m is a "
+                             f"rounded {kind}, which SAP's {kind} does not model; set the shape's margin to 0")
     for s in np.flatnonzero(plane):
         if scale[s, 0] > 0 or scale[s, 1] > 0:
             notes.add("finite planes treated as infinite half-spaces", f"{model.shape_label[s]!r}")
@@ -306,6 +312,8 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
     size[sphere, 0] = scale[sphere, 0] + margin[sphere]
     size[capsule, 0], size[capsule, 1] = scale[capsule, 0] + margin[capsule], scale[capsule, 1]
     size[box] = scale[box]
+    size[cylinder, 0], size[cylinder, 1] = scale[cylinder, 0], scale[cylinder, 1]  # radius, half height (z)
+    size[ellipsoid] = scale[ellipsoid]  # semi-axes along x, y, z
     mu = n["shape_material_mu"].reshape(S).copy()
     ke, tau = np.full(S, math.nan), np.full(S, math.nan)
     if contact_material == "newton":

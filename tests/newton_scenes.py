@@ -27,7 +27,8 @@ def _wt(X):
 
 def mixed_robot_newton(device="cpu", num_worlds: int = 1):
     """A floating base with a driven, limited hinge, a slider, a ball, a D6 (1 linear + 2 angular
-    axes) and a welded body; sphere, capsule and box shapes; an infinite ground plane."""
+    axes) and a welded body; sphere, capsule, box, cylinder and ellipsoid shapes; an infinite
+    ground plane."""
     import newton
 
     def robot(b):
@@ -65,6 +66,8 @@ def mixed_robot_newton(device="cpu", num_worlds: int = 1):
         b.add_shape_capsule(l1, xform=_wt((0, 0, -0.1, 0, 0, 0, 1)), radius=0.03, half_height=0.08, label="s_l1")
         b.add_shape_box(l3, xform=_wt((0, 0, -0.05, 0, 0, 0, 1)), hx=0.04, hy=0.05, hz=0.06, label="s_l3")
         b.add_shape_sphere(l5, radius=0.04, label="s_l5")
+        b.add_shape_cylinder(l2, xform=_wt((0, 0, -0.03, 0, 0, 0, 1)), radius=0.03, half_height=0.02, label="s_l2")
+        b.add_shape_ellipsoid(l4, xform=_wt((0.02, 0, 0, 0, 0, 0, 1)), rx=0.03, ry=0.04, rz=0.05, label="s_l4")
 
     b = newton.ModelBuilder()
     if num_worlds == 1:
@@ -107,6 +110,8 @@ def mixed_robot_sap(num_worlds: int = 1):
     b.add_shape_capsule(l1, xform=(0, 0, -0.1, 0, 0, 0, 1), radius=0.03, half_length=0.08, **mat)
     b.add_shape_box(l3, xform=(0, 0, -0.05, 0, 0, 0, 1), hx=0.04, hy=0.05, hz=0.06, **mat)
     b.add_shape_sphere(l5, radius=0.04, **mat)
+    b.add_shape_cylinder(l2, xform=(0, 0, -0.03, 0, 0, 0, 1), radius=0.03, half_length=0.02, **mat)
+    b.add_shape_ellipsoid(l4, xform=(0.02, 0, 0, 0, 0, 0, 1), a=0.03, b=0.04, c=0.05, **mat)
     return b.replicate(num_worlds).finalize()
 
 

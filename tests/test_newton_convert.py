@@ -243,8 +243,13 @@ def _one_body(shape_adder, **body_kw):
 
 
 @pytest.mark.parametrize("adder, match", [
-    (lambda b, body: b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="can"), "'can'.*CYLINDER"),
-    (lambda b, body: b.add_shape_ellipsoid(body, rx=0.1, ry=0.2, rz=0.3, label="egg"), "'egg'.*ELLIPSOID"),
+    (lambda b, body: b.add_shape_cone(body, radius=0.1, half_height=0.2, label="cone"), "'cone'.*CONE"),
+    (lambda b, body: b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="soft_can",
+                                          cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)),
+     "'soft_can'.*rounded cylinder"),
+    (lambda b, body: b.add_shape_ellipsoid(body, rx=0.1, ry=0.2, rz=0.3, label="soft_egg",
+                                           cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)),
+     "'soft_egg'.*rounded ellipsoid"),
     (lambda b, body: b.add_shape_box(body, hx=0.1, hy=0.1, hz=0.1, label="rounded",
                                      cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)), "'rounded'.*rounded box"),
     (lambda b, body: b.add_shape_plane(body=body, width=0, length=0, label="tray"), "'tray'.*plane on a body"),
@@ -258,11 +263,11 @@ def test_unsupported_shapes_are_refused_by_name(adder, match):
 def test_unsupported_shapes_can_be_skipped_and_visual_shapes_are_ignored():
     def adder(b, body):
         b.add_shape_sphere(body, radius=0.1)
-        b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="can")
+        b.add_shape_cone(body, radius=0.1, half_height=0.2, label="cone")
         b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="visual_can",
                              cfg=newton.ModelBuilder.ShapeConfig(has_shape_collision=False))
     model = _one_body(adder).finalize(device="cpu")
-    with pytest.warns(UserWarning, match="unsupported collision shapes skipped.*'can'"):
+    with pytest.warns(UserWarning, match="unsupported collision shapes skipped.*'cone'"):
         conv = sap_newton.convert_model(model, skip_unsupported_shapes=True)
     assert conv.sap_model.shape_count == 1
 
