@@ -16,8 +16,6 @@ order), in generation order, and the rest counted in ``contacts.overflow``. Noth
 written beyond the capacity.
 """
 
-import math
-
 import numpy as np
 import warp as wp
 
@@ -27,11 +25,12 @@ from sap_common.state import SapContacts, SapState, StepStatus
 from sap_common.collision_rules import check_broad_phase, combine_materials, pair_capacity
 from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL, DEGENERATE_AXIS, EDGE_AXIS_BIAS,
                                   EPA_MAX_FACES, EPA_MAX_VERTICES, FACE_AXIS_TIE, GOLDEN_ITERATIONS, GOLDEN_TIE,
-                                  INTERIOR_DEPTH_MARGIN, PARALLEL_DENOM, PARALLEL_TOL, POINT_SEGMENT)
+                                  INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
 
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, world_bounds
-from .collision_convex import Convex, Epa, Geometry, mat43d, row3, segment_closest_params, vec4d
+from .collision_convex import segment_closest_params
+from .collision_support import Convex, Epa, Geometry, mat43d, row3, vec4d
 from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
 from .kinematics import quat_norm_ok

@@ -16,8 +16,9 @@ import warp as wp
 from sap_common.constants import (CLIP_TOL, CYLINDER_CAP_POLYGON, FACE_ALIGNMENT_TIE, FACE_ALIGNMENT_TOL,
                                   MANIFOLD_AREA_TIE, MANIFOLD_DEPTH_TIE, MANIFOLD_MERGE_DISTANCE, ON_FACE_TOL)
 
-from .collision_convex import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, PRISM, Convex, Epa, Geometry, closest_triangle,
-                               convex_contact, mat43d, mat63d, row3, support, vec4d, zero3)
+from .collision_convex import convex_contact
+from .collision_support import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, PRISM, Convex, Epa, Geometry, closest_triangle,
+                                mat43d, mat63d, row3, support, vec4d, zero3)
 
 wp.set_module_options({"enable_backward": False})
 
