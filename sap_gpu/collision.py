@@ -30,7 +30,7 @@ from sap_common.constants import (CLIP_TOL, COINCIDENT_DISTANCE, DEFAULT_NORMAL,
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, world_bounds
 from .collision_convex import segment_closest_params
-from .collision_support import Convex, Epa, Geometry, mat43d, row3, vec4d
+from .collision_support import Convex, Epa, Geometry, box_corner_local, mat43d, row3, vec4d
 from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
 from .device import get_device
 from .kinematics import quat_norm_ok
@@ -190,16 +190,7 @@ def sphere_box(S: Scratch, world: int, pair: int, swap: int, c: wp.vec3d, r: wp.
 @wp.func
 def box_corner(Xb: wp.transformd, h: wp.vec3d, i: int) -> wp.vec3d:
     """Corner i of the box in sap_ref's order (x slowest, z fastest; − before +)."""
-    sx = wp.float64(1.0)
-    sy = wp.float64(1.0)
-    sz = wp.float64(1.0)
-    if i < 4:
-        sx = wp.float64(-1.0)
-    if (i // 2) % 2 == 0:
-        sy = wp.float64(-1.0)
-    if i % 2 == 0:
-        sz = wp.float64(-1.0)
-    return wp.transform_point(Xb, wp.vec3d(sx * h[0], sy * h[1], sz * h[2]))
+    return wp.transform_point(Xb, box_corner_local(h, i))
 
 
 @wp.func

@@ -19,8 +19,8 @@ from sap_common.constants import (EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL, GJK_
                                   REFINE_STEP, SUPPORT_TIE)
 
 from .collision_support import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, ELLIPSOID, MAXF, MAXV, PRISM, Convex, Epa,
-                                Geometry, closest_on_simplex, closest_segment, closest_triangle, mat43d, prism_point,
-                                row3, sgn, support, support_pair, tetra_face, unit, vec4d, zero3)
+                                Geometry, box_corner_local, closest_on_simplex, closest_segment, closest_triangle,
+                                mat43d, prism_point, row3, sgn, support, support_pair, tetra_face, unit, vec4d, zero3)
 
 wp.set_module_options({"enable_backward": False})
 
@@ -558,16 +558,7 @@ def refine_on_kinks(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.fl
 @wp.func
 def box_point(s: Convex, i: int) -> wp.vec3d:
     """Corner i of a box in sap_ref's order (x slowest, z fastest, − before +)."""
-    sx = wp.float64(1.0)
-    sy = wp.float64(1.0)
-    sz = wp.float64(1.0)
-    if i < 4:
-        sx = wp.float64(-1.0)
-    if (i // 2) % 2 == 0:
-        sy = wp.float64(-1.0)
-    if i % 2 == 0:
-        sz = wp.float64(-1.0)
-    return wp.vec3d(sx * s.size[0], sy * s.size[1], sz * s.size[2])
+    return box_corner_local(s.size, i)
 
 
 @wp.func

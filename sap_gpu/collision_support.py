@@ -74,6 +74,22 @@ class Epa:
 
 
 @wp.func
+def box_corner_local(h: wp.vec3d, i: int) -> wp.vec3d:
+    """Corner i of a box of half extents h in its own frame, in sap_ref's order (x slowest,
+    z fastest, − before +)."""
+    sx = wp.float64(1.0)
+    sy = wp.float64(1.0)
+    sz = wp.float64(1.0)
+    if i < 4:
+        sx = wp.float64(-1.0)
+    if (i // 2) % 2 == 0:
+        sy = wp.float64(-1.0)
+    if i % 2 == 0:
+        sz = wp.float64(-1.0)
+    return wp.vec3d(sx * h[0], sy * h[1], sz * h[2])
+
+
+@wp.func
 def zero3() -> wp.vec3d:
     return wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
 

@@ -61,7 +61,6 @@ import gc
 import json
 import math
 import os
-import platform
 import sys
 
 import warp as wp
@@ -73,7 +72,7 @@ from tools.benchmark_measure import (MIN_CONVERGED_FRACTION, breakdown, breakdow
                                      sparse_speedups, structure, structure_line, table, time_run, validity)
 from tools.benchmark_runs import (DEFAULT_NOISE_STD, MjwarpRun, SapRun, load_scene, memory_in_use, noise_channels,
                                   percentile_from_histogram)
-from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, fail, parser, warp_device
+from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, cpu_model, fail, parser, warp_device
 from tools.progress import Progress
 
 # The command line is here; the runs are in tools.benchmark_runs, their timing, structure counts,
@@ -94,13 +93,7 @@ DEFAULT_STRUCTURE_STEPS = 5  # eager steps whose device operations are counted a
 def _hardware(device) -> str:
     if device.is_cuda:
         return f"{device.name} ({device.total_memory / 2**30:.0f} GiB)"
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model} ({os.cpu_count()} logical CPUs)"
+    return f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
 
 
 def _run_one(make, label: str, scene: LoadedScene, args, device, extra: dict) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import sys
 
@@ -190,3 +191,14 @@ def warp_device(name):
     from sap_gpu.device import get_device
 
     return get_device(name, "--device")
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (from /proc/cpuinfo where there is one), for reports."""
+    model = platform.processor() or platform.machine() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    return model

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from tools.cli import cpu_model
 from tools.record_spec import check_spec
 
 __all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS"]
@@ -55,13 +56,7 @@ def _require_pydrake():
 
 def machine() -> str:
     """CPU model, logical cores and OS of this machine (one line)."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}; {os.cpu_count()} logical cores; {platform.system()} {platform.machine()}"
+    return f"{cpu_model()}; {os.cpu_count()} logical cores; {platform.system()} {platform.machine()}"
 
 
 # ----------------------------------------------------------------------------- building the plant
