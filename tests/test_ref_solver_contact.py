@@ -23,9 +23,9 @@ PRESETS = ("approx32", "approx64", "drake")
 CONTACT_ANCHORS = ("sphere_drop", "sphere_slide", "box_corners_slide", "cylinder_roll", "mesh_rock")
 # The required bounds for Drake's contact anchors. Observed with the drake preset: ≤ 1e-15 for the
 # sphere scenes and cylinder_roll (the same contact point as Drake's, to rounding); mesh_rock 1.0e-5 m
-# and 1.9e-4 rad after 0.8 s: Drake's sphere–convex query reports both witness points ~0.41·depth
-# (4e-5 to 8e-5 m) inside the sphere rather than on the two surfaces, so the contact point SAP uses
-# sits that far from ours along the normal (tests/data/drake/README.md).
+# and 1.9e-4 rad after 0.8 s: Drake computes the sphere–convex pair with FCL's MPR, whose contact
+# point lies 9/22 of the depth (4e-5 to 8e-5 m) from the geometric one, toward the sphere's centre
+# (docs/validation.md § FCL's MPR pairs).
 CONTACT_POSITION_TOL = 1e-4
 CONTACT_ROTATION_TOL = 1e-3
 

@@ -11,7 +11,14 @@ order, and the first that applies is the diagnosis:
    the recorded step, that tie is the cause.
 2. **constraint rows** — matched contacts with different φ₀, normal, contact point, combined
    μ, k or τ_d (where the recording has them), or a Jacobian whose contact velocities J·v_{n+1}
-   are not the recorded separation and slip speeds.
+   are not the recorded separation and slip speeds. A shape pair that Drake computes with FCL's
+   MPR (:func:`drake_uses_mpr`) is judged apart: its φ₀ and normal to
+   :data:`tools.tolerances.DRAKE_MPR_GEOMETRY_TOL`, and its contact point — MPR's barycentric
+   estimate, which lies inside both shapes but on neither surface — by whether it lies in both
+   shapes. When the rows agree so and the step, re-run with the recording's contact geometry for
+   those pairs, reproduces the recorded row to the one-step bar, the step is explained
+   (``mpr_contact_point``): the solver is exact, the two collision queries place the point
+   differently.
 3. **Newton tolerance** — the recorded v_{n+1} satisfies the implementation's own stopping
    criterion ‖D̃∇ℓ‖ ≤ ε_a + ε_r·max(‖D̃Av‖, ‖D̃Jᵀγ‖) on the same problem: both are solutions of
    one strongly convex problem to within the tolerance; Newton merely stopped at another iterate.
@@ -29,12 +36,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sap_common import spatial
+from sap_common.enums import ShapeType
 from sap_common.io.drake import drake_qv_to_joint
 from sap_ref import collision as ref_collision
 from sap_ref.contact_solve import evaluate, stopping_criterion
-from tools.tolerances import GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
+from tools.tolerances import DRAKE_MPR_GEOMETRY_TOL, GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
 
-__all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "stage_table", "diagnose"]
+__all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "drake_uses_mpr", "stage_table", "diagnose"]
 
 # A derived quantity (force, impulse, momentum) of a step that matches the recording to round-off
 # differs by ~1e-15 relative (measured on the Drake recordings); a bug by O(1). 1e-9 sits between
@@ -71,9 +79,13 @@ class Diagnosis:
         step: the recorded step n (from row n to row n+1).
         cause: ``contact_set``, ``constraint_rows``, ``newton_tolerance`` or ``step``.
         tie: the contact sets differ by a φ tie only.
-        explained: a tie or a different Newton iterate: no evidence of a bug.
+        explained: a tie, a different Newton iterate, or the contact point of an FCL-MPR pair with
+            an otherwise exact step: no evidence of a bug.
         message: one paragraph for people.
         stages: the stage table behind the verdict.
+        explanation: ``tie``, ``newton_tolerance`` or ``mpr_contact_point`` when explained, else "".
+        forced_over_bar: for ``mpr_contact_point``, the step's error with the recording's contact
+            geometry on its FCL-MPR pairs, in units of the one-step bar (≤ 1); else None.
     """
 
     step: int
@@ -82,10 +94,17 @@ class Diagnosis:
     explained: bool
     message: str
     stages: list = field(default_factory=list)
+    explanation: str = ""
+    forced_over_bar: float | None = None
+
+    def __post_init__(self):
+        if self.explained and not self.explanation:
+            self.explanation = "tie" if self.tie else "newton_tolerance"
 
     def as_dict(self) -> dict:
         return {"step": self.step, "cause": self.cause, "tie": self.tie, "explained": self.explained,
-                "message": self.message, "stages": [s.as_dict() for s in self.stages]}
+                "explanation": self.explanation, "forced_over_bar": self.forced_over_bar, "message": self.message,
+                "stages": [s.as_dict() for s in self.stages]}
 
 
 def _stage(name, ours, ref, rtol=STAGE_RTOL, floor=1.0, note="") -> Stage:
@@ -139,15 +158,23 @@ def _match(ours, recorded: list[dict]):
     return pairs, ours_only, rec_only
 
 
-def _pair_candidates(model, state, pair):
-    """Our narrow phase for one shape pair at ``state``: [(x0, x1, normal, phi)]."""
+def _shape_poses(model, state) -> np.ndarray:
+    """World poses ``[p, q_xyzw]`` of every shape at ``state``: world shapes as they are, body
+    shapes X_WB ∘ X_BS."""
     body_q = np.asarray(state.body_q[0], np.float64)
-    X = np.array(model.shape_transform, np.float64)  # X_WS: world shapes as they are, body shapes X_WB ∘ X_BS
+    X = np.array(model.shape_transform, np.float64)
     on_body = model.shape_body >= 0
     X[on_body] = spatial.transform_compose(body_q[model.shape_body[on_body]], model.shape_transform[on_body])
+    return X
+
+
+def _pair_candidates(model, state, pair):
+    """Our narrow phase for one shape pair at ``state``: [(x0, x1, normal, phi)]."""
+    X = _shape_poses(model, state)
     a, b = pair
     return ref_collision.pair_contacts(model.shape_type[a], X[a], model.shape_size[a], model.shape_type[b], X[b],
-                                       model.shape_size[b])
+                                       model.shape_size[b], ref_collision.shape_geometry(model, a),
+                                       ref_collision.shape_geometry(model, b))
 
 
 def _near_threshold(model, state, contacts):
@@ -269,30 +296,109 @@ def _contact_set(ctx, n, state, ours):
 # ----------------------------------------------------------------------------- constraint rows
 
 
-def _constraint_rows(ctx, n, ours, pairs, recorded, J):
-    """Stage rows comparing matched contacts with the recording (φ₀, normal, point, μ, k, τ_d, J v)."""
+def drake_uses_mpr(type0, type1) -> bool:
+    """Whether Drake's point-contact query (Drake 1.51, SceneGraph's penetration as point pairs)
+    computes a pair of these shape types with FCL's MPR (libccd's Minkowski Portal Refinement)
+    rather than a closed form. Closed forms: a sphere against a sphere, box, cylinder, capsule or
+    half space (Drake's own), any shape against a half space and box–box (FCL's). Every other pair
+    of sphere, box, capsule, cylinder, ellipsoid and convex mesh goes to MPR, whose contact point
+    is a barycentric estimate pulled toward the shapes' centres (docs/validation.md § FCL's MPR
+    pairs). Height fields have no Drake counterpart (False)."""
+    a, b = sorted((ShapeType(int(type0)), ShapeType(int(type1))))
+    if ShapeType.PLANE in (a, b) or ShapeType.HEIGHTFIELD in (a, b):
+        return False
+    if a == ShapeType.SPHERE and b in (ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER):
+        return False
+    return not (a == b == ShapeType.BOX)
+
+
+def _mpr_slots(ctx, ours, pairs) -> list[bool]:
+    """For each matched pair, whether the recording computed it with FCL's MPR (Drake recordings)."""
+    if ctx.traj.engine != "drake":
+        return [False] * len(pairs)
+    m = ctx.scene.sap_model
+    types = lambda k: (m.shape_type[int(ours.shape0[0, k])], m.shape_type[int(ours.shape1[0, k])])  # noqa: E731
+    return [drake_uses_mpr(*types(k)) for k, _ in pairs]
+
+
+def _contact_points(ours, i) -> np.ndarray:
+    """The points the constraints of our slots ``i`` act at: Drake's stiffness-weighted rule."""
+    k0, k1 = ours.ke0[0, i], ours.ke1[0, i]
+    w0 = np.where(k0 + k1 > 0, k0 / np.where(k0 + k1 > 0, k0 + k1, 1.0), 0.5)[:, None]
+    return w0 * ours.x0[0, i] + (1 - w0) * ours.x1[0, i]
+
+
+def _outside_depth(model, X, shape, p) -> float:
+    """How far the point ``p`` [m] lies outside ``shape`` (≤ 0 inside): this project's narrow phase
+    against a sphere of radius 0 at ``p``."""
+    out = ref_collision.pair_contacts(ShapeType.SPHERE, np.r_[p, 0.0, 0.0, 0.0, 1.0], np.zeros(3),
+                                      model.shape_type[shape], X[shape], model.shape_size[shape], None,
+                                      ref_collision.shape_geometry(model, shape))
+    return min((float(c[3]) for c in out), default=float("inf"))
+
+
+def _mpr_rows(ctx, state, ours, pairs, recorded, L) -> list:
+    """Rows of the FCL-MPR pairs: φ₀ and normals to DRAKE_MPR_GEOMETRY_TOL, and the recorded
+    contact point inside both shapes (MPR's point is a convex combination of points of each)."""
+    model = ctx.scene.sap_model
+    i = np.array([p[0] for p in pairs])
+    rec = [recorded[p[1]] for p in pairs]
+    label = "contacts, FCL-MPR pairs:"
+    rows = [_stage(f"{label} φ₀ [m]", ours.phi0[0, i], [r["phi"] for r in rec], DRAKE_MPR_GEOMETRY_TOL["phi0"], L)]
+    if "normal" in rec[0]:
+        rows.append(_stage(f"{label} normals", ours.normal[0, i], [r["normal"] for r in rec],
+                           DRAKE_MPR_GEOMETRY_TOL["normal"]))
+    if "point" in rec[0]:
+        X = _shape_poses(model, state)
+        outside, offsets, along = -np.inf, [], []
+        for k, r in zip(i, rec):
+            p = np.asarray(r["point"], np.float64)
+            for s in (int(ours.shape0[0, k]), int(ours.shape1[0, k])):
+                outside = max(outside, _outside_depth(model, X, s, p))
+            d = p - _contact_points(ours, np.array([k]))[0]
+            offsets.append(float(np.linalg.norm(d)))
+            along.append(float(d @ ours.normal[0, k]))
+        j = int(np.argmax(offsets))
+        inside = f"inside both shapes by ≥ {-outside:.3g} m" if outside <= 0 else f"{outside:.3g} m outside a shape"
+        rows.append(Stage(f"{label} recorded point outside either shape [m]", max(outside, 0.0), L, GEOMETRY_TOL * L,
+                          outside <= GEOMETRY_TOL * L,
+                          f"{inside}; {offsets[j]:.3g} m from this implementation's point ({along[j]:+.3g} m along "
+                          "the normal)"))
+    return rows
+
+
+def _constraint_rows(ctx, n, state, ours, pairs, recorded, J):
+    """Stage rows comparing matched contacts with the recording (φ₀, normal, point, μ, k, τ_d, J v);
+    the pairs a Drake recording computed with FCL's MPR get the rows of :func:`_mpr_rows` instead of
+    the geometry and J·v rows."""
     if not pairs:
         return []
     cfg = ctx.reference.config
+    mpr = _mpr_slots(ctx, ours, pairs)
+    exact = [p for p, m in zip(pairs, mpr) if not m]
     i = np.array([p[0] for p in pairs])
     rec = [recorded[p[1]] for p in pairs]
     L = max(1.0, float(np.abs(ours.x0[0, i]).max()), float(np.abs(ours.x1[0, i]).max()))
-    rows = [_stage("contacts: φ₀ [m]", ours.phi0[0, i], [r["phi"] for r in rec], GEOMETRY_TOL, L)]
-    if "normal" in rec[0]:
-        rows.append(_stage("contacts: normals", ours.normal[0, i], [r["normal"] for r in rec], GEOMETRY_TOL))
-    if "point" in rec[0]:
-        if cfg.contact_point_mode == "contact_midpoint":
-            k0, k1 = ours.ke0[0, i], ours.ke1[0, i]
-            w0 = np.where(k0 + k1 > 0, k0 / np.where(k0 + k1 > 0, k0 + k1, 1.0), 0.5)[:, None]
-            p = w0 * ours.x0[0, i] + (1 - w0) * ours.x1[0, i]
-            rows.append(_stage("contacts: contact point [m]", p, [r["point"] for r in rec], GEOMETRY_TOL, L))
+    rows = []
+    if exact:
+        ie = np.array([p[0] for p in exact])
+        re = [recorded[p[1]] for p in exact]
+        rows.append(_stage("contacts: φ₀ [m]", ours.phi0[0, ie], [r["phi"] for r in re], GEOMETRY_TOL, L))
+        if "normal" in re[0]:
+            rows.append(_stage("contacts: normals", ours.normal[0, ie], [r["normal"] for r in re], GEOMETRY_TOL))
+        if "point" in re[0] and cfg.contact_point_mode == "contact_midpoint":
+            rows.append(_stage("contacts: contact point [m]", _contact_points(ours, ie), [r["point"] for r in re],
+                               GEOMETRY_TOL, L))
+    if any(mpr):
+        rows += _mpr_rows(ctx, state, ours, [p for p, m in zip(pairs, mpr) if m], recorded, L)
     for key, label in (("mu", "contact μ"), ("ke", "contact k [N/m]"), ("tau_d", "contact τ_d [s]")):
         if key in rec[0] and np.all(np.isfinite([r[key] for r in rec])):
             rows.append(_stage(label, getattr(ours, key)[0, i], [r[key] for r in rec], TOL["fp64"], 0.0))
     extra = ctx.traj.extra
-    if "contact_separation_speed" in extra and J is not None and len(J) >= len(i):
-        vc = np.einsum("cjn,n->cj", J[i], ctx.v_rows[n + 1])
-        slots = [r["slot"] for r in rec]
+    if exact and "contact_separation_speed" in extra and J is not None and len(J) >= len(i):
+        ie = np.array([p[0] for p in exact])
+        vc = np.einsum("cjn,n->cj", J[ie], ctx.v_rows[n + 1])
+        slots = [recorded[p[1]]["slot"] for p in exact]
         sep = extra["contact_separation_speed"][n + 1, slots]
         slip = extra["contact_slip_speed"][n + 1, slots]
         scale = max(1.0, float(np.abs(ctx.v_rows[n + 1]).max()))
@@ -300,6 +406,45 @@ def _constraint_rows(ctx, n, ours, pairs, recorded, J):
         rows.append(_stage("contact J: |J·v₁| tangential vs recorded slip speed", np.linalg.norm(vc[:, :2], axis=1),
                            slip, TOL["fp64"], scale))
     return rows
+
+
+def _recorded_geometry(ctx, ours, pairs, recorded):
+    """A copy of ``ours`` whose FCL-MPR pairs carry the recording's φ₀, normal and contact point
+    (x0 = x1 = the point, so the constraint acts there whatever the weights)."""
+    out = ours.copy()
+    for (k, r), m in zip(pairs, _mpr_slots(ctx, ours, pairs)):
+        if not m:
+            continue
+        rc = recorded[r]
+        out.phi0[0, k] = rc["phi"]
+        flip = (int(ours.shape0[0, k]), int(ours.shape1[0, k])) != (rc["shape0"], rc["shape1"])
+        if "normal" in rc:
+            out.normal[0, k] = -rc["normal"] if flip else rc["normal"]
+        if "point" in rc:
+            out.x0[0, k] = out.x1[0, k] = rc["point"]
+    return out
+
+
+def _mpr_point(ctx, n, state, ours, pairs, recorded, rows):
+    """``(Diagnosis or None, note)``: whether the step, with the recording's contact geometry on its
+    FCL-MPR pairs, reproduces the recorded row (then the contact point of those pairs is the only
+    difference: explained); ``note`` says how far it stays otherwise."""
+    if not any(_mpr_slots(ctx, ours, pairs)):
+        return None, ""
+    v1, q1, _ = ctx.backend.step(state, _recorded_geometry(ctx, ours, pairs, recorded), ctx.dt)
+    ev, bv, eq, bq = ctx.errors(n, v1, q1)
+    ratio = max(ev / bv, eq / bq)
+    if ratio > 1.0:
+        return None, (f"; with the recording's contact geometry on its FCL-MPR pairs the step is still {ratio:.3g}× "
+                      "the bar")
+    point = next((s for s in rows if s.name.endswith("recorded point outside either shape [m]")), None)
+    where = f" (Drake's point: {point.note})" if point is not None else ""
+    return Diagnosis(n, "constraint_rows", False, True,
+                     f"contact point of an FCL-MPR pair differs at step {n}{where}: Drake computes this pair with "
+                     "FCL's MPR, whose contact point is a barycentric estimate inside both shapes, not a witness "
+                     "point; "
+                     f"φ₀ and normal agree, and with the recording's contact geometry the step reproduces the recorded "
+                     f"one to {ratio:.2g} of the bar", rows, "mpr_contact_point", ratio), ""
 
 
 # ----------------------------------------------------------------------------- Newton tolerance
@@ -409,7 +554,7 @@ def stage_table(ctx, n: int) -> list:
     if ctx.traj.contacts:
         recorded = _recorded_contacts(ctx.traj, n + 1)
         pairs = _match(ours, recorded)[0]
-    stages = _constraint_rows(ctx, n, ours, pairs, recorded, J)
+    stages = _constraint_rows(ctx, n, state, ours, pairs, recorded, J)
     ref_contacts = ctx.reference.collide(state)
     if ctx.backend is not ctx.reference:
         stages += _gpu_stages(ctx, state, ref_contacts)
@@ -431,12 +576,15 @@ def diagnose(ctx, n: int) -> Diagnosis:
     found, pairs, recorded = _contact_set(ctx, n, state, ours)
     if found is not None:
         return found
-    rows = _constraint_rows(ctx, n, ours, pairs, recorded, J)
+    rows = _constraint_rows(ctx, n, state, ours, pairs, recorded, J)
     bad = [s for s in rows if not s.ok]
     if bad:
         return Diagnosis(n, "constraint_rows", False, False,
                          f"constraint rows differ at step {n}: {bad[0].name} (max difference {bad[0].err:.3g}, "
                          f"allowed {bad[0].tol:.3g})", rows)
+    explained, mpr_note = _mpr_point(ctx, n, state, ours, pairs, recorded, rows)
+    if explained is not None:
+        return explained
     ref_contacts = ctx.reference.collide(state)
     ctx.reference.step(state, ref_contacts, ctx.dt)
     result = ctx.reference.solver.last_results[0]
@@ -453,4 +601,4 @@ def diagnose(ctx, n: int) -> Diagnosis:
     first = next((s for s in stages if not s.ok), None)
     where = (f"first departing stage: {first.name} (max difference {first.err:.3g}, allowed {first.tol:.3g})"
              if first else "no single stage departs beyond its tolerance")
-    return Diagnosis(n, "step", False, False, f"the step itself differs at step {n}; {where}", stages)
+    return Diagnosis(n, "step", False, False, f"the step itself differs at step {n}; {where}{mpr_note}", stages)
