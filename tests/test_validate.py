@@ -317,7 +317,15 @@ def test_rollout_passes_within_the_sensitivity_bar():
 
 def test_rollout_of_a_broken_implementation_leaves_the_envelope(half_friction):
     o = V.validate(DATA / "drake" / "sphere_slide.json", mode="rollout", steps=50)["rollout"]
+    assert o["verdict"] == "FAIL" and o["first_failing_step"] == 1 and "FCL's MPR" not in o["message"]
+
+
+def test_rollout_on_an_mpr_pair_follows_another_contact_point_and_says_so():
+    # No allowance in rollout mode: mesh_rock's free trajectory leaves the envelope at once, and the
+    # message names the FCL-MPR pair as the reason to look at.
+    o = V.validate(DATA / "drake" / "mesh_rock.json", mode="rollout", steps=5)["rollout"]
     assert o["verdict"] == "FAIL" and o["first_failing_step"] == 1
+    assert "a pair Drake computes with FCL's MPR" in o["message"]
 
 
 # ----------------------------------------------------------------------------- reports

@@ -302,8 +302,9 @@ def drake_uses_mpr(type0, type1) -> bool:
     rather than a closed form. Closed forms: a sphere against a sphere, box, cylinder, capsule or
     half space (Drake's own), any shape against a half space and box–box (FCL's). Every other pair
     of sphere, box, capsule, cylinder, ellipsoid and convex mesh goes to MPR, whose contact point
-    is a barycentric estimate pulled toward the shapes' centres (docs/validation.md § FCL's MPR
-    pairs). Height fields have no Drake counterpart (False)."""
+    is a barycentric estimate pulled toward the shapes' centres; see
+    docs/validation.md § FCL's MPR pairs
+    Height fields have no Drake counterpart (False)."""
     a, b = sorted((ShapeType(int(type0)), ShapeType(int(type1))))
     if ShapeType.PLANE in (a, b) or ShapeType.HEIGHTFIELD in (a, b):
         return False

@@ -51,13 +51,14 @@ GEOMETRY_TOL = 1e-12
 CURVED_GEOMETRY_TOL = MappingProxyType({"phi0": 5e-8, "x0": 1e-5, "x1": 1e-5, "normal": 2e-4})
 
 # Drake's point-contact query hands some shape pairs (sphere–convex mesh, sphere–ellipsoid, and
-# every pair of box, capsule, cylinder, ellipsoid and convex mesh but box–box; see
-# tools/diagnose.drake_uses_mpr) to FCL, which runs libccd's Minkowski Portal Refinement with the
-# tolerance Drake sets, 2e-12 m on the portal's advance. Both sides iterate to a tolerance there
-# (this project's GJK/EPA with its refinement, CURVED_GEOMETRY_TOL between two float64
-# implementations of it), so φ₀ and the normal of such a pair are held to the same bars as two
-# implementations of a curved core, not to round-off. (MPR's contact point is not a witness point
-# at all: sap-validate judges it apart, docs/validation.md § FCL's MPR pairs.)
+# every pair of box, capsule, cylinder, ellipsoid and convex mesh but box–box; see drake_uses_mpr
+# in tools/diagnose.py) to FCL, which runs libccd's Minkowski Portal Refinement with the tolerance
+# Drake sets, 2e-12 m on the portal's advance. Both sides iterate to a tolerance there (this
+# project's GJK/EPA with its refinement, CURVED_GEOMETRY_TOL between two float64 implementations
+# of it), so φ₀ and the normal of such a pair are held to the same bars as two implementations of
+# a curved core, not to round-off. MPR's contact point is not a witness point at all: sap-validate
+# judges it apart, see
+# docs/validation.md § FCL's MPR pairs
 DRAKE_MPR_GEOMETRY_TOL = MappingProxyType({key: CURVED_GEOMETRY_TOL[key] for key in ("phi0", "normal")})
 
 # A PCR (conjugate-residual) solve's recursively updated residual drifts from b − H x by

@@ -44,7 +44,7 @@ from sap_common.model import JointType
 from sap_common.state import StepStatus
 from sap_common import spatial
 from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
-from tools.diagnose import diagnose
+from tools.diagnose import diagnose, drake_uses_mpr
 from tools.progress import Progress
 from tools.validate_backends import RefBackend, make_backend, recorded_state
 
@@ -220,8 +220,24 @@ def rollout(ctx: Context, steps: int, *, epsilon=ROLLOUT_EPSILON, progress=None)
         f = int(bad[0])
         out["first_failing_step"] = f
         out["message"] = (f"the rollout leaves the sensitivity envelope at step {f}: |Δq| {err_q[f]:.3g} (bar "
-                          f"{bar_q[f]:.3g}), |Δv| {err_v[f]:.3g} (bar {bar_v[f]:.3g}); one-step mode locates the cause")
+                          f"{bar_q[f]:.3g}), |Δv| {err_v[f]:.3g} (bar {bar_v[f]:.3g}); one-step mode locates the cause"
+                          + _mpr_hint(ctx, f))
     return out
+
+
+def _mpr_hint(ctx: Context, last_row: int) -> str:
+    """A note when the recording's contacts up to ``last_row`` include a pair Drake computes with
+    FCL's MPR: there a free rollout follows another contact point by design."""
+    c = ctx.traj.contacts
+    if ctx.traj.engine != "drake" or not c:
+        return ""
+    types = ctx.scene.sap_model.shape_type
+    for row in range(min(last_row, ctx.traj.num_steps) + 1):
+        for k in range(int(c["contact_count"][row])):
+            if drake_uses_mpr(types[c["contact_shape0"][row, k]], types[c["contact_shape1"][row, k]]):
+                return ("; the recording has contacts on a pair Drake computes with FCL's MPR, whose contact point "
+                        "this implementation does not reproduce (docs/validation.md § FCL's MPR pairs)")
+    return ""
 
 
 # ----------------------------------------------------------------------------- MuJoCo statistics
