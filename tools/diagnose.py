@@ -409,13 +409,11 @@ def _constraint_rows(ctx, n, state, ours, pairs, recorded, J):
     return rows
 
 
-def _recorded_geometry(ctx, ours, pairs, recorded):
-    """A copy of ``ours`` whose FCL-MPR pairs carry the recording's φ₀, normal and contact point
-    (x0 = x1 = the point, so the constraint acts there whatever the weights)."""
+def _recorded_geometry(ours, mpr_pairs, recorded):
+    """A copy of ``ours`` whose FCL-MPR pairs ``mpr_pairs`` carry the recording's φ₀, normal and
+    contact point (x0 = x1 = the point, so the constraint acts there whatever the weights)."""
     out = ours.copy()
-    for (k, r), m in zip(pairs, _mpr_slots(ctx, ours, pairs)):
-        if not m:
-            continue
+    for k, r in mpr_pairs:
         rc = recorded[r]
         out.phi0[0, k] = rc["phi"]
         flip = (int(ours.shape0[0, k]), int(ours.shape1[0, k])) != (rc["shape0"], rc["shape1"])
@@ -430,9 +428,10 @@ def _mpr_point(ctx, n, state, ours, pairs, recorded, rows):
     """``(Diagnosis or None, note)``: whether the step, with the recording's contact geometry on its
     FCL-MPR pairs, reproduces the recorded row (then the contact point of those pairs is the only
     difference: explained); ``note`` says how far it stays otherwise."""
-    if not any(_mpr_slots(ctx, ours, pairs)):
+    mpr_pairs = [p for p, m in zip(pairs, _mpr_slots(ctx, ours, pairs)) if m]
+    if not mpr_pairs:
         return None, ""
-    v1, q1, _ = ctx.backend.step(state, _recorded_geometry(ctx, ours, pairs, recorded), ctx.dt)
+    v1, q1, _ = ctx.backend.step(state, _recorded_geometry(ours, mpr_pairs, recorded), ctx.dt)
     ev, bv, eq, bq = ctx.errors(n, v1, q1)
     ratio = max(ev / bv, eq / bq)
     if ratio > 1.0:
@@ -443,9 +442,8 @@ def _mpr_point(ctx, n, state, ours, pairs, recorded, rows):
     return Diagnosis(n, "constraint_rows", False, True,
                      f"contact point of an FCL-MPR pair differs at step {n}{where}: Drake computes this pair with "
                      "FCL's MPR, whose contact point is a barycentric estimate inside both shapes, not a witness "
-                     "point; "
-                     f"φ₀ and normal agree, and with the recording's contact geometry the step reproduces the recorded "
-                     f"one to {ratio:.2g} of the bar", rows, "mpr_contact_point", ratio), ""
+                     "point; φ₀ and normal agree, and with the recording's contact geometry the step reproduces the "
+                     f"recorded one to {ratio:.2g} of the bar", rows, "mpr_contact_point", ratio), ""
 
 
 # ----------------------------------------------------------------------------- Newton tolerance
