@@ -22,6 +22,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from .constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
+
 __all__ = [
     "SapConfig",
     "collision_pipeline_args",
@@ -33,6 +35,7 @@ __all__ = [
     "POSITION_INTEGRATIONS",
     "LINE_SEARCH_VARIANTS",
     "LINEAR_SOLVERS",
+    "NEWTON_PATHS",
     "precision_dtype",
     "normalize_preset",
 ]
@@ -208,6 +211,10 @@ class SapConfig:
         pcr_regularization: ε_reg ≥ 0 added to diag(H) in the Jacobi preconditioner (0).
         matrixfree_representation: solve the free motion A (v* − v₀) = h k with PCR on A·p
             products too (no factorization of A); defaults to ``contact_linear_solver == "pcr"``.
+        newton_path: how sap_gpu lays the Newton loop on the device: ``fused`` (default: one
+            block of threads per world runs its whole loop in one launch) or ``staged`` (one
+            batched kernel per stage and Newton iteration). Both compute the same iterates;
+            PCR always runs staged. sap_ref's single host loop is the same for either.
     """
 
     contact_preset_variant: str = "approx32"
@@ -241,6 +248,7 @@ class SapConfig:
     pcr_atol: float = 0.0
     pcr_regularization: float = 0.0
     matrixfree_representation: bool | None = None
+    newton_path: str = DEFAULT_NEWTON_PATH
     # Fields the user set explicitly (kept so replace() can re-expand a preset).
     _explicit: frozenset = field(default=frozenset(), repr=False, compare=False)
 
@@ -296,6 +304,7 @@ class SapConfig:
             raise ValueError(f"matrixfree_representation: must be True or False, got "
                              f"{self.matrixfree_representation!r}")
         set_("matrixfree_representation", bool(self.matrixfree_representation))
+        set_("newton_path", _choice("newton_path", self.newton_path, {k: k for k in NEWTON_PATHS}, NEWTON_PATHS))
 
         abs_default, rel_default = COST_TOL_DEFAULTS[ls]
         if self.cost_abs_tol is None:

@@ -210,9 +210,9 @@ MASS_MATRIX_RTOL = 1e-12
 
 # ----------------------------------------------------------------------------- solver options
 
-# SolverSAP's newton_path: how sap_gpu lays the Newton loop on the device. "fused" runs a world's
+# SapConfig.newton_path: how sap_gpu lays the Newton loop on the device. "fused" runs a world's
 # whole loop in one block of threads (one launch per step); "staged" runs each stage as its own
-# batched kernel. Both compute the same iterates; sap_ref has a single host loop and accepts the
-# option (and checks it) only so that code written for one backend runs unchanged on the other.
+# batched kernel. Both compute the same iterates; sap_ref has a single host loop, the same for
+# either, so a configuration written for one backend runs unchanged on the other.
 NEWTON_PATHS = ("fused", "staged")
 DEFAULT_NEWTON_PATH = "fused"

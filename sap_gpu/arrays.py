@@ -15,13 +15,14 @@ import dataclasses
 import numpy as np
 import warp as wp
 
-from sap_common.conventions import quaternion_coords
+from sap_common.conventions import check_order, quaternion_coords
 from sap_common.model import JointType, SapModel
 from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes
 
 from .device import get_device
 
-__all__ = ["GpuModel", "to_device", "to_host", "state", "control", "contacts", "device_of"]
+__all__ = ["GpuModel", "to_device", "to_host", "state", "control", "contacts", "device_of", "check_device_state",
+           "check_device_control", "check_device_contacts", "check_array"]
 
 # Warp dtypes of the host arrays whose last axis is a transform / spatial vector / 3-vector.
 _VEC_FIELDS = {"body_q": wp.transformd, "body_qd": wp.spatial_vectord, "body_f": wp.spatial_vectord,
@@ -160,3 +161,54 @@ def control(model: SapModel, device=None) -> SapControl:
 def contacts(num_worlds: int, capacity: int, device=None) -> SapContacts:
     """Empty contacts on ``device``."""
     return to_device(SapContacts.allocate(num_worlds, capacity), device)
+
+
+# ----------------------------------------------------------------------------- checks of device inputs
+
+def check_array(name, a, shape, dtype, device):
+    """``ValueError`` naming ``name`` unless ``a`` is a wp.array of this shape and dtype on ``device``."""
+    if not isinstance(a, wp.array):
+        raise ValueError(f"{name}: expected a wp.array (use sap_gpu.to_device), got {type(a).__name__}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {wp.types.type_repr(dtype)}, got {wp.types.type_repr(a.dtype)}")
+    if a.device != device:
+        raise ValueError(f"{name}: on device {a.device}, but the solver runs on {device}")
+
+
+def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> None:
+    """``ValueError`` naming the field if a device state does not match the model (docs/design.md § Bad input)."""
+    W, B = m.num_worlds, m.body_count
+    check_array(f"{name}.joint_q", state.joint_q, (W, m.nq), wp.float64, m.device)
+    check_array(f"{name}.joint_qd", state.joint_qd, (W, m.nv), wp.float64, m.device)
+    check_array(f"{name}.body_q", state.body_q, (W, B), wp.transformd, m.device)
+    check_array(f"{name}.body_qd", state.body_qd, (W, B), wp.spatial_vectord, m.device)
+    check_array(f"{name}.body_f", state.body_f, (W, B), wp.spatial_vectord, m.device)
+    for flag in ("joint_qd_order", "body_f_order"):
+        check_order(f"{name}.{flag}", getattr(state, flag))
+
+
+def check_device_control(m: GpuModel, control: SapControl, name: str = "control") -> None:
+    """``ValueError`` naming the field if a device control does not match the model."""
+    for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
+        check_array(f"{name}.{f}", getattr(control, f), (m.num_worlds, m.nv), wp.float64, m.device)
+    check_order(f"{name}.joint_f_order", control.joint_f_order)
+
+
+def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, name: str = "contacts") -> None:
+    """``ValueError`` naming the field if device contacts do not match the model and ``capacity``."""
+    W, C = m.num_worlds, capacity
+    if not isinstance(contacts, SapContacts):
+        raise ValueError(f"{name}: expected SapContacts or None, got {type(contacts).__name__}")
+    if isinstance(contacts.shape0, wp.array) and contacts.shape0.ndim == 2 and contacts.shape0.shape[1] != C:
+        raise ValueError(f"{name}: capacity {contacts.shape0.shape[1]} does not match the solver's "
+                         f"max_rigid_contact {C}")
+    for f in ("count", "overflow"):
+        check_array(f"{name}.{f}", getattr(contacts, f), (W,), wp.int32, m.device)
+    for f in ("shape0", "shape1", "body0", "body1"):
+        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.int32, m.device)
+    for f in ("phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d"):
+        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.float64, m.device)
+    for f in ("x0", "x1", "normal"):
+        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.vec3d, m.device)

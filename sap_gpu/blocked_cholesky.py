@@ -19,7 +19,7 @@ factorization need not be non-finite. So every factorization here checks its piv
 explicitly: a world whose diagonal of L has an entry that is not finite and > 0 is reported in
 ``failed`` (the Newton loop turns it into ``LINEAR_SOLVE_FAILURE``). The factor-and-solve steps
 are ``wp.func`` s (:func:`single_factor_solve`, :func:`blocked_factor_solve`) shared with the
-fused Newton kernel (:mod:`sap_gpu.fused_newton`), so both paths factor the same way.
+fused Newton kernel (:mod:`sap_gpu.contact_solve_fused`), so both paths factor the same way.
 """
 
 import warp as wp

@@ -1,7 +1,17 @@
-"""Stages 0 and 5 on the device: public ↔ SAP order for FREE/DISTANCE joints and body wrenches.
+"""Stages 0 and 5 on the device: the checks of each world's inputs and results, and public ↔ SAP order.
 
-Counterpart of :mod:`sap_ref.boundary` and :mod:`sap_common.conventions` (docs/conventions.md): with
-r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
+Counterpart of :mod:`sap_ref.boundary` (docs/conventions.md, docs/design.md § Bad input).
+
+* In: :func:`check_inputs` flags a world whose inputs are not finite (NON_FINITE) or whose
+  quaternions are rejected (INVALID_QUATERNION); such a world takes no part in the step.
+  :func:`joint_arrays_to_sap` and :func:`body_wrenches_to_sap` convert FREE/DISTANCE joint
+  velocities and forces and body wrenches to SAP order.
+* Out: :func:`select_outputs` flags non-finite results, quaternions the step carried out of
+  range and contact overflow; :func:`joint_velocities_to_public` and
+  :func:`body_twists_to_public` convert back; :func:`keep_rejected_worlds` gives every rejected
+  world its input state back, bit for bit.
+
+With r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
 (``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
 """
 
@@ -9,12 +19,20 @@ from __future__ import annotations
 
 import warp as wp
 
+from sap_common.state import StepStatus
+
 from .kinematics import DISTANCE, FREE, quat_norm_ok
 from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["joint_arrays_to_sap", "body_wrenches_to_sap", "joint_velocities_to_public", "body_twists_to_public"]
+__all__ = ["check_inputs", "joint_arrays_to_sap", "body_wrenches_to_sap", "select_outputs", "joint_velocities_to_public",
+           "body_twists_to_public", "keep_rejected_worlds"]
+
+NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
+INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
+REJECTED = wp.constant(int(StepStatus.NON_FINITE | StepStatus.INVALID_QUATERNION))  # worlds left unchanged
+CONTACT_OVERFLOW = wp.constant(int(StepStatus.CONTACT_OVERFLOW))
 
 
 @wp.func
@@ -131,6 +149,127 @@ def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d), body_count: int,
         body_qd_out[world, b] = wp.spatial_vectord(v_C[0], v_C[1], v_C[2], w[0], w[1], w[2])
 
 
+@wp.func
+def world_quaternions_ok(quat_coord: wp.array(dtype=int), quat_count: int, q: wp.array(dtype=wp.float64)) -> int:
+    """1 if every BALL/FREE/DISTANCE quaternion of one world's joint_q is accepted (quat_norm_ok)."""
+    for k in range(quat_count):
+        i = quat_coord[k]
+        if quat_norm_ok(wp.quatd(q[i], q[i + 1], q[i + 2], q[i + 3])) == 0:
+            return 0
+    return 1
+
+
+@wp.kernel
+def _check_inputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int, body_count: int,
+                  joint_q: wp.array2d(dtype=wp.float64),
+                  joint_qd: wp.array2d(dtype=wp.float64), joint_f: wp.array2d(dtype=wp.float64),
+                  joint_act: wp.array2d(dtype=wp.float64), target_pos: wp.array2d(dtype=wp.float64),
+                  target_vel: wp.array2d(dtype=wp.float64), body_f: wp.array2d(dtype=wp.spatial_vectord),
+                  status: wp.array(dtype=int), done: wp.array(dtype=int)):
+    """A world whose inputs are not finite (NON_FINITE) or whose quaternions are rejected
+    (INVALID_QUATERNION) is flagged and takes no part; it is left unchanged, as in sap_ref."""
+    world = wp.tid()
+    ok = int(1)
+    for i in range(nq):
+        if not wp.isfinite(joint_q[world, i]):
+            ok = 0
+    for i in range(nv):
+        if not (wp.isfinite(joint_qd[world, i]) and wp.isfinite(joint_f[world, i]) and wp.isfinite(joint_act[world, i])
+                and wp.isfinite(target_pos[world, i]) and wp.isfinite(target_vel[world, i])):
+            ok = 0
+    for b in range(body_count):
+        for i in range(6):
+            if not wp.isfinite(body_f[world, b][i]):
+                ok = 0
+    flags = int(0)
+    if ok == 0:
+        flags = NON_FINITE
+    if world_quaternions_ok(quat_coord, quat_count, joint_q[world]) == 0:
+        flags = flags | INVALID_QUATERNION
+    status[world] = flags
+    done[world] = 0
+    if flags != 0:
+        done[world] = 1
+
+
+@wp.kernel
+def _select_outputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int,
+                    q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
+                    overflow: wp.array(dtype=int), q1: wp.array2d(dtype=wp.float64), v1: wp.array2d(dtype=wp.float64),
+                    status: wp.array(dtype=int)):
+    """Flag non-finite results, quaternions the step carried out of range, and contact overflow; a
+    NON_FINITE or INVALID_QUATERNION world keeps q₀, v₀ (docs/design.md § Bad input)."""
+    world = wp.tid()
+    if (status[world] & REJECTED) == 0:  # a world rejected on input keeps its input flags only
+        ok = int(1)
+        for i in range(nq):
+            if not wp.isfinite(q1[world, i]):
+                ok = 0
+        for i in range(nv):
+            if not wp.isfinite(v1[world, i]):
+                ok = 0
+        if ok == 0:
+            status[world] = status[world] | NON_FINITE
+        elif world_quaternions_ok(quat_coord, quat_count, q1[world]) == 0:
+            status[world] = status[world] | INVALID_QUATERNION  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
+    if (status[world] & REJECTED) != 0:
+        for i in range(nq):
+            q1[world, i] = q0[world, i]
+        for i in range(nv):
+            v1[world, i] = v0[world, i]
+    if overflow[world] > 0:
+        status[world] = status[world] | CONTACT_OVERFLOW
+
+
+@wp.kernel
+def _keep_rejected_worlds(same_qd_order: int, nq: int, nv: int, body_count: int, status: wp.array(dtype=int),
+                          q_in: wp.array2d(dtype=wp.float64), qd_in: wp.array2d(dtype=wp.float64),
+                          body_q_in: wp.array2d(dtype=wp.transformd),
+                          body_qd_in: wp.array2d(dtype=wp.spatial_vectord),
+                          joint_q_out: wp.array2d(dtype=wp.float64), joint_qd_out: wp.array2d(dtype=wp.float64),
+                          body_q_out: wp.array2d(dtype=wp.transformd),
+                          body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
+    """A NON_FINITE or INVALID_QUATERNION world gets state_in's values back, bit for bit (joint_qd
+    only when both states use the same order; otherwise it keeps the converted v₀)."""
+    world = wp.tid()
+    if (status[world] & REJECTED) == 0:
+        return
+    for i in range(nq):
+        joint_q_out[world, i] = q_in[world, i]
+    if same_qd_order != 0:
+        for i in range(nv):
+            joint_qd_out[world, i] = qd_in[world, i]
+    for b in range(body_count):
+        body_q_out[world, b] = body_q_in[world, b]
+        body_qd_out[world, b] = body_qd_in[world, b]
+
+
+def check_inputs(m, state, control, status, done) -> None:
+    """Launch: per world, ``status`` = NON_FINITE where an input of the step is not finite and
+    INVALID_QUATERNION where a joint_q quaternion is rejected (else 0); ``done`` = 1 for those
+    worlds, which take no part in the step (sap_ref: ``read_inputs``' ``finite`` and ``quat_ok``)."""
+    wp.launch(_check_inputs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+        m.quat_coord, m.quat_count, m.nq, m.nv, m.body_count, state.joint_q, state.joint_qd, control.joint_f,
+        control.joint_act, control.joint_target_pos, control.joint_target_vel, state.body_f],
+              outputs=[status, done])
+
+
+def select_outputs(m, q0, v0, overflow, q1, v1, status) -> None:
+    """Launch: flag non-finite results, quaternions carried out of range and contact overflow in
+    ``status``; a rejected world's ``q1``, ``v1`` become its ``q0``, ``v0``."""
+    wp.launch(_select_outputs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+        m.quat_coord, m.quat_count, m.nq, m.nv, q0, v0, overflow], outputs=[q1, v1, status])
+
+
+def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in, body_qd_in) -> None:
+    """Launch: a rejected world of ``state_out`` gets state_in's values back, bit for bit, from the
+    copies ``q_in``, ``qd_in``, ``body_q_in``, ``body_qd_in`` taken before the step (sap_ref:
+    ``write_state``'s ``keep``)."""
+    wp.launch(_keep_rejected_worlds, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+        int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, status, q_in, qd_in,
+        body_q_in, body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd, state_out.body_q, state_out.body_qd])
+
+
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
     wp.launch(_joint_arrays_to_sap, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
@@ -148,12 +287,12 @@ def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
-    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32),
+    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device,
+              inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32),
         joint_q, v], outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
-    wp.launch(_body_twists_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[m.body_com, m.body_count, body_X,
-                                                                                body_V], outputs=[body_qd])
+    wp.launch(_body_twists_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device,
+              inputs=[m.body_com, m.body_count, body_X, body_V], outputs=[body_qd])

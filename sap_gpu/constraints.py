@@ -18,7 +18,7 @@ from .launch import world_block_dim
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["LimitLayout", "limit_layout", "limit_rows", "drive_rows", "participation", "row_support", "make_terms",
+__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "participation", "row_support", "make_terms",
            "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
@@ -64,7 +64,7 @@ def limit_layout(model: SapModel, device) -> LimitLayout:
 
 
 @wp.kernel
-def _limit_rows(
+def _limit_constraints(
     joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int), joint_X_p: wp.array(dtype=wp.transformd),
     joint_X_c: wp.array(dtype=wp.transformd), joint_qd_start: wp.array(dtype=int),
     body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int), dof_coord: wp.array(dtype=int),
@@ -148,7 +148,7 @@ def _limit_rows(
 
 
 @wp.kernel
-def _drive_rows(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype=wp.float64),
+def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype=wp.float64),
                 target_kd: wp.array(dtype=wp.float64), drive_dof: wp.array(dtype=int), drive_count: int,
                 dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                 q0_out: wp.array2d(dtype=wp.float64), Kp_out: wp.array2d(dtype=wp.float64),
@@ -262,22 +262,22 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
         A_ncols_out[world, i] = n
 
 
-def limit_rows(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
+def limit_constraints(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
     """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
-    wp.launch(_limit_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+    wp.launch(_limit_constraints, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint,
         m.dof_coord, m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
         layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X, dof_S],
         outputs=[active, J, R, v_hat])
 
 
-def drive_rows(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
+def drive_constraints(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
     """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
-    wp.launch(_drive_rows, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+    wp.launch(_drive_constraints, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
         m.dof_coord, m.joint_target_ke, m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A],
         outputs=[q0, Kp, Kd])
 

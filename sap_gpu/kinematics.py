@@ -20,7 +20,7 @@ from sap_common.model import JointType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["forward_kinematics", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC", "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
+__all__ = ["forward_kinematics", "body_poses", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC", "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
 
 PRISMATIC = wp.constant(int(JointType.PRISMATIC))
 REVOLUTE = wp.constant(int(JointType.REVOLUTE))
@@ -209,6 +209,42 @@ def forward_kinematics(m, joint_q, joint_qd_sap, body_X, body_V, dof_S) -> None:
 
 
 @wp.kernel
+def _body_poses(
+    joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
+    joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
+    joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
+    joint_lin_count: wp.array(dtype=int), joint_ang_count: wp.array(dtype=int), joint_axis: wp.array(dtype=wp.vec3d),
+    joint_order: wp.array(dtype=int), joint_count: int,
+    joint_q_in: wp.array2d(dtype=wp.float64), body_X_out: wp.array2d(dtype=wp.transformd),
+):
+    """The poses of _forward_kinematics alone (the same products, so the same bits)."""
+    world = wp.tid()
+    q = joint_q_in[world]
+    for k in range(joint_count):
+        j = joint_order[k]
+        jt = joint_type[j]
+        c = joint_child[j]
+        p = joint_parent[j]
+        X_FM = joint_transform(jt, joint_q_start[j], joint_qd_start[j], joint_lin_count[j], joint_ang_count[j], q,
+                               joint_axis)
+        if jt == FREE or jt == DISTANCE:
+            body_X_out[world, c] = X_FM
+            continue
+        X_WF = joint_X_p[j]
+        if p >= 0:
+            X_WF = body_X_out[world, p] * joint_X_p[j]
+        body_X_out[world, c] = X_WF * X_FM * wp.transform_inverse(joint_X_c[j])
+
+
+def body_poses(m, joint_q, body_X) -> None:
+    """Launch: body poses ``body_X (W, B)`` from ``joint_q`` alone (what :func:`forward_kinematics`
+    writes there). Counterpart of ``sap_common.kinematics.forward_kinematics``."""
+    wp.launch(_body_poses, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
+        m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
+        m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.joint_count, joint_q], outputs=[body_X])
+
+
+@wp.kernel
 def _motion_subspaces(
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
@@ -256,4 +292,5 @@ def motion_subspaces(m, joint_q, body_X, dof_S) -> None:
 
 def round_poses(body_X, body_X_out) -> None:
     """Launch: poses rounded through float32 (``use_f64_boundary_pose=False``)."""
-    wp.launch(_round_poses, dim=body_X.shape, inputs=[body_X], outputs=[body_X_out], device=body_X.device)
+    wp.launch(_round_poses, dim=body_X.shape, inputs=[body_X], outputs=[body_X_out], device=body_X.device,
+              block_dim=world_block_dim(body_X.device))

@@ -2,13 +2,12 @@
 
 Counterparts of :mod:`sap_ref.line_search` (the same steps and tests, docs/formulation.md § Line searches).
 Each is a ``wp.func`` for one world; they call ``phi(P, world, lane, alpha)``, the cost along the
-Newton direction and its two derivatives, which :mod:`sap_gpu.contact_solve` supplies: the
-staged path runs them in the world's thread (``lane`` 0), the fused path
-(:mod:`sap_gpu.fused_newton`) on every lane of the world's block, where ``phi`` spreads the rows
-over the lanes and returns block sums, so every lane sees the same values and takes the same
-branches. Built per scalar type and per φ by :func:`make_line_search`. Each returns
-``(alpha, evaluations, failed)``.
-"""
+Newton direction and its two derivatives (:func:`sap_gpu.contact_problem.row_functions`'
+``cost_along_line``): the staged path (:mod:`sap_gpu.contact_solve`) runs them in the world's
+thread (``lane`` 0), the fused path (:mod:`sap_gpu.contact_solve_fused`) on every lane of the
+world's block, where ``phi`` spreads the rows over the lanes and returns block sums, so every
+lane sees the same values and takes the same branches. Built per scalar type and per φ by
+:func:`make_line_search`. Each returns ``(alpha, evaluations, failed)``."""
 
 import warp as wp
 

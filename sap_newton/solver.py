@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 import newton
-import warp as wp
 
 import sap_gpu
 from sap_common.config import SapConfig
-from sap_gpu import kinematics
 
 from .convert import convert_model
 from .transfer import Transfer
@@ -106,13 +104,6 @@ class SolverSAP(newton.solvers.SolverBase):
         self.sap_contacts = [sap_gpu.contacts(g.sap_model.num_worlds, s.config.max_rigid_contact, d)
                              for g, s in zip(conv.groups, self.solvers)]
         self._contacts_used = False
-        # FK scratch: the poses of joint_q (what contacts are built on), velocities unused.
-        self._zero_qd = [wp.zeros((g.sap_model.num_worlds, g.sap_model.joint_dof_count), dtype=wp.float64, device=d)
-                         for g in conv.groups]
-        self._body_V = [wp.zeros((g.sap_model.num_worlds, g.sap_model.body_count), dtype=wp.spatial_vectord,
-                                 device=d) for g in conv.groups]
-        self._dof_S = [wp.zeros((g.sap_model.num_worlds, g.sap_model.joint_dof_count), dtype=wp.spatial_vectord,
-                                device=d) for g in conv.groups]
         self._model_control = model.control(clone_variables=False)
 
     # ------------------------------------------------------------------ Newton interface
@@ -146,8 +137,7 @@ class SolverSAP(newton.solvers.SolverBase):
             s_in, s_out = self.sap_state_in[g], self.sap_state_out[g]
             self.transfer.state_to_sap(g, state_in, s_in)
             # Poses from joint_q (the reduced coordinates are what the step integrates).
-            kinematics.forward_kinematics(solver.m, s_in.joint_q, self._zero_qd[g], s_in.body_q, self._body_V[g],
-                                          self._dof_S[g])
+            solver.body_poses(s_in.joint_q, s_in.body_q)
             self.transfer.control_to_sap(g, control, self.sap_control[g])
             sap_contacts = None
             if self.collision == "sap":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common.config import SapConfig
-from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
+from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.conventions import joint_quaternions_ok
 from sap_common.model import SapModel
 from sap_common.time_step import time_step_bound
@@ -87,11 +87,8 @@ class SolverSAP:
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (docs/presets.md).
         device: None or ``"cpu"`` (sap_ref runs on the host; the argument exists so that
             ``sap_ref`` and ``sap_gpu`` are called alike).
-        newton_path: ``"fused"`` (default) or ``"staged"``: how sap_gpu lays the Newton loop on
-            the device. Both compute the same iterates; sap_ref's single host loop is the same
-            for either, and the argument is checked and kept (``self.newton_path``) so that
-            ``sap_ref`` and ``sap_gpu`` are called alike.
-        **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset.
+        **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset
+            (``newton_path``, which only sap_gpu's device loop reads, is checked here too).
 
     Diagnostics after :meth:`step` (arrays over worlds): ``last_newton_iterations``,
     ``last_line_search_iterations``, ``last_truncated_contact_count``, ``last_status``
@@ -102,13 +99,10 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, newton_path: str = DEFAULT_NEWTON_PATH, **overrides):
+                 device=None, **overrides):
         check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
-        if not isinstance(newton_path, str) or newton_path not in NEWTON_PATHS:
-            raise ValueError(f"newton_path: {newton_path!r} is not valid; valid: {', '.join(NEWTON_PATHS)}")
-        self.newton_path = newton_path
         if model.joint_dof_count < 1:
             raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
         self.model = model
@@ -150,6 +144,18 @@ class SolverSAP:
         self.last_truncated_contact_count[:] = contacts.overflow
         self.last_linear_solver_iterations[:] = [r.solve.linear_solver_iterations if r.solve else 0 for r in results]
         self.last_linear_solver_residual[:] = [r.solve.linear_solver_residual if r.solve else 0.0 for r in results]
+
+    def body_poses(self, joint_q, body_q) -> None:
+        """Fill ``body_q (num_worlds, B, 7)`` with every world's body poses ``[p, quat xyzw]`` at
+        coordinates ``joint_q (num_worlds, nq)`` (forward kinematics; what :meth:`step` leaves in
+        ``state_out.body_q``). sap_gpu's method of the same name does this on the device."""
+        W, nq, B = self.model.num_worlds, self.model.joint_coord_count, self.model.body_count
+        joint_q = np.asarray(joint_q)
+        if joint_q.shape != (W, nq) or joint_q.dtype != np.float64:
+            raise ValueError(f"joint_q: expected a float64 array shaped {(W, nq)}, got {joint_q.dtype} {joint_q.shape}")
+        if not isinstance(body_q, np.ndarray) or body_q.shape != (W, B, 7) or body_q.dtype != np.float64:
+            raise ValueError(f"body_q: expected a float64 array shaped {(W, B, 7)}")
+        body_q[...] = world_poses(self.model, joint_q)
 
     def diagnostics(self) -> dict:
         """Copies of the per-world diagnostics of the last step (the keys of sap_gpu's)."""

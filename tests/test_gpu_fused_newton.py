@@ -1,4 +1,4 @@
-"""The fused Newton path against the staged one (sap_gpu.fused_newton; a fast variant is tested against the plain path it replaces).
+"""The fused Newton path against the staged one (sap_gpu.contact_solve_fused; a fast variant is tested against the plain path it replaces).
 
 ``SolverSAP(newton_path="fused")`` runs stage 3 of a world in one block of lanes, ``"staged"``
 as one thread per world per kernel. Two kinds of comparison:
@@ -25,8 +25,8 @@ import sap_gpu
 from conftest import cooperative_lanes
 from sap_common import scenes
 from sap_common.state import StepStatus
-from sap_gpu.fused_newton import fused_newton_kernel, fused_size
-from sap_gpu.solver import NEWTON_PATHS
+from sap_gpu.contact_solve_fused import fused_newton_kernel, fused_size
+from sap_common.config import NEWTON_PATHS
 from strategies import random_constrained_models
 from test_gpu_sparse_rows import _inputs
 from test_gpu_stages import LINE_SEARCHES, PRESETS
@@ -69,7 +69,7 @@ def _a_norm_bound(solver, v_a, v_b):
     """(‖v_a − v_b‖_A, ‖∇ℓ(v_a)‖_{A⁻¹} + ‖∇ℓ(v_b)‖_{A⁻¹}, ‖v_b‖_A) per world over participating DOFs,
     ∇ℓ from ``solver.evaluate_at`` on the last step's problem."""
     nv = solver.m.nv
-    A, mask = solver.A.numpy()[:, :nv, :nv], solver.dof_mask.numpy().astype(bool)
+    A, mask = solver.work.A.numpy()[:, :nv, :nv], solver.work.dof_mask.numpy().astype(bool)
     ga, gb = solver.evaluate_at(v_a)["grad"], solver.evaluate_at(v_b)["grad"]
     out = []
     for w in range(len(A)):
@@ -84,8 +84,8 @@ def _a_norm_bound(solver, v_a, v_b):
 
 def _assert_same_solution(solver, v_a, v_b, what):
     """Both velocities solve the solver's last problem: within each other's reach (module doc)."""
-    np.testing.assert_array_equal(v_a[~solver.dof_mask.numpy().astype(bool)],
-                                  v_b[~solver.dof_mask.numpy().astype(bool)], err_msg=f"{what}: v1 = v* off the trees")
+    np.testing.assert_array_equal(v_a[~solver.work.dof_mask.numpy().astype(bool)],
+                                  v_b[~solver.work.dof_mask.numpy().astype(bool)], err_msg=f"{what}: v1 = v* off the trees")
     for w, (dist, reach, scale) in enumerate(_a_norm_bound(solver, v_a, v_b)):
         assert dist <= reach * (1 + 1e-9) + GRAD_ROUNDING * max(1.0, scale), \
             f"{what}, world {w}: ‖Δv₁‖_A = {dist:.3e} > {reach:.3e}"
@@ -95,10 +95,10 @@ def _ell_order_bound(solver, v, ell):
     """SUM_ORDER_FACTOR·m·ε·Σ|terms| of ℓ at v: ℓ_A's per-DOF terms ½(v − v*)ᵢ(A(v − v*))ᵢ and the
     rows' costs ℓᵢ ≥ 0 (whose absolute sum is ℓ − ℓ_A)."""
     nv = solver.m.nv
-    A, v_star = solver.A.numpy()[:, :nv, :nv], solver.v_star.numpy()
+    A, v_star = solver.work.A.numpy()[:, :nv, :nv], solver.work.v_star.numpy()
     x = v - v_star
     terms = 0.5 * x * np.einsum("wij,wj->wi", A, x)
-    rows = solver.P.gamma.shape[1]
+    rows = solver.work.P.gamma.shape[1]
     m = nv + rows
     return SUM_ORDER_FACTOR * m * np.finfo(np.float64).eps * (np.abs(terms).sum(1) + np.abs(ell - terms.sum(1)))
 
@@ -119,7 +119,7 @@ def test_one_lane_fused_equals_staged(device, case, preset, line_search):
             solver = _solver(model, device, path, **config)
             runs.append((solver, _step(solver, state, control, contacts, device)))
         _assert_same_step(*runs, f"{preset}/{line_search}")
-        v = runs[1][0].v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        v = runs[1][0].work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
         ea, eb = (s.evaluate_at(v) for s, _ in runs)
     for k, x in ea.items():
         np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
@@ -138,7 +138,7 @@ def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_s
     with cooperative_lanes():
         fused = _solver(model, device, "fused", **config)
         out_f = _step(fused, state, control, contacts, device)
-        v = staged.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        v = staged.work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
         ef = fused.evaluate_at(v)
     es = staged.evaluate_at(v)
     for k in ("grad", "H", "H_diag", "contact_gamma", "limit_gamma", "drive_gamma"):
@@ -146,7 +146,7 @@ def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_s
     assert np.all(np.abs(ef["ell"] - es["ell"]) <= _ell_order_bound(staged, v, es["ell"])), "ℓ"
     ds, df = staged.diagnostics(), fused.diagnostics()
     if ds["status"][0] == StepStatus.CONVERGED and df["status"][0] == StepStatus.CONVERGED:
-        _assert_same_solution(staged, fused.v1.numpy(), staged.v1.numpy(), f"{preset}/{line_search}")
+        _assert_same_solution(staged, fused.work.v1.numpy(), staged.work.v1.numpy(), f"{preset}/{line_search}")
     else:  # away from convergence the two must fail the same way
         assert ds["status"][0] == df["status"][0]
     assert np.isfinite(out_f.joint_q).all() == np.isfinite(out_s.joint_q).all()
@@ -165,7 +165,7 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
     staged = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="staged")
     with cooperative_lanes():
         fused = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="fused")
-    assert fused.H.shape[1] == fused_size(m.joint_dof_count)
+    assert fused.work.H.shape[1] == fused_size(m.joint_dof_count)
     pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, staged.config, device=device)
     contacts = pipe.contacts()
     state = sap_gpu.to_device(scene.state, device)
@@ -181,7 +181,7 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
         staged.step(state, state, control, contacts, scene.dt)
         for s in (staged, fused):
             assert np.all(s.diagnostics()["status"] == StepStatus.CONVERGED), f"step {n}"
-        _assert_same_solution(staged, fused.v1.numpy(), staged.v1.numpy(), f"{name} step {n}")
+        _assert_same_solution(staged, fused.work.v1.numpy(), staged.work.v1.numpy(), f"{name} step {n}")
     assert max(counts) > 0, "the rollout never touched the ground"
 
 
@@ -205,7 +205,7 @@ def test_one_lane_blocked_factorization_equals_staged(device):
                 pipe.collide(state, contacts)
                 solver.step(state, state, control, contacts, scene.dt)
             runs.append((solver, sap_gpu.to_host(state)))
-    assert runs[0][0].H.shape[1] == 96 and runs[0][0].newton_L.shape[1] == 96
+    assert runs[0][0].work.H.shape[1] == 96 and runs[0][0].work.newton_L.shape[1] == 96
     _assert_same_step(*runs, "humanoid3")
 
 
@@ -218,7 +218,7 @@ def test_float32_objective_on_both_paths(device):
         with cooperative_lanes(lanes):
             solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device, newton_path=path,
                                        contact_solve_precision="fp32")
-            assert solver.P.v.dtype == wp.float32
+            assert solver.work.P.v.dtype == wp.float32
             pipe = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
             contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
             control = sap_gpu.to_device(scene.control, device)
@@ -261,9 +261,9 @@ def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(d
 
             def hook(stage):
                 if tamper and stage == "constraints":
-                    A = solver.A.numpy()
+                    A = solver.work.A.numpy()
                     A[1] *= -1e9
-                    solver.A.assign(A)
+                    solver.work.A.assign(A)
 
             solver.stage_hook = hook
             solver.step(state, state, sap_gpu.to_device(scene.control, device), contacts, 2e-3)
@@ -277,13 +277,6 @@ def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(d
     assert bad["status"][0] == StepStatus.CONVERGED
     for f in ("joint_q", "joint_qd"):
         np.testing.assert_array_equal(getattr(bad_state, f)[0], getattr(clean_state, f)[0], err_msg=f)
-
-
-@pytest.mark.parametrize("bad", ["Fused", "graph", None, 1])
-def test_newton_path_must_be_fused_or_staged(device, bad):
-    scene = scenes.get("sphere_drop")
-    with pytest.raises(ValueError, match=r"newton_path: .* is not valid; valid: fused, staged"):
-        sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=4, device=device, newton_path=bad)
 
 
 def test_pcr_runs_the_staged_loop_on_either_path(device):
@@ -309,13 +302,10 @@ def test_the_fused_kernel_fits_in_shared_memory(device):
     a CPU build: on CUDA the cuSolverDx workspace may add to it) stays within a block's budget:
     one tile (nv ≤ 32) under the 48 KiB default, the blocked factorization (nv = 81, padded to
     96, float64) under an H100's 227 KiB opt-in maximum."""
-    from sap_gpu.contact_solve import newton_kernels
-
     cpu = wp.get_device("cpu")
     for TL in (wp.float32, wp.float64):
-        kk = newton_kernels(wp.float64, TL, "monotone_decay")
         for n, budget in ((32, DEFAULT_SHARED_PER_BLOCK), (96, SM90_MAX_SHARED_PER_BLOCK)):
-            kernel = fused_newton_kernel(kk, n)
+            kernel = fused_newton_kernel(wp.float64, TL, "monotone_decay", n)
             meta = kernel.module.load(cpu, block_dim=sap_gpu.launch.TILE_BLOCK_DIM).meta
             (smem,) = [v for k, v in meta.items() if k.endswith("forward_smem_bytes")]
             assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}: {smem} bytes"

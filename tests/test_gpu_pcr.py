@@ -151,7 +151,7 @@ def _rollout(device, name, W, steps, **kw):
 def test_pcr_steps_converge_report_their_work_and_never_form_H(device, preset):
     solver, state, diags = _rollout(device, "box_stack", 2, 15, contact_preset_variant=preset,
                                     contact_linear_solver="pcr")
-    assert solver.H.shape == (1, 1, 1) and "L64" not in solver.fm_scratch and "L32" not in solver.fm_scratch
+    assert solver.work.H.shape == (1, 1, 1) and "L64" not in solver.work.fm_scratch and "L32" not in solver.work.fm_scratch
     assert all(np.all(d["status"] == StepStatus.CONVERGED) for d in diags)
     worked = [d for d in diags if d["newton_iterations"].max() > 0]
     assert worked and all(np.all(d["linear_solver_iterations"] > 0) for d in worked)
@@ -218,12 +218,12 @@ def test_gpu_pcr_steps_agree_with_sap_ref_cholesky_on_every_drake_anchor(device,
         assert gpu.diagnostics()["status"][0] == StepStatus.CONVERGED == ref.last_status[0], f"step {n}"
         r = ref.last_results[0]
         A = r.free_motion.A
-        v1 = gpu.v1.numpy()[0]
+        v1 = gpu.work.v1.numpy()[0]
         g_gpu = gpu.evaluate_at(v1[None])["grad"][0]
         g_ref = np.zeros(nv)
         g_ref[r.problem.dofs] = r.solve.evaluation.grad
         a_norm = lambda x: float(np.sqrt(max(x @ A @ x, 0.0)))  # noqa: E731
         a_inv = lambda g: float(np.sqrt(max(g @ np.linalg.solve(A, g), 0.0)))  # noqa: E731
-        bound = a_inv(g_ref) + a_inv(g_gpu) + a_norm(r.free_motion.v_star - gpu.v_star.numpy()[0])
+        bound = a_inv(g_ref) + a_inv(g_gpu) + a_norm(r.free_motion.v_star - gpu.work.v_star.numpy()[0])
         dv = a_norm(r.v1 - v1)
         assert dv <= bound + STEP_BOUND_SLACK * max(1.0, a_norm(r.v1)), f"step {n}: {dv:.3e} > {bound:.3e}"

@@ -14,11 +14,12 @@ import pytest
 import warp as wp
 
 import sap_gpu
+import sap_ref
 from conftest import DATA, cooperative_lanes
 from sap_common import scenes
 from sap_common.io import body_pose_error, load_json, load_recording, recorded_body_indices
 from sap_common.state import SapContacts, StepStatus
-from sap_gpu.solver import DEFAULT_NEWTON_PATH, NEWTON_PATHS
+from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from test_ref_solver import CONTACT_FREE_ANCHORS, CONTACT_FREE_POSITION_TOL, CONTACT_FREE_ROTATION_TOL
 from test_ref_solver_contact import CONTACT_ANCHORS, CONTACT_POSITION_TOL, CONTACT_ROTATION_TOL
 
@@ -316,3 +317,21 @@ def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device, newton
     iterations = int(d["newton_iterations"].max())
     # One pass per Newton iteration, plus the last pass that only evaluates and stops.
     assert loop == ["newton_evaluate", "linear_solve", "line_search"] * (iterations + 1)
+
+
+def test_body_poses_are_the_poses_a_step_leaves(device):
+    """``SolverSAP.body_poses`` (both backends) gives the body_q a step writes, bit for bit, from
+    joint_q alone; a wrong shape is a ValueError naming the argument."""
+    scene = scenes.get("arm_push_block", num_worlds=2)
+    m = scene.sap_model
+    for backend, kw in ((sap_gpu, {"device": device}), (sap_ref, {})):
+        solver = backend.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, **kw)
+        state = backend.to_device(scene.state, *kw.values())
+        solver.step(state, state, backend.to_device(scene.control, *kw.values()), None, scene.dt)
+        poses = backend.to_device(scene.state, *kw.values()).body_q
+        solver.body_poses(state.joint_q, poses)
+        host = backend.to_host(state).body_q
+        got = poses.numpy().reshape(host.shape) if hasattr(poses, "numpy") else poses
+        np.testing.assert_array_equal(got, host, err_msg=backend.__name__)
+        with pytest.raises(ValueError, match="joint_q"):
+            solver.body_poses(backend.to_device(scene.state, *kw.values()).joint_qd, poses)

@@ -17,7 +17,7 @@ from conftest import cooperative_lanes
 from sap_common import scenes
 from sap_ref.collision import CollisionPipeline
 from strategies import random_constrained_models
-from sap_gpu.solver import NEWTON_PATHS
+from sap_common.config import NEWTON_PATHS
 from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
 
 CAP = 16
@@ -56,18 +56,18 @@ def _nonzero_columns(rows):
 
 def _check_lists(solver, sparse):
     """The support lists of world 0 are exactly the non-zero columns (every column when dense)."""
-    P, nv, L = solver.P, solver.m.nv, solver.limits.count
+    P, nv, L = solver.work.P, solver.m.nv, solver.work.limits.count
     C = int(P.contact_count.numpy()[0])
-    J, cols, ncols = solver.contact_J.numpy()[0], P.contact_cols.numpy()[0], P.contact_ncols.numpy()[0]
+    J, cols, ncols = solver.work.contact_J.numpy()[0], P.contact_cols.numpy()[0], P.contact_ncols.numpy()[0]
     for c in range(C):
         want = _nonzero_columns(J[3 * c:3 * c + 3]) if sparse else np.arange(nv)
         np.testing.assert_array_equal(cols[c, :ncols[c]], want, err_msg=f"contact {c}")
-    active = solver.limit_active.numpy()[0]
-    lJ, lcols, lncols = solver.limit_J.numpy()[0], P.limit_cols.numpy()[0], P.limit_ncols.numpy()[0]
+    active = solver.work.limit_active.numpy()[0]
+    lJ, lcols, lncols = solver.work.limit_J.numpy()[0], P.limit_cols.numpy()[0], P.limit_ncols.numpy()[0]
     for r in range(L):
         want = np.arange(0) if not active[r] else (_nonzero_columns(lJ[r:r + 1]) if sparse else np.arange(nv))
         np.testing.assert_array_equal(lcols[r, :lncols[r]], want, err_msg=f"limit row {r}")
-    A, acols, ancols = solver.A.numpy()[0], P.A_cols.numpy()[0], P.A_ncols.numpy()[0]
+    A, acols, ancols = solver.work.A.numpy()[0], P.A_cols.numpy()[0], P.A_ncols.numpy()[0]
     for i in range(nv):
         want = _nonzero_columns(A[i:i + 1, :nv]) if sparse else np.arange(nv)
         np.testing.assert_array_equal(acols[i, :ancols[i]], want, err_msg=f"row {i} of A")
@@ -97,7 +97,7 @@ def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_
     _check_lists(runs[1][0], False)
     _assert_equal_runs(*runs, f"{preset}/{line_search}/{linear_solver}")
     # ℓ, ∇ℓ, γ and H (or diag H) at a velocity that is not the solution.
-    v = runs[0][0].v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+    v = runs[0][0].work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
     with cooperative_lanes(newton_path == "fused"):
         ea, eb = (s.evaluate_at(v) for s, _ in runs)
     for k, x in ea.items():
@@ -136,7 +136,7 @@ def test_humanoid_rollout_sparse_equals_dense(device, linear_solver, newton_path
             with cooperative_lanes(newton_path == "fused"):
                 solver.step(state, state, control, contacts, scene.dt)
             count = contacts.count.numpy()
-            ncols_seen += [n for w in range(3) for n in solver.P.contact_ncols.numpy()[w, :count[w]]]
+            ncols_seen += [n for w in range(3) for n in solver.work.P.contact_ncols.numpy()[w, :count[w]]]
         _check_lists(solver, sparse)
         assert np.all(solver.diagnostics()["status"] & 1)
         outs.append((sap_gpu.to_host(state), solver.diagnostics(), noise, ncols_seen))

@@ -23,7 +23,7 @@ from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
-from sap_gpu.solver import NEWTON_PATHS
+from sap_common.config import NEWTON_PATHS
 from sap_ref.solver import SolverSAP as RefSolver
 from strategies import random_constrained_models
 from tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
@@ -85,7 +85,7 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
     ref.step(state, out_ref, control, contacts, 1e-3)
     r, cfg, nv = ref.last_results[0], ref.config, model.joint_dof_count
     # Stage 1: A and v*.
-    _close(gpu.A.numpy()[0, :nv, :nv], r.free_motion.A, TOL["fp64"], "A")
+    _close(gpu.work.A.numpy()[0, :nv, :nv], r.free_motion.A, TOL["fp64"], "A")
     dv_ref = r.free_motion.v_star - joint_qd_public_to_sap(model, state.joint_q[0], state.joint_qd[0])
     if cfg.matrixfree_representation:
         # Both backends' PCR reach ‖r‖ ≤ rtol‖b‖ up to the recurrence drift (≤ k·ε·κ, k ≤ the
@@ -94,29 +94,29 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         eps = np.finfo(cfg.dtype("free_motion_solve_precision")).eps
         reach = cfg.pcr_rtol + RESIDUAL_GAP_FACTOR * cfg.pcr_max_iterations * eps * np.linalg.cond(A)
         bound = 2 * reach * np.linalg.norm(A @ dv_ref) / np.linalg.eigvalsh(A)[0]
-        err = np.linalg.norm(gpu.v_star.numpy()[0] - r.free_motion.v_star)
+        err = np.linalg.norm(gpu.work.v_star.numpy()[0] - r.free_motion.v_star)
         assert err <= bound * (1 + 1e-6) + TOL["fp64"] * max(1.0, np.abs(dv_ref).max()), f"v_star (pcr) {err:.3e}"
     elif cfg.free_motion_solve_precision == "fp64":
-        _close(gpu.v_star.numpy()[0], r.free_motion.v_star, TOL["fp64"], "v_star")
+        _close(gpu.work.v_star.numpy()[0], r.free_motion.v_star, TOL["fp64"], "v_star")
     else:
         bound = TOL["fp32_solve_factor"] * np.linalg.cond(r.free_motion.A) * np.finfo(np.float32).eps
-        _close(gpu.v_star.numpy()[0], r.free_motion.v_star, bound * max(1.0, np.abs(dv_ref).max()), "v_star (fp32)")
+        _close(gpu.work.v_star.numpy()[0], r.free_motion.v_star, bound * max(1.0, np.abs(dv_ref).max()), "v_star (fp32)")
     # Stage 2: contact rows, weights, R, v̂.
     C = int(contacts.count[0])
     jtol = TOL["fp64"] if cfg.use_f64_boundary_pose else TOL["fp32_pose"]
     if C:
-        _close(gpu.contact_J.numpy()[0, :3 * C], r.contacts.J.reshape(3 * C, nv), jtol, "J")
+        _close(gpu.work.contact_J.numpy()[0, :3 * C], r.contacts.J.reshape(3 * C, nv), jtol, "J")
         wtol = TOL["fp64"] if cfg.sap_contact_weight_precision == "fp64" else TOL["fp32_weights"]
-        _close_rel(gpu.contact_w.numpy()[0, :C], r.w, wtol, "w")
-        _close_rel(gpu.contact_R.numpy()[0, :C], r.R, wtol, "R")
-        _close(gpu.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol, "v_hat")
+        _close_rel(gpu.work.contact_w.numpy()[0, :C], r.w, wtol, "w")
+        _close_rel(gpu.work.contact_R.numpy()[0, :C], r.R, wtol, "R")
+        _close(gpu.work.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol, "v_hat")
     # Limit and drive rows: the same active set, J, R and v̂.
-    if gpu.limits.count:
-        active = gpu.limit_active.numpy()[0, :gpu.limits.count].astype(bool)
+    if gpu.work.limits.count:
+        active = gpu.work.limit_active.numpy()[0, :gpu.work.limits.count].astype(bool)
         assert active.sum() == len(r.limits.R)
-        _close(gpu.limit_J.numpy()[0, :gpu.limits.count][active], r.limits.J, jtol, "limit J")
-        limit_R = gpu.limit_R.numpy()[0, :gpu.limits.count][active]
-        limit_v_hat = gpu.limit_v_hat.numpy()[0, :gpu.limits.count][active]
+        _close(gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active], r.limits.J, jtol, "limit J")
+        limit_R = gpu.work.limit_R.numpy()[0, :gpu.work.limits.count][active]
+        limit_v_hat = gpu.work.limit_v_hat.numpy()[0, :gpu.work.limits.count][active]
         if cfg.use_f64_boundary_pose:
             _close_rel(limit_R, r.limits.R, TOL["fp64"], "limit R")
             _close(limit_v_hat, r.limits.v_hat, TOL["fp64"], "limit v_hat")
@@ -133,22 +133,22 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
             assert np.all(np.abs(limit_v_hat - r.limits.v_hat) <= vtol), "limit v_hat (fp32 pose)"
             rtol = np.where(distance, 2 * TOL["fp32_pose"], TOL["fp64"])
             assert np.all(np.abs(limit_R - r.limits.R) <= rtol * np.abs(r.limits.R)), "limit R (fp32 pose)"
-    if gpu.drive_count:
-        _close_rel(gpu.drive_Kp.numpy()[0, :gpu.drive_count], r.drives.Kp, TOL["fp64"], "drive Kp")
-        _close_rel(gpu.drive_Kd.numpy()[0, :gpu.drive_count], r.drives.Kd, TOL["fp64"], "drive Kd")
+    if gpu.work.drive_count:
+        _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"], "drive Kp")
+        _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"], "drive Kd")
     # Stage 3 at a fixed v (sap_ref's solution): γ, ℓ, ∇ℓ, H, isolated from stages 1–2 by giving
     # sap_ref's objective the device's v*, J, R and v̂ of contacts and limits (they differ by
     # float32 ulps under approx32).
     p, dofs = r.problem, r.problem.dofs
-    p = dataclasses.replace(p, v_star=gpu.v_star.numpy()[0, dofs].astype(p.dtype))
+    p = dataclasses.replace(p, v_star=gpu.work.v_star.numpy()[0, dofs].astype(p.dtype))
     if C:
         v_hat = p.contact_v_hat.copy()
-        v_hat[:, 2] = gpu.contact_v_hat.numpy()[0, :C]
-        J = gpu.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-        p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.contact_R.numpy()[0, :C].astype(p.dtype),
+        v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
+        J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
+        p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype),
                                 contact_v_hat=v_hat)
-    if gpu.limits.count and active.any():
-        p = dataclasses.replace(p, limit_J=gpu.limit_J.numpy()[0, :gpu.limits.count][active][:, dofs].astype(p.dtype),
+    if gpu.work.limits.count and active.any():
+        p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs].astype(p.dtype),
                                 limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
     v = r.v1.copy()
     with cooperative_lanes(newton_path == "fused"):
@@ -176,7 +176,7 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
     # as close to sap_ref's v₁ as the two residuals allow, when both converged.
     status = gpu.diagnostics()["status"][0]
     if status == 1 and ref.last_status[0] == 1:
-        v_gpu = gpu.v1.numpy()[0]
+        v_gpu = gpu.work.v1.numpy()[0]
         ev = evaluate(p, v_gpu[dofs])
         ok, res, scale = stopping_criterion(p, ev, cfg)
         # Within the Newton tolerance, or at the same cost to the cost criterion's precision.
@@ -184,7 +184,7 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         assert ok or abs(ev.ell - ev_ref.ell) <= 10 * (cfg.cost_abs_tol + cfg.cost_rel_tol * abs(ev.ell)) \
             + 1e-9 * max(1.0, abs(ev.ell))
         rest = np.setdiff1d(np.arange(nv), dofs)  # non-participating DOFs keep v = v*
-        _close(v_gpu[rest], gpu.v_star.numpy()[0, rest], 0.0, "v1 = v* off the participating trees")
+        _close(v_gpu[rest], gpu.work.v_star.numpy()[0, rest], 0.0, "v1 = v* off the participating trees")
         # v₁ itself: ℓ = ½‖v − v*‖²_A + (convex terms) is A-strongly convex, so any two velocities
         # satisfy ‖x − y‖_A ≤ ‖∇ℓ(x)‖_{A⁻¹} + ‖∇ℓ(y)‖_{A⁻¹}: the two backends' v₁ may differ only as
         # much as their residual momenta allow (the solver tolerance, measured, not assumed).
@@ -204,8 +204,8 @@ def test_config_knobs_reach_the_kernels(device):
     scene = scenes.get("box_slide")
     s32 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device)
     s64 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_preset_variant="approx64")
-    assert s32.H.dtype == wp.float32 and s32.fm_scratch["A32"].dtype == wp.float32 and s32.T == wp.float64
-    assert s64.H.dtype == wp.float64 and "A32" not in s64.fm_scratch
+    assert s32.work.H.dtype == wp.float32 and s32.work.fm_scratch["A32"].dtype == wp.float32 and s32.work.T == wp.float64
+    assert s64.work.H.dtype == wp.float64 and "A32" not in s64.work.fm_scratch
     s = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_solve_precision="fp32")
-    assert s.P.v.dtype == wp.float32 and s.P.grad.dtype == wp.float32
+    assert s.work.P.v.dtype == wp.float32 and s.work.P.grad.dtype == wp.float32
     assert isinstance(s.config, SapConfig)

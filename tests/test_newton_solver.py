@@ -131,8 +131,7 @@ def test_newton_contacts_become_the_contacts_of_our_collision(device):
     g = 0
     s_in = solver.sap_state_in[g]
     solver.transfer.state_to_sap(g, state, s_in)
-    sap_gpu.kinematics.forward_kinematics(solver.solvers[g].m, s_in.joint_q, solver._zero_qd[g], s_in.body_q,
-                                          solver._body_V[g], solver._dof_S[g])
+    solver.solvers[g].body_poses(s_in.joint_q, s_in.body_q)
     routed = sap_gpu.contacts(2, 16, device)
     solver.transfer.contacts_to_sap(g, contacts, s_in.body_q, routed)
     ours = solver.pipelines[g].contacts()

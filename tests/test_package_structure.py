@@ -175,12 +175,14 @@ def test_readme_example_uses_only_top_level_backend_names():
     assert not submodule_use, f"README example reaches into backend modules: {submodule_use}"
 
 
-@pytest.mark.parametrize("bad", ["Fused", "graph", None, 1])
-def test_sap_ref_checks_newton_path_like_sap_gpu(bad):
-    """sap_ref takes sap_gpu's ``newton_path`` so calls port between backends; a bad value fails alike."""
+@pytest.mark.parametrize("bad", ["graph", "fuse", 1])
+def test_newton_path_is_a_config_knob_both_backends_check_alike(bad, device):
+    """``newton_path`` is a SapConfig knob, so calls port between backends; a bad value fails alike."""
     from sap_common import scenes
     model = scenes.get("sphere_drop").sap_model
-    with pytest.raises(ValueError, match=r"newton_path: .* is not valid; valid: fused, staged"):
-        sap_ref.SolverSAP(model, max_rigid_contact=4, newton_path=bad)
-    for path in ("fused", "staged"):
-        assert sap_ref.SolverSAP(model, max_rigid_contact=4, newton_path=path).newton_path == path
+    for backend, kw in ((sap_ref, {}), (sap_gpu, {"device": device})):
+        with pytest.raises(ValueError, match=r"newton_path: .* is not valid; valid: fused, staged"):
+            backend.SolverSAP(model, max_rigid_contact=4, newton_path=bad, **kw)
+        for path in ("fused", "Staged"):
+            assert backend.SolverSAP(model, max_rigid_contact=4, newton_path=path, **kw).config.newton_path \
+                == path.lower()

@@ -1,0 +1,437 @@
+"""Stage 3's data on the device and the per-row functions both Newton loops are built from.
+
+Counterpart of :class:`sap_ref.contact_solve.SapProblem` and of the cost pieces of
+:mod:`sap_ref.contact_solve` (docs/formulation.md § The cost and its derivatives, § Newton loop).
+The staged loop (:mod:`sap_gpu.contact_solve`, one thread per world) and the fused loop
+(:mod:`sap_gpu.contact_solve_fused`, one block of lanes per world) run the *same* functions:
+each function that walks DOFs or rows takes ``lane`` and ``stride`` and covers rows
+``lane, lane + stride, …``. The staged kernels call them with ``(0, 1)`` (every row, in order);
+the fused kernel with ``(lane, block_dim)`` and then block-sums the partial results. Lane 0's
+partial sum always starts with the terms the staged loop starts with, so on one lane the two
+loops compute the same numbers bit for bit.
+
+Everything here is built per scalar type and memoized:
+
+* :func:`problem_types` (objective scalar T): the ``Problem`` struct (one step's A, v*, J, R,
+  v̂, μ, limit and drive rows, their non-zero column lists, the Newton state) and the
+  ``Newton`` struct (per-world iteration state and the solver settings);
+* :func:`row_functions` (T): row products, the terms γ, G, ℓ of every row, the gradient and
+  stopping sums, the direction's row velocities and the line-search cost φ(α);
+* :func:`hessian_functions` (T, linear-solve scalar TL): rows of H = A + JᵀGJ.
+"""
+
+from types import SimpleNamespace
+
+import warp as wp
+
+from sap_common.state import StepStatus
+
+from .constraints import make_terms
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["problem_types", "row_functions", "hessian_functions"]
+
+CONVERGED = wp.constant(int(StepStatus.CONVERGED))
+MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
+
+_PROBLEM: dict = {}
+_ROWS: dict = {}
+_HESSIAN: dict = {}
+
+
+def problem_types(T):
+    """``(Problem, Newton)``: the stage-3 structs for objective scalar ``T`` (memoized)."""
+    if T in _PROBLEM:
+        return _PROBLEM[T]
+    M33 = wp.types.matrix((3, 3), T)
+
+    @wp.struct
+    class Problem:
+        """One step's SAP problem for every world (float64 inputs, read as T)."""
+        nv: int
+        n_pad: int
+        limit_count: int
+        drive_count: int
+        h: wp.float64
+        A: wp.array3d(dtype=wp.float64)
+        v_star: wp.array2d(dtype=wp.float64)
+        dof_mask: wp.array2d(dtype=int)
+        contact_count: wp.array(dtype=int)
+        contact_J: wp.array3d(dtype=wp.float64)
+        contact_R: wp.array2d(dtype=wp.vec3d)
+        contact_v_hat: wp.array2d(dtype=wp.float64)
+        contact_mu: wp.array2d(dtype=wp.float64)
+        limit_active: wp.array2d(dtype=int)
+        limit_J: wp.array3d(dtype=wp.float64)
+        limit_R: wp.array2d(dtype=wp.float64)
+        limit_v_hat: wp.array2d(dtype=wp.float64)
+        drive_dof: wp.array(dtype=int)
+        drive_q0: wp.array2d(dtype=wp.float64)
+        drive_Kp: wp.array2d(dtype=wp.float64)
+        drive_Kd: wp.array2d(dtype=wp.float64)
+        q_target: wp.array2d(dtype=wp.float64)
+        v_target: wp.array2d(dtype=wp.float64)
+        u0: wp.array2d(dtype=wp.float64)
+        effort: wp.array(dtype=wp.float64)
+        # Non-zero columns (constraints.row_support): of each contact's 3 rows, of each limit
+        # row, of each row of A. Every J and A product runs over these lists.
+        contact_cols: wp.array3d(dtype=int)
+        contact_ncols: wp.array2d(dtype=int)
+        limit_cols: wp.array3d(dtype=int)
+        limit_ncols: wp.array2d(dtype=int)
+        A_cols: wp.array3d(dtype=int)
+        A_ncols: wp.array2d(dtype=int)
+        # Transposed: per DOF, the contacts and active limit rows listing it (ascending).
+        dof_contacts: wp.array3d(dtype=int)
+        dof_ncontacts: wp.array2d(dtype=int)
+        dof_limits: wp.array3d(dtype=int)
+        dof_nlimits: wp.array2d(dtype=int)
+        # Newton state (objective scalar T)
+        v: wp.array2d(dtype=T)
+        dv: wp.array2d(dtype=T)
+        grad: wp.array2d(dtype=T)
+        vc: wp.array2d(dtype=T)
+        dvc: wp.array2d(dtype=T)
+        dp: wp.array2d(dtype=T)  # A v at the last evaluated v (the stopping test's momentum scale)
+        line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
+        gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, limits, drives)
+        # G = −∂γ/∂vc of each row at the last evaluated v (kept for the assembly of H).
+        contact_G: wp.array2d(dtype=M33)
+        limit_G: wp.array2d(dtype=T)
+        drive_G: wp.array2d(dtype=T)
+
+    @wp.struct
+    class Newton:
+        """Per-world iteration state and the solver settings."""
+        ell: wp.array(dtype=T)
+        ell_prev: wp.array(dtype=T)
+        alpha_prev: wp.array(dtype=T)
+        residual: wp.array(dtype=T)
+        scale: wp.array(dtype=T)
+        iterations: wp.array(dtype=int)
+        ls_iterations: wp.array(dtype=int)
+        done: wp.array(dtype=int)
+        pending: wp.array(dtype=int)
+        status: wp.array(dtype=int)
+        count: wp.array(dtype=int)
+        max_iterations: int
+        ls_max_iterations: int
+        abs_tol: T
+        rel_tol: T
+        cost_abs: T
+        cost_rel: T
+        rho: T
+        armijo_c: T
+        slop: T
+
+    _PROBLEM[T] = (Problem, Newton)
+    return _PROBLEM[T]
+
+
+def row_functions(T) -> SimpleNamespace:
+    """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` (memoized).
+
+    Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
+    (``friction_cone``, ``limit_term``, ``drive_term``), the products (``A_row_dot``,
+    ``A_row_dots``, ``contact_rows_dot``, ``limit_row_dot``), and the strided passes of one
+    Newton iteration: ``momentum_pass``, ``evaluate_rows``, ``gradient_pass``, ``newton_stop``,
+    ``direction_rows``, ``direction_sums`` and ``cost_along_line`` (φ(α) and its derivatives).
+    """
+    if T in _ROWS:
+        return _ROWS[T]
+    Problem, Newton = problem_types(T)
+    V3 = wp.types.vector(3, T)
+    friction_cone, limit_term, drive_term = make_terms(T)
+
+    @wp.func
+    def contact_params(P: Problem, world: int, c: int):
+        """R (3), v̂ₙ and μ of contact c, read as T."""
+        R = P.contact_R[world, c]
+        return V3(T(R[0]), T(R[1]), T(R[2])), T(P.contact_v_hat[world, c]), T(P.contact_mu[world, c])
+
+    @wp.func
+    def drive_params(P: Problem, world: int, i: int):
+        """q₀, q_target, v_target, u₀, Kp, Kd and the effort limit of drive i, read as T."""
+        dof = P.drive_dof[i]
+        return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
+                T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
+
+    @wp.func
+    def sparse_row_dot(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                       world: int, row: int, x: wp.array2d(dtype=T)) -> T:
+        """M[row] · x over the row's listed non-zero columns (rows of A, limit rows)."""
+        s = T(0.0)
+        for t in range(ncols[world, row]):
+            k = cols[world, row, t]
+            s = s + T(M[world, row, k]) * x[world, k]
+        return s
+
+    @wp.func
+    def A_row_dot(P: Problem, world: int, i: int, x: wp.array2d(dtype=T)) -> T:
+        """(A x)_i over the non-zero columns of row i."""
+        return sparse_row_dot(P.A, P.A_cols, P.A_ncols, world, i, x)
+
+    @wp.func
+    def A_row_dots(P: Problem, world: int, i: int):
+        """(A (v − v*))_i and (A v)_i in one pass over the non-zero columns of row i."""
+        s = T(0.0)
+        sv = T(0.0)
+        for t in range(P.A_ncols[world, i]):
+            k = P.A_cols[world, i, t]
+            a = T(P.A[world, i, k])
+            s = s + a * (P.v[world, k] - T(P.v_star[world, k]))
+            sv = sv + a * P.v[world, k]
+        return s, sv
+
+    @wp.func
+    def contact_rows_dot(P: Problem, world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
+        """(J_c x) for the 3 rows of contact c, over its non-zero columns."""
+        s = V3(T(0.0), T(0.0), T(0.0))
+        for t in range(P.contact_ncols[world, c]):
+            k = P.contact_cols[world, c, t]
+            s = s + V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
+                       T(P.contact_J[world, 3 * c + 2, k])) * x[world, k]
+        return s
+
+    @wp.func
+    def limit_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
+        """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list)."""
+        return sparse_row_dot(P.limit_J, P.limit_cols, P.limit_ncols, world, r, x)
+
+    @wp.func
+    def momentum_pass(P: Problem, world: int, lane: int, stride: int) -> T:
+        """DOFs i = lane, lane + stride, …: grad_i = (A(v − v*))_i and dp_i = (A v)_i; returns
+        the lane's part of ℓ_A(v) = ½(v − v*)ᵀA(v − v*)."""
+        ell_A = T(0.0)
+        for i in range(lane, P.nv, stride):
+            Adv, Av = A_row_dots(P, world, i)
+            P.grad[world, i] = Adv
+            P.dp[world, i] = Av
+            ell_A = ell_A + T(0.5) * (P.v[world, i] - T(P.v_star[world, i])) * Adv
+        return ell_A
+
+    @wp.func
+    def evaluate_rows(P: Problem, world: int, lane: int, stride: int, ell_start: T) -> T:
+        """Rows r = lane, lane + stride, … of contacts, then limits, then drives: vc = J v, γ, G
+        into the Problem's rows; returns ``ell_start`` + the lane's Σ ℓᵢ in that order."""
+        ell = ell_start
+        for c in range(lane, P.contact_count[world], stride):
+            Jv = contact_rows_dot(P, world, c, P.v)
+            R, vh, mu = contact_params(P, world, c)
+            g, G, l, mode = friction_cone(Jv, R, vh, mu)
+            ell = ell + l
+            P.contact_G[world, c] = G
+            for a in range(3):
+                P.vc[world, 3 * c + a] = Jv[a]
+                P.gamma[world, 3 * c + a] = g[a]
+        o = P.contact_J.shape[1]
+        for r in range(lane, P.limit_count, stride):
+            vcl = limit_row_dot(P, world, r, P.v)
+            P.vc[world, o + r] = vcl
+            P.gamma[world, o + r] = T(0.0)
+            P.limit_G[world, r] = T(0.0)
+            if P.limit_active[world, r] != 0:
+                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                ell = ell + ll
+                P.gamma[world, o + r] = gl
+                P.limit_G[world, r] = Gl
+        o2 = o + P.limit_count
+        h = T(P.h)
+        for i in range(lane, P.drive_count, stride):
+            vcd = P.v[world, P.drive_dof[i]]
+            P.vc[world, o2 + i] = vcd
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            gd, Gd, ld = drive_term(vcd, h, q0, qt, vt, u, Kp, Kd, e)
+            ell = ell + ld
+            P.gamma[world, o2 + i] = gd
+            P.drive_G[world, i] = Gd
+        return ell
+
+    @wp.func
+    def jt_gamma(P: Problem, world: int, i: int) -> T:
+        """(Jᵀγ)_i: the rows touching DOF i in row order (contacts, limits, drives)."""
+        s = T(0.0)
+        for t in range(P.dof_ncontacts[world, i]):
+            r = 3 * P.dof_contacts[world, i, t]
+            s = s + T(P.contact_J[world, r, i]) * P.gamma[world, r] + T(P.contact_J[world, r + 1, i]) * P.gamma[
+                world, r + 1] + T(P.contact_J[world, r + 2, i]) * P.gamma[world, r + 2]
+        o = P.contact_J.shape[1]
+        for t in range(P.dof_nlimits[world, i]):
+            r = P.dof_limits[world, i, t]
+            s = s + T(P.limit_J[world, r, i]) * P.gamma[world, o + r]
+        o2 = o + P.limit_count
+        for d in range(P.drive_count):
+            if P.drive_dof[d] == i:
+                s = s + P.gamma[world, o2 + d]
+        return s
+
+    @wp.func
+    def gradient_pass(P: Problem, world: int, lane: int, stride: int):
+        """DOFs i = lane, lane + stride, …: ∇ℓ_i = (A(v − v*))_i − (Jᵀγ)_i into grad; returns the
+        lane's parts of the stopping sums over participating DOFs with D̃ = diag(A)^(-1/2):
+        ‖D̃∇ℓ‖², ‖D̃ A v‖², ‖D̃ Jᵀγ‖², and 1 if a gradient entry is not finite, else 0
+        (docs/formulation.md § Stopping criteria)."""
+        r2 = T(0.0)
+        sA = T(0.0)
+        sJ = T(0.0)
+        bad = T(0.0)
+        for i in range(lane, P.nv, stride):
+            jtg = jt_gamma(P, world, i)
+            g = P.grad[world, i] - jtg
+            P.grad[world, i] = g
+            if not wp.isfinite(g):
+                bad = T(1.0)
+            if P.dof_mask[world, i] != 0:
+                d = T(1.0) / wp.sqrt(T(P.A[world, i, i]))
+                Av = P.dp[world, i]
+                r2 = r2 + d * d * g * g
+                sA = sA + d * d * Av * Av
+                sJ = sJ + d * d * jtg * jtg
+        return r2, sA, sJ, bad
+
+    @wp.func
+    def newton_stop(N: Newton, iterations: int, ell: T, ell_prev: T, alpha_prev: T, residual: T, scale: T) -> int:
+        """The status bit that ends a world's loop after an evaluation, or 0 to go on: CONVERGED
+        on the optimality criterion or (after a step with α > ½) the cost criterion, else
+        MAX_ITERATIONS at the cap (docs/formulation.md § Stopping criteria)."""
+        cost_reached = int(0)
+        if iterations > 0:
+            if wp.abs(ell_prev - ell) < N.cost_abs + N.cost_rel * T(0.5) * (wp.abs(ell) + wp.abs(ell_prev)):
+                if alpha_prev > T(0.5):
+                    cost_reached = 1
+        if residual <= N.abs_tol + N.rel_tol * scale or cost_reached == 1:
+            return CONVERGED
+        if iterations == N.max_iterations:
+            return MAX_ITERATIONS
+        return 0
+
+    @wp.func
+    def direction_rows(P: Problem, world: int, lane: int, stride: int):
+        """Rows r = lane, lane + stride, …: Δvc = J Δv into P.dvc."""
+        o = P.contact_J.shape[1]
+        o2 = o + P.limit_count
+        for c in range(lane, P.contact_count[world], stride):
+            Jdv = contact_rows_dot(P, world, c, P.dv)
+            for a in range(3):
+                P.dvc[world, 3 * c + a] = Jdv[a]
+        for r in range(lane, P.limit_count, stride):
+            P.dvc[world, o + r] = limit_row_dot(P, world, r, P.dv)
+        for i in range(lane, P.drive_count, stride):
+            P.dvc[world, o2 + i] = P.dv[world, P.drive_dof[i]]
+
+    @wp.func
+    def direction_sums(P: Problem, world: int, lane: int, stride: int) -> V3:
+        """DOFs i = lane, lane + stride, …: the lane's parts of (A Δv)ᵀ(v − v*), ΔvᵀAΔv and ∇ℓᵀΔv
+        (the quadratic part of φ(α) and φ'(0))."""
+        slope = T(0.0)
+        curvature = T(0.0)
+        dphi0 = T(0.0)
+        for i in range(lane, P.nv, stride):
+            dp = A_row_dot(P, world, i, P.dv)
+            dvs = P.v[world, i] - T(P.v_star[world, i])
+            slope = slope + dp * dvs
+            curvature = curvature + dp * P.dv[world, i]
+            dphi0 = dphi0 + P.grad[world, i] * P.dv[world, i]
+        return V3(slope, curvature, dphi0)
+
+    @wp.func
+    def cost_along_line(P: Problem, world: int, lane: int, stride: int, alpha: T) -> V3:
+        """The lane's part of φ(α) = ℓ(v + αΔv), φ'(α), φ''(α): lane 0 holds the quadratic part from
+        P.line, each lane adds its rows' terms (docs/formulation.md § Line searches)."""
+        ell = T(0.0)
+        dell = T(0.0)
+        d2ell = T(0.0)
+        if lane == 0:
+            ell = P.line[world, 0] + alpha * P.line[world, 1] + T(0.5) * alpha * alpha * P.line[world, 2]
+            dell = P.line[world, 1] + alpha * P.line[world, 2]
+            d2ell = P.line[world, 2]
+        for c in range(lane, P.contact_count[world], stride):
+            R, vh, mu = contact_params(P, world, c)
+            r = 3 * c
+            vc = V3(P.vc[world, r] + alpha * P.dvc[world, r], P.vc[world, r + 1] + alpha * P.dvc[world, r + 1],
+                    P.vc[world, r + 2] + alpha * P.dvc[world, r + 2])
+            g, G, l, mode = friction_cone(vc, R, vh, mu)
+            d = V3(P.dvc[world, r], P.dvc[world, r + 1], P.dvc[world, r + 2])
+            ell = ell + l
+            dell = dell - wp.dot(d, g)
+            d2ell = d2ell + wp.dot(d, G * d)
+        o = P.contact_J.shape[1]
+        for r in range(lane, P.limit_count, stride):
+            if P.limit_active[world, r] != 0:
+                vcl = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
+                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                ell = ell + ll
+                dell = dell - P.dvc[world, o + r] * gl
+                d2ell = d2ell + P.dvc[world, o + r] * Gl * P.dvc[world, o + r]
+        o2 = o + P.limit_count
+        h = T(P.h)
+        for i in range(lane, P.drive_count, stride):
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
+            vcd = P.vc[world, o2 + i] + alpha * P.dvc[world, o2 + i]
+            gd, Gd, ld = drive_term(vcd, h, q0, qt, vt, u, Kp, Kd, e)
+            ell = ell + ld
+            dell = dell - P.dvc[world, o2 + i] * gd
+            d2ell = d2ell + P.dvc[world, o2 + i] * Gd * P.dvc[world, o2 + i]
+        return V3(ell, dell, d2ell)
+
+    _ROWS[T] = SimpleNamespace(
+        T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, limit_term=limit_term,
+        drive_term=drive_term, contact_params=contact_params, drive_params=drive_params, A_row_dot=A_row_dot,
+        A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot, limit_row_dot=limit_row_dot,
+        momentum_pass=momentum_pass, evaluate_rows=evaluate_rows, jt_gamma=jt_gamma, gradient_pass=gradient_pass,
+        newton_stop=newton_stop, direction_rows=direction_rows, direction_sums=direction_sums,
+        cost_along_line=cost_along_line)
+    return _ROWS[T]
+
+
+def hessian_functions(T, TL) -> SimpleNamespace:
+    """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (memoized)."""
+    key = (T, TL)
+    if key in _HESSIAN:
+        return _HESSIAN[key]
+    f = row_functions(T)
+    Problem, V3 = f.Problem, f.V3
+
+    @wp.func
+    def hessian_row(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
+        """Row i of H = A + JᵀGJ up to the diagonal, in TL: A, then the contacts touching DOF i,
+        the active limit rows, the drives, in row order (the Cholesky reads nothing else; the
+        padding rows and columns hold the identity from allocation)."""
+        for k in range(i + 1):
+            H[world, i, k] = TL(P.A[world, i, k])
+        for u in range(P.dof_ncontacts[world, i]):
+            c = P.dof_contacts[world, i, u]
+            r = 3 * c
+            Ji = V3(T(P.contact_J[world, r, i]), T(P.contact_J[world, r + 1, i]), T(P.contact_J[world, r + 2, i]))
+            GJi = wp.transpose(P.contact_G[world, c]) * Ji
+            for t in range(P.contact_ncols[world, c]):
+                k = P.contact_cols[world, c, t]
+                if k > i:
+                    break
+                Jk = V3(T(P.contact_J[world, r, k]), T(P.contact_J[world, r + 1, k]), T(P.contact_J[world, r + 2, k]))
+                H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
+        for u in range(P.dof_nlimits[world, i]):
+            r = P.dof_limits[world, i, u]
+            Gl = P.limit_G[world, r]
+            Jr = P.limit_J[world, r, i]
+            if Gl != T(0.0):
+                for t in range(P.limit_ncols[world, r]):
+                    k = P.limit_cols[world, r, t]
+                    if k > i:
+                        break
+                    H[world, i, k] = H[world, i, k] + TL(Gl * T(Jr) * T(P.limit_J[world, r, k]))
+        for d in range(P.drive_count):
+            if P.drive_dof[d] == i:
+                H[world, i, i] = H[world, i, i] + TL(P.drive_G[world, d])
+
+    @wp.func
+    def hessian_rows(P: Problem, world: int, lane: int, stride: int, H: wp.array3d(dtype=TL),
+                     rhs: wp.array3d(dtype=TL)):
+        """Rows i = lane, lane + stride, … of H (lower triangle) and of rhs = −∇ℓ, in TL."""
+        for i in range(lane, P.nv, stride):
+            rhs[world, i, 0] = TL(-P.grad[world, i])
+            hessian_row(P, world, i, H)
+
+    _HESSIAN[key] = SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows)
+    return _HESSIAN[key]

@@ -1,0 +1,223 @@
+"""Every device buffer of one solver's time step, allocated once, stage by stage.
+
+:class:`Workspace` is to :class:`sap_gpu.solver.SolverSAP` what MuJoCo Warp's ``Data`` is to its
+``step``: the solver builds one at construction and ``step()`` only launches kernels that read
+and write it, so a step allocates nothing and can be captured in a CUDA graph. The buffers are
+built in the order of the time step, one method per stage, and every one is documented there
+with its shape, unit and meaning. Per-world arrays have a leading ``num_worlds`` axis W; B is
+the body count, nq/nv the coordinate and DOF counts, C the contact capacity, L the limit rows
+and D the drives (a stage with none of something still gets a 1-entry array, so kernel
+signatures never change). Velocities and forces are in SAP order (docs/conventions.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from sap_common.config import SapConfig
+from sap_common.model import SapModel
+
+from . import blocked_cholesky, constraints
+from .arrays import GpuModel
+from .arrays import contacts as make_contacts
+from .contact_problem import problem_types
+from .contact_solve_fused import fused_size
+from .linear_solve import allocate_pcr_work
+
+wp.set_module_options({"enable_backward": False})
+
+__all__ = ["Workspace"]
+
+
+@wp.kernel
+def _identity_padding(nv: int, H: wp.array3d(dtype=Any)):
+    """H[w, i, i] = 1 for i ≥ nv: the padded system solves the unpadded one (blocked_cholesky)."""
+    world, i = wp.tid()
+    if i >= nv:
+        H[world, i, i] = H.dtype(1.0)
+
+
+class Workspace:
+    """The buffers of every stage of :meth:`SolverSAP.step <sap_gpu.solver.SolverSAP.step>` for
+    ``model`` under ``config`` on ``m.device`` (see the module docstring for the notation).
+
+    Besides the buffers it holds what sizes them: ``n_pad`` (the free-motion system's padded
+    size), ``limits`` (:class:`~sap_gpu.constraints.LimitLayout`), ``drive_count`` and
+    ``drive_dof``, ``fused`` (stage 3 runs the fused loop) and ``T``/``TL`` (the Warp scalars of
+    the objective and of the Newton linear solve).
+    """
+
+    def __init__(self, model: SapModel, m: GpuModel, config: SapConfig):
+        self.device = m.device
+        self._boundary(m)
+        self._free_motion(m, config)
+        self._contact_jacobian(m, config)
+        self._constraints(model, m)
+        self._newton(m, config)
+
+    def _zeros(self, shape, dtype=wp.float64):
+        return wp.zeros(shape, dtype=dtype, device=self.device)
+
+    def _boundary(self, m: GpuModel) -> None:
+        """Stages 0 and 5 (and the kinematics both share).
+
+        q0: q₀, (W, nq).  v0: v₀ [m/s, rad/s], (W, nv).  joint_f: generalized forces [N, N·m],
+        (W, nv).  joint_act, target_pos, target_vel: the control's actuation and drive targets,
+        (W, nv).  body_f: body wrenches [τ_O; f] at the origins, world [N·m, N], (W, B).
+        body_X: body poses, (W, B) transforms.  body_V: body twists [ω; v_O], (W, B).
+        dof_S: each DOF's motion subspace (the child's twist per unit rate), (W, nv).
+        qd_in, body_q_in, body_qd_in: state_in's velocities and body state, kept for the worlds
+        a step leaves unchanged (state_out may be state_in).  q1: q₁, (W, nq).  v1: v₁, (W, nv).
+        """
+        z, W, B, nq, nv = self._zeros, m.num_worlds, m.body_count, m.nq, m.nv
+        self.q0, self.v0, self.joint_f, self.joint_act = z((W, nq)), z((W, nv)), z((W, nv)), z((W, nv))
+        self.target_pos, self.target_vel = z((W, nv)), z((W, nv))
+        self.body_f = z((W, B), wp.spatial_vectord)
+        self.body_X, self.body_V = z((W, B), wp.transformd), z((W, B), wp.spatial_vectord)
+        self.dof_S = z((W, nv), wp.spatial_vectord)
+        self.qd_in, self.body_q_in, self.body_qd_in = z((W, nv)), z((W, B), wp.transformd), z((W, B),
+                                                                                             wp.spatial_vectord)
+        self.q1, self.v1 = z((W, nq)), z((W, nv))
+
+    def _free_motion(self, m: GpuModel, config: SapConfig) -> None:
+        """Stage 1: A = M + h·D (+ armature) and v*.
+
+        Ic: composite spatial inertias, (W, B).  acc, wrench: the bias-force recursion's body
+        accelerations and wrenches, (W, B).  tau: bias and applied generalized forces, (W, nv).
+        A: (W, n_pad, n_pad) [kg, kg·m²], padded with the identity.  rhs: h·k, (W, n_pad, 1).
+        v_star: v* [m/s, rad/s], (W, nv).  fm_scratch: the free-motion solve's scratch (a
+        float32 copy of A and its factor for fp32, PCR work with ``matrixfree_representation``).
+        all_worlds: 1 per world (every world solves its free motion).
+        """
+        z, W, B, nv = self._zeros, m.num_worlds, m.body_count, m.nv
+        self.n_pad = n = blocked_cholesky.padded_size(nv)
+        self.Ic = z((W, B), wp.spatial_matrixd)
+        self.acc, self.wrench = z((W, B), wp.spatial_vectord), z((W, B), wp.spatial_vectord)
+        self.tau, self.v_star = z((W, nv)), z((W, nv))
+        self.A, self.rhs = z((W, n, n)), z((W, n, 1))
+        fm32 = config.free_motion_solve_precision == "fp32"
+        self.fm_scratch = {"dv64": z((W, n, 1))}
+        if fm32:
+            self.fm_scratch.update(A32=z((W, n, n), wp.float32), rhs32=z((W, n, 1), wp.float32),
+                                   dv32=z((W, n, 1), wp.float32))
+        if config.matrixfree_representation:  # PCR on A·p: no factor storage
+            self.fm_scratch["pcr"] = allocate_pcr_work(wp.float32 if fm32 else wp.float64, W, nv, config,
+                                                       self.device)
+        elif fm32:
+            self.fm_scratch["L32"] = z((W, n, n), wp.float32)
+        else:
+            self.fm_scratch["L64"] = z((W, n, n))
+        self.all_worlds = wp.array(np.ones(W, np.int32), dtype=int, device=self.device)
+
+    def _contact_jacobian(self, m: GpuModel, config: SapConfig) -> None:
+        """Stage 2, contacts: frames, points, Jacobians, weights and regularization.
+
+        body_Xc, dof_Sc: the poses and subspaces the contact stage reads when the boundary pose
+        is rounded through float32 (``use_f64_boundary_pose=False``), (W, B) and (W, nv).
+        R_WC: contact frames (columns t₁, t₂, n̂ in world), (W, C).  p0, p1: the points where the
+        bodies' velocities are taken [m], (W, C).  contact_J: J, 3 rows per contact (t₁, t₂, n),
+        (W, 3C, nv).  contact_w: weights w [1/kg], (W, C).  contact_R: R per row [s/kg], (W, C).
+        contact_v_hat: v̂ₙ [m/s], (W, C).  contact_mu: μ, (W, C).  empty_contacts: what
+        ``step(contacts=None)`` reads (no contact).
+        """
+        z, W, B, nv, C = self._zeros, m.num_worlds, m.body_count, m.nv, config.max_rigid_contact
+        self.body_Xc, self.dof_Sc = z((W, B), wp.transformd), z((W, nv), wp.spatial_vectord)
+        self.R_WC, self.p0, self.p1 = z((W, C), wp.mat33d), z((W, C), wp.vec3d), z((W, C), wp.vec3d)
+        self.contact_J = z((W, 3 * C, nv))
+        self.contact_w, self.contact_R, self.contact_v_hat = z((W, C)), z((W, C), wp.vec3d), z((W, C))
+        self.contact_mu = z((W, C))
+        self.empty_contacts = make_contacts(W, C, self.device)
+
+    def _constraints(self, model: SapModel, m: GpuModel) -> None:
+        """Stage 2, limit and drive rows and who takes part in the solve.
+
+        limit_active: 1 where a limit row is inside its window this step, (W, L).  limit_J,
+        limit_R [s·…], limit_v_hat: the active rows' J (W, L, nv), R and v̂ (W, L).
+        drive_q0, drive_Kp, drive_Kd: each drive's q₀ and near-rigid gains, (W, D).
+        dof_mask: 1 for a DOF that takes part in the Newton solve (its tree has a row), (W, nv).
+        tree_scratch: per tree, (W, trees).  v_init: the Newton warm start, (W, nv).
+        """
+        z, W, nv = self._zeros, m.num_worlds, m.nv
+        self.limits = constraints.limit_layout(model, self.device)
+        L = max(self.limits.count, 1)
+        self.limit_active, self.limit_J = z((W, L), wp.int32), z((W, L, nv))
+        self.limit_R, self.limit_v_hat = z((W, L)), z((W, L))
+        driven = np.flatnonzero((model.joint_target_ke > 0) | (model.joint_target_kd > 0)).astype(np.int32)
+        self.drive_count = len(driven)
+        self.drive_dof = wp.array(driven if len(driven) else np.zeros(1, np.int32), dtype=int, device=self.device)
+        D = max(self.drive_count, 1)
+        self.drive_q0, self.drive_Kp, self.drive_Kd = z((W, D)), z((W, D)), z((W, D))
+        self.dof_mask, self.tree_scratch = z((W, nv), wp.int32), z((W, max(model.tree_count, 1)), wp.int32)
+        self.v_init = z((W, nv))
+
+    def _newton(self, m: GpuModel, config: SapConfig) -> None:
+        """Stage 3: the Problem and Newton structs (:mod:`sap_gpu.contact_problem`) and the linear
+        solve's buffers.
+
+        P: the step's problem (views of the stage 1–2 buffers above, the non-zero column lists
+        and the Newton iterate v, Δv, ∇ℓ, γ, G in T).  N: per-world iteration state (ℓ,
+        iterations, status, done) and the settings.  H: (W, ns, ns) in TL, lower triangle,
+        padding the identity (a 1-entry stand-in with PCR).  newton_rhs, newton_dv: −∇ℓ and Δv,
+        (W, ns, 1).  newton_L: the blocked factorization's scratch.  newton_failed: 1 where the
+        last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
+        with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
+        ns is the fused path's padded size (:func:`~sap_gpu.contact_solve_fused.fused_size`) or
+        ``n_pad``.
+        """
+        z, W, nv, C = self._zeros, m.num_worlds, m.nv, config.max_rigid_contact
+        L, D = self.limits.count, self.drive_count
+        T = wp.float32 if config.contact_solve_precision == "fp32" else wp.float64
+        TL = wp.float32 if config.contact_linear_solve_precision == "fp32" else wp.float64
+        self.T, self.TL = T, TL
+        Problem, Newton = problem_types(T)
+        rows = max(3 * C + L + D, 1)
+        P = Problem()
+        P.nv, P.n_pad, P.limit_count, P.drive_count, P.h = nv, self.n_pad, L, D, wp.float64(0.0)
+        P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
+        P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
+                                                                   self.contact_mu)
+        P.limit_active, P.limit_J, P.limit_R, P.limit_v_hat = (self.limit_active, self.limit_J, self.limit_R,
+                                                               self.limit_v_hat)
+        P.drive_dof, P.drive_q0, P.drive_Kp, P.drive_Kd = self.drive_dof, self.drive_q0, self.drive_Kp, self.drive_Kd
+        P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, m.joint_effort_limit
+        P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
+        P.vc, P.dvc, P.dp, P.line = z((W, rows), T), z((W, rows), T), z((W, nv), T), z((W, 3), T)
+        P.gamma = z((W, rows), T)
+        P.contact_G = z((W, max(C, 1)), wp.types.matrix((3, 3), T))
+        P.limit_G, P.drive_G = z((W, max(L, 1)), T), z((W, max(D, 1)), T)
+        P.contact_count = z(W, wp.int32)
+        P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
+        P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
+        P.A_cols, P.A_ncols = z((W, nv, nv), wp.int32), z((W, nv), wp.int32)
+        P.dof_contacts, P.dof_ncontacts = z((W, nv, max(C, 1)), wp.int32), z((W, nv), wp.int32)
+        P.dof_limits, P.dof_nlimits = z((W, nv, max(L, 1)), wp.int32), z((W, nv), wp.int32)
+        self.P = P
+        N = Newton()
+        N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
+        N.residual, N.scale = z(W, T), z(W, T)
+        N.iterations, N.ls_iterations = z(W, wp.int32), z(W, wp.int32)
+        N.done, N.pending, N.status, N.count = z(W, wp.int32), z(W, wp.int32), z(W, wp.int32), z(1, wp.int32)
+        N.max_iterations, N.ls_max_iterations = config.max_iterations, config.line_search_max_iterations
+        N.abs_tol, N.rel_tol = T(config.optimality_abs_tol), T(config.optimality_rel_tol)
+        N.cost_abs, N.cost_rel = T(config.cost_abs_tol), T(config.cost_rel_tol)
+        N.rho, N.armijo_c, N.slop = T(config.rho), T(config.armijo_c), T(config.line_search_relative_slop)
+        self.N = N
+        pcr = config.contact_linear_solver == "pcr"
+        # The fused loop (Cholesky only) pads the system to 32 or a multiple of 32
+        # (contact_solve_fused.fused_size); the staged loop to blocked_cholesky.padded_size.
+        self.fused = config.newton_path == "fused" and not pcr
+        ns = fused_size(nv) if self.fused else self.n_pad
+        self.newton_rhs, self.newton_dv = z((W, ns, 1), TL), z((W, ns, 1), TL)
+        # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
+        # struct is a stand-in too (its arrays are never read).
+        self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
+        if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
+            wp.launch(_identity_padding, dim=(W, ns), inputs=[nv], outputs=[self.H], device=self.device)
+        self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
+        self.newton_failed = z(W, wp.int32)
+        self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
+            else allocate_pcr_work(TL, 1, 1, config, self.device)
+        self.loop_condition = z(1, wp.int32)
