@@ -348,7 +348,7 @@ class SolverSAP:
         self.last_line_search_iterations = N.ls_iterations
         self.last_truncated_contact_count = z(W, wp.int32)
         # Profiling hook: when set, called with a stage name after each stage's launches
-        # (``tools/benchmark.py --breakdown`` synchronizes there). None costs nothing and keeps
+        # (``sap_tools/benchmark/cli.py --breakdown`` synchronizes there). None costs nothing and keeps
         # step() capturable.
         self.stage_hook = None
         # The Newton loop's J and A products run over each row's non-zero columns

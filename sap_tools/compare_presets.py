@@ -19,8 +19,8 @@ import numpy as np
 from sap_ref.collision import CollisionPipeline
 from sap_ref.compare import preset_deltas
 from sap_ref.solver import SolverSAP
-from tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
-from tools.progress import Progress
+from sap_tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
+from sap_tools.progress import Progress
 
 
 def main(argv=None) -> int:

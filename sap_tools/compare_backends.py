@@ -13,7 +13,7 @@ stage is judged on its own); v₁ by optimality (two solutions of one strongly c
 ‖v − v'‖_A ≤ ‖∇ℓ(v)‖_A⁻¹ + ‖∇ℓ(v')‖_A⁻¹ apart, so the Newton tolerance bounds their distance);
 q₁ against sap_ref's position update of sap_gpu's v₁.
 
-Each stage has a tolerance (tools/tolerances.py: a named constant with its reason, chosen by the
+Each stage has a tolerance (sap_tools/tolerances.py: a named constant with its reason, chosen by the
 precision the configuration runs the stage in). The table prints the largest difference seen,
 the largest |sap_ref| value (its scale), the share of the tolerance used and pass or FAIL.
 Contact sets that differ are a tie when every unmatched contact has |φ₀ − margin| within
@@ -36,9 +36,9 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
-from tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
-from tools.progress import Progress
-from tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
+from sap_tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
+from sap_tools.progress import Progress
+from sap_tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
 
 __all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict", "main"]
 

@@ -29,9 +29,9 @@ from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.dynamics import mass_matrix
 from sap_ref.solver import SolverSAP
-from tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser, plot_path,
-                       scene_solver_kwargs, warp_device)
-from tools.progress import Progress
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser, plot_path,
+                           scene_solver_kwargs, warp_device)
+from sap_tools.progress import Progress
 
 DEFAULT_SCENE = "box_stack"
 

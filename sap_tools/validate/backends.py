@@ -3,7 +3,7 @@
 
 Each backend collides with its own collision pipeline and steps with its own solver, so what
 is validated is the whole implementation; the intermediates of the last step stay readable for
-the diagnosis (:mod:`tools.diagnose`).
+the diagnosis (:mod:`sap_tools.validate.diagnose`).
 """
 
 from __future__ import annotations
