@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     path = write(argv[0] if argv else "pendulum.npz")
     print(f"wrote {path}")
-    from tools.validate import main as validate
+    from sap_tools.validate.cli import main as validate
 
     return validate([path, "--mode", "both", "--quiet"])
 

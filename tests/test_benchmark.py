@@ -1,4 +1,4 @@
-"""tools.benchmark and tools.plot_benchmark (sap-benchmark, sap-plot-benchmark): smoke runs on the
+"""sap_tools.benchmark.cli and sap_tools.benchmark.plot (sap-benchmark, sap-plot-benchmark): smoke runs on the
 test device, the device control noise, the iteration percentile, and flag errors."""
 
 import importlib.util
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import warp as wp
 
-import tools.benchmark as bench
-import tools.benchmark_runs as bench_runs
+import sap_tools.benchmark.cli as bench
+import sap_tools.benchmark.runs as bench_runs
 from sap_common import scenes
-from tools.benchmark import main, noise_channels, percentile_from_histogram
+from sap_tools.benchmark.cli import main, noise_channels, percentile_from_histogram
 
 # Keys every run reports (docs/benchmarks.md § Method).
 RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset", "device", "realtime_factor",
@@ -91,7 +91,7 @@ def test_sweep_writes_results_that_plot(tmp_path, capsys, device):
     assert "world_steps_per_s" not in result  # a sweep keeps per-run numbers in "runs" only
     assert json.loads(out.read_text())["runs"] == runs
     pytest.importorskip("matplotlib", reason="sap-plot-benchmark needs matplotlib (the 'plot' extra)")
-    from tools.plot_benchmark import main as plot_main, series
+    from sap_tools.benchmark.plot import main as plot_main, series
 
     png = tmp_path / "sweep.png"
     assert plot_main([str(out), "--out", str(png)]) == 0

@@ -1,4 +1,4 @@
-"""tools.cli and the conventions every command-line tool shares: one-line errors with exit status
+"""sap_tools.cli and the conventions every command-line tool shares: one-line errors with exit status
 2 before any work, --out checked first, missing scene files named, --help in plain text listing
 the choices from sap_common.config."""
 
@@ -8,27 +8,27 @@ import re
 
 import pytest
 
-import tools.benchmark
-import tools.benchmark_collision
-import tools.compare_backends
-import tools.compare_presets
-import tools.demo
-import tools.inspector
-import tools.plot_benchmark
-import tools.record
-import tools.scenes
-import tools.validate
-import tools.viewer
+import sap_tools.benchmark.cli
+import sap_tools.benchmark.collision
+import sap_tools.benchmark.plot
+import sap_tools.compare_backends
+import sap_tools.compare_presets
+import sap_tools.demo
+import sap_tools.inspector
+import sap_tools.record.cli
+import sap_tools.scenes
+import sap_tools.validate.cli
+import sap_tools.view.cli
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
-from tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
+from sap_tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
 from conftest import DATA
 
-MAINS = {"sap-demo": tools.demo.main, "sap-scenes": tools.scenes.main,
-         "sap-compare-presets": tools.compare_presets.main, "sap-compare-backends": tools.compare_backends.main,
-         "sap-benchmark": tools.benchmark.main, "sap-plot-benchmark": tools.plot_benchmark.main,
-         "sap-inspect": tools.inspector.main, "sap-view": tools.viewer.main,
-         "sap-record": tools.record.main, "sap-validate": tools.validate.main,
-         "sap-benchmark-collision": tools.benchmark_collision.main}
+MAINS = {"sap-demo": sap_tools.demo.main, "sap-scenes": sap_tools.scenes.main,
+         "sap-compare-presets": sap_tools.compare_presets.main, "sap-compare-backends": sap_tools.compare_backends.main,
+         "sap-benchmark": sap_tools.benchmark.cli.main, "sap-plot-benchmark": sap_tools.benchmark.plot.main,
+         "sap-inspect": sap_tools.inspector.main, "sap-view": sap_tools.view.cli.main,
+         "sap-record": sap_tools.record.cli.main, "sap-validate": sap_tools.validate.cli.main,
+         "sap-benchmark-collision": sap_tools.benchmark.collision.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
                 "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),
@@ -41,12 +41,12 @@ def _no_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started before the arguments were checked")
 
-    monkeypatch.setattr(tools.demo, "run", boom)
-    monkeypatch.setattr(tools.compare_presets, "SolverSAP", boom)
-    monkeypatch.setattr(tools.compare_backends, "SolverSAP", boom)
-    monkeypatch.setattr(tools.benchmark, "SapRun", boom)
-    monkeypatch.setattr(tools.benchmark, "MjwarpRun", boom)
-    monkeypatch.setattr(tools.plot_benchmark, "plot", boom)
+    monkeypatch.setattr(sap_tools.demo, "run", boom)
+    monkeypatch.setattr(sap_tools.compare_presets, "SolverSAP", boom)
+    monkeypatch.setattr(sap_tools.compare_backends, "SolverSAP", boom)
+    monkeypatch.setattr(sap_tools.benchmark.cli, "SapRun", boom)
+    monkeypatch.setattr(sap_tools.benchmark.cli, "MjwarpRun", boom)
+    monkeypatch.setattr(sap_tools.benchmark.plot, "plot", boom)
 
 
 def _error(capsys, prog, main, argv) -> str:
@@ -165,7 +165,7 @@ def test_out_without_extension_writes_png_and_says_so(tmp_path, capsys):
     assert plot_path("--out", str(tmp_path / "fig.svg")) == str(tmp_path / "fig.svg")
     with pytest.raises(ValueError, match=r"--out: matplotlib cannot write 'json' files"):
         plot_path("--out", str(tmp_path / "fig.json"))
-    assert tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(tmp_path / "noext"), "--json"]) == 0
+    assert sap_tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(tmp_path / "noext"), "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert f"plot written to {tmp_path / 'noext.png'}" in out and json.loads(out[-1])["plot"] == str(tmp_path / "noext.png")
     assert (tmp_path / "noext.png").stat().st_size > 1000 and not (tmp_path / "noext").exists()
@@ -210,4 +210,4 @@ def test_console_scripts_are_these_mains():
     for prog, target in scripts.items():
         module, func = target.split(":")
         assert MAINS[prog].__module__ == module and MAINS[prog].__name__ == func
-    assert os.path.basename(tools.scenes.DRAKE_SCENE_DIR) == "drake"
+    assert os.path.basename(sap_tools.scenes.DRAKE_SCENE_DIR) == "drake"

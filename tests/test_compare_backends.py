@@ -1,4 +1,4 @@
-"""tools.compare_backends (sap-compare-backends): a verdict per stage, exit status 1 on a failure,
+"""sap_tools.compare_backends (sap-compare-backends): a verdict per stage, exit status 1 on a failure,
 and contact sets that differ only by round-off at the inclusion threshold reported as a tie."""
 
 import json
@@ -8,8 +8,8 @@ import pytest
 
 import sap_gpu
 from sap_common.state import SapContacts
-from tools.compare_backends import STAGES, collision_differences, main, match_contacts, verdict
-from tools.tolerances import CONTACT_TIE_ULPS, contact_tie_bound
+from sap_tools.compare_backends import STAGES, collision_differences, main, match_contacts, verdict
+from sap_tools.tolerances import CONTACT_TIE_ULPS, contact_tie_bound
 
 
 def _run(capsys, argv):
@@ -125,7 +125,7 @@ def test_an_unmatched_contact_is_a_tie_only_within_round_off():
         assert verdict(d)["contact_count"] == expected, phi
         assert verdict(d)["phi0"] == "pass" and d["phi0"].err == 0.0
     # A limit row active on one backend only fails (no tolerance on counts).
-    from tools.compare_backends import Check
+    from sap_tools.compare_backends import Check
     assert verdict({"limit_rows": Check(1.0, 1.0, 1.0)})["limit_rows"] == "FAIL"
     assert verdict({"limit_rows": Check(0.0, 1.0, 0.0)})["limit_rows"] == "pass"
     # A contact on another shape pair is never matched to this one.

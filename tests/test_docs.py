@@ -5,13 +5,13 @@ Scanned: every tracked ``.py``, ``.md`` and ``.toml`` file. Checked:
 * no reference to material a user does not have: the design notes or the math notes the
   project was written from, the folder they lived in, issue numbers, the workspace layout the
   Drake data were generated in;
-* every repository path mentioned (``docs/…``, ``tests/…``, ``.ci/…``, and files under ``tools/``
-  and the package folders) exists;
+* every repository path mentioned (``docs/…``, ``tests/…``, ``.ci/…``, and files under the package
+  folders) exists;
 * every section citation ``docs/<page>.md § <Heading>`` (the one citation syntax used in
   docstrings, comments and docs) names a heading that exists in that page;
 * every relative Markdown link (and its ``#anchor``) in the Markdown files resolves;
-* every dotted name ``sap_ref.x.y`` / ``sap_gpu.…`` / ``sap_common.…`` imports: backticked in the
-  Markdown files, in Sphinx roles (``:func:`…```) in the Python files.
+* every dotted name ``sap_ref.x.y`` / ``sap_gpu.…`` / ``sap_common.…`` / ``sap_tools.…`` imports:
+  backticked in the Markdown files, in Sphinx roles (``:func:`…```) in the Python files.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ FORBIDDEN = [
 ]
 # Paths under docs/, tests/ and .ci/; under the package folders only file names (with a suffix),
 # so that a ratio such as sap_gpu/mjwarp is not taken for a path.
-PATH_RE = re.compile(r"(?<![\w./-])((?:docs|tests|\.ci)/[\w./-]*\w|(?:tools|sap_common|sap_ref|sap_gpu)/[\w./-]*\.\w+)")
+PATH_RE = re.compile(r"(?<![\w./-])((?:docs|tests|\.ci)/[\w./-]*\w|(?:sap_tools|sap_common|sap_ref|sap_gpu)/[\w./-]*\.\w+)")
 CITATION_RE = re.compile(r"(docs/[\w-]+\.md)\s*§([^\n]*)")
 # A cited heading ends at the first of these (or at the end of the line).
 CITATION_END_RE = re.compile(r"[),;:`\"]|\.(?:\s|$)|$")
 LINK_RE = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-DOTTED_RE = re.compile(r"`~?(sap_(?:common|ref|gpu)(?:\.\w+)+)`")  # in Markdown
-ROLE_RE = re.compile(r":(?:mod|func|class|meth|attr|data):`~?(sap_(?:common|ref|gpu)(?:\.\w+)+)`")  # in docstrings
+DOTTED_RE = re.compile(r"`~?(sap_(?:common|ref|gpu|tools)(?:\.\w+)+)`")  # in Markdown
+ROLE_RE = re.compile(r":(?:mod|func|class|meth|attr|data):`~?(sap_(?:common|ref|gpu|tools)(?:\.\w+)+)`")  # in docstrings
 FENCE_RE = re.compile(r"^(```|~~~).*?^\1", flags=re.S | re.M)
 
 

@@ -4,7 +4,7 @@ Integer fields (count, overflow, shape/body ids) must be identical and float fie
 few ulps: both run the same routines in float64 in the same order; they differ only in how a
 quaternion rotates a vector (Warp's formula vs NumPy's) and in summation order. Where a cylinder
 or an ellipsoid takes part, GJK/EPA and the refinement iterate to a tolerance, and the float
-fields are held to ``CURVED_GEOMETRY_TOL`` (tools/tolerances.py says why).
+fields are held to ``CURVED_GEOMETRY_TOL`` (sap_tools/tolerances.py says why).
 """
 
 import dataclasses
@@ -25,7 +25,7 @@ from sap_ref.collision import CollisionPipeline as RefPipeline
 from sap_ref.collision import contact_capacity
 from strategies import quaternions, vectors
 from collision_cases import CUBE, GEM
-from tools.tolerances import CURVED_GEOMETRY_TOL, GEOMETRY_TOL  # float64 geometry (reasons there)
+from sap_tools.tolerances import CURVED_GEOMETRY_TOL, GEOMETRY_TOL  # float64 geometry (reasons there)
 
 INT_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")
 FLOAT_FIELDS = ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d")

@@ -55,7 +55,7 @@ def test_not_a_device_at_all_is_named():
 
 
 def test_the_command_line_tools_use_the_same_check():
-    from tools.cli import warp_device
+    from sap_tools.cli import warp_device
 
     with pytest.raises(ValueError, match=r"^--device 'cuda:99': no (CUDA|such Warp) device here; available: "):
         warp_device("cuda:99")

@@ -286,7 +286,7 @@ def test_bad_step_arguments_are_refused_before_any_launch(device, small):
 
 @pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 def test_stage_hook_sees_every_stage_in_order_and_changes_nothing(device, newton_path):
-    """The profiling hook (tools/benchmark.py --breakdown) is called once per stage, in
+    """The profiling hook (sap_tools/benchmark/cli.py --breakdown) is called once per stage, in
     pipeline order (the staged path: once per Newton stage per batch iteration; the fused path:
     once for its one launch), and leaves the results bit-identical."""
     scene = scenes.get("box_stack", num_worlds=2)

@@ -26,7 +26,7 @@ from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_
 from sap_common.config import NEWTON_PATHS
 from sap_ref.solver import SolverSAP as RefSolver
 from strategies import random_constrained_models
-from tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
+from sap_tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
 
 # The tolerance table (each entry with its reason) is shared with sap-compare-backends.
 PRESETS = ("approx32", "approx64", "drake")

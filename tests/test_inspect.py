@@ -20,8 +20,8 @@ from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
 from sap_ref.collision import CollisionPipeline
 from sap_ref.constraints import SLIDING, STICTION
 from sap_ref.solver import SolverSAP
-from tools.inspector import main, report_html
-from tools.step_capture import capture_step, regime_switches, rollout, summary
+from sap_tools.inspector import main, report_html
+from sap_tools.step_capture import capture_step, regime_switches, rollout, summary
 
 pytest.importorskip("matplotlib")
 
@@ -114,7 +114,7 @@ def test_block_slides_above_mu_m_g_and_the_switch_is_reported():
 
 
 def test_line_search_figure_marks_the_probes_sap_ref_took():
-    from tools.inspector_figures import fig_line_searches
+    from sap_tools.inspector_figures import fig_line_searches
 
     cap = _pushed_block(2.0)
     fig = fig_line_searches(cap)

@@ -129,7 +129,7 @@ def test_large_humanoid_batch_converges_and_identical_worlds_stay_bit_identical(
     ok, why = scenes.availability("humanoid")
     if not ok:
         pytest.skip(why)
-    from tools.benchmark import DEFAULT_NOISE_STD, MIN_CONVERGED_FRACTION, noise_channels
+    from sap_tools.benchmark.cli import DEFAULT_NOISE_STD, MIN_CONVERGED_FRACTION, noise_channels
 
     scene = scenes.get("humanoid", num_worlds=HUMANOID_WORLDS)
     m = scene.sap_model
@@ -185,7 +185,7 @@ def test_large_humanoid_batch_converges_and_identical_worlds_stay_bit_identical(
 def test_every_step_of_every_drake_recording_passes_one_step_validation(name, backend, device):
     """Every step within the bar; mesh_rock's steps explained by Drake's MPR contact point and within
     the bar with the recording's contact geometry (tests/test_validate.py)."""
-    from tools.validate import make_context, one_step
+    from sap_tools.validate.cli import make_context, one_step
 
     ctx, _ = make_context(DATA / "drake" / f"{name}.json", backend=backend, device=device)
     assert_one_step_passes(name, one_step(ctx, list(range(ctx.traj.num_steps))))

@@ -1,5 +1,6 @@
-"""Package shape: sap_gpu stands without sap_ref, sap_common's modules import each other without
-a cycle, and sap_ref and sap_gpu export the same top-level names (switching backends is one import)."""
+"""Package shape: sap_gpu stands without sap_ref, sap_ref reads no files (sap_common.io is the
+tools'), sap_common's modules import each other without a cycle, and sap_ref and sap_gpu export
+the same top-level names (switching backends is one import)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,13 @@ def test_no_sap_gpu_module_imports_sap_ref():
     offenders = [f"{n}: {m}" for n, p in _package_modules("sap_gpu").items() for m in _runtime_imports(p)
                  if m == "sap_ref" or m.startswith("sap_ref.")]
     assert not offenders, "sap_gpu imports the reference package: " + "; ".join(offenders)
+
+
+def test_no_sap_ref_module_imports_sap_common_io():
+    """sap_ref steps models and states; reading scene files and recordings is for the tools."""
+    offenders = [f"{n}: {m}" for n, p in _package_modules("sap_ref").items() for m in _runtime_imports(p)
+                 if m == "sap_common.io" or m.startswith("sap_common.io.")]
+    assert not offenders, "sap_ref imports sap_common.io: " + "; ".join(offenders)
 
 
 def test_importing_sap_gpu_loads_no_sap_ref_module():

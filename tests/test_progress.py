@@ -1,8 +1,8 @@
-"""tools.progress: redraws in place on a terminal, writes a few whole lines into a log."""
+"""sap_tools.progress: redraws in place on a terminal, writes a few whole lines into a log."""
 
 import io
 
-from tools.progress import LOG_LINES, Progress
+from sap_tools.progress import LOG_LINES, Progress
 
 
 class _Terminal(io.StringIO):
@@ -42,7 +42,7 @@ def test_quiet_writes_nothing():
 
 def test_a_tool_run_into_a_log_writes_a_few_lines(tmp_path, capsys):
     """sap-demo's progress bar, with stderr captured (not a terminal): at most LOG_LINES lines."""
-    from tools.demo import main
+    from sap_tools.demo import main
 
     assert main(["sphere_drop", "--steps", "40", "--print-every", "10", "--out", str(tmp_path / "d.png")]) == 0
     err = capsys.readouterr().err

@@ -14,9 +14,9 @@ import pytest
 from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
 from sap_common.io import LoadedScene
-from tools.record import CHECK_RTOL, REFERENCE_DIR, compare_recordings, main
-from tools.record_drake import pydrake_available
-from tools.record_spec import NO_DRAKE_COUNTERPART, scene_to_spec
+from sap_tools.record.cli import CHECK_RTOL, REFERENCE_DIR, compare_recordings, main
+from sap_tools.record.drake import pydrake_available
+from sap_tools.record.spec import NO_DRAKE_COUNTERPART, scene_to_spec
 from conftest import DATA, DRAKE_ANCHORS
 
 HAVE_PYDRAKE, WHY_NOT = pydrake_available()
@@ -172,7 +172,7 @@ def test_comparison_tolerates_only_run_fields_and_round_off_in_summaries(copy_of
 def test_sap_record_regenerates_every_committed_scene(tmp_path, path):
     """Arrays byte-identical; JSON identical except the run's own fields (generator, paths, versions,
     timing) and recomputed summaries within CHECK_RTOL·max(1, |x|) (measured ≤ 1.1e-15·max(1, |x|))."""
-    from tools.record import record_drake
+    from sap_tools.record.cli import record_drake
 
     json_path, npz_path = record_drake(str(path), str(tmp_path))
     c = compare_recordings(json_path, str(path))
@@ -184,7 +184,7 @@ def test_sap_record_regenerates_every_committed_scene(tmp_path, path):
 
 @needs_pydrake
 def test_recording_twice_gives_identical_files(tmp_path):
-    from tools.record import record_drake
+    from sap_tools.record.cli import record_drake
 
     for d in ("a", "b"):
         os.mkdir(tmp_path / d)
@@ -209,7 +209,7 @@ LIBRARY_SCENES = {"sphere_drop": ("sphere_drop", 0.0), "sphere_slide": ("sphere_
 @pytest.mark.parametrize("name", LIBRARY_SCENES)
 def test_the_scene_library_regenerates_the_committed_trajectories(tmp_path, name):
     from sap_common.io import load_recording
-    from tools.record import record_drake
+    from sap_tools.record.cli import record_drake
 
     committed, tol = LIBRARY_SCENES[name]
     json_path, _ = record_drake(name, str(tmp_path))
@@ -223,8 +223,8 @@ def test_the_scene_library_regenerates_the_committed_trajectories(tmp_path, name
 def test_recorded_builtin_scene_validates(tmp_path):
     """sphere_on_sphere (world-fixed dome, sphere–sphere then sphere–plane contact) recorded by Drake
     and validated one step at a time by sap_ref."""
-    from tools.record import record_drake
-    from tools.validate import validate
+    from sap_tools.record.cli import record_drake
+    from sap_tools.validate.cli import validate
 
     json_path, _ = record_drake("sphere_on_sphere", str(tmp_path), steps=600)
     r = validate(json_path, every=5)

@@ -14,7 +14,7 @@ from sap_common.builder import ModelBuilder
 from sap_common.collision_rules import contact_capacity
 from sap_ref.broad_phase import pair_overlap, world_bounds
 from sap_ref.collision import CollisionPipeline
-from tools.benchmark_collision import pile
+from sap_tools.benchmark.collision import pile
 
 
 def _collide(model, state, broad_phase):

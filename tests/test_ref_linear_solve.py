@@ -18,7 +18,7 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import hessian, hessian_diagonal, hessian_product
 from sap_ref.linear_solve import PcrSettings, cholesky_solve, pcr
 from sap_ref.solver import SolverSAP
-from tools.tolerances import RESIDUAL_GAP_FACTOR  # PCR residual drift (reason there)
+from sap_tools.tolerances import RESIDUAL_GAP_FACTOR  # PCR residual drift (reason there)
 
 EPS64 = np.finfo(np.float64).eps
 # ‖r_k‖_P may rise by rounding only: CR's step minimizes it along the new direction exactly in

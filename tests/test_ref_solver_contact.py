@@ -147,7 +147,7 @@ def test_contact_overflow_is_flagged():
 
 
 def test_one_factor_override_changes_only_the_weight():
-    from sap_ref.compare import preset_deltas
+    from sap_tools.compare_presets import preset_deltas
 
     base = SapConfig.from_preset("approx64")
     one = SapConfig.from_preset("approx64", contact_weight_mode="diag_delassus")

@@ -1,4 +1,4 @@
-"""tools.scenes, tools.demo, tools.compare_presets (sap-scenes, sap-demo, sap-compare-presets)."""
+"""sap_tools.scenes, sap_tools.demo, sap_tools.compare_presets (sap-scenes, sap-demo, sap-compare-presets)."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tools.scenes import main
+from sap_tools.scenes import main
 from conftest import DATA, DRAKE_ANCHORS
 
 
@@ -42,7 +42,7 @@ def test_bad_name_is_an_error(capsys):
 
 
 def test_demo_runs_and_plots(tmp_path, capsys):
-    from tools.demo import main as demo
+    from sap_tools.demo import main as demo
 
     out = tmp_path / "demo.png"
     assert demo(["sphere_drop", "--steps", "30", "--quiet", "--out", str(out), "--json"]) == 0
@@ -66,7 +66,7 @@ def test_demo_runs_the_mesh_collision_robot_from_its_mjcf_file(tmp_path, capsys)
 
 
 def _demo_json(capsys, argv):
-    from tools.demo import main as demo
+    from sap_tools.demo import main as demo
 
     assert demo(argv + ["--quiet", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -94,7 +94,7 @@ def test_demo_figure_log_time_height_changes_and_legends_outside_the_data(capsys
     import matplotlib.pyplot as plt
 
     from sap_common import scenes
-    from tools.demo import figure, run
+    from sap_tools.demo import figure, run
 
     scene = scenes.get("box_stack")
     rec = run(scene, 30, {"contact_preset_variant": "approx32"}, 100, True)
@@ -131,7 +131,7 @@ def test_demo_figure_log_time_height_changes_and_legends_outside_the_data(capsys
 
 
 def test_demo_on_sap_gpu_prints_what_sap_ref_prints(tmp_path, capsys, device):
-    from tools.demo import main as demo
+    from sap_tools.demo import main as demo
 
     args = ["box_stack", "--steps", "40", "--print-every", "20", "--quiet", "--preset", "approx64"]
     assert demo(args + ["--out", str(tmp_path / "ref.png")]) == 0
@@ -146,7 +146,7 @@ def test_demo_on_sap_gpu_prints_what_sap_ref_prints(tmp_path, capsys, device):
 
 
 def test_compare_presets_reports_deltas(capsys):
-    from tools.compare_presets import main as compare
+    from sap_tools.compare_presets import main as compare
 
     assert compare(["sphere_slide", "--steps", "3", "--every", "2", "--quiet", "--json"]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -154,7 +154,7 @@ def test_compare_presets_reports_deltas(capsys):
 
 
 def test_compare_backends_reports_every_stage(capsys):
-    from tools.compare_backends import main as compare
+    from sap_tools.compare_backends import main as compare
 
     assert compare(["box_stack", "--steps", "12", "--every", "11", "--quiet", "--json", "--preset", "approx64"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -171,7 +171,7 @@ def test_compare_backends_reports_every_stage(capsys):
 
 
 def test_benchmark_collision_times_both_modes_on_the_same_pile(capsys, device):
-    from tools.benchmark_collision import main as bench
+    from sap_tools.benchmark.collision import main as bench
 
     assert bench(["--shapes", "100", "--num-worlds", "2", "--repeats", "1", "--skip-ref", "--device", str(device),
                   "--json"]) == 0

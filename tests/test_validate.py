@@ -18,12 +18,12 @@ from sap_common import scenes
 from sap_common.io.trajectory import write_trajectory
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
-from tools import validate as V
-from tools.diagnose import STAGE_RTOL
-from tools.validate_backends import recorded_state
+from sap_tools.validate import cli as V
+from sap_tools.validate.backends import recorded_state
+from sap_tools.validate.diagnose import STAGE_RTOL
 from conftest import DATA, DRAKE_ANCHORS
 
-# Recordings with a shape pair Drake computes with FCL's MPR (tools.diagnose.drake_uses_mpr): Drake's
+# Recordings with a shape pair Drake computes with FCL's MPR (sap_tools.validate.diagnose.drake_uses_mpr): Drake's
 # contact point there is MPR's barycentric estimate, not a witness point, so their steps pass as
 # explained (the step with the recording's contact geometry within the bar), not within the bar.
 MPR_RECORDINGS = ("mesh_rock",)
@@ -70,7 +70,7 @@ def test_committed_recordings_pass_one_step_to_round_off(name, backend, device):
 
 
 def test_mpr_recordings_are_those_with_a_pair_drake_computes_by_mpr():
-    from tools.diagnose import drake_uses_mpr
+    from sap_tools.validate.diagnose import drake_uses_mpr
 
     for name in RECORDINGS:
         m = V.make_context(DATA / "drake" / f"{name}.json")[0].scene.sap_model
@@ -80,7 +80,7 @@ def test_mpr_recordings_are_those_with_a_pair_drake_computes_by_mpr():
 
 def test_drake_uses_mpr_for_the_pairs_without_a_closed_form():
     from sap_common.enums import ShapeType as T
-    from tools.diagnose import drake_uses_mpr
+    from sap_tools.validate.diagnose import drake_uses_mpr
 
     closed = [(T.SPHERE, T.SPHERE), (T.SPHERE, T.BOX), (T.CYLINDER, T.SPHERE), (T.SPHERE, T.CAPSULE),
               (T.PLANE, T.CONVEX_MESH), (T.ELLIPSOID, T.PLANE), (T.BOX, T.BOX), (T.PLANE, T.CYLINDER)]
@@ -216,7 +216,7 @@ def test_wrong_free_motion_is_diagnosed_as_a_step_difference_at_the_free_motion(
 
 def test_correct_steps_leave_every_stage_within_its_tolerance():
     """The stage table of passing steps: every stage compared, none departs."""
-    from tools.diagnose import stage_table
+    from sap_tools.validate.diagnose import stage_table
 
     for name, step, expected in (("sphere_slide", 0, "contact force on shape 1's body [N]"),
                                  ("prismatic_pd", 3, "actuation: drive force [N, N·m]"),
@@ -383,7 +383,7 @@ def test_the_user_trajectory_example_validates(tmp_path):
 
 def test_mujoco_recording_is_judged_by_statistics(tmp_path):
     pytest.importorskip("mujoco")
-    from tools.record import record_mujoco
+    from sap_tools.record.cli import record_mujoco
 
     xml = tmp_path / "ball.xml"
     xml.write_text('<mujoco><option timestep="0.001"/><worldbody><geom name="ground" type="plane" size="2 2 .1"/>'
@@ -399,7 +399,7 @@ def test_mujoco_recording_is_judged_by_statistics(tmp_path):
 
 
 def test_sap_gpu_stage_table_compares_it_with_sap_ref_first(device):
-    from tools.diagnose import stage_table
+    from sap_tools.validate.diagnose import stage_table
 
     ctx, _ = V.make_context(DATA / "drake" / "box_corners_slide.json", backend="gpu", device=device)
     stages = stage_table(ctx, 300)

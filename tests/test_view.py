@@ -18,10 +18,10 @@ from sap_common.io import load_json, load_recording
 from sap_ref.collision import CollisionPipeline
 from sap_ref.kinematics import forward_kinematics
 from sap_ref.solver import SolverSAP
-from tools.browser import free_port
-from tools.shapes import body_colors, shape_mesh
-from tools.trajectory import recording_trajectory, rollout_trajectory
-from tools.viewer import main
+from sap_tools.browser import free_port
+from sap_tools.shapes import body_colors, shape_mesh
+from sap_tools.trajectory import recording_trajectory, rollout_trajectory
+from sap_tools.view.cli import main
 from conftest import DATA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,7 +123,7 @@ def server():
 
 
 def test_viewer_scene_follows_the_frame_and_the_world(server):
-    from tools.viewer import Viewer
+    from sap_tools.view.cli import Viewer
 
     scene = scenes.get("box_stack", num_worlds=2)
     traj = rollout_trajectory(scene, 6)
@@ -148,7 +148,7 @@ def test_viewer_scene_follows_the_frame_and_the_world(server):
 
 def test_inspect_this_step_shows_the_inspectors_figures(server):
     pytest.importorskip("matplotlib")
-    from tools.viewer import Viewer
+    from sap_tools.view.cli import Viewer
 
     scene = scenes.get("sphere_slide")
     traj = rollout_trajectory(scene, 3, contact_preset_variant="drake")
@@ -163,7 +163,7 @@ def test_inspect_this_step_shows_the_inspectors_figures(server):
 
 def _gl_unavailable() -> str | None:
     """Why MuJoCo cannot render offscreen here (None if it can), asked in a fresh process."""
-    code = ("from tools.video import select_gl; select_gl(); import mujoco; "
+    code = ("from sap_tools.view.video import select_gl; select_gl(); import mujoco; "
             "m = mujoco.MjModel.from_xml_string('<mujoco/>'); mujoco.Renderer(m, 64, 64).render()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     return None if r.returncode == 0 else "MuJoCo cannot open an offscreen OpenGL context (EGL/OSMesa): " + (
@@ -181,7 +181,7 @@ def test_video_is_rendered_headless(ext, tmp_path):
     out = tmp_path / f"drop{ext}"
     rec = str(DATA / "drake" / "sphere_drop.npz")
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "tools.viewer", rec, "--video", str(out), "--size", "160x120",
+    r = subprocess.run([sys.executable, "-m", "sap_tools.view", rec, "--video", str(out), "--size", "160x120",
                         "--every", "100", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"video written to {out}" in r.stdout and time.monotonic() - t0 < 300
@@ -231,7 +231,7 @@ def test_help_lists_the_examples(capsys):
 
 
 def test_docs_screenshots_show_the_bodies():
-    """The committed screenshots (``python -m tools.browser --docs``) pass the browser tests' check."""
+    """The committed screenshots (``python -m sap_tools.browser --docs``) pass the browser tests' check."""
     from test_view_browser import SCENES, check_shows_bodies
 
     img = os.path.join(ROOT, "docs", "img")

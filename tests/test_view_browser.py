@@ -1,8 +1,8 @@
 """sap-view and sap-inspect as a user sees them: a real headless Chromium opens the page.
 
-The viewer runs as its own process (``python -m tools.viewer``) on a free port; Chromium
+The viewer runs as its own process (``python -m sap_tools.view``) on a free port; Chromium
 (driven by Playwright) opens it, waits for the scene, and takes a screenshot, which must not be
-blank and must show every body (each body has its own hue, see ``tools.shapes.PALETTE``). The
+blank and must show every body (each body has its own hue, see ``sap_tools.shapes.PALETTE``). The
 inspector's HTML report is opened the same way. The viewer process is stopped by the fixture
 at the end of each test (and bounds itself with ``--serve-seconds`` anyway).
 
@@ -18,8 +18,8 @@ import os
 import pytest
 
 from sap_common import scenes
-from tools import browser
-from tools.shapes import PALETTE, body_colors
+from sap_tools import browser
+from sap_tools.shapes import PALETTE, body_colors
 
 REASON = browser.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"no browser for the browser tests: {REASON}")
@@ -105,7 +105,7 @@ def test_inspect_button_shows_the_figures_in_the_panel(viewer, tmp_path):
 def test_inspector_report_opens_in_the_browser(name, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from tools.inspector import main
+    from sap_tools.inspector import main
 
     report = tmp_path / "report.html"
     assert main([name, "--step", str(SCENES[name]), "--out", str(report), "--quiet"]) == 0

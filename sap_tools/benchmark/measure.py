@@ -4,7 +4,7 @@
 replays; :func:`breakdown` times each stage of eager steps; :func:`structure` counts the device
 operations of a step and the Newton loop's trips; :func:`validity` decides whether a run's
 throughput counts; :func:`table` and friends print the report. What each figure means is in
-:mod:`tools.benchmark`'s docstring (``sap-benchmark --help``).
+:mod:`sap_tools.benchmark.cli`'s docstring (``sap-benchmark --help``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import warp as wp
 
-from tools.progress import Progress
+from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
            "ratios", "sparse_speedups", "path_speedups", "MIN_CONVERGED_FRACTION"]

@@ -1,6 +1,6 @@
 """Record a scene specification with Drake (pydrake 1.51.1): MultibodyPlant, SAP, point contact.
 
-``record(spec)`` builds the plant from a scene specification (tools/record_spec.py), runs
+``record(spec)`` builds the plant from a scene specification (sap_tools/record/spec.py), runs
 Drake's simulator step by step, and returns ``(document, arrays)``: the JSON document and the
 NPZ arrays of the format in ``tests/data/drake/README.md``. Everything in the document that
 describes the model is read back from the finalized plant and from SceneGraph's *context*
@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from tools.cli import cpu_model
-from tools.record_spec import check_spec
+from sap_tools.cli import cpu_model
+from sap_tools.record.spec import check_spec
 
 __all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS"]
 

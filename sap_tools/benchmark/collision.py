@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from tools.cli import fail, parser, warp_device
+from sap_tools.cli import fail, parser, warp_device
 
 __all__ = ["main", "pile"]
 

@@ -12,7 +12,7 @@ from the plant, conventions, checks) and ``<scene>.npz`` (q, v, body poses and v
 energies, contacts with depth, witness points and forces, actuation, dynamics residuals, M and
 the bias terms at the start and the end), and the scene's entry in ``index.json``. A scene is a
 built-in scene name (``sap-scenes``) or a Drake scene file, which re-records itself; features
-with no Drake counterpart are refused with a message naming them (tools/record_spec.py).
+with no Drake counterpart are refused with a message naming them (sap_tools/record/spec.py).
 Recording twice gives identical files (byte for byte; with ``--timing`` the ``performance``
 block measures Drake's own speed and differs from run to run).
 
@@ -36,12 +36,14 @@ import tempfile
 
 import numpy as np
 
-from tools.cli import fail, load_scene_arg, parser
+from sap_tools.cli import fail, load_scene_arg, parser
 
 __all__ = ["REFERENCE_DIR", "CHECK_RTOL", "RUN_DEPENDENT", "record_drake", "record_mujoco", "compare_recordings",
            "write_json", "main"]
 
-REFERENCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "drake")
+# The repository: this file is sap_tools/record/cli.py.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REFERENCE_DIR = os.path.join(_ROOT, "tests", "data", "drake")
 # Fields that describe the run, not the scene: the machine, library versions, timing, and the
 # paths and generator name of the workspace that wrote the file.
 RUN_DEPENDENT = ("performance", "versions", "generator", "recording.file")
@@ -62,15 +64,14 @@ def write_json(path: str, doc: dict) -> None:
 
 def _repo_relative(path: str) -> str:
     """``path`` relative to the repository when it lies inside it, else its file name."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     full = os.path.abspath(path)
-    return os.path.relpath(full, root) if full.startswith(root + os.sep) else os.path.basename(full)
+    return os.path.relpath(full, _ROOT) if full.startswith(_ROOT + os.sep) else os.path.basename(full)
 
 
 def _spec(scene_arg: str) -> dict:
     """The Drake scene specification of a scene argument: a Drake scene file as it is, a
     built-in scene converted (or refused)."""
-    from tools.record_spec import scene_to_spec
+    from sap_tools.record.spec import scene_to_spec
 
     if scene_arg.lower().endswith(".json"):
         if not os.path.isfile(scene_arg):
@@ -91,9 +92,9 @@ def _spec(scene_arg: str) -> dict:
 
 def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> tuple[str, str]:
     """Record a scene with Drake into ``out_dir``; returns ``(json path, npz path)``."""
-    from tools.record_checks import SELF_CHECK_LIMIT, convention_self_checks, scene_checks
-    from tools.record_document import drake_document, index_entry, jsonable
-    from tools.record_drake import record
+    from sap_tools.record.checks import SELF_CHECK_LIMIT, convention_self_checks, scene_checks
+    from sap_tools.record.document import drake_document, index_entry, jsonable
+    from sap_tools.record.drake import record
 
     spec = _spec(scene_arg)
     ds, sim, perf = record(spec, num_steps=steps, with_timing=timing)
@@ -263,7 +264,7 @@ def main(argv=None) -> int:
             raise ValueError(f"scene: {mjcf[0]!r} is an MJCF/URDF file; record it with --engine mujoco (Drake "
                              "scenes come from built-in scenes or Drake scene files)")
         if args.engine == "drake":
-            from tools.record_drake import pydrake_available
+            from sap_tools.record.drake import pydrake_available
 
             ok, why = pydrake_available()
             if not ok:

@@ -22,7 +22,7 @@ import numpy as np
 
 from sap_common import scenes
 from sap_common.io import LoadedScene
-from tools.cli import fail, load_scene_arg, parser
+from sap_tools.cli import fail, load_scene_arg, parser
 
 _load = load_scene_arg  # the scene argument of every tool: a built-in name or a scene file
 

@@ -224,7 +224,7 @@ def gpu_step(scene, steps: int, world: int, device="cpu", progress=None, **solve
     d = gpu.diagnostics()
     out = dict(v1=out_state.joint_qd.numpy()[world].astype(np.float64),
                q1=out_state.joint_q.numpy()[world].astype(np.float64),
-               gamma=gpu.P.gamma.numpy()[world, :3 * C].astype(np.float64).reshape(C, 3),
+               gamma=gpu.work.P.gamma.numpy()[world, :3 * C].astype(np.float64).reshape(C, 3),
                newton=int(d["newton_iterations"][world]), status=int(d["status"][world]), device=str(gpu.device))
     return host_state, host_contacts, out
 

@@ -17,7 +17,7 @@ import json
 import math
 import sys
 
-from tools.cli import fail, parser, plot_path
+from sap_tools.cli import fail, parser, plot_path
 
 __all__ = ["read_runs", "series", "figure", "plot", "main"]
 

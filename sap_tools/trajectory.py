@@ -98,7 +98,7 @@ def rollout_trajectory(scene: LoadedScene, steps: int, backend: str = "ref", dev
             pipe.collide(dev_state, dev_contacts)
             solver.step(dev_state, dev_state, dev_control, dev_contacts, scene.dt)
             state, contacts = sap_gpu.to_host(dev_state), sap_gpu.to_host(dev_contacts)
-            gamma = solver.P.gamma.numpy()[:, :3 * C].astype(np.float64).reshape(W, C, 3)
+            gamma = solver.work.P.gamma.numpy()[:, :3 * C].astype(np.float64).reshape(W, C, 3)
         else:
             pipe.collide(state, contacts)
             solver.step(state, state, scene.control, contacts, scene.dt)

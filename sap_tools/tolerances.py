@@ -52,7 +52,7 @@ CURVED_GEOMETRY_TOL = MappingProxyType({"phi0": 5e-8, "x0": 1e-5, "x1": 1e-5, "n
 
 # Drake's point-contact query hands some shape pairs (sphere–convex mesh, sphere–ellipsoid, and
 # every pair of box, capsule, cylinder, ellipsoid and convex mesh but box–box; see drake_uses_mpr
-# in tools/diagnose.py) to FCL, which runs libccd's Minkowski Portal Refinement with the tolerance
+# in sap_tools/validate/diagnose.py) to FCL, which runs libccd's Minkowski Portal Refinement with the tolerance
 # Drake sets, 2e-12 m on the portal's advance. Both sides iterate to a tolerance there (this
 # project's GJK/EPA with its refinement, CURVED_GEOMETRY_TOL between two float64 implementations
 # of it), so φ₀ and the normal of such a pair are held to the same bars as two implementations of

@@ -11,7 +11,7 @@ implementation. Two modes (``--mode``):
 * one-step (teacher-forced): every step starts from the recording's own state n and must
   reproduce row n+1 to round-off, ``|Δv| ≤ ONE_STEP_RTOL·max(1, |v|)`` and the same for q;
   errors cannot compound, so this is the sharp test of an implementation. A step that misses
-  the bar is diagnosed (tools/diagnose.py): a contact-set tie, a Newton iterate within
+  the bar is diagnosed (sap_tools/validate/diagnose.py): a contact-set tie, a Newton iterate within
   tolerance, or — on a pair Drake computes with FCL's MPR — Drake's contact point, when the step
   with the recording's contact geometry reproduces the recorded row to the bar, explains it (it
   passes unless ``--strict``); anything else fails, with the stage where the step departs.
@@ -43,10 +43,10 @@ from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, tra
 from sap_common.model import JointType
 from sap_common.state import StepStatus
 from sap_common import spatial
-from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
-from tools.diagnose import diagnose, drake_uses_mpr
-from tools.progress import Progress
-from tools.validate_backends import RefBackend, make_backend, recorded_state
+from sap_tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
+from sap_tools.progress import Progress
+from sap_tools.validate.backends import RefBackend, make_backend, recorded_state
+from sap_tools.validate.diagnose import diagnose, drake_uses_mpr
 
 __all__ = ["ONE_STEP_RTOL", "ROLLOUT_EPSILON", "MAX_DIAGNOSES", "MUJOCO_FREE_RTOL", "MUJOCO_CONTACT_AGREEMENT",
            "Context", "make_context", "expand", "position_error", "one_step", "rollout", "validate", "junit_xml", "main"]
@@ -77,7 +77,7 @@ _MODE_KEYS = ("one_step", "statistics", "rollout", "rollout_statistics")  # repo
 
 @dataclass
 class Context:
-    """What a validation of one recording by one backend needs (also read by tools/diagnose.py).
+    """What a validation of one recording by one backend needs (also read by sap_tools/validate/diagnose.py).
 
     Attributes:
         scene, traj: the scene and the trajectory.

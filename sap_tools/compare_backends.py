@@ -13,7 +13,7 @@ stage is judged on its own); v₁ by optimality (two solutions of one strongly c
 ‖v − v'‖_A ≤ ‖∇ℓ(v)‖_A⁻¹ + ‖∇ℓ(v')‖_A⁻¹ apart, so the Newton tolerance bounds their distance);
 q₁ against sap_ref's position update of sap_gpu's v₁.
 
-Each stage has a tolerance (tools/tolerances.py: a named constant with its reason, chosen by the
+Each stage has a tolerance (sap_tools/tolerances.py: a named constant with its reason, chosen by the
 precision the configuration runs the stage in). The table prints the largest difference seen,
 the largest |sap_ref| value (its scale), the share of the tolerance used and pass or FAIL.
 Contact sets that differ are a tie when every unmatched contact has |φ₀ − margin| within
@@ -36,9 +36,9 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
-from tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
-from tools.progress import Progress
-from tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
+from sap_tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
+from sap_tools.progress import Progress
+from sap_tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
 
 __all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict", "main"]
 
@@ -200,10 +200,10 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     nv = model.joint_dof_count
     q0 = state.joint_q[0]
     v0 = joint_qd_public_to_sap(model, q0, state.joint_qd[0])
-    d = {"A": _close(gpu.A.numpy()[0, :nv, :nv], r.free_motion.A, TOL["fp64"])}
+    d = {"A": _close(gpu.work.A.numpy()[0, :nv, :nv], r.free_motion.A, TOL["fp64"])}
     # v*: float64, fp32 Cholesky (κ(A)·ε₃₂ relative to Δv), or PCR (its residual over λ_min(A)).
     A = r.free_motion.A
-    v_star_gpu, v_star_ref = gpu.v_star.numpy()[0], r.free_motion.v_star
+    v_star_gpu, v_star_ref = gpu.work.v_star.numpy()[0], r.free_motion.v_star
     dv_scale = max(1.0, float(np.abs(v_star_ref - v0).max(initial=0.0)))
     if cfg.matrixfree_representation:
         eps = np.finfo(cfg.dtype("free_motion_solve_precision")).eps
@@ -223,21 +223,21 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     jtol = TOL["fp64"] if cfg.use_f64_boundary_pose else TOL["fp32_pose"]
     wtol = TOL["fp64"] if cfg.sap_contact_weight_precision == "fp64" else TOL["fp32_weights"]
     if C:
-        d["J"] = _close(gpu.contact_J.numpy()[0, :3 * C], r.contacts.J.reshape(3 * C, nv), jtol)
-        d["w"] = _close_rel(gpu.contact_w.numpy()[0, :C], r.w, wtol)
-        d["R"] = _close_rel(gpu.contact_R.numpy()[0, :C], r.R, wtol)
-        d["v_hat"] = _close(gpu.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol)
+        d["J"] = _close(gpu.work.contact_J.numpy()[0, :3 * C], r.contacts.J.reshape(3 * C, nv), jtol)
+        d["w"] = _close_rel(gpu.work.contact_w.numpy()[0, :C], r.w, wtol)
+        d["R"] = _close_rel(gpu.work.contact_R.numpy()[0, :C], r.R, wtol)
+        d["v_hat"] = _close(gpu.work.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol)
     # Limit rows: the same active set, then J, R and v̂.
-    L = gpu.limits.count
+    L = gpu.work.limits.count
     active = np.zeros(0, dtype=bool)
     if L:
-        active = gpu.limit_active.numpy()[0, :L].astype(bool)
+        active = gpu.work.limit_active.numpy()[0, :L].astype(bool)
         d["limit_rows"] = Check(float(abs(int(active.sum()) - len(r.limits.R))), float(len(r.limits.R)),
                                 float(abs(int(active.sum()) - len(r.limits.R))))
         if active.sum() == len(r.limits.R):
-            limit_R = gpu.limit_R.numpy()[0, :L][active]
-            limit_v_hat = gpu.limit_v_hat.numpy()[0, :L][active]
-            d["limit_J"] = _close(gpu.limit_J.numpy()[0, :L][active], r.limits.J, jtol)
+            limit_R = gpu.work.limit_R.numpy()[0, :L][active]
+            limit_v_hat = gpu.work.limit_v_hat.numpy()[0, :L][active]
+            d["limit_J"] = _close(gpu.work.limit_J.numpy()[0, :L][active], r.limits.J, jtol)
             if cfg.use_f64_boundary_pose:
                 d["limit_R"] = _close_rel(limit_R, r.limits.R, TOL["fp64"])
                 d["limit_v_hat"] = _close(limit_v_hat, r.limits.v_hat, TOL["fp64"])
@@ -253,9 +253,9 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
                                         np.where(distance, 2 * TOL["fp32_pose"], TOL["fp64"]) * np.abs(r.limits.R))
     else:
         limit_R = limit_v_hat = None
-    if gpu.drive_count:
-        d["drive_Kp"] = _close_rel(gpu.drive_Kp.numpy()[0, :gpu.drive_count], r.drives.Kp, TOL["fp64"])
-        d["drive_Kd"] = _close_rel(gpu.drive_Kd.numpy()[0, :gpu.drive_count], r.drives.Kd, TOL["fp64"])
+    if gpu.work.drive_count:
+        d["drive_Kp"] = _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"])
+        d["drive_Kd"] = _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"])
     if r.problem is not None:
         # γ, ℓ, ∇ℓ, H at sap_ref's v₁, with sap_ref's objective given the device's v*, J, R and v̂
         # (under approx32 they differ by float32 ulps; this isolates the Newton stage).
@@ -263,12 +263,12 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         p = dataclasses.replace(p, v_star=v_star_gpu[dofs].astype(p.dtype))
         if C:
             v_hat = p.contact_v_hat.copy()
-            v_hat[:, 2] = gpu.contact_v_hat.numpy()[0, :C]
-            J = gpu.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-            p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.contact_R.numpy()[0, :C].astype(p.dtype),
+            v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
+            J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
+            p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype),
                                     contact_v_hat=v_hat)
         if L and active.any() and limit_R is not None:
-            p = dataclasses.replace(p, limit_J=gpu.limit_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
+            p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
                                     limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
         v = r.v1.copy()
         ev_gpu = gpu.evaluate_at(v[None])

@@ -1,4 +1,4 @@
-"""Headless video of a :class:`~tools.trajectory.Trajectory`: MuJoCo's offscreen renderer, imageio to encode.
+"""Headless video of a :class:`~sap_tools.trajectory.Trajectory`: MuJoCo's offscreen renderer, imageio to encode.
 
 The bodies' collision shapes become MuJoCo geoms on mocap bodies (one per body); each frame
 sets the mocap poses from the trajectory, renders, and draws the frame's contact forces as
@@ -16,9 +16,9 @@ import numpy as np
 
 from sap_common.model import ShapeType
 
-from .progress import Progress
-from .shapes import GROUND_COLOR, body_colors
-from .trajectory import Trajectory
+from sap_tools.progress import Progress
+from sap_tools.shapes import GROUND_COLOR, body_colors
+from sap_tools.trajectory import Trajectory
 
 __all__ = ["VIDEO_FORMATS", "parse_size", "check_video_path", "select_gl", "scene_xml", "render_frames",
            "render_video"]

@@ -2,7 +2,7 @@
 
 Used by the browser tests and to refresh the screenshots in ``docs/``:
 
-    python -m tools.browser --docs        # rewrites docs/img/*.png (needs Chromium and Playwright)
+    python -m sap_tools.browser --docs        # rewrites docs/img/*.png (needs Chromium and Playwright)
 
 Neither is a dependency of the package. Playwright comes from PyPI (``pip install playwright``);
 its own browser download (``playwright install``) is not needed: a system Chromium is used
@@ -86,7 +86,7 @@ def start_viewer(source: str, port: int, *extra: str, timeout: float = 240.0, lo
     The caller stops it with :func:`stop`. ``--serve-seconds`` bounds it anyway, so an
     interrupted test cannot leave a server behind for long.
     """
-    cmd = [sys.executable, "-m", "tools.viewer", source, "--host", "127.0.0.1", "--port", str(port), "--quiet",
+    cmd = [sys.executable, "-m", "sap_tools.view", source, "--host", "127.0.0.1", "--port", str(port), "--quiet",
            "--serve-seconds", str(int(timeout + 300)), *extra]
     proc = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -203,9 +203,9 @@ def _docs() -> int:
     os.makedirs(img, exist_ok=True)
     reason = unavailable_reason()
     if reason:
-        print(f"tools.browser: error: {reason}", file=sys.stderr)
+        print(f"sap_tools.browser: error: {reason}", file=sys.stderr)
         return 2
-    from tools.inspector import main as inspect_main
+    from sap_tools.inspector import main as inspect_main
 
     for scene, step, extra in (("box_stack", 12, ["--line-search", "exact_root"]), ("humanoid", 20, [])):
         port = free_port()
@@ -226,6 +226,6 @@ def _docs() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--docs"]:
-        print("usage: python -m tools.browser --docs", file=sys.stderr)
+        print("usage: python -m sap_tools.browser --docs", file=sys.stderr)
         sys.exit(2)
     sys.exit(_docs())

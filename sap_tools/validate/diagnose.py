@@ -5,7 +5,7 @@ order, and the first that applies is the diagnosis:
 
 1. **contact set** — the implementation's contacts at q_n are not the recording's. Each
    unmatched contact is a *tie* when |φ₀ − margin| is within round-off of the inclusion
-   threshold (:func:`tools.tolerances.is_contact_tie`): touching faces decided by the last bit,
+   threshold (:func:`sap_tools.tolerances.is_contact_tie`): touching faces decided by the last bit,
    not a bug. A recording without contacts is checked the same way against the pairs whose φ₀
    lies within round-off of the threshold: if including or leaving out such a pair reproduces
    the recorded step, that tie is the cause.
@@ -13,7 +13,7 @@ order, and the first that applies is the diagnosis:
    μ, k or τ_d (where the recording has them), or a Jacobian whose contact velocities J·v_{n+1}
    are not the recorded separation and slip speeds. A shape pair that Drake computes with FCL's
    MPR (:func:`drake_uses_mpr`) is judged apart: its φ₀ and normal to
-   :data:`tools.tolerances.DRAKE_MPR_GEOMETRY_TOL`, and its contact point — MPR's barycentric
+   :data:`sap_tools.tolerances.DRAKE_MPR_GEOMETRY_TOL`, and its contact point — MPR's barycentric
    estimate, which lies inside both shapes but on neither surface — by whether it lies in both
    shapes. When the rows agree so and the step, re-run with the recording's contact geometry for
    those pairs, reproduces the recorded row to the one-step bar, the step is explained
@@ -40,7 +40,7 @@ from sap_common.enums import ShapeType
 from sap_common.io.drake import drake_qv_to_joint
 from sap_ref import collision as ref_collision
 from sap_ref.contact_solve import evaluate, stopping_criterion
-from tools.tolerances import DRAKE_MPR_GEOMETRY_TOL, GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
+from sap_tools.tolerances import DRAKE_MPR_GEOMETRY_TOL, GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
 
 __all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "drake_uses_mpr", "stage_table", "diagnose"]
 
@@ -518,7 +518,7 @@ def _step_stages(ctx, n, v1, q1):
 
 def _gpu_stages(ctx, state, ref_contacts):
     """sap_gpu against sap_ref on the same inputs (the table of ``sap-compare-backends``)."""
-    from tools.compare_backends import COUNT_STAGES, STAGES, collision_differences, stage_differences, verdict
+    from sap_tools.compare_backends import COUNT_STAGES, STAGES, collision_differences, stage_differences, verdict
 
     d = collision_differences(ref_contacts, ctx.backend.collide(state))
     d.update(stage_differences(ctx.reference.solver, ctx.backend.solver, state, ctx.scene.control, ref_contacts,
@@ -535,7 +535,7 @@ def _gpu_stages(ctx, state, ref_contacts):
         else:
             tol = c.err / c.used if c.used > 0 else float("inf")
             rows.append(Stage(f"sap_gpu vs sap_ref: {label}", c.err, c.scale, tol, v[key] != "FAIL",
-                              "tolerance of tools/tolerances.py"))
+                              "tolerance of sap_tools/tolerances.py"))
     return rows
 
 
@@ -565,7 +565,7 @@ def stage_table(ctx, n: int) -> list:
 def diagnose(ctx, n: int) -> Diagnosis:
     """Why the backend's step n departs from the recording (module docstring, in that order).
 
-    ``ctx`` (see tools/validate.py) holds the scene, the trajectory, the recorded rows in SAP
+    ``ctx`` (see sap_tools/validate/cli.py) holds the scene, the trajectory, the recorded rows in SAP
     order, the backend under test and the sap_ref reference, dt and the one-step bar.
     """
     state = ctx.state(n)

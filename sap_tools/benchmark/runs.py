@@ -4,7 +4,7 @@
 ``collide → control noise → step`` and accumulate per-world iteration and contact statistics on
 the device; ``summary()`` reads them back once, after the timed region. The noise draws and the
 statistics are kernels, so a step stays capturable in a CUDA graph. The measurement around these
-runs is in :mod:`tools.benchmark_measure`, the command line in :mod:`tools.benchmark`.
+runs is in :mod:`sap_tools.benchmark.measure`, the command line in :mod:`sap_tools.benchmark.cli`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sap_gpu
 from sap_common.io import LoadedScene
 from sap_common.state import StepStatus
 from sap_common.constants import DEFAULT_NEWTON_PATH
-from tools.cli import load_scene_arg
+from sap_tools.cli import load_scene_arg
 
 __all__ = ["load_scene", "NoiseChannels", "noise_channels", "percentile_from_histogram", "memory_in_use",
            "SapRun", "MjwarpRun", "DEFAULT_NOISE_STD", "PERCENTILE"]

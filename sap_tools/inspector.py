@@ -30,11 +30,11 @@ import sys
 import numpy as np
 
 from sap_common.config import PRESETS
-from tools.cli import (LINE_SEARCH_CHOICES, LINEAR_SOLVER_CHOICES, PRESET_CHOICES, check_flags, check_out, fail,
-                       load_scene_arg, parser, scene_solver_kwargs, warp_device)
-from tools.progress import Progress
-from tools.step_capture import (REGIME_NAMES, StepCapture, capture_step, compare_backends, gpu_step, rollout,
-                                status_text, summary)
+from sap_tools.cli import (LINE_SEARCH_CHOICES, LINEAR_SOLVER_CHOICES, PRESET_CHOICES, check_flags, check_out, fail,
+                           load_scene_arg, parser, scene_solver_kwargs, warp_device)
+from sap_tools.progress import Progress
+from sap_tools.step_capture import (REGIME_NAMES, StepCapture, capture_step, compare_backends, gpu_step, rollout,
+                                    status_text, summary)
 
 __all__ = ["report_html", "write_report", "inspect_scene", "main"]
 
@@ -123,7 +123,7 @@ def _backend_table(cap: StepCapture) -> str:
 
 
 def _capture_body(cap: StepCapture, dpi: int) -> str:
-    from tools.inspector_figures import figures, png
+    from sap_tools.inspector_figures import figures, png
 
     parts = ['<ul class="summary">' + "".join(f"<li>{html.escape(s)}</li>" for s in summary(cap)) + "</ul>",
              _settings(cap), _backend_table(cap)]

@@ -68,15 +68,16 @@ import warp as wp
 from sap_common.config import LINEAR_SOLVERS, SapConfig
 from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.io import LoadedScene
-from tools.benchmark_measure import (MIN_CONVERGED_FRACTION, breakdown, breakdown_table, path_speedups, ratios,
-                                     sparse_speedups, structure, structure_line, table, time_run, validity)
-from tools.benchmark_runs import (DEFAULT_NOISE_STD, MjwarpRun, SapRun, load_scene, memory_in_use, noise_channels,
-                                  percentile_from_histogram)
-from tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, cpu_model, fail, parser, warp_device
-from tools.progress import Progress
+from sap_tools.benchmark.measure import (MIN_CONVERGED_FRACTION, breakdown, breakdown_table, path_speedups, ratios,
+                                         sparse_speedups, structure, structure_line, table, time_run, validity)
+from sap_tools.benchmark.runs import (DEFAULT_NOISE_STD, MjwarpRun, SapRun, load_scene, memory_in_use, noise_channels,
+                                      percentile_from_histogram)
+from sap_tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, cpu_model, fail, parser, warp_device
+from sap_tools.progress import Progress
 
-# The command line is here; the runs are in tools.benchmark_runs, their timing, structure counts,
-# validity and report tables in tools.benchmark_measure (re-exported for scripts and tests).
+# The command line is here; the runs are in sap_tools.benchmark.runs, their timing, structure counts,
+# validity and report tables in sap_tools.benchmark.measure (their public names are also
+# importable from sap_tools.benchmark, for scripts).
 __all__ = ["main", "load_scene", "noise_channels", "percentile_from_histogram", "SapRun", "MjwarpRun",
            "time_run", "breakdown", "structure", "validity", "DEFAULT_NOISE_STD", "MIN_CONVERGED_FRACTION"]
 

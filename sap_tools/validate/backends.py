@@ -3,7 +3,7 @@
 
 Each backend collides with its own collision pipeline and steps with its own solver, so what
 is validated is the whole implementation; the intermediates of the last step stay readable for
-the diagnosis (:mod:`tools.diagnose`).
+the diagnosis (:mod:`sap_tools.validate.diagnose`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class GpuBackend:
     def contact_J(self) -> np.ndarray:
         C = 0 if self._last_contacts is None else int(self._last_contacts.count[0])
         nv = self.scene.sap_model.joint_dof_count
-        return self.solver.contact_J.numpy()[0, :3 * C].reshape(C, 3, nv)
+        return self.solver.work.contact_J.numpy()[0, :3 * C].reshape(C, 3, nv)
 
     def rollout(self, state: SapState, steps: int, dt: float, on_step=None):
         g = self._gpu

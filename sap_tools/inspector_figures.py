@@ -1,4 +1,4 @@
-"""The step inspector's figures, drawn with matplotlib from a :class:`~tools.step_capture.StepCapture`.
+"""The step inspector's figures, drawn with matplotlib from a :class:`~sap_tools.step_capture.StepCapture`.
 
 Each ``fig_*`` function returns a matplotlib ``Figure``; :func:`figures` returns all of them with
 their titles, and :func:`png` turns one into PNG bytes (the report embeds them, the viewer shows

@@ -26,11 +26,11 @@ import time
 
 import numpy as np
 
-from tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser,
-                       scene_solver_kwargs, warp_device)
-from tools.progress import Progress
-from tools.shapes import GROUND_COLOR, body_colors, shape_mesh
-from tools.trajectory import Trajectory, is_recording, recording_trajectory, rollout_trajectory
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser,
+                           scene_solver_kwargs, warp_device)
+from sap_tools.progress import Progress
+from sap_tools.shapes import GROUND_COLOR, body_colors, shape_mesh
+from sap_tools.trajectory import Trajectory, is_recording, recording_trajectory, rollout_trajectory
 
 __all__ = ["Viewer", "load_trajectory", "main", "FORCE_ARROW_LENGTH"]
 
@@ -198,9 +198,9 @@ class Viewer:
         import matplotlib.image
         from sap_common.config import SapConfig
         from sap_ref.collision import CollisionPipeline
-        from tools.inspector import report_html
-        from tools.inspector_figures import figures, png
-        from tools.step_capture import capture_step, summary
+        from sap_tools.inspector import report_html
+        from sap_tools.inspector_figures import figures, png
+        from sap_tools.step_capture import capture_step, summary
 
         traj, scene = self.traj, self.traj.scene
         frame = min(frame, traj.num_frames - 1)
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if args.video is not None:
-        from tools.video import select_gl
+        from sap_tools.view.video import select_gl
 
         select_gl()  # before anything imports mujoco (an MJCF scene does)
     try:
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
             raise ValueError(f"--serve-seconds: must be > 0, got {args.serve_seconds}")
         size = None
         if args.video is not None:
-            from tools.video import check_video_path, parse_size
+            from sap_tools.view.video import check_video_path, parse_size
 
             size = parse_size(args.size)
             if args.fps < 1:
@@ -338,7 +338,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         return fail(PROG, e)
     if args.video is not None:
-        from tools.video import render_video
+        from sap_tools.view.video import render_video
 
         try:
             n = render_video(traj, args.video, world=args.world, fps=args.fps, size=size, every=args.every,

@@ -29,9 +29,9 @@ from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.dynamics import mass_matrix
 from sap_ref.solver import SolverSAP
-from tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser, plot_path,
-                       scene_solver_kwargs, warp_device)
-from tools.progress import Progress
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser, plot_path,
+                           scene_solver_kwargs, warp_device)
+from sap_tools.progress import Progress
 
 DEFAULT_SCENE = "box_stack"
 
@@ -63,8 +63,8 @@ class _GpuRun:
         d = self.solver.diagnostics()
         count = int(contacts.count[0])
         # γ of the last Newton evaluation, which is at the returned velocities (the loop stops there).
-        gamma_n = self.solver.P.gamma.numpy()[0, 2:3 * count:3].astype(np.float64)
-        return state, contacts, dict(gamma_n=gamma_n, v1=self.solver.v1.numpy()[0], newton=int(d["newton_iterations"][0]),
+        gamma_n = self.solver.work.P.gamma.numpy()[0, 2:3 * count:3].astype(np.float64)
+        return state, contacts, dict(gamma_n=gamma_n, v1=self.solver.work.v1.numpy()[0], newton=int(d["newton_iterations"][0]),
                                      line_search=int(d["line_search_iterations"][0]), status=int(d["status"][0]))
 
 

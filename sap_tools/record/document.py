@@ -16,7 +16,7 @@ import numpy as np
 __all__ = ["FORMAT_VERSION", "GENERATOR", "drake_document", "index_entry", "jsonable"]
 
 FORMAT_VERSION = 1
-GENERATOR = "tools/record.py"
+GENERATOR = "sap_tools/record/cli.py"
 
 # ----------------------------------------------------------------------------- fixed texts of the format
 
@@ -511,7 +511,7 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
     pc = plant.GetMyContextFromRoot(context)
     q0, v0 = a["q"][0], a["v"][0]
     geometries, pairs = _geometries(ds, context)
-    from tools.record_drake import machine
+    from sap_tools.record.drake import machine
 
     doc = {
         "format_version": FORMAT_VERSION,
