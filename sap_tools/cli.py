@@ -15,7 +15,7 @@ import sys
 
 from sap_common.config import LINE_SEARCH_VARIANTS, LINEAR_SOLVERS, PRESETS
 
-__all__ = ["Parser", "parser", "plain", "fail", "check_out", "plot_path", "load_scene_arg", "scene_solver_kwargs", "check_flags",
+__all__ = ["Parser", "parser", "quiet_warp", "plain", "fail", "check_out", "plot_path", "load_scene_arg", "scene_solver_kwargs", "check_flags",
            "rollout_parser", "load_rollout", "warp_device", "PRESET_CHOICES", "LINE_SEARCH_CHOICES",
            "LINEAR_SOLVER_CHOICES"]
 
@@ -26,10 +26,33 @@ LINEAR_SOLVER_CHOICES = ", ".join(LINEAR_SOLVERS)
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line, ``prog: error: message``, exit status 2."""
+    """``argparse.ArgumentParser`` whose errors are one line, ``prog: error: message``, exit status 2.
+
+    Parsing a tool's command line is where the tool becomes the application, so that is where it
+    makes the one Warp setting an application makes (:func:`quiet_warp`), unless built with
+    ``uses_warp=False``.
+    """
+
+    uses_warp = True
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if self.uses_warp:
+            quiet_warp()
+        return parsed
+
+
+def quiet_warp() -> None:
+    """Keep Warp's INFO messages (a line per module it loads or compiles) out of a tool's output,
+    where they would mix with reports and JSON. The command-line tools are applications and make
+    this choice for themselves; importing sap_gpu as a library changes no Warp setting."""
+    import warp as wp
+
+    if wp.config.log_level < wp.LOG_WARNING:
+        wp.config.log_level = wp.LOG_WARNING
 
 
 def plain(text: str) -> str:
@@ -40,9 +63,10 @@ def plain(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"\1", text)
 
 
-def parser(prog: str, doc: str) -> Parser:
+def parser(prog: str, doc: str, uses_warp: bool = True) -> Parser:
     """A :class:`Parser` whose description is the docstring's first line and whose epilog lists
-    the docstring's example commands (its indented lines starting with ``prog``)."""
+    the docstring's example commands (its indented lines starting with ``prog``). A tool that never
+    runs Warp passes ``uses_warp=False`` (its parsing then leaves Warp unimported)."""
     lines = doc.strip().splitlines()
     summary = plain(lines[0].split(":", 1)[1].strip() if lines[0].startswith("``") else lines[0])
     if "_" not in summary.split(" ", 1)[0]:  # "sap_gpu ..." keeps its spelling
@@ -56,7 +80,9 @@ def parser(prog: str, doc: str) -> Parser:
         else:
             more = False
     epilog = "examples:\n" + "\n".join(examples) if examples else None
-    return Parser(prog=prog, description=summary, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=prog, description=summary, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.uses_warp = uses_warp
+    return p
 
 
 def fail(prog: str, message) -> int:

@@ -79,7 +79,7 @@ def describe(scene: LoadedScene) -> str:
 
 
 def main(argv=None) -> int:
-    p = parser("sap-scenes", __doc__)
+    p = parser("sap-scenes", __doc__, uses_warp=False)
     p.add_argument("scene", nargs="?", help="built-in scene name or JSON scene file (default: list them all)")
     p.add_argument("--num-worlds", type=int, default=1, help="worlds to build (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")

@@ -194,3 +194,13 @@ def test_newton_path_is_a_config_knob_both_backends_check_alike(bad, device):
         for path in ("fused", "Staged"):
             assert backend.SolverSAP(model, max_rigid_contact=4, newton_path=path, **kw).config.newton_path \
                 == path.lower()
+
+
+def test_importing_sap_gpu_changes_no_warp_setting():
+    """A library import leaves Warp's global settings to the application (the command-line tools
+    quiet Warp's module-load lines for themselves, sap_tools.cli.quiet_warp)."""
+    code = ("import warp as wp\nbefore = (wp.config.log_level, wp.config.verbose, wp.config.enable_cpu_blocks)\n"
+            "import sap_gpu, sap_gpu.solver, sap_gpu.collision\n"
+            "print(before == (wp.config.log_level, wp.config.verbose, wp.config.enable_cpu_blocks))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "True", out.stderr

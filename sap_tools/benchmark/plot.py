@@ -125,7 +125,7 @@ def plot(runs: list[dict], path: str, title: str | None = None) -> None:
 
 
 def main(argv=None) -> int:
-    p = parser("sap-plot-benchmark", __doc__)
+    p = parser("sap-plot-benchmark", __doc__, uses_warp=False)
     p.add_argument("results", nargs="+", help="JSON files written by sap-benchmark --out")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"plot file; its extension picks the format, none = .png (default {DEFAULT_OUT})")
