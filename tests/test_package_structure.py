@@ -109,10 +109,55 @@ def test_sap_common_module_imports_are_acyclic():
     assert cycle is None, "sap_common imports in a circle: " + " -> ".join(cycle)
 
 
-def test_no_sap_gpu_module_imports_sap_ref():
-    offenders = [f"{n}: {m}" for n, p in _package_modules("sap_gpu").items() for m in _runtime_imports(p)
-                 if m == "sap_ref" or m.startswith("sap_ref.")]
-    assert not offenders, "sap_gpu imports the reference package: " + "; ".join(offenders)
+# The layering: what each package may not import (at run time, anywhere in its modules). The
+# core packages sap_common, sap_ref and sap_gpu never reach the adapter (sap_newton) or the
+# command-line tools (sap_tools); sap_common imports no backend (and no Warp: it is NumPy only);
+# the two backends never import each other.
+ADAPTERS_AND_TOOLS = ("sap_newton", "sap_tools")
+FORBIDDEN_IMPORTS = {
+    "sap_common": ("sap_ref", "sap_gpu", "warp") + ADAPTERS_AND_TOOLS,
+    "sap_ref": ("sap_gpu", "warp") + ADAPTERS_AND_TOOLS,
+    "sap_gpu": ("sap_ref",) + ADAPTERS_AND_TOOLS,
+    "sap_newton": ("sap_ref", "sap_tools"),
+}
+
+
+def _offenders(package: str, forbidden) -> list[str]:
+    return [f"{n}: {m}" for n, p in sorted(_package_modules(package).items()) for m in _runtime_imports(p)
+            if any(m == f or m.startswith(f + ".") for f in forbidden)]
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN_IMPORTS))
+def test_layering(package):
+    offenders = _offenders(package, FORBIDDEN_IMPORTS[package])
+    assert not offenders, f"{package} imports what its layer may not: " + "; ".join(offenders)
+
+
+def test_the_layering_check_sees_a_forbidden_import(tmp_path, monkeypatch):
+    """The rule above fails on a planted violation (a function-level import), so it can fail."""
+    pkg = tmp_path / "sap_common"
+    pkg.mkdir()
+    (pkg / "planted.py").write_text("def f():\n    from sap_tools import cli\n    return cli\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _offenders("sap_common", FORBIDDEN_IMPORTS["sap_common"]) == ["sap_common.planted: sap_tools.cli",
+                                                                        "sap_common.planted: sap_tools"]
+
+
+def test_sap_newton_uses_only_sap_gpus_public_names():
+    """The adapter is a client of sap_gpu: it imports the package itself (no submodule) and uses
+    only the names sap_gpu exports, so sap_gpu's insides can change without breaking it."""
+    public = set(sap_gpu.__all__)
+    for name, path in sorted(_package_modules("sap_newton").items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bad = [a.name for a in node.names if a.name.startswith("sap_gpu.")]
+                assert not bad, f"{name} imports sap_gpu's insides: {bad}"
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sap_gpu":
+                assert node.module == "sap_gpu" and {a.name for a in node.names} <= public, \
+                    f"{name}: from {node.module} import {[a.name for a in node.names]}"
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "sap_gpu":
+                assert node.attr in public, f"{name} uses sap_gpu.{node.attr}, which sap_gpu does not export"
 
 
 def test_no_sap_ref_module_imports_sap_common_io():
