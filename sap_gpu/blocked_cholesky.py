@@ -24,7 +24,7 @@ fused Newton kernel (:mod:`sap_gpu.contact_solve_fused`), so both paths factor t
 
 import warp as wp
 
-from .launch import TILE_BLOCK_DIM
+from .launch import TILE_BLOCK_DIM, launch_blocks
 
 wp.set_module_options({"enable_backward": False})
 
@@ -212,8 +212,8 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
         key = ("single", n, r, A.dtype)
         if key not in _KERNELS:
             _KERNELS[key] = _single(n, r, A.dtype)
-        wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active, report], outputs=[X, flags],
-                        block_dim=BLOCK_DIM, device=A.device)
+        launch_blocks(_KERNELS[key], num_worlds=W, device=A.device, inputs=[A, B, active, report], outputs=[X, flags],
+                      block_dim=BLOCK_DIM)
         return
     if n % tile:
         raise ValueError(f"A: size {n} must be a multiple of the tile size {tile} (use padded_size)")
@@ -222,5 +222,5 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
     key = ("blocked", tile, r, A.dtype)
     if key not in _KERNELS:
         _KERNELS[key] = _blocked(tile, r, A.dtype)
-    wp.launch_tiled(_KERNELS[key], dim=[W], inputs=[A, B, active, n // tile, report], outputs=[L_scratch, X, flags],
-                    block_dim=BLOCK_DIM, device=A.device)
+    launch_blocks(_KERNELS[key], num_worlds=W, device=A.device, inputs=[A, B, active, n // tile, report],
+                  outputs=[L_scratch, X, flags], block_dim=BLOCK_DIM)

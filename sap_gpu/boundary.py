@@ -22,7 +22,7 @@ import warp as wp
 from sap_common.state import StepStatus
 
 from .kinematics import DISTANCE, FREE, quat_norm_ok
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -248,51 +248,50 @@ def check_inputs(m, state, control, status, done) -> None:
     """Launch: per world, ``status`` = NON_FINITE where an input of the step is not finite and
     INVALID_QUATERNION where a joint_q quaternion is rejected (else 0); ``done`` = 1 for those
     worlds, which take no part in the step (sap_ref: ``read_inputs``' ``finite`` and ``quat_ok``)."""
-    wp.launch(_check_inputs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.quat_coord, m.quat_count, m.nq, m.nv, m.body_count, state.joint_q, state.joint_qd, control.joint_f,
-        control.joint_act, control.joint_target_pos, control.joint_target_vel, state.body_f],
-              outputs=[status, done])
+    launch_threads(_check_inputs, dim=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq, m.nv,
+                   m.body_count, state.joint_q, state.joint_qd, control.joint_f, control.joint_act,
+                   control.joint_target_pos, control.joint_target_vel, state.body_f], outputs=[status, done])
 
 
 def select_outputs(m, q0, v0, overflow, q1, v1, status) -> None:
     """Launch: flag non-finite results, quaternions carried out of range and contact overflow in
     ``status``; a rejected world's ``q1``, ``v1`` become its ``q0``, ``v0``."""
-    wp.launch(_select_outputs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.quat_coord, m.quat_count, m.nq, m.nv, q0, v0, overflow], outputs=[q1, v1, status])
+    launch_threads(_select_outputs, dim=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq, m.nv,
+                   q0, v0, overflow], outputs=[q1, v1, status])
 
 
 def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in, body_qd_in) -> None:
     """Launch: a rejected world of ``state_out`` gets state_in's values back, bit for bit, from the
     copies ``q_in``, ``qd_in``, ``body_q_in``, ``body_qd_in`` taken before the step (sap_ref:
     ``write_state``'s ``keep``)."""
-    wp.launch(_keep_rejected_worlds, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, status, q_in, qd_in,
-        body_q_in, body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd, state_out.body_q, state_out.body_qd])
+    launch_threads(_keep_rejected_worlds, dim=m.num_worlds, device=m.device,
+                   inputs=[int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, status,
+                   q_in, qd_in, body_q_in, body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd,
+                   state_out.body_q, state_out.body_qd])
 
 
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
-    wp.launch(_joint_arrays_to_sap, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv,
-        int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"), int(pose32),
-        state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
+    launch_threads(_joint_arrays_to_sap, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_child,
+                   m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv,
+                   int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"), int(pose32),
+                   state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
 
 
 def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
     """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
-    wp.launch(_body_wrenches_to_sap, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.body_com, m.body_count, int(state.body_f_order == "public"), int(pose32), body_X, state.body_f],
-        outputs=[body_f])
+    launch_threads(_body_wrenches_to_sap, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count,
+                   int(state.body_f_order == "public"), int(pose32), body_X, state.body_f], outputs=[body_f])
 
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
-    wp.launch(_joint_velocities_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device,
-              inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32),
-        joint_q, v], outputs=[joint_qd])
+    launch_threads(_joint_velocities_to_public, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_child,
+                   m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32), joint_q, v],
+                   outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
-    wp.launch(_body_twists_to_public, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device,
-              inputs=[m.body_com, m.body_count, body_X, body_V], outputs=[body_qd])
+    launch_threads(_body_twists_to_public, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count, body_X,
+                   body_V], outputs=[body_qd])

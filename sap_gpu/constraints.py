@@ -14,7 +14,7 @@ from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WIN
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import add_point_jacobian_along
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -266,28 +266,27 @@ def limit_constraints(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, acti
     """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
-    wp.launch(_limit_constraints, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint,
-        m.dof_coord, m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
-        layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X, dof_S],
-        outputs=[active, J, R, v_hat])
+    launch_threads(_limit_constraints, dim=m.num_worlds, device=m.device, inputs=[m.joint_parent, m.joint_child,
+                   m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint, m.dof_coord,
+                   m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
+                   layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X,
+                   dof_S], outputs=[active, J, R, v_hat])
 
 
 def drive_constraints(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
     """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
-    wp.launch(_drive_constraints, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.dof_coord, m.joint_target_ke, m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A],
-        outputs=[q0, Kp, Kd])
+    launch_threads(_drive_constraints, dim=m.num_worlds, device=m.device, inputs=[m.dof_coord, m.joint_target_ke,
+                   m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd])
 
 
 def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
                   v0, v_star, dof_mask, v) -> None:
     """Launch: participating DOFs and the Newton warm start."""
-    wp.launch(_participation, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.dof_tree, m.nv, m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active,
-        limit_J, tree_scratch, v0, v_star], outputs=[dof_mask, v])
+    launch_threads(_participation, dim=m.num_worlds, device=m.device, inputs=[m.dof_tree, m.nv, m.tree_count,
+                   limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active, limit_J, tree_scratch,
+                   v0, v_star], outputs=[dof_mask, v])
 
 
 def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
@@ -300,10 +299,9 @@ def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_
     column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``). The
     per-DOF lists serve the fused Newton loop, whose lanes own DOFs (Jᵀγ and rows of H).
     """
-    wp.launch(_row_support, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.nv, limit_count, int(dense), contacts.count, contact_J, limit_active, limit_J, A],
-        outputs=[contact_cols, contact_ncols, limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts,
-                 dof_limits, dof_nlimits])
+    launch_threads(_row_support, dim=m.num_worlds, device=m.device, inputs=[m.nv, limit_count, int(dense),
+                   contacts.count, contact_J, limit_active, limit_J, A], outputs=[contact_cols, contact_ncols,
+                   limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits])
 
 
 def make_terms(T):

@@ -12,6 +12,7 @@ import math
 import warp as wp
 
 from sap_common.constants import WEIGHT_FLOOR
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -208,10 +209,10 @@ def _weights_kernel(T):
 def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J) -> None:
     """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``; one
     thread per (world, contact slot)."""
-    wp.launch(_contact_geometry, dim=(m.num_worlds, R_WC.shape[1]), device=m.device, inputs=[
-        m.body_parent, m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0,
-        contacts.body1, contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S],
-        outputs=[R_WC, p0, p1, J])
+    launch_threads(_contact_geometry, dim=(m.num_worlds, R_WC.shape[1]), device=m.device, inputs=[m.body_parent,
+                   m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0, contacts.body1,
+                   contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S], outputs=[R_WC,
+                   p0, p1, J])
 
 
 def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma, A, body_X, R_WC, p0, p1, J,
@@ -221,7 +222,7 @@ def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma
     T = wp.float32 if precision == "fp32" else wp.float64
     if T not in _KERNELS:
         _KERNELS[T] = _weights_kernel(T)
-    wp.launch(_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[
-        m.body_mass, m.body_com, m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt),
-        wp.float64(beta), wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0,
-        contacts.ke, contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])
+    launch_threads(_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.body_mass, m.body_com,
+                   m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt), wp.float64(beta),
+                   wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0, contacts.ke,
+                   contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

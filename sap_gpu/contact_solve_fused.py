@@ -51,11 +51,12 @@ from sap_common.state import StepStatus
 from . import blocked_cholesky
 from .blocked_cholesky import block_max_int
 from .contact_problem import hessian_functions, row_functions
+from .launch import TILE_BLOCK_DIM, launch_blocks
 from .line_search import make_line_search
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["FUSED_TILE", "fused_size", "fused_newton_kernel"]
+__all__ = ["FUSED_TILE", "fused_size", "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
 
@@ -81,8 +82,8 @@ def fused_newton_kernel(T, TL, variant: str, n: int):
     """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
     ``variant`` and padded size ``n`` (:func:`fused_size`), built on first use.
 
-    Launch: ``wp.launch_tiled(kernel, dim=[W], block_dim=TILE_BLOCK_DIM, inputs=[P, N,
-    evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])`` with H (W, n, n), rhs and dv
+    Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
+    inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
     (W, n, 1) in TL (H's padding the identity, rhs's padding 0), L the (W, n, n) scratch of the
     blocked factorization (any array when n = 32), nb = n/32. ``evaluate_only = 1`` evaluates
     ℓ, ∇ℓ, γ and H at ``P.v`` once, as the staged ``evaluate`` does for ``evaluate_at``.
@@ -220,3 +221,27 @@ def fused_newton_kernel(T, TL, variant: str, n: int):
 
     _CACHE[key] = fused_newton
     return fused_newton
+
+
+def launch_fused(kernel, P, N, evaluate_only: int, v_init, H, rhs, dv, L, v1, device,
+                 block_dim: int = TILE_BLOCK_DIM) -> None:
+    """Launch the fused kernel (:func:`fused_newton_kernel`): one block of ``block_dim`` lanes per
+    world of ``P``.
+
+    The kernel is correct only that way: its lanes share a world's rows through block barriers
+    and reduce with whole-warp operations, so a world must own exactly one block whose size is a
+    multiple of 32. :func:`~sap_gpu.launch.launch_blocks` refuses any other block size; here the
+    number of blocks must equal the number of worlds of every array the kernel reads and writes
+    and the padded size a multiple of :data:`FUSED_TILE` (``ValueError`` otherwise).
+    """
+    W = P.v.shape[0]
+    for name, a in (("v_init", v_init), ("H", H), ("rhs", rhs), ("dv", dv), ("v1", v1)):
+        if a.shape[0] != W:
+            raise ValueError(f"{name}: {a.shape[0]} worlds, but the problem has {W}; the fused kernel runs one "
+                             f"block per world")
+    n = H.shape[1]
+    if n % FUSED_TILE or H.shape[2] != n or rhs.shape[1] != n or dv.shape[1] != n:
+        raise ValueError(f"H, rhs, dv: the fused system is padded to a multiple of {FUSED_TILE} (fused_size), got "
+                         f"H {tuple(H.shape)}, rhs {tuple(rhs.shape)}, dv {tuple(dv.shape)}")
+    launch_blocks(kernel, num_worlds=W, device=device, inputs=[P, N, int(evaluate_only), n // FUSED_TILE, v_init],
+                  outputs=[H, rhs, dv, L, v1], block_dim=block_dim)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import warp as wp
 
 from .kinematics import BALL, D6, DISTANCE, FREE, PRISMATIC, REVOLUTE, twist_v, twist_w
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -208,16 +208,15 @@ def _generalized_forces(
 
 def mass_matrix(m, dt, body_X, dof_S, Ic_scratch, A) -> None:
     """Launch: ``A = M(q) + diag(armature) + dt·diag(damping)`` padded to ``A.shape[1]`` (dt = 0: M)."""
-    wp.launch(_mass_matrix, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.body_mass, m.body_com, m.body_inertia, m.body_parent, m.body_joint, m.joint_child, m.joint_qd_start,
-        m.joint_order, m.joint_armature, m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt),
-        body_X, dof_S], outputs=[Ic_scratch, A])
+    launch_threads(_mass_matrix, dim=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com, m.body_inertia,
+                   m.body_parent, m.body_joint, m.joint_child, m.joint_qd_start, m.joint_order, m.joint_armature,
+                   m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt), body_X, dof_S],
+                   outputs=[Ic_scratch, A])
 
 
 def generalized_forces(m, body_X, body_V, dof_S, joint_qd_sap, body_f_sap, acc_scratch, wrench_scratch, tau) -> None:
     """Launch: ``tau = C(q,v)v − τ_g − Σ_b J_bᵀ F_b`` (``bias_forces`` minus the body wrenches)."""
-    wp.launch(_generalized_forces, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.body_mass, m.body_com, m.body_inertia, m.body_parent, m.joint_type, m.joint_parent, m.joint_child,
-        m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.joint_lin_count, m.joint_order, m.joint_count, m.body_count,
-        m.gravity, body_X, body_V, dof_S, joint_qd_sap, body_f_sap],
-        outputs=[acc_scratch, wrench_scratch, tau])
+    launch_threads(_generalized_forces, dim=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
+                   m.body_inertia, m.body_parent, m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c,
+                   m.joint_qd_start, m.joint_lin_count, m.joint_order, m.joint_count, m.body_count, m.gravity, body_X,
+                   body_V, dof_S, joint_qd_sap, body_f_sap], outputs=[acc_scratch, wrench_scratch, tau])

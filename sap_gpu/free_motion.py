@@ -12,7 +12,7 @@ import warp as wp
 
 from . import blocked_cholesky
 from . import linear_solve
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -60,14 +60,14 @@ def _add_increment_f32(v0_in: wp.array2d(dtype=wp.float64), dv_in: wp.array3d(dt
 
 def cast_matrix(src, dst) -> None:
     """Launch: float64 → float32 copy of a (W, n, m) array (fl₃₂ rounding)."""
-    wp.launch(_cast_3d, dim=src.shape, inputs=[src], outputs=[dst], device=src.device)
+    launch_threads(_cast_3d, dim=src.shape, device=src.device, inputs=[src], outputs=[dst])
 
 
 def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
     """Launch: ``rhs = h·k`` padded, (W, n_pad, 1)."""
-    wp.launch(_free_motion_rhs, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_damping, m.joint_effort_limit, m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1],
-        wp.float64(dt), tau, v0, joint_f, joint_act], outputs=[rhs])
+    launch_threads(_free_motion_rhs, dim=m.num_worlds, device=m.device, inputs=[m.joint_damping, m.joint_effort_limit,
+                   m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1], wp.float64(dt), tau, v0, joint_f,
+                   joint_act], outputs=[rhs])
 
 
 def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str, matrix_free: bool = False) -> None:
@@ -88,10 +88,10 @@ def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str, matri
             linear_solve.pcr(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["pcr"], nv)
         else:
             blocked_cholesky.solve(scratch["A32"], scratch["rhs32"], scratch["dv32"], active, scratch["L32"])
-        wp.launch(_add_increment_f32, dim=(W, nv), inputs=[v0, scratch["dv32"]], outputs=[v_star], device=A.device)
+        launch_threads(_add_increment_f32, dim=(W, nv), device=A.device, inputs=[v0, scratch["dv32"]], outputs=[v_star])
     else:
         if matrix_free:
             linear_solve.pcr(A, rhs, scratch["dv64"], active, scratch["pcr"], nv)
         else:
             blocked_cholesky.solve(A, rhs, scratch["dv64"], active, scratch["L64"])
-        wp.launch(_add_increment_f64, dim=(W, nv), inputs=[v0, scratch["dv64"]], outputs=[v_star], device=A.device)
+        launch_threads(_add_increment_f64, dim=(W, nv), device=A.device, inputs=[v0, scratch["dv64"]], outputs=[v_star])

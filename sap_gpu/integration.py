@@ -9,7 +9,7 @@ from __future__ import annotations
 import warp as wp
 
 from .kinematics import BALL, DISTANCE, FREE
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -71,6 +71,6 @@ def integrate_positions(m, joint_q, v0, v1, dt, mode: str, joint_q_out) -> None:
     """Launch: ``joint_q_out = Φ(joint_q, v0, v1, dt)`` (``mode``: midpoint or sap_euler; may alias)."""
     if mode not in ("midpoint", "sap_euler"):
         raise ValueError(f"position_integration: {mode!r} is not valid; valid: midpoint, sap_euler")
-    wp.launch(_integrate, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_q_start, m.joint_qd_start, m.joint_count, wp.float64(dt), int(mode == "midpoint"),
-        joint_q, v0, v1], outputs=[joint_q_out])
+    launch_threads(_integrate, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_q_start,
+                   m.joint_qd_start, m.joint_count, wp.float64(dt), int(mode == "midpoint"), joint_q, v0, v1],
+                   outputs=[joint_q_out])

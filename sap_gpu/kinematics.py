@@ -13,7 +13,7 @@ All float64. Float literals are wrapped in ``wp.float64`` (Warp's default litera
 from __future__ import annotations
 
 import warp as wp
-from .launch import world_block_dim
+from .launch import launch_threads
 
 from sap_common.constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from sap_common.model import JointType
@@ -202,10 +202,10 @@ def forward_kinematics(m, joint_q, joint_qd_sap, body_X, body_V, dof_S) -> None:
     ``joint_qd_sap`` in SAP order. Counterpart of ``sap_ref.kinematics.forward_kinematics``,
     ``body_velocities`` and ``motion_subspaces``.
     """
-    wp.launch(_forward_kinematics, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
-        m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.joint_count, joint_q, joint_qd_sap,
-    ], outputs=[body_X, body_V, dof_S])
+    launch_threads(_forward_kinematics, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_parent,
+                   m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start, m.joint_lin_count,
+                   m.joint_ang_count, m.joint_axis, m.joint_order, m.joint_count, joint_q, joint_qd_sap, ],
+                   outputs=[body_X, body_V, dof_S])
 
 
 @wp.kernel
@@ -239,9 +239,9 @@ def _body_poses(
 def body_poses(m, joint_q, body_X) -> None:
     """Launch: body poses ``body_X (W, B)`` from ``joint_q`` alone (what :func:`forward_kinematics`
     writes there). Counterpart of ``sap_common.kinematics.forward_kinematics``."""
-    wp.launch(_body_poses, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
-        m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.joint_count, joint_q], outputs=[body_X])
+    launch_threads(_body_poses, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_parent, m.joint_child,
+                   m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start, m.joint_lin_count, m.joint_ang_count,
+                   m.joint_axis, m.joint_order, m.joint_count, joint_q], outputs=[body_X])
 
 
 @wp.kernel
@@ -285,12 +285,11 @@ def _round_poses(body_X_in: wp.array2d(dtype=wp.transformd), body_X_out: wp.arra
 
 def motion_subspaces(m, joint_q, body_X, dof_S) -> None:
     """Launch: ``dof_S (W, nv)`` from given body poses (sap_ref: ``motion_subspaces(model, q, body_q)``)."""
-    wp.launch(_motion_subspaces, dim=m.num_worlds, block_dim=world_block_dim(m.device), device=m.device, inputs=[
-        m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
-        m.joint_lin_count, m.joint_axis, m.joint_count, joint_q, body_X], outputs=[dof_S])
+    launch_threads(_motion_subspaces, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_parent,
+                   m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start, m.joint_lin_count,
+                   m.joint_axis, m.joint_count, joint_q, body_X], outputs=[dof_S])
 
 
 def round_poses(body_X, body_X_out) -> None:
     """Launch: poses rounded through float32 (``use_f64_boundary_pose=False``)."""
-    wp.launch(_round_poses, dim=body_X.shape, inputs=[body_X], outputs=[body_X_out], device=body_X.device,
-              block_dim=world_block_dim(body_X.device))
+    launch_threads(_round_poses, dim=body_X.shape, device=body_X.device, inputs=[body_X], outputs=[body_X_out])

@@ -1,29 +1,130 @@
-"""Launch shapes of the sap_gpu kernels: how many threads a block gets.
+"""How sap_gpu launches its kernels: the two launch shapes, and a record of what a step launches.
 
-Two kinds of launch:
+Every kernel launch of sap_gpu goes through one of two functions here:
 
-* **one thread per world** (kinematics, dynamics, collision, Jacobians, the staged Newton
-  kernels): ``wp.launch(kernel, dim=num_worlds, block_dim=world_block_dim(device))``. On a
-  CUDA device Warp's default block of 256 threads would put 8192 worlds on 32 blocks, i.e. on
-  32 of an H100's 132 SMs; blocks of one warp (32 threads) give 256 blocks, so every SM gets
-  work, and a warp is the GPU's scheduling unit, so a smaller block would leave lanes idle.
-  On the CPU device a launch's threads run one after another and a block only matters to
-  cooperative (tile) kernels, so these launches keep Warp's CPU default of 1 (a larger block
-  would run the same threads as cooperative fibers and compile the module a second time).
-* **one block per world** (the tile Cholesky, the fused Newton loop):
-  ``wp.launch_tiled(kernel, dim=[num_worlds], block_dim=TILE_BLOCK_DIM)``. On the CPU device
-  these run on one lane unless ``wp.config.enable_cpu_blocks = True`` (what the tests set to
-  exercise the cooperative code paths).
+* :func:`launch_threads`, **one thread per index** of ``dim`` (a world, or a world and an item:
+  kinematics, dynamics, collision, Jacobians, the staged Newton kernels). On a CUDA device the
+  threads come in blocks of :data:`WORLD_BLOCK_DIM` = 32: Warp's default block of 256 threads
+  would put 8192 worlds on 32 blocks, i.e. on 32 of an H100's 132 SMs; blocks of one warp give
+  256 blocks, so every SM gets work, and a warp is the GPU's scheduling unit, so a smaller
+  block would leave lanes idle. On the CPU device a launch's threads run one after another and
+  a block only matters to cooperative (tile) kernels, so these launches keep Warp's CPU
+  default of 1 (a larger block would run the same threads as cooperative fibers).
+* :func:`launch_blocks`, **one block of lanes per world** (``wp.launch_tiled``: the tile
+  Cholesky, the fused Newton loop), :data:`TILE_BLOCK_DIM` = 32 lanes. These kernels reduce
+  over the block with full-warp operations, so the block size must be a multiple of 32; the
+  launch refuses any other. On the CPU device the block runs on one lane unless
+  ``wp.config.enable_cpu_blocks = True`` (what the tests set to exercise the cooperative code).
+
+Warp compiles a module once per block size it is launched with, so a fixed block size per
+launch shape means one compiled variant of each module per device. The staged Newton loop
+repeats with :func:`loop_while` (``wp.capture_while``: no host synchronization, graph-capturable).
+
+:func:`record_launches` lists the (module, CUDA block size) variants a piece of host code
+launches, optionally without running anything (a dry run): that is how ``sap-precompile``
+finds what a scene's step needs compiled for a GPU, on a machine without one.
 """
 
 from __future__ import annotations
 
-__all__ = ["WORLD_BLOCK_DIM", "TILE_BLOCK_DIM", "world_block_dim"]
+import contextlib
+from dataclasses import dataclass, field
 
-WORLD_BLOCK_DIM = 32  # threads (worlds) per block of a one-thread-per-world launch on CUDA
+import warp as wp
+
+__all__ = ["WORLD_BLOCK_DIM", "TILE_BLOCK_DIM", "WARP_SIZE", "world_block_dim", "launch_threads", "launch_blocks",
+           "loop_while", "record_launches", "LaunchRecord"]
+
+WORLD_BLOCK_DIM = 32  # threads (worlds) per block of a one-thread-per-index launch on CUDA
 TILE_BLOCK_DIM = 32  # threads (lanes) of one world's block: one warp
+WARP_SIZE = 32  # the block kernels' reductions use whole warps
 
 
 def world_block_dim(device) -> int:
-    """``block_dim`` of a one-thread-per-world launch on ``device`` (see the module docstring)."""
-    return WORLD_BLOCK_DIM if device.is_cuda else 1
+    """``block_dim`` of a one-thread-per-index launch on ``device`` (see the module docstring)."""
+    return WORLD_BLOCK_DIM if wp.get_device(device).is_cuda else 1
+
+
+@dataclass
+class LaunchRecord:
+    """The launches seen inside :func:`record_launches`, in order of first launch.
+
+    Attributes:
+        variants: ``{(module name, CUDA block size): warp Module}``: what a GPU compiles.
+        kernels: ``{(module name, CUDA block size): [kernel keys]}``.
+        launches: the number of launches seen (a repeated launch counts each time).
+        dry_run: launches were recorded, not run.
+    """
+
+    dry_run: bool
+    variants: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
+    launches: int = 0
+
+    def add(self, kernel, cuda_block_dim: int) -> None:
+        key = (kernel.module.name, int(cuda_block_dim))
+        self.variants.setdefault(key, kernel.module)
+        names = self.kernels.setdefault(key, [])
+        if kernel.key not in names:
+            names.append(kernel.key)
+        self.launches += 1
+
+
+_RECORD: LaunchRecord | None = None
+
+
+@contextlib.contextmanager
+def record_launches(dry_run: bool = False):
+    """Record every sap_gpu launch made inside the ``with`` block into a :class:`LaunchRecord`.
+
+    With ``dry_run`` nothing is launched (so nothing is compiled for the device at hand) and
+    :func:`loop_while` runs its body once, so every kernel of a loop is seen; device arrays keep
+    whatever they held, so results of a dry run mean nothing. Not re-entrant.
+    """
+    global _RECORD
+    if _RECORD is not None:
+        raise RuntimeError("record_launches: already recording")
+    _RECORD = LaunchRecord(dry_run=bool(dry_run))
+    try:
+        yield _RECORD
+    finally:
+        _RECORD = None
+
+
+def launch_threads(kernel, *, dim, device, inputs=(), outputs=()) -> None:
+    """Launch ``kernel`` with one thread per index of ``dim`` on ``device``, in blocks of
+    :func:`world_block_dim`."""
+    device = wp.get_device(device)
+    if _RECORD is not None:
+        _RECORD.add(kernel, WORLD_BLOCK_DIM)
+        if _RECORD.dry_run:
+            return
+    wp.launch(kernel, dim=dim, inputs=list(inputs), outputs=list(outputs), device=device,
+              block_dim=world_block_dim(device))
+
+
+def launch_blocks(kernel, *, num_worlds: int, device, inputs=(), outputs=(), block_dim: int = TILE_BLOCK_DIM) -> None:
+    """Launch ``kernel`` with one block of ``block_dim`` lanes per world (``wp.launch_tiled``), so
+    that ``world, lane = wp.tid()`` inside it. ``ValueError`` unless ``block_dim`` is a positive
+    multiple of :data:`WARP_SIZE` and ``num_worlds`` a count ≥ 0."""
+    if isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim <= 0 or block_dim % WARP_SIZE:
+        raise ValueError(f"block_dim: the block kernels reduce over whole warps; must be a positive multiple of "
+                         f"{WARP_SIZE}, got {block_dim!r}")
+    if isinstance(num_worlds, bool) or not isinstance(num_worlds, int) or num_worlds < 0:
+        raise ValueError(f"num_worlds: one block per world needs a world count >= 0, got {num_worlds!r}")
+    if _RECORD is not None:
+        _RECORD.add(kernel, block_dim)
+        if _RECORD.dry_run:
+            return
+    wp.launch_tiled(kernel, dim=[num_worlds], inputs=list(inputs), outputs=list(outputs), block_dim=block_dim,
+                    device=device)
+
+
+def loop_while(condition, body) -> None:
+    """``wp.capture_while(condition, body)``: repeat ``body`` while ``condition[0] != 0``, without a
+    host synchronization on CUDA (a conditional graph node when captured). In a dry run of
+    :func:`record_launches`, ``body`` runs once."""
+    if _RECORD is not None and _RECORD.dry_run:
+        body()
+        return
+    wp.capture_while(condition, body)

@@ -24,7 +24,7 @@ import numpy as np
 import warp as wp
 
 from . import blocked_cholesky
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -240,5 +240,4 @@ def pcr(A, B, X, active, S, n: int | None = None) -> None:
     Dense, kernel = _dense_kernel(A.dtype)
     ctx = Dense()
     ctx.A = A
-    wp.launch(kernel, dim=W, inputs=[ctx, S, B, active, n], outputs=[X], block_dim=world_block_dim(A.device),
-              device=A.device)
+    launch_threads(kernel, dim=W, device=A.device, inputs=[ctx, S, B, active, n], outputs=[X])

@@ -25,12 +25,12 @@ from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState
 from sap_common.time_step import check_time_step, time_step_bound
 
-from . import blocked_cholesky, boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
+from . import boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
-from .contact_solve_fused import fused_newton_kernel
+from .contact_solve_fused import fused_newton_kernel, launch_fused
 from .device import get_device
-from .launch import TILE_BLOCK_DIM, world_block_dim
+from .launch import launch_threads, loop_while
 from .linear_solve import cholesky_solve
 from .workspace import Workspace
 
@@ -211,13 +211,10 @@ class SolverSAP:
         """Stage 3: the fused loop in one launch, or the staged loop under ``wp.capture_while``."""
         w, kk, d = self.work, self.kernels, self.device
         P, N = w.P, w.N
-        W, bd = self.m.num_worlds, world_block_dim(self.device)
+        W = self.m.num_worlds
         P.h = wp.float64(h)
         if w.fused:  # one launch: warm start, the loop of every world, v₁
-            wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 0, w.H.shape[1] // blocked_cholesky.TILE,
-                                                                w.v_init],
-                            outputs=[w.H, w.newton_rhs, w.newton_dv, w.newton_L, w.v1],
-                            block_dim=TILE_BLOCK_DIM, device=d)
+            launch_fused(self.fused_kernel, P, N, 0, w.v_init, w.H, w.newton_rhs, w.newton_dv, w.newton_L, w.v1, d)
             self._stage("newton_fused")
             return
         wp.copy(P.v, w.v_init) if w.T == wp.float64 else _cast_into(w.v_init, P.v)
@@ -228,24 +225,23 @@ class SolverSAP:
         S.iterations.zero_()
         S.residual.zero_()
         pcr = self.config.contact_linear_solver == "pcr"
-        wp.launch(_set_one, dim=1, inputs=[w.loop_condition], device=d)
+        launch_threads(_set_one, dim=1, device=d, inputs=[w.loop_condition])
 
         def body():
             N.count.zero_()
-            wp.launch(kk.evaluate, dim=W, inputs=[P, N, S], outputs=[w.H, w.newton_rhs], block_dim=bd, device=d)
+            launch_threads(kk.evaluate, dim=W, device=d, inputs=[P, N, S], outputs=[w.H, w.newton_rhs])
             self._stage("newton_evaluate")
             if pcr:
-                wp.launch(kk.newton_pcr, dim=W, inputs=[P, N, S, w.newton_rhs], outputs=[w.newton_dv],
-                          block_dim=bd, device=d)
+                launch_threads(kk.newton_pcr, dim=W, device=d, inputs=[P, N, S, w.newton_rhs], outputs=[w.newton_dv])
             else:
                 cholesky_solve(w.H, w.newton_rhs, w.newton_dv, N.pending, w.newton_L, w.newton_failed)
             self._stage("linear_solve")
-            wp.launch(kk.line_search, dim=W, inputs=[P, N, w.newton_dv, w.newton_failed], block_dim=bd, device=d)
+            launch_threads(kk.line_search, dim=W, device=d, inputs=[P, N, w.newton_dv, w.newton_failed])
             wp.copy(w.loop_condition, N.count)
             self._stage("line_search")
 
-        wp.capture_while(w.loop_condition, body)
-        wp.launch(kk.finish, dim=W, inputs=[P], outputs=[w.v1], block_dim=bd, device=d)
+        loop_while(w.loop_condition, body)
+        launch_threads(kk.finish, dim=W, device=d, inputs=[P], outputs=[w.v1])
         self._stage("newton_finish")
 
     # ------------------------------------------------------------------ helpers
@@ -285,13 +281,11 @@ class SolverSAP:
         N.iterations.zero_()
         try:
             if w.fused:
-                wp.launch_tiled(self.fused_kernel, dim=[W], inputs=[P, N, 1, w.H.shape[1] // blocked_cholesky.TILE,
-                                                                    w.v_init],
-                                outputs=[w.H, w.newton_rhs, w.newton_dv, w.newton_L, w.v1],
-                                block_dim=TILE_BLOCK_DIM, device=self.device)
+                launch_fused(self.fused_kernel, P, N, 1, w.v_init, w.H, w.newton_rhs, w.newton_dv, w.newton_L, w.v1,
+                             self.device)
             else:
-                wp.launch(kk.evaluate, dim=W, inputs=[P, N, w.pcr_work], outputs=[w.H, w.newton_rhs],
-                          block_dim=world_block_dim(self.device), device=self.device)
+                launch_threads(kk.evaluate, dim=W, device=self.device, inputs=[P, N, w.pcr_work], outputs=[w.H,
+                               w.newton_rhs])
             gamma = P.gamma.numpy().astype(np.float64)
             contact_gamma = gamma[:, :3 * C].reshape(W, C, 3)
             contact_gamma[np.arange(C)[None, :] >= P.contact_count.numpy()[:, None]] = 0.0  # unused slots
@@ -329,4 +323,4 @@ def _cast_f64_f32(src: wp.array2d(dtype=wp.float64), dst: wp.array2d(dtype=wp.fl
 
 
 def _cast_into(src, dst) -> None:
-    wp.launch(_cast_f64_f32, dim=src.shape, inputs=[src], outputs=[dst], device=src.device)
+    launch_threads(_cast_f64_f32, dim=src.shape, device=src.device, inputs=[src], outputs=[dst])

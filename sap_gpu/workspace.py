@@ -26,6 +26,7 @@ from .arrays import contacts as make_contacts
 from .contact_problem import problem_types
 from .contact_solve_fused import fused_size
 from .linear_solve import allocate_pcr_work
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -215,7 +216,7 @@ class Workspace:
         # struct is a stand-in too (its arrays are never read).
         self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
         if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
-            wp.launch(_identity_padding, dim=(W, ns), inputs=[nv], outputs=[self.H], device=self.device)
+            launch_threads(_identity_padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
         self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
         self.newton_failed = z(W, wp.int32)
         self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
