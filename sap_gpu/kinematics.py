@@ -124,10 +124,10 @@ def dof_subspace(jt: int, i: int, ds: int, nl: int, qs: int, q: wp.array(dtype=w
         linear = 1
     elif jt == REVOLUTE:
         a = wp.quat_rotate(q_WF, axis[ds])
-    elif jt == BALL:
-        e = wp.vec3d(zero, zero, zero)
-        e[i] = wp.float64(1.0)
-        a = wp.quat_rotate(q_WF, e)
+    elif jt == BALL:  # the i-th unit vector, built without indexing a vector at run time (that needs a stack)
+        one = wp.float64(1.0)
+        a = wp.quat_rotate(q_WF, wp.vec3d(wp.where(i == 0, one, zero), wp.where(i == 1, one, zero),
+                                          wp.where(i == 2, one, zero)))
     elif jt == D6:
         if i < nl:
             a = wp.quat_rotate(q_WF, axis[ds + i])
