@@ -13,11 +13,16 @@ Warp's ``tile_cholesky`` is the building block; batching, masking, padding and b
 ours. float32 and float64 kernels are compiled on first use and cached: one per (n, nrhs, dtype)
 for the single tile, one per (T, nrhs, dtype) for every blocked size.
 
-**Pivot check.** Warp's tile Cholesky does not signal failure: on the CPU a non-SPD matrix gives
-NaN (the square root of a negative pivot), but on CUDA (cuSolverDx) the factor of a failed
-factorization need not be non-finite. So every factorization here checks its pivots
-explicitly: a world whose diagonal of L has an entry that is not finite and > 0 is reported in
-``failed`` (the Newton loop turns it into ``LINEAR_SOLVE_FAILURE``). The factor-and-solve steps
+**Factor check.** Warp's tile Cholesky does not signal failure: on the CPU (Warp's scalar
+factorization) a non-SPD matrix gives NaN, the square root of a negative pivot, but on CUDA
+(cuSolverDx) the library's failure flag is dropped and what a failed factorization leaves in L
+is the library's business: a stored non-positive pivot as in LAPACK, or columns never
+touched. So every factorization here checks its result explicitly, in a way that does not
+depend on what a failure leaves: each row i of L must have a pivot L_ii that is finite and
+> 0 and must reproduce A's diagonal, |Σ_k L_ik² − A_ii| ≤ 8(n + 1)ε·A_ii (a correct factor
+meets this by the backward-error bound of Cholesky; a stopped or wrong one misses by O(1)). A
+world that fails is reported in ``failed`` (the Newton loop turns it into
+``LINEAR_SOLVE_FAILURE``). The factor-and-solve steps
 are ``wp.func`` s (:func:`single_factor_solve`, :func:`blocked_factor_solve`) shared with the
 fused Newton kernel (:mod:`sap_gpu.contact_solve_fused`), so both paths factor the same way.
 """
@@ -29,7 +34,7 @@ from .launch import TILE_BLOCK_DIM, launch_blocks
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "blocked_factor_solve",
-           "block_max_int"]
+           "block_max_int", "block_sync"]
 
 TILE = 32  # tile edge: one 32×32 fp64 tile is 8 KiB of shared memory
 BLOCK_DIM = TILE_BLOCK_DIM  # threads per world (one warp)
@@ -50,15 +55,73 @@ def block_max_int(x: int) -> int:
     return wp.tile_extract(wp.tile_max(wp.tile(x)), 0)
 
 
-def _pivot_check(dtype):
+# The factor check's relative tolerance on |Σ_k L_ik² − A_ii|, in units of (n + 1)·ε: a computed
+# Cholesky factor satisfies A + ΔA = L Lᵀ with |ΔA_ii| ≤ γ_{n+1} (L Lᵀ)_ii, γ_{n+1} ≈ (n + 1)ε
+# (Higham, Accuracy and Stability of Numerical Algorithms, Thm 10.3), and summing the row adds
+# at most as much again; 8 leaves a factor 4 for blocked and library variants of the algorithm.
+# A factorization that stopped or went wrong misses A_ii by O(1) relative.
+FACTOR_CHECK_EPS_UNITS = 8.0
+
+
+def _factor_check(dtype):
+    eps = {wp.float32: 2.0 ** -23, wp.float64: 2.0 ** -52}[dtype]
+
     @wp.func
-    def bad_pivot(d: dtype) -> int:
-        """1 unless the pivot L_jj is finite and > 0 (``not`` keeps NaN on the failing side)."""
-        if d > dtype(0.0) and wp.isfinite(d):
+    def bad_factor_row(a_ii: dtype, l_ii: dtype, row_sq: dtype, n: int) -> int:
+        """1 unless the pivot L_ii is finite and > 0 and row i of an n×n factor L reproduces A_ii
+        (|Σ_k L_ik² − A_ii| ≤ 8(n + 1)ε·A_ii; ``not`` keeps NaN on the failing side)."""
+        tol = dtype(FACTOR_CHECK_EPS_UNITS * eps) * dtype(n + 1)
+        if l_ii > dtype(0.0) and wp.isfinite(l_ii) and wp.abs(row_sq - a_ii) <= tol * a_ii:
             return 0
         return 1
 
-    return bad_pivot
+    return bad_factor_row
+
+
+def _tile_factor_check(dtype, n: int):
+    """``wp.func (A, L, lane) -> bad``: rows i = lane, lane + block, … of the (n, n) factor L (the
+    shared tile ``tile_cholesky`` returns: its elements are read without a block barrier, so
+    lanes may read different counts) of the matrix A (a 2D array) checked by
+    :func:`_factor_check`; 1 if one fails."""
+    bad_factor_row = _factor_check(dtype)
+
+    @wp.func
+    def check(A: wp.array2d(dtype=dtype), L: wp.tile(dtype=dtype, shape=(n, n), storage="shared"), lane: int) -> int:
+        bad = int(0)
+        for i in range(lane, n, wp.block_dim()):
+            s = dtype(0.0)
+            for k in range(i + 1):
+                lik = wp.tile_extract(L, i, k)
+                s = s + lik * lik
+            bad = wp.max(bad, bad_factor_row(A[i, i], wp.tile_extract(L, i, i), s, n))
+        return bad
+
+    return check
+
+
+def _array_factor_check(dtype):
+    """``wp.func (A, L, n, lane) -> bad``: :func:`_tile_factor_check` for a factor stored in the 2D
+    array L (the blocked factorization's scratch); the caller puts a block barrier between the
+    factor's last store and this."""
+    bad_factor_row = _factor_check(dtype)
+
+    @wp.func
+    def check(A: wp.array2d(dtype=dtype), L: wp.array2d(dtype=dtype), n: int, lane: int) -> int:
+        bad = int(0)
+        for i in range(lane, n, wp.block_dim()):
+            s = dtype(0.0)
+            for k in range(i + 1):
+                s = s + L[i, k] * L[i, k]
+            bad = wp.max(bad, bad_factor_row(A[i, i], L[i, i], s, n))
+        return bad
+
+    return check
+
+
+@wp.func
+def block_sync(lane: int):
+    """A barrier of the world's block (a cooperative call: a tile value read back)."""
+    wp.tile_extract(wp.tile(lane), 0)
 
 
 def single_factor_solve(n: int, r: int, dtype):
@@ -69,15 +132,13 @@ def single_factor_solve(n: int, r: int, dtype):
     """
     key = ("single", n, r, dtype)
     if key not in _FUNCS:
-        bad_pivot = _pivot_check(dtype)
+        check = _tile_factor_check(dtype, n)
 
         @wp.func
         def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype),
                          lane: int) -> int:
             L = wp.tile_cholesky(wp.tile_load(A, shape=(n, n)))
-            bad = int(0)
-            for i in range(lane, n, wp.block_dim()):
-                bad = wp.max(bad, bad_pivot(wp.tile_extract(L, i, i)))
+            bad = check(A, L, lane)
             wp.tile_store(X, wp.tile_cholesky_solve(L, wp.tile_load(B, shape=(n, r))))
             return block_max_int(bad)
 
@@ -91,22 +152,19 @@ def blocked_factor_solve(t: int, r: int, dtype):
     checked (returns 1 on every lane if one failed)."""
     key = ("blocked", t, r, dtype)
     if key not in _FUNCS:
-        bad_pivot = _pivot_check(dtype)
+        check = _array_factor_check(dtype)
 
         # nb is a runtime argument on purpose: loops with constant bounds are unrolled by Warp, and
         # every unrolled tile temporary takes its own shared memory.
         @wp.func
         def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), nb: int, lane: int,
                          L: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype)) -> int:
-            bad = int(0)
             for j in range(nb):
                 Ajj = wp.tile_load(A, shape=(t, t), offset=(j * t, j * t))
                 for k in range(j):
                     Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
                     Ajj = Ajj - wp.tile_matmul(Ljk, wp.tile_transpose(Ljk))
                 Ljj = wp.tile_cholesky(Ajj)
-                for i in range(lane, t, wp.block_dim()):
-                    bad = wp.max(bad, bad_pivot(wp.tile_extract(Ljj, i, i)))
                 wp.tile_store(L, Ljj, offset=(j * t, j * t))
                 for i in range(j + 1, nb):
                     Aij = wp.tile_load(A, shape=(t, t), offset=(i * t, j * t))
@@ -117,6 +175,8 @@ def blocked_factor_solve(t: int, r: int, dtype):
                     # L_ij L_jjᵀ = A_ij  ⇔  L_jj L_ijᵀ = A_ijᵀ
                     Lij_t = wp.tile_lower_solve(Ljj, wp.tile_transpose(Aij))
                     wp.tile_store(L, wp.tile_transpose(Lij_t), offset=(i * t, j * t))
+            block_sync(lane)  # every block of L stored before the lanes read rows of it
+            bad = check(A, L, nb * t, lane)
             for j in range(nb):  # forward: L Y = B
                 Yj = wp.tile_load(B, shape=(t, r), offset=(j * t, 0))
                 for k in range(j):

@@ -49,7 +49,7 @@ import warp as wp
 from sap_common.state import StepStatus
 
 from . import blocked_cholesky
-from .blocked_cholesky import block_max_int
+from .blocked_cholesky import block_max_int, block_sync
 from .contact_problem import hessian_functions, row_functions
 from .launch import TILE_BLOCK_DIM, launch_blocks
 from .line_search import make_line_search
@@ -70,12 +70,6 @@ _CACHE: dict = {}
 def fused_size(nv: int) -> int:
     """The fused path's padded system size: 32 for nv ≤ 32, else nv rounded up to 32."""
     return FUSED_TILE * max(1, -(-nv // FUSED_TILE))
-
-
-@wp.func
-def block_sync(lane: int):
-    """A barrier of the world's block (a cooperative call: a tile value read back)."""
-    wp.tile_extract(wp.tile(lane), 0)
 
 
 def fused_newton_kernel(T, TL, variant: str, n: int):

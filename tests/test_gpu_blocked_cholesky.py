@@ -152,3 +152,74 @@ def test_bad_arguments_are_refused(device):
         solve(arr((1, 64, 64)), arr((1, 64, 1)), arr((1, 64, 1)), arr(1, wp.int32))
     with pytest.raises(ValueError, match="failed: expected an int32 array of shape \\(2,\\)"):
         solve(**ok, failed=arr(3, wp.int32))
+
+
+# ---------------------------------------------------------------------------- the factor check
+
+def _stopped_factor(A, j, pivot_stored):
+    """What a Cholesky that stops at column j (pivot ≤ 0) can leave: columns < j factored, the rest
+    of the lower triangle untouched, and at (j, j) either the non-positive pivot (``"stored"``,
+    LAPACK's potrf) or A's own diagonal entry (``"untouched"``)."""
+    n = len(A)
+    L = np.tril(A).copy()
+    for c in range(j):
+        L[c, c] = np.sqrt(L[c, c] - L[c, :c] @ L[c, :c])
+        L[c + 1:, c] = (L[c + 1:, c] - L[c + 1:, :c] @ L[c, :c]) / L[c, c]
+    if pivot_stored == "stored":
+        L[j, j] = A[j, j] - L[j, :j] @ L[j, :j]
+    return L
+
+
+@pytest.mark.parametrize("dtype", [wp.float32, wp.float64])
+def test_the_factor_check_catches_a_failed_factor_whatever_it_leaves(device, dtype):
+    """On CUDA the tile Cholesky (cuSolverDx) drops its failure flag and need not leave a NaN, so
+    the check must not rely on one: it flags a stopped factorization that stored its non-positive
+    pivot (LAPACK's way), one that left the failing column untouched (positive diagonal, no NaN:
+    what a pivot-sign test alone would miss), and the NaN factor Warp's scalar path leaves; and
+    it passes the exact factor of an SPD matrix. Run by the same function the kernels call."""
+    from sap_gpu.blocked_cholesky import _array_factor_check, _tile_factor_check
+
+    n = 8
+    np_dtype = np.float32 if dtype == wp.float32 else np.float64
+    rng = np.random.default_rng(3)
+    spd = _spd(rng, 1, n)[0]
+    indefinite = spd.copy()
+    row = np.linalg.cholesky(spd)[5, :5]
+    indefinite[5, 5] = 0.5 * row @ row  # positive, but the pivot A_55 − Σ L_5k² < 0: fails at column 5
+    assert np.linalg.eigvalsh(indefinite).min() < 0
+    nan_factor = np.linalg.cholesky(spd)
+    nan_factor[5:, 5:] = np.nan
+    cases = {"exact factor (SPD)": (spd, np.linalg.cholesky(spd), 0),
+             "stopped, pivot stored": (indefinite, _stopped_factor(indefinite, 5, "stored"), 1),
+             "stopped, column untouched": (indefinite, _stopped_factor(indefinite, 5, "untouched"), 1),
+             "NaN factor": (indefinite, nan_factor, 1)}
+    assert _stopped_factor(indefinite, 5, "untouched")[5, 5] > 0  # no NaN and a positive pivot
+    check_tile, check_array = _tile_factor_check(dtype, n), _array_factor_check(dtype)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def run_check(A: wp.array3d(dtype=dtype), L: wp.array3d(dtype=dtype), bad: wp.array2d(dtype=int)):
+        world, lane = wp.tid()  # the single tile's check (L in shared memory), the blocked one's (L in an array)
+        wp.atomic_max(bad, world, 0, check_tile(A[world], wp.tile_load(L[world], shape=(n, n), storage="shared"), lane))
+        wp.atomic_max(bad, world, 1, check_array(A[world], L[world], n, lane))
+
+    A = np.stack([c[0] for c in cases.values()]).astype(np_dtype)
+    L = np.stack([c[1] for c in cases.values()]).astype(np_dtype)
+    bad = wp.zeros((len(cases), 2), dtype=int, device=device)
+    with cooperative_lanes():
+        wp.launch_tiled(run_check, dim=[len(cases)], inputs=[wp.array(A, dtype=dtype, device=device),
+                                                             wp.array(L, dtype=dtype, device=device)],
+                        outputs=[bad], block_dim=32, device=device)
+    got = dict(zip(cases, bad.numpy().tolist()))
+    assert got == {k: [c[2], c[2]] for k, c in cases.items()}
+
+
+def test_block_kernels_refuse_a_block_that_is_not_whole_warps(device):
+    """The block kernels reduce over whole warps: a launch with any other block size is refused
+    before it runs (sap_gpu.launch.launch_blocks)."""
+    from sap_gpu.launch import launch_blocks
+
+    for block in (16, 48, 0, 33):
+        with pytest.raises(ValueError, match="block_dim: .* multiple of 32"):
+            launch_blocks(None, num_worlds=1, device=device, block_dim=block)
+    with pytest.raises(ValueError, match="num_worlds"):
+        launch_blocks(None, num_worlds=-1, device=device)
