@@ -27,25 +27,35 @@ _KERNELS: dict = {}
 def contact_frame(u: wp.vec3d) -> wp.mat33d:
     """Columns (t̂₁, t̂₂, n̂) with Drake's ``MakeFromOneUnitVector`` tangents.
 
-    docs/formulation.md § Contact frame and Jacobian.
+    docs/formulation.md § Contact frame and Jacobian. With i the axis of u's smallest component
+    and (i, j, k) cyclic: x = r·(u_j e_k − u_k e_j), y = root·e_i + s·(u_j e_j + u_k e_k), root =
+    √(1 − u_i²), r = 1/root, s = −u_i/root. Written out per i, so that no vector is indexed at
+    run time (on CUDA that puts the vectors in local memory, a stack).
     """
+    zero = wp.float64(0.0)
     i = int(0)
-    if wp.abs(u[1]) < wp.abs(u[i]):
+    smallest = wp.abs(u[0])
+    if wp.abs(u[1]) < smallest:
         i = 1
-    if wp.abs(u[2]) < wp.abs(u[i]):
+        smallest = wp.abs(u[1])
+    if wp.abs(u[2]) < smallest:
         i = 2
-    j = (i + 1) % 3
-    k = (j + 1) % 3
-    root = wp.sqrt(wp.float64(1.0) - u[i] * u[i])
+    ui = u[0]
+    if i == 1:
+        ui = u[1]
+    elif i == 2:
+        ui = u[2]
+    root = wp.sqrt(wp.float64(1.0) - ui * ui)
     r = wp.float64(1.0) / root
-    s = -u[i] / root
-    x = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
-    y = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
-    x[j] = -r * u[k]
-    x[k] = r * u[j]
-    y[i] = root
-    y[j] = s * u[j]
-    y[k] = s * u[k]
+    s = -ui / root
+    x = wp.vec3d(zero, -r * u[2], r * u[1])  # i = 0: (j, k) = (1, 2)
+    y = wp.vec3d(root, s * u[1], s * u[2])
+    if i == 1:  # (j, k) = (2, 0)
+        x = wp.vec3d(r * u[2], zero, -r * u[0])
+        y = wp.vec3d(s * u[0], root, s * u[2])
+    elif i == 2:  # (j, k) = (0, 1)
+        x = wp.vec3d(-r * u[1], r * u[0], zero)
+        y = wp.vec3d(s * u[0], s * u[1], root)
     return wp.mat33d(x[0], y[0], u[0], x[1], y[1], u[1], x[2], y[2], u[2])
 
 

@@ -20,14 +20,17 @@ DIR`` writes the variants into a folder of their own instead.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import time
 
+import numpy as np
+
 from sap_tools.cli import PRESET_CHOICES, fail, load_scene_arg, parser, scene_solver_kwargs
 
-__all__ = ["main", "configurations"]
+__all__ = ["main", "configurations", "mjwarp_step_variants", "launched_resources"]
 
 DEFAULT_ARCH = 90  # an H100/H200 (sm_90) when no GPU is here to ask
 
@@ -42,6 +45,73 @@ def configurations(presets, newton_paths, linear_solvers):
         if (preset, path, solver) not in out:
             out.append((preset, path, solver))
     return out
+
+
+CUDA_DEFAULT_BLOCK_DIM = 256  # what Warp gives a wp.launch without block_dim on a CUDA device
+
+
+@contextlib.contextmanager
+def _recording_warp_launches(variants: dict):
+    """Record, without running, every launch that third-party code makes through Warp's own
+    ``wp.launch`` / ``wp.launch_tiled`` (sap_gpu records its own launches in sap_gpu.launch):
+    ``variants[(module name, CUDA block size)] = (module, [kernel keys])``. ``wp.capture_while``
+    and ``wp.capture_if`` run their bodies once, so every kernel of a loop or a branch is seen."""
+    import warp as wp
+    from warp._src import context as wctx
+
+    saved = (wp.launch, wp.launch_tiled, wp.capture_while, wp.capture_if, wctx.launch)
+
+    def add(kernel, block_dim):
+        module, kernels = variants.setdefault((kernel.module.name, int(block_dim)), (kernel.module, []))
+        if kernel.key not in kernels:
+            kernels.append(kernel.key)
+
+    def launch(kernel, dim=None, *args, **kw):
+        block_dim = kw.get("block_dim", args[10] if len(args) > 10 else None)
+        if 0 not in tuple(np.atleast_1d(dim if dim is not None else kw.get("dim", 1))):
+            add(kernel, block_dim or CUDA_DEFAULT_BLOCK_DIM)
+
+    def launch_tiled(kernel, *args, **kw):
+        if 0 not in tuple(np.atleast_1d(kw.get("dim", args[0] if args else 1))):
+            add(kernel, kw["block_dim"])
+
+    def capture_while(condition, while_body, stream=None, **kw):
+        while_body(**kw)
+
+    def capture_if(condition, on_true=None, on_false=None, stream=None, **kw):
+        for branch in (on_true, on_false):
+            if callable(branch):
+                branch(**kw)
+
+    wp.launch = wctx.launch = launch
+    wp.launch_tiled, wp.capture_while, wp.capture_if = launch_tiled, capture_while, capture_if
+    try:
+        yield variants
+    finally:
+        wp.launch, wp.launch_tiled, wp.capture_while, wp.capture_if, wctx.launch = saved
+
+
+def mjwarp_step_variants(scene) -> dict:
+    """The (module, CUDA block size) variants one MuJoCo Warp step of the scene's MuJoCo model
+    launches (``mjw.put_model`` / ``put_data`` with its default capacities for two worlds, as
+    ``sap-benchmark --vs-mjwarp`` builds it), recorded without running."""
+    import copy
+
+    import mujoco
+    import mujoco_warp as mjw
+    import warp as wp
+
+    if getattr(scene, "mj_model", None) is None:
+        raise ValueError(f"--vs-mjwarp: scene {scene.name!r} has no MuJoCo model (use an MJCF scene such as humanoid)")
+    mjm = copy.copy(scene.mj_model)
+    mjd = mujoco.MjData(mjm)
+    variants: dict = {}
+    with wp.ScopedDevice("cpu"), _recording_warp_launches(variants):
+        m = mjw.put_model(mjm)
+        d = mjw.put_data(mjm, mjd, nworld=2)
+        variants.clear()  # what put_model/put_data launch is set-up, not the step
+        mjw.step(m, d)
+    return variants
 
 
 def _default_arch() -> int:
@@ -70,6 +140,8 @@ def main(argv=None) -> int:
                         "and with a driver older than its CUDA toolkit) or ptx")
     p.add_argument("--out", default=None, help="write the compiled variants into this folder, not Warp's cache")
     p.add_argument("--resources", action="store_true", help="print each kernel's REG/STACK/SHARED/LOCAL (cuobjdump)")
+    p.add_argument("--vs-mjwarp", action="store_true",
+                   help="also compile MuJoCo Warp's step of the scene's MuJoCo model the same way (MJCF scenes)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
     from sap_common.config import SapConfig
@@ -94,7 +166,7 @@ def main(argv=None) -> int:
         scene = load_scene_arg(args.scene, 1)
     except ValueError as e:
         return fail(prog, e)
-    from sap_gpu.precompile import compile_variant, find_cuobjdump, kernel_resources, step_variants
+    from sap_gpu.precompile import find_cuobjdump, step_variants
 
     cuobjdump = find_cuobjdump() if args.resources else None
     if args.resources and cuobjdump is None:
@@ -111,8 +183,32 @@ def main(argv=None) -> int:
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))
             used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}")
-    print(f"{args.scene}: {len(variants)} (module, block size) variants for sm_{arch}, {args.cuda_output}; "
-          f"cache {args.out or os.environ.get('WARP_CACHE_PATH') or 'Warp default'}", flush=True)
+    rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
+    report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
+    if args.vs_mjwarp:
+        try:
+            theirs = mjwarp_step_variants(scene)
+        except ValueError as e:
+            return fail(prog, e)
+        mj_rows = _compile_all(theirs, {k: ["mujoco_warp step"] for k in theirs}, arch, args, cuobjdump,
+                               f"{args.scene} (MuJoCo Warp)")
+        report.update(mujoco_warp=_summary(mj_rows), mujoco_warp_variants=mj_rows)
+        ours, other = report["sap_gpu"], report["mujoco_warp"]
+        print(f"side by side, sm_{arch}: compile {ours['seconds']:.1f} s (sap_gpu) vs {other['seconds']:.1f} s "
+              f"(MuJoCo Warp); heaviest kernel REG {ours['max_reg']} vs {other['max_reg']}, STACK "
+              f"{ours['max_stack']} vs {other['max_stack']} B", flush=True)
+    if args.json:
+        print(json.dumps(report))
+    failed = [r for r in rows + report.get("mujoco_warp_variants", []) if "error" in r]
+    return 1 if failed else 0
+
+
+def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, label: str) -> list[dict]:
+    """Compile every variant, printing one line per module (and, with --resources, per kernel)."""
+    from sap_gpu.precompile import compile_variant, kernel_resources
+
+    print(f"{label}: {len(variants)} (module, block size) variants for sm_{arch}, {args.cuda_output}; cache "
+          f"{args.out or os.environ.get('WARP_CACHE_PATH') or 'Warp default'}", flush=True)
     rows, total, t0 = [], 0.0, time.perf_counter()
     for (name, block_dim), (module, kernels) in variants.items():
         try:
@@ -125,18 +221,35 @@ def main(argv=None) -> int:
         print(f"{r.seconds:8.1f} s  {name} (block {block_dim}){'  cached' if r.cached else ''}", flush=True)
         row = dict(module=name, block_dim=block_dim, seconds=r.seconds, cached=r.cached, path=r.path,
                    kernels=kernels, used_by=used_by[(name, block_dim)])
-        if args.resources and args.cuda_output == "cubin" and r.path:
-            row["resources"] = kernel_resources(r.path, cuobjdump)
+        if args.resources and r.path:
+            row["resources"] = launched_resources(kernel_resources(r.path, cuobjdump), kernels)
             for fn, res in sorted(row["resources"].items()):
                 print(f"           {fn}: " + ", ".join(f"{k} {v}" for k, v in res.items()), flush=True)
         rows.append(row)
-    failed = [r for r in rows if "error" in r]
-    print(f"total {total:.1f} s of compiling ({time.perf_counter() - t0:.1f} s wall), {len(rows) - len(failed)} "
-          f"variants compiled or cached, {len(failed)} failed", flush=True)
-    if args.json:
-        print(json.dumps(dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, total_seconds=total,
-                              variants=rows)))
-    return 1 if failed else 0
+    failed = sum("error" in r for r in rows)
+    print(f"{label}: {total:.1f} s of compiling ({time.perf_counter() - t0:.1f} s wall), {len(rows) - failed} "
+          f"variants compiled or cached, {failed} failed", flush=True)
+    return rows
+
+
+def launched_resources(resources: dict, kernels: list[str]) -> dict:
+    """The entries of :func:`~sap_gpu.precompile.kernel_resources` that belong to the launched
+    ``kernels`` (a module's binary also holds its kernels the step never launches, and backward
+    kernels where the module builds them), keyed by kernel name."""
+    out = {}
+    for key in kernels:
+        hits = [fn for fn in resources if fn.startswith(key + "_") and fn.endswith("_cuda_kernel_forward")
+                and fn[len(key) + 1:-len("_cuda_kernel_forward")].isalnum()]
+        for fn in hits:
+            out[key] = resources[fn]
+    return out
+
+
+def _summary(rows: list[dict]) -> dict:
+    res = [v for r in rows for v in r.get("resources", {}).values()]
+    return dict(seconds=sum(r.get("seconds", 0.0) for r in rows), variants=len(rows),
+                failed=sum("error" in r for r in rows), max_reg=max((v["REG"] for v in res), default=None),
+                max_stack=max((v["STACK"] for v in res), default=None))
 
 
 if __name__ == "__main__":
