@@ -70,7 +70,7 @@ class LaunchRecord:
         self.launches += 1
 
 
-_RECORD: LaunchRecord | None = None
+_RECORDS: list[LaunchRecord] = []  # the records open now, innermost last
 
 
 @contextlib.contextmanager
@@ -79,26 +79,30 @@ def record_launches(dry_run: bool = False):
 
     With ``dry_run`` nothing is launched (so nothing is compiled for the device at hand) and
     :func:`loop_while` runs its body once, so every kernel of a loop is seen; device arrays keep
-    whatever they held, so results of a dry run mean nothing. Not re-entrant.
+    whatever they held, so results of a dry run mean nothing. Records nest: a launch goes into
+    every open record, and runs only if none of them is a dry run.
     """
-    global _RECORD
-    if _RECORD is not None:
-        raise RuntimeError("record_launches: already recording")
-    _RECORD = LaunchRecord(dry_run=bool(dry_run))
+    record = LaunchRecord(dry_run=bool(dry_run))
+    _RECORDS.append(record)
     try:
-        yield _RECORD
+        yield record
     finally:
-        _RECORD = None
+        _RECORDS.remove(record)
+
+
+def _record(kernel, cuda_block_dim: int) -> bool:
+    """Add a launch to every open record; True if it must not run (a dry run is open)."""
+    for record in _RECORDS:
+        record.add(kernel, cuda_block_dim)
+    return any(record.dry_run for record in _RECORDS)
 
 
 def launch_threads(kernel, *, dim, device, inputs=(), outputs=()) -> None:
     """Launch ``kernel`` with one thread per index of ``dim`` on ``device``, in blocks of
     :func:`world_block_dim`."""
     device = wp.get_device(device)
-    if _RECORD is not None:
-        _RECORD.add(kernel, WORLD_BLOCK_DIM)
-        if _RECORD.dry_run:
-            return
+    if _RECORDS and _record(kernel, WORLD_BLOCK_DIM):
+        return
     wp.launch(kernel, dim=dim, inputs=list(inputs), outputs=list(outputs), device=device,
               block_dim=world_block_dim(device))
 
@@ -112,10 +116,8 @@ def launch_blocks(kernel, *, num_worlds: int, device, inputs=(), outputs=(), blo
                          f"{WARP_SIZE}, got {block_dim!r}")
     if isinstance(num_worlds, bool) or not isinstance(num_worlds, int) or num_worlds < 0:
         raise ValueError(f"num_worlds: one block per world needs a world count >= 0, got {num_worlds!r}")
-    if _RECORD is not None:
-        _RECORD.add(kernel, block_dim)
-        if _RECORD.dry_run:
-            return
+    if _RECORDS and _record(kernel, block_dim):
+        return
     wp.launch_tiled(kernel, dim=[num_worlds], inputs=list(inputs), outputs=list(outputs), block_dim=block_dim,
                     device=device)
 
@@ -124,7 +126,7 @@ def loop_while(condition, body) -> None:
     """``wp.capture_while(condition, body)``: repeat ``body`` while ``condition[0] != 0``, without a
     host synchronization on CUDA (a conditional graph node when captured). In a dry run of
     :func:`record_launches`, ``body`` runs once."""
-    if _RECORD is not None and _RECORD.dry_run:
+    if any(record.dry_run for record in _RECORDS):
         body()
         return
     wp.capture_while(condition, body)

@@ -25,6 +25,53 @@ DATA = pathlib.Path(__file__).parent / "data"
 def pytest_addoption(parser):
     parser.addoption("--device", default=os.environ.get("SAP_TEST_DEVICE", "cpu"),
                      help="Warp device for the sap_gpu tests: cpu (default, CI) or cuda:0; env SAP_TEST_DEVICE")
+    parser.addoption("--precompile-arch", type=int, default=None,
+                     help="record the sap_gpu kernels the run launches and, at its end, compile each for this SM "
+                          "architecture (e.g. 90) into Warp's kernel cache: a cache for a GPU run of the same tests "
+                          "(scripts/gpu_check.sh)")
+    parser.addoption("--cuda-output", default=None, choices=("cubin", "ptx"),
+                     help="what Warp compiles CUDA modules to (wp.config.cuda_output; default: Warp's choice). "
+                          "cubin loads the files sap-precompile and --precompile-arch write")
+
+
+def pytest_configure(config):
+    if config.getoption("--cuda-output"):
+        import warp as wp
+
+        wp.config.cuda_output = config.getoption("--cuda-output")
+    arch = config.getoption("--precompile-arch")
+    if arch is not None:
+        from sap_gpu.launch import record_launches
+
+        config._sap_precompile = (arch, record_launches(dry_run=False))
+        config._sap_precompile_record = config._sap_precompile[1].__enter__()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that takes the ``device`` fixture is marked ``device``: the tests a GPU run needs
+    (``pytest --device cuda:0 -m "device and not slow"``, scripts/gpu_check.sh)."""
+    for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.device)
+
+
+def pytest_unconfigure(config):
+    """With --precompile-arch: compile every recorded (module, block size) variant for the GPU."""
+    if not hasattr(config, "_sap_precompile"):
+        return
+    arch, context = config._sap_precompile
+    context.__exit__(None, None, None)
+    from sap_gpu.precompile import compile_variant
+
+    record = config._sap_precompile_record
+    total, failed = 0.0, []
+    for (name, block_dim), module in record.variants.items():
+        try:
+            total += compile_variant(module, block_dim, arch).seconds
+        except Exception as e:  # report every module that does not compile, not just the first
+            failed.append(f"{name} (block {block_dim}): {' '.join(str(e).split())[:300]}")
+    print(f"\n--precompile-arch {arch}: {len(record.variants)} sap_gpu variants, {total:.1f} s of compiling, "
+          f"{len(failed)} failed" + "".join(f"\n  FAILED {f}" for f in failed))
 
 
 @pytest.fixture(scope="session")

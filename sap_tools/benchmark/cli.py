@@ -180,6 +180,9 @@ def _parser():
     p.add_argument("--mjwarp-nconmax", type=int, default=None, help="MuJoCo Warp nconmax (default: its own)")
     p.add_argument("--mjwarp-njmax", type=int, default=None, help="MuJoCo Warp njmax (default: its own)")
     p.add_argument("--out", default=None, help="write every result as JSON to this file (for sap-plot-benchmark)")
+    p.add_argument("--cuda-output", default=None, choices=("cubin", "ptx"),
+                   help="what Warp compiles CUDA modules to (default: Warp's choice); cubin loads a kernel cache "
+                        "made by sap-precompile")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -238,6 +241,8 @@ def main(argv=None) -> int:
                              f"{scene0.name!r} has no MuJoCo model")
     except ValueError as e:
         return fail("sap-benchmark", e)
+    if args.cuda_output:
+        wp.config.cuda_output = args.cuda_output
     dt = args.dt if args.dt is not None else scene0.dt
     C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
     channels = noise_channels(scene0)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU check: sap_gpu's tests and the humanoid benchmark against MuJoCo Warp on a CUDA device,
+# from a kernel cache compiled beforehand on any machine, so that the GPU's minutes measure
+# instead of compiling. Everything it produces goes into one folder.
+#
+#   scripts/gpu_check.sh prepare CACHE            # on any machine (no GPU needed), ~15 min on 2 cores
+#   scripts/gpu_check.sh run OUT [CACHE]          # on the GPU machine, under 8 min
+#   scripts/gpu_check.sh run OUT "" --smoke       # the same steps on the CPU device, tiny sizes
+#
+# prepare: compiles for sm_90 (GPU_CHECK_ARCH) into CACHE every kernel of the humanoid step
+#   (approx32 and drake, fused) and of MuJoCo Warp's step (sap-precompile --vs-mjwarp), then runs
+#   the tests that take the device fixture on the CPU with --precompile-arch, which compiles every
+#   sap_gpu kernel they launch. Copy CACHE to the GPU machine beside the checkout.
+# run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs
+#   pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
+#   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
+#   each under its own time limit, and writes OUT/{env.txt, pytest.log, pytest.xml,
+#   benchmark.log, benchmark.json, summary.txt}. Exit status: 0 if both steps passed.
+# Needs the project installed (pip install -e ".[test]") or importable (PYTHONPATH).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+ARCH="${GPU_CHECK_ARCH:-90}"
+DEVICE="${GPU_CHECK_DEVICE:-cuda:0}"
+PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
+BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-150}"
+PY="${PYTHON:-python3}"
+
+usage() { sed -n '2,22p' "$0"; exit 2; }
+
+prepare() {
+    local cache="$1"
+    mkdir -p "$cache" || exit 2
+    cache="$(cd "$cache" && pwd)"
+    export WARP_CACHE_PATH="$cache"
+    echo "== sap-precompile humanoid for sm_$ARCH into $cache"
+    "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
+        --linear-solver cholesky --vs-mjwarp || exit 1
+    echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
+    "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" || exit 1
+    du -sh "$cache"
+}
+
+run() {
+    local out="$1" cache="${2:-}" smoke="${3:-}"
+    mkdir -p "$out" || exit 2
+    out="$(cd "$out" && pwd)"
+    if [ -n "$cache" ]; then export WARP_CACHE_PATH="$(cd "$cache" && pwd)"; fi
+    local nw=(1024 4096 8192) bench_extra=() pytest_args=(-m "device and not slow")
+    if [ "$smoke" = "--smoke" ]; then
+        DEVICE=cpu
+        nw=(2)
+        bench_extra=(--steps 2 --warmup 1 --structure-steps 1)
+        pytest_args=(-m "device and not slow" tests/test_gpu_launch.py)
+    elif [ -n "$smoke" ]; then
+        usage
+    fi
+    {
+        echo "date: $(date -u +%FT%TZ)"
+        echo "device: $DEVICE, arch sm_$ARCH, WARP_CACHE_PATH=${WARP_CACHE_PATH:-}"
+        command -v nvidia-smi >/dev/null && nvidia-smi
+        "$PY" -c "import sys, warp as wp; wp.init(); print(sys.version); print('warp', wp.__version__, [str(d) for d in wp.get_devices()])"
+    } > "$out/env.txt" 2>&1
+    local cuda_output=()
+    [ "$DEVICE" != cpu ] && cuda_output=(--cuda-output cubin)
+    local t0=$SECONDS
+    timeout "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
+        "${pytest_args[@]}" --junitxml "$out/pytest.xml" > "$out/pytest.log" 2>&1
+    local pytest_rc=$? t1=$SECONDS
+    timeout "$BENCH_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "${nw[@]}" --preset approx32 drake \
+        --vs-mjwarp --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" --out "$out/benchmark.json" \
+        > "$out/benchmark.log" 2>&1
+    local bench_rc=$? t2=$SECONDS
+    {
+        echo "pytest: exit $pytest_rc in $((t1 - t0)) s (limit $PYTEST_LIMIT s): $(tail -n 1 "$out/pytest.log")"
+        echo "benchmark: exit $bench_rc in $((t2 - t1)) s (limit $BENCH_LIMIT s)"
+    } | tee "$out/summary.txt"
+    [ "$pytest_rc" = 0 ] && [ "$bench_rc" = 0 ]
+}
+
+case "${1:-}" in
+    prepare) [ $# -eq 2 ] || usage; prepare "$2" ;;
+    run) [ $# -ge 2 ] && [ $# -le 4 ] || usage; run "$2" "${3:-}" "${4:-}" ;;
+    *) usage ;;
+esac

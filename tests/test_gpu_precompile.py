@@ -1,0 +1,147 @@
+"""sap_gpu.precompile and sap-precompile: the CUDA compile of a step without a GPU, and its budgets.
+
+The ``cuda_compile`` tests (``pytest -m cuda_compile``, run by ``.ci/run`` after README's test
+command) compile every kernel of the humanoid step for sm_90 with Warp's NVRTC, in every preset,
+Newton path and linear solver, and fail on any compile error; where cuobjdump is installed they
+also hold every kernel to the resource budget of MuJoCo Warp's heaviest humanoid-step kernel
+(docs/benchmarks.md, GPU readiness), except the kernels listed below with their reasons.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sap_common import scenes
+from sap_common.config import LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
+from sap_gpu.precompile import compile_variant, find_cuobjdump, kernel_resources, step_variants
+from sap_tools.precompile import configurations, launched_resources
+
+ARCH = 90  # an H100/H200
+
+# MuJoCo Warp's heaviest kernels of its humanoid step (sm_90, measured with sap-precompile
+# --vs-mjwarp, mujoco-warp 4.0.0 and 3.x alike): registers of its Cholesky factor-and-solve, and
+# the stack of its kinematics branch. No sap_gpu kernel of the humanoid step may use more...
+MJWARP_MAX_REG = 175  # registers per thread
+MJWARP_MAX_STACK = 32  # bytes per thread
+# ...except these (kernel name prefix: (REG limit, STACK limit, reason)). A limit here is what
+# the kernel needs today; a change that needs more fails the test and must say why.
+FLOAT64_SINCOS_STACK = 40  # bytes: see below
+BUDGET_EXCEPTIONS = {
+    "fused_newton_kernel": (216, 0, "one block per world runs the whole Newton loop (evaluation, H, the tile "
+                                    "Cholesky, the line search) in one kernel; its registers hold the world's "
+                                    "loop state and the inlined friction-cone branches"),
+    "_forward_kinematics": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK,
+                            "float64 sin/cos of a joint angle: CUDA's double-precision sin/cos reserve 40 B of "
+                            "local memory for the argument reduction of |x| > 2^20 (Payne-Hanek), touched only "
+                            "for such angles; MuJoCo Warp computes in float32"),
+    "_body_poses": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK, "float64 sin/cos, as _forward_kinematics"),
+    "_motion_subspaces": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK, "float64 sin/cos, as _forward_kinematics"),
+    "_integrate": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK,
+                   "float64 sin/cos of the quaternion increment, as _forward_kinematics"),
+}
+
+
+def test_configurations_list_each_compiled_combination_once():
+    """PCR always runs the staged loop, so fused/PCR is staged/PCR and is listed once."""
+    assert configurations(["drake"], list(NEWTON_PATHS), list(LINEAR_SOLVERS)) == [
+        ("drake", "fused", "cholesky"), ("drake", "staged", "pcr"), ("drake", "staged", "cholesky")]
+
+
+def test_launched_resources_keep_the_launched_forward_kernels():
+    found = {"_a_1234abcd_cuda_kernel_forward": {"REG": 1}, "_a_1234abcd_cuda_kernel_backward": {"REG": 2},
+             "_a_b_99887766_cuda_kernel_forward": {"REG": 3}, "_other_00000000_cuda_kernel_forward": {"REG": 4}}
+    assert launched_resources(found, ["_a", "_a_b"]) == {"_a": {"REG": 1}, "_a_b": {"REG": 3}}
+
+
+def test_kernel_resources_says_how_to_get_cuobjdump(monkeypatch, tmp_path):
+    import sap_gpu.precompile as pre
+
+    monkeypatch.setattr(pre, "find_cuobjdump", lambda: None)
+    with pytest.raises(RuntimeError, match=r"cuda-tools"):
+        pre.kernel_resources(str(tmp_path / "x.cubin"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["humanoid", "--preset", "fast"], "--preset/--line-search: contact_preset_variant: 'fast' is not valid"),
+    (["humanoid", "--newton-path", "graph"], "--newton-path: 'graph' is not valid; valid: fused, staged"),
+    (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
+    (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
+    (["humanoid", "--arch", "9"], "--arch: an SM architecture such as 80, 90 or 100, got 9"),
+    (["no_such_scene"], "no_such_scene"),
+])
+def test_bad_flags_fail_in_one_line_before_any_work(argv, message):
+    run = subprocess.run([sys.executable, "-m", "sap_tools.precompile", *argv], capture_output=True, text=True)
+    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_a_dry_run_lists_the_step_without_compiling_for_the_cpu(monkeypatch):
+    """step_variants runs collide + step as a dry run: no kernel is loaded on the CPU device."""
+    from warp._src import context
+
+    loaded = []
+    real = context.Module.load
+    monkeypatch.setattr(context.Module, "load", lambda self, *a, **k: loaded.append(self.name) or real(self, *a, **k))
+    scene = scenes.get("box_stack", num_worlds=1)
+    record = step_variants(scene.sap_model, scene.max_rigid_contact)
+    assert not loaded and len(record.variants) >= 8
+    names = [n for n, _ in record.variants]
+    assert any("fused_newton" in n for n in names) and "sap_gpu.kinematics" in names
+
+
+# ---------------------------------------------------------------------------- CUDA compile (no GPU)
+
+def _humanoid_variants():
+    scene = scenes.get("humanoid", num_worlds=1)
+    variants, used_by = {}, {}
+    for preset, path, solver in configurations(list(PRESETS), list(NEWTON_PATHS), list(LINEAR_SOLVERS)):
+        record = step_variants(scene.sap_model, scene.max_rigid_contact, contact_preset_variant=preset,
+                               newton_path=path, contact_linear_solver=solver)
+        for key, module in record.variants.items():
+            variants.setdefault(key, (module, record.kernels[key]))
+            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}")
+    return variants, used_by
+
+
+@pytest.fixture(scope="module")
+def humanoid_sm90(tmp_path_factory):
+    """Every (module, block size) variant of the humanoid step in every configuration, compiled for
+    sm_90 into an empty folder (so nothing comes from a cache): {variant: (kernels, result)}."""
+    out = str(tmp_path_factory.mktemp("sm90"))
+    variants, used_by = _humanoid_variants()
+    compiled, failures = {}, []
+    for key, (module, kernels) in variants.items():
+        try:
+            compiled[key] = (kernels, compile_variant(module, key[1], ARCH, out))
+        except Exception as e:  # every failing module is reported, not only the first
+            failures.append(f"{key[0]} (block {key[1]}, {', '.join(used_by[key])}): {' '.join(str(e).split())[:500]}")
+    return compiled, failures
+
+
+@pytest.mark.cuda_compile
+def test_every_kernel_of_the_humanoid_step_compiles_for_sm90(humanoid_sm90):
+    compiled, failures = humanoid_sm90
+    assert not failures, "modules that do not compile for sm_90:\n" + "\n".join(failures)
+    assert all(r.path and r.path.endswith(".sm90.cubin") for _, r in compiled.values())
+    total = sum(r.seconds for _, r in compiled.values())
+    print(json.dumps({"variants": len(compiled), "compile_seconds": round(total, 1)}))
+
+
+@pytest.mark.cuda_compile
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install -e \".[cuda-tools]\")")
+def test_humanoid_step_kernels_stay_within_mujoco_warps_heaviest(humanoid_sm90):
+    compiled, failures = humanoid_sm90
+    assert not failures
+    over, seen = [], set()
+    for (name, block_dim), (kernels, result) in compiled.items():
+        for kernel, res in launched_resources(kernel_resources(result.path), kernels).items():
+            seen.add(kernel)
+            exception = next((v for k, v in BUDGET_EXCEPTIONS.items() if kernel.startswith(k)), None)
+            reg_max, stack_max = (exception[0], exception[1]) if exception else (MJWARP_MAX_REG, MJWARP_MAX_STACK)
+            if res["REG"] > reg_max or res["STACK"] > stack_max:
+                over.append(f"{kernel} ({name}): REG {res['REG']} (limit {reg_max}), STACK {res['STACK']} B "
+                            f"(limit {stack_max})")
+    assert not over, "kernels over their resource budget:\n" + "\n".join(over)
+    unused = [k for k in BUDGET_EXCEPTIONS if not any(s.startswith(k) for s in seen)]
+    assert not unused, f"budget exceptions for kernels the step no longer launches: {unused}"
