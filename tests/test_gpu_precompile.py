@@ -36,7 +36,6 @@ BUDGET_EXCEPTIONS = {
                             "float64 sin/cos of a joint angle: CUDA's double-precision sin/cos reserve 40 B of "
                             "local memory for the argument reduction of |x| > 2^20 (Payne-Hanek), touched only "
                             "for such angles; MuJoCo Warp computes in float32"),
-    "_body_poses": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK, "float64 sin/cos, as _forward_kinematics"),
     "_motion_subspaces": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK, "float64 sin/cos, as _forward_kinematics"),
     "_integrate": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK,
                    "float64 sin/cos of the quaternion increment, as _forward_kinematics"),
