@@ -17,6 +17,7 @@ import sap_tools.demo
 import sap_tools.inspector
 import sap_tools.record.cli
 import sap_tools.scenes
+import sap_tools.precompile
 import sap_tools.validate.cli
 import sap_tools.view.cli
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
@@ -28,7 +29,7 @@ MAINS = {"sap-demo": sap_tools.demo.main, "sap-scenes": sap_tools.scenes.main,
          "sap-benchmark": sap_tools.benchmark.cli.main, "sap-plot-benchmark": sap_tools.benchmark.plot.main,
          "sap-inspect": sap_tools.inspector.main, "sap-view": sap_tools.view.cli.main,
          "sap-record": sap_tools.record.cli.main, "sap-validate": sap_tools.validate.cli.main,
-         "sap-benchmark-collision": sap_tools.benchmark.collision.main}
+         "sap-benchmark-collision": sap_tools.benchmark.collision.main, "sap-precompile": sap_tools.precompile.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
                 "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),

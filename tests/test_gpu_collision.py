@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import warp as wp
+
 import sap_gpu
 from sap_common import scenes, spatial
 from sap_common.builder import ModelBuilder
@@ -248,8 +250,8 @@ def test_stale_buffers_are_reset_and_non_finite_worlds_report_nothing(device):
     stale = pipe.contacts()
     for f in dataclasses.fields(stale):
         a = getattr(stale, f.name)
-        if isinstance(a, sap_gpu.wp.array):
-            a.fill_(7) if a.dtype in (sap_gpu.wp.int32, sap_gpu.wp.float64) else None
+        if isinstance(a, wp.array):
+            a.fill_(7) if a.dtype in (wp.int32, wp.float64) else None
     pipe.collide(sap_gpu.to_device(state, device), stale)
     host = sap_gpu.to_host(stale)
     assert host.count.tolist() == [0, 1] and host.overflow.tolist() == [0, 0]

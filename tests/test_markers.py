@@ -1,9 +1,10 @@
 """The marker commands (docs/testing.md § Markers) select what they promise, never nothing.
 
 pytest exits with status 5 when a command selects no test, which CI counts as a failure. The
-project's ``addopts`` carry ``-m 'not slow'``; a ``-m`` on the command line replaces it (the
-last ``-m`` wins), so ``pytest -m slow`` selects the slow tests and plain ``pytest`` leaves them
-out. These tests run the real commands in a subprocess, as a user would.
+project's ``addopts`` carry ``-m 'not slow and not cuda_compile'``; a ``-m`` on the command line
+replaces it (the last ``-m`` wins), so ``pytest -m slow`` selects the slow tests, ``pytest -m
+cuda_compile`` the CUDA compiles, and plain ``pytest`` leaves both out. These tests run the real
+commands in a subprocess, as a user would.
 """
 
 import functools
@@ -14,6 +15,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SLOW_MODULE = "tests/test_long_rollouts.py"  # every test in it carries the slow marker
+CUDA_COMPILE_MODULE = "tests/test_gpu_precompile.py"  # holds the cuda_compile tests (and quick ones)
 # Collection imports Warp, MuJoCo and every test module; a 2-core CI machine needs ~10 s.
 COMMAND_TIMEOUT = 600  # s
 
@@ -41,10 +43,12 @@ def test_pytest_m_slow_selects_exactly_the_long_rollouts():
     assert slow == {t for t in _every_test() if t.startswith(SLOW_MODULE + "::")}
 
 
-def test_plain_pytest_selects_everything_but_the_slow_tests():
+def test_plain_pytest_selects_everything_but_the_slow_and_cuda_compile_tests():
     default = _collected()
     assert len(default) >= 1
-    assert default == {t for t in _every_test() if not t.startswith(SLOW_MODULE + "::")}
+    cuda_compile = _collected("-m", "cuda_compile")
+    assert cuda_compile and all(t.startswith(CUDA_COMPILE_MODULE + "::") for t in cuda_compile)
+    assert default == {t for t in _every_test() if not t.startswith(SLOW_MODULE + "::")} - cuda_compile
 
 
 def test_pytest_m_gpu_runs_the_gpu_tests_and_skips_them_with_a_reason_without_cuda():
