@@ -1,8 +1,11 @@
 """Test configuration: Hypothesis profiles and shared fixtures.
 
-``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) derandomizes Hypothesis so CI is repeatable;
-the default profile explores new examples on every run. Neither has a deadline: CI machines
-are slow and shared, and timing is not what these tests check.
+Hypothesis profiles (``HYPOTHESIS_PROFILE``): ``repeatable`` (the default: derandomized, so
+README's ``pytest`` and CI's run draw the same examples every time and a failure reproduces) and
+``explore`` (new random examples every run, remembered in Hypothesis's example database when
+they fail: the random search ``.ci/run`` runs on purpose, docs/testing.md § Hypothesis
+profiles). Neither has a deadline: CI machines are slow and shared, and timing is not what these
+tests check.
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ import pathlib
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True,
+PROFILES = ("repeatable", "explore")
+settings.register_profile("repeatable", deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.register_profile("explore", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+_profile = os.environ.get("HYPOTHESIS_PROFILE", "repeatable")
+if _profile not in PROFILES:
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE: {_profile!r} is not a profile of this suite; valid: "
+                            f"{', '.join(PROFILES)}")
+settings.load_profile(_profile)
 
 DATA = pathlib.Path(__file__).parent / "data"
 
