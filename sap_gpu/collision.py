@@ -10,7 +10,8 @@ Pair families. The routines are grouped by what they need, one file each, named 
 family                pairs                                                       routines
 ====================  ==========================================================  ====================
 ``primitive``         plane, sphere, capsule with each other (closed forms)      collision_primitive
-``box``               a box with a plane, sphere, capsule or box                  collision_box
+``box``               a box with a plane, sphere or capsule                       collision_box
+``box_box``           two boxes (SAT, then face clipping or edge–edge)            collision_box
 ``plane_convex``      a plane with a cylinder, ellipsoid or convex mesh           collision_manifold
 ``convex``            a cylinder, ellipsoid or mesh with anything but a plane     collision_convex
                       or a height field (GJK/EPA, then the manifold)              + collision_manifold
@@ -47,7 +48,7 @@ from sap_common.constants import (COINCIDENT_DISTANCE, EPA_MAX_FACES, EPA_MAX_VE
 
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, world_bounds
-from .collision_box import box_contacts
+from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import plane_normal, primitive_contacts
@@ -64,7 +65,7 @@ BOX = wp.constant(int(ShapeType.BOX))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 # The pair families, in launch order (any order gives the same contacts: every pair has its own slots).
-FAMILIES = ("primitive", "box", "plane_convex", "convex", "heightfield")
+FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "heightfield")
 _CONVEX_CORES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH)
 
 
@@ -76,7 +77,7 @@ def pair_family(type0, type1) -> str:
     if hi in _CONVEX_CORES:
         return "plane_convex" if lo == ShapeType.PLANE else "convex"
     if hi == ShapeType.BOX:
-        return "box"
+        return "box_box" if lo == ShapeType.BOX else "box"
     if hi in (ShapeType.SPHERE, ShapeType.CAPSULE):
         return "primitive"
     raise ValueError(f"shape_type: no narrow phase for {lo.name}–{hi.name}")
@@ -207,6 +208,21 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
 
 
 @wp.kernel(enable_backward=False, module="unique")
+def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
+                     shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                     family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
+                     status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
+                     half: wp.array2d(dtype=wp.vec3d), S: Scratch):
+    world, i = wp.tid()
+    p = family_pair[i]
+    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
+                                  centre, half, S, world, p)
+    if go == 0:
+        return
+    box_box(S, world, p, swap, pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
                           shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                           family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
@@ -267,8 +283,8 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
-_KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "plane_convex": _collide_plane_convex,
-            "convex": _collide_convex, "heightfield": _collide_heightfield}
+_KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "box_box": _collide_box_box,
+            "plane_convex": _collide_plane_convex, "convex": _collide_convex, "heightfield": _collide_heightfield}
 
 
 def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geometry, shape_data: ShapeData,
@@ -283,7 +299,7 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
     dim = (m.num_worlds, family_pair.shape[0])
     head = [m.shape_type, m.shape_size, m.shape_margin, m.shape_pair, family_pair]
     state = [use_broad_phase, pose, status, centre, half]
-    if family in ("primitive", "box"):
+    if family in ("primitive", "box", "box_box"):
         inputs, outputs = head + state, [scratch]
     elif family == "plane_convex":
         inputs, outputs = head + [geometry, shape_data] + state, [scratch]

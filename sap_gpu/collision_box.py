@@ -4,8 +4,8 @@ Plane–box (the 8 corners), sphere–box (the box surface point nearest the cen
 end spheres, plus the segment's deepest interior point found by golden-section search) and
 box–box (SAT over 15 axes, then the clipped incident face or the edge–edge closest points), each
 in its canonical type order and writing its contacts with :func:`~sap_gpu.collision_support.emit`.
-:func:`box_contacts` is the dispatch that :mod:`sap_gpu.collision`'s box kernel calls. Nothing
-here reaches GJK/EPA.
+:mod:`sap_gpu.collision` runs them in two kernels: :func:`box_contacts` (a plane, sphere or
+capsule with a box) and :func:`box_box`. Nothing here reaches GJK/EPA.
 """
 
 import warp as wp
@@ -24,7 +24,6 @@ __all__ = ["box_contacts", "plane_box", "sphere_box", "capsule_box", "box_box"]
 PLANE = wp.constant(int(ShapeType.PLANE))
 SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
-BOX = wp.constant(int(ShapeType.BOX))
 mat83d = wp.types.matrix((8, 3), wp.float64)
 
 
@@ -50,12 +49,14 @@ def box_point_query(Xb: wp.transformd, h: wp.vec3d, p: wp.vec3d):
             gap = g
             k = i
     s = wp.float64(1.0)
-    if c[k] < wp.float64(0.0):
-        s = wp.float64(-1.0)
     q = c
-    q[k] = s * h[k]
     n = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
-    n[k] = s
+    for i in range(3):  # unrolled: constant indices keep q and n in registers (q[k] would put them on the stack)
+        if i == k:
+            if c[i] < wp.float64(0.0):
+                s = wp.float64(-1.0)
+            q[i] = s * h[i]
+            n[i] = s
     return wp.transform_point(Xb, q), wp.quat_rotate(q_B, n), -gap
 
 
@@ -288,12 +289,12 @@ def plane_box(S: Scratch, world: int, pair: int, swap: int, Xp: wp.transformd, X
 @wp.func
 def box_contacts(S: Scratch, world: int, pair: int, swap: int, t0: int, X0: wp.transformd, s0: wp.vec3d,
                  X1: wp.transformd, s1: wp.vec3d):
-    """Dispatch one pair of a plane, sphere, capsule or box (t0) with a box (shape 1 in canonical order)."""
+    """Dispatch one pair of a plane, sphere or capsule (t0) with a box (shape 1 in canonical order).
+    Box–box has a kernel of its own: its clipped polygons take more registers and stack than
+    the other box pairs together."""
     if t0 == PLANE:
         plane_box(S, world, pair, swap, X0, X1, s1)
     elif t0 == SPHERE:
         sphere_box(S, world, pair, swap, wp.transform_get_translation(X0), s0[0], X1, s1)
     elif t0 == CAPSULE:
         capsule_box(S, world, pair, swap, X0, s0, X1, s1)
-    elif t0 == BOX:
-        box_box(S, world, pair, swap, X0, s0, X1, s1)
