@@ -73,6 +73,17 @@ def box_corner(Xb: wp.transformd, h: wp.vec3d, i: int) -> wp.vec3d:
 
 
 @wp.func
+def plane_box(S: Scratch, world: int, pair: int, swap: int, Xp: wp.transformd, Xb: wp.transformd, h: wp.vec3d):
+    """Each of the 8 corners against the plane, in sap_ref's corner order."""
+    n = plane_normal(Xp)
+    p = wp.transform_get_translation(Xp)
+    for i in range(8):
+        corner = box_corner(Xb, h, i)
+        d = wp.dot(n, corner - p)
+        emit(S, world, pair, swap, corner - d * n, corner, n, d)
+
+
+@wp.func
 def capsule_box(S: Scratch, world: int, pair: int, swap: int, Xc: wp.transformd, size_c: wp.vec3d,
                 Xb: wp.transformd, h: wp.vec3d):
     p0 = segment_end(Xc, size_c[1], wp.float64(-1.0))
@@ -273,17 +284,6 @@ def box_box(S: Scratch, world: int, pair: int, swap: int, X0: wp.transformd, h0:
         if wp.dot(col, -T) < wp.float64(0.0):
             sign = wp.float64(-1.0)
         face_contact(S, world, pair, swap, 0, c1, R1, h1, face_k, sign, c0, R0, h0)
-
-
-@wp.func
-def plane_box(S: Scratch, world: int, pair: int, swap: int, Xp: wp.transformd, Xb: wp.transformd, h: wp.vec3d):
-    """Each of the 8 corners against the plane, in sap_ref's corner order."""
-    n = plane_normal(Xp)
-    p = wp.transform_get_translation(Xp)
-    for i in range(8):
-        corner = box_corner(Xb, h, i)
-        d = wp.dot(n, corner - p)
-        emit(S, world, pair, swap, corner - d * n, corner, n, d)
 
 
 @wp.func

@@ -122,7 +122,8 @@ def two_ends(half_length: wp.float64) -> int:
 
 @wp.func
 def sphere_points(c0: wp.vec3d, r0: wp.float64, c1: wp.vec3d, r1: wp.float64, fallback: wp.vec3d):
-    """(x0, x1, n, φ) of two spheres (sap_ref.collision_primitive.sphere_points); ``fallback`` when the centres coincide."""
+    """(x0, x1, n, φ) of two spheres (sap_ref.collision_primitive.sphere_points); ``fallback`` n when
+    the centres coincide."""
     n = unit_or(c1 - c0, fallback)
     return c0 + r0 * n, c1 - r1 * n, n, wp.length(c1 - c0) - r0 - r1
 

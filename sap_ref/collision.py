@@ -26,10 +26,11 @@ spheres); plane–box 8 (corners); sphere–sphere, sphere–capsule, sphere–b
 (2 at the ends of the overlap of (nearly) parallel segments); capsule–box 3 (the end spheres,
 plus the segment's deepest point when it is deeper than both ends); box–box 8. Each routine is
 written for one canonical type order (lower ``ShapeType`` first); :func:`pair_contacts` swaps the
-witness points and negates the normal for the other order. Multi-point manifolds (corners, end spheres, clipped faces) extend Drake, which
-reports one point pair per geometry pair. For the shallower end sphere of a tilted capsule the
-capsule-side witness lies on that end sphere, i.e. on or inside the capsule (the usual
-two-point capsule manifold, as in MuJoCo); every other witness point is on its shape's surface.
+witness points and negates the normal for the other order. Multi-point manifolds (corners, end
+spheres, clipped faces) extend Drake, which reports one point pair per geometry pair. For the
+shallower end sphere of a tilted capsule the capsule-side witness lies on that end sphere, i.e. on
+or inside the capsule (the usual two-point capsule manifold, as in MuJoCo); every other witness
+point is on its shape's surface.
 
 The routines, one file per pair family (``sap_gpu`` uses the same files for the same pairs):
 :mod:`sap_ref.collision_primitive` (planes, spheres and capsules with each other: closed forms),
