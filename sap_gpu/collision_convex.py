@@ -15,9 +15,9 @@ faces per row.
 import warp as wp
 
 from sap_common.constants import (EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL, GJK_TOUCH_DISTANCE, KINK_TOL,
-                                  PARALLEL_DENOM, POINT_SEGMENT, REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_MIN_GAIN,
-                                  REFINE_STEP, SUPPORT_TIE)
+                                  REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_MIN_GAIN, REFINE_STEP, SUPPORT_TIE)
 
+from .collision_primitive import segment_closest_params
 from .collision_support import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, ELLIPSOID, MAXF, MAXV, PRISM, Convex, Epa,
                                 Geometry, box_corner_local, closest_on_simplex, closest_segment, closest_triangle,
                                 mat43d, prism_point, row3, sgn, support, support_pair, tetra_face, unit, vec4d, zero3)
@@ -359,40 +359,6 @@ def tangents(n: wp.vec3d):
     t1 = wp.cross(n, axis(argmin_abs(n)))
     t1 = t1 / wp.sqrt(wp.dot(t1, t1))
     return t1, wp.cross(n, t1)
-
-
-@wp.func
-def segment_closest_params(a0: wp.vec3d, a1: wp.vec3d, b0: wp.vec3d, b1: wp.vec3d):
-    """(s, t) of the closest points: Ericson §5.1.9, as sap_ref.collision_box.segment_closest_params."""
-    d1 = a1 - a0
-    d2 = b1 - b0
-    r = a0 - b0
-    a = wp.dot(d1, d1)
-    e = wp.dot(d2, d2)
-    f = wp.dot(d2, r)
-    tiny = wp.float64(POINT_SEGMENT)
-    zero = wp.float64(0.0)
-    one = wp.float64(1.0)
-    if a <= tiny and e <= tiny:
-        return zero, zero
-    if a <= tiny:
-        return zero, wp.clamp(f / e, zero, one)
-    c = wp.dot(d1, r)
-    if e <= tiny:
-        return wp.clamp(-c / a, zero, one), zero
-    b = wp.dot(d1, d2)
-    denom = a * e - b * b
-    s = zero
-    if denom > wp.float64(PARALLEL_DENOM) * a * e:
-        s = wp.clamp((b * f - c * e) / denom, zero, one)
-    t = (b * s + f) / e
-    if t < zero:
-        t = zero
-        s = wp.clamp(-c / a, zero, one)
-    elif t > one:
-        t = one
-        s = wp.clamp((b - c) / a, zero, one)
-    return s, t
 
 
 @wp.func

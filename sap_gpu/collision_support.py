@@ -1,7 +1,12 @@
-"""Device shapes for the general convex pairs: the shape record, support functions and the
-closest point on a simplex, shared by GJK/EPA (:mod:`sap_gpu.collision_convex`) and the
-manifolds (:mod:`sap_gpu.collision_manifold`). :mod:`sap_ref.collision_convex` holds the same
-functions for the host, with the same tie rules, so the two backends agree to rounding.
+"""Device pieces every narrow-phase routine shares.
+
+* The contact scratch (:class:`Scratch`) and :func:`emit`: how a pair's thread writes its
+  contacts into the pair's own slots (:mod:`sap_gpu.collision` compacts them afterwards).
+* The shape record of the general convex pairs (:class:`Convex`), their support functions and the
+  closest point on a simplex, used by GJK/EPA (:mod:`sap_gpu.collision_convex`), the manifolds
+  (:mod:`sap_gpu.collision_manifold`) and the height fields (:mod:`sap_gpu.collision_heightfield`).
+  :mod:`sap_ref.collision_support` holds the same functions for the host, with the same tie rules,
+  so the two backends agree to rounding.
 """
 
 import warp as wp
@@ -11,7 +16,8 @@ from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["Geometry", "Convex", "Epa", "support", "support_pair", "closest_on_simplex", "mat43d", "mat63d", "vec4d"]
+__all__ = ["Scratch", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair", "closest_on_simplex",
+           "mat43d", "mat63d", "vec4d"]
 
 SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
@@ -26,6 +32,42 @@ MAXF = wp.constant(EPA_MAX_FACES)
 mat43d = wp.types.matrix(shape=(4, 3), dtype=wp.float64)
 mat63d = wp.types.matrix(shape=(6, 3), dtype=wp.float64)
 vec4d = wp.types.vector(length=4, dtype=wp.float64)
+
+
+@wp.struct
+class Scratch:
+    """Generated contacts of every world before capacity selection: pair p's slots are
+    ``offset[p] … offset[p] + pair_capacity[p] − 1`` of each world's row."""
+    x0: wp.array2d(dtype=wp.vec3d)
+    x1: wp.array2d(dtype=wp.vec3d)
+    normal: wp.array2d(dtype=wp.vec3d)
+    phi: wp.array2d(dtype=wp.float64)
+    pair_count: wp.array2d(dtype=int)  # (num_worlds, P): contacts pair p generated
+    offset: wp.array(dtype=int)  # (P,): first slot of pair p
+    pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
+    slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
+    margin: wp.array(dtype=wp.float64)  # per pair: margin0 + margin1
+
+
+@wp.func
+def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3d, n: wp.vec3d, phi: wp.float64):
+    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
+    if not (phi < S.margin[pair]) or not wp.isfinite(phi):
+        return
+    j = S.pair_count[world, pair]
+    if j >= S.pair_capacity[pair]:  # never reached: MAX_CONTACTS_PER_PAIR bounds every routine
+        return
+    k = S.offset[pair] + j
+    S.phi[world, k] = phi
+    if swap != 0:
+        S.x0[world, k] = x1
+        S.x1[world, k] = x0
+        S.normal[world, k] = -n
+    else:
+        S.x0[world, k] = x0
+        S.x1[world, k] = x1
+        S.normal[world, k] = n
+    S.pair_count[world, pair] = j + 1
 
 
 @wp.struct
@@ -108,13 +150,21 @@ def row3(m: mat43d, i: int) -> wp.vec3d:
 
 
 @wp.func
+def emit_all(S: Scratch, world: int, pair: int, swap: int, count: int, X0: mat43d, X1: mat43d, N: mat43d,
+             PHI: vec4d):
+    """:func:`emit` the first ``count`` rows of a manifold routine's (X0, X1, N, PHI)."""
+    for k in range(count):
+        emit(S, world, pair, swap, row3(X0, k), row3(X1, k), row3(N, k), PHI[k])
+
+
+@wp.func
 def prism_point(s: Convex, i: int) -> wp.vec3d:
     return wp.vec3d(s.prism[i, 0], s.prism[i, 1], s.prism[i, 2])
 
 
 @wp.func
 def support_local(G: Geometry, s: Convex, dl: wp.vec3d) -> wp.vec3d:
-    """sap_ref.collision_convex.support_local."""
+    """sap_ref.collision_support.support_local."""
     h = s.size
     if s.kind == SPHERE:
         return zero3()
@@ -186,7 +236,7 @@ def closest_segment(W: mat43d, i0: int, i1: int):
 
 @wp.func
 def closest_triangle(W: mat43d, i0: int, i1: int, i2: int):
-    """Ericson's ClosestPtPointTriangle with p = 0 (sap_ref._closest_triangle)."""
+    """Ericson's ClosestPtPointTriangle with p = 0 (sap_ref.collision_support.closest_triangle)."""
     a = row3(W, i0)
     b = row3(W, i1)
     c = row3(W, i2)
@@ -238,7 +288,7 @@ def closest_triangle(W: mat43d, i0: int, i1: int, i2: int):
 
 @wp.func
 def tetra_face(f: int):
-    """sap_ref._TETRA_FACES[f]: (i, j, k, opposite)."""
+    """sap_ref.collision_support.TETRA_FACES[f]: (i, j, k, opposite)."""
     if f == 0:
         return 0, 1, 2, 3
     if f == 1:

@@ -24,13 +24,20 @@ types. Conventions (docs/formulation.md § Contact frame and Jacobian, docs/conv
 Points per pair (``MAX_CONTACTS_PER_PAIR``): plane–sphere 1; plane–capsule 2 (the segment's end
 spheres); plane–box 8 (corners); sphere–sphere, sphere–capsule, sphere–box 1; capsule–capsule 1
 (2 at the ends of the overlap of (nearly) parallel segments); capsule–box 3 (the end spheres,
-plus the segment's deepest point when it is deeper than both ends); box–box 8
-(:mod:`sap_ref.collision_box`). Each routine is written for one canonical type order (lower
-``ShapeType`` first); :func:`pair_contacts` swaps the witness points and negates the normal for
-the other order. Multi-point manifolds (corners, end spheres, clipped faces) extend Drake, which
-reports one point pair per geometry pair. For the shallower end sphere of a tilted capsule the
-capsule-side witness lies on that end sphere, i.e. on or inside the capsule (the usual
-two-point capsule manifold, as in MuJoCo); every other witness point is on its shape's surface.
+plus the segment's deepest point when it is deeper than both ends); box–box 8. Each routine is
+written for one canonical type order (lower ``ShapeType`` first); :func:`pair_contacts` swaps the
+witness points and negates the normal for the other order. Multi-point manifolds (corners, end
+spheres, clipped faces) extend Drake, which reports one point pair per geometry pair. For the
+shallower end sphere of a tilted capsule the capsule-side witness lies on that end sphere, i.e. on
+or inside the capsule (the usual two-point capsule manifold, as in MuJoCo); every other witness
+point is on its shape's surface.
+
+The routines, one file per pair family (``sap_gpu`` uses the same files for the same pairs):
+:mod:`sap_ref.collision_primitive` (planes, spheres and capsules with each other: closed forms),
+:mod:`sap_ref.collision_box` (a box with a plane, sphere, capsule or box), and for the pairs of a
+cylinder, ellipsoid, convex mesh or height field :mod:`sap_ref.collision_convex` (GJK/EPA on the
+shapes of :mod:`sap_ref.collision_support`), :mod:`sap_ref.collision_manifold` (multi-point
+contact, and the plane pairs of these shapes) and :mod:`sap_ref.collision_heightfield`.
 
 Degenerate cases are deterministic and finite: coincident sphere centres take n̂ = +z
 (``DEFAULT_NORMAL``); a sphere centre on a capsule's segment takes the capsule frame's x axis;
@@ -52,6 +59,7 @@ from sap_common import spatial
 from sap_common.geometry import hfield_grid, shape_local_bounds
 from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, check_broad_phase, combine_materials, contact_capacity
 from sap_common.config import SapConfig, collision_pipeline_args
+# The pair routines' thresholds, re-exported: sap_gpu.collision names the same objects.
 from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
                                   INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
 from sap_common.model import SapModel, ShapeType
@@ -60,9 +68,11 @@ from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, 
 
 from .arrays import check_host_device
 from .broad_phase import pair_overlap
-from .collision_box import box_box, box_signed_distance, closest_point_on_box, segment_closest_points
-from .collision_convex import Convex
-from .collision_manifold import convex_manifold, heightfield_contacts, plane_manifold
+from .collision_box import box_box, capsule_box, plane_box, sphere_box
+from .collision_heightfield import heightfield_contacts
+from .collision_manifold import convex_manifold, plane_manifold
+from .collision_primitive import capsule_capsule, plane_capsule, plane_sphere, sphere_capsule, sphere_sphere
+from .collision_support import Convex
 
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
            "plane_sphere", "plane_capsule", "plane_box", "sphere_sphere", "sphere_capsule", "sphere_box",
@@ -70,185 +80,8 @@ __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pa
 
 P, S, C, B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
 
-
-def _unit(v, fallback=DEFAULT_NORMAL) -> np.ndarray:
-    n = np.linalg.norm(v)
-    return np.array(fallback, dtype=np.float64) if n < COINCIDENT_DISTANCE else v / n
-
-
-def _perpendicular(X) -> np.ndarray:
-    """A shape frame's x axis: perpendicular to a capsule's segment (used when no normal is defined)."""
-    return spatial.quat_rotate(X[3:], [1.0, 0.0, 0.0])
-
-
-def _segment(X, half_length):
-    """World end points (p₋, p₊) = p ∓ R e_z·half_length of a capsule's segment."""
-    axis = spatial.quat_rotate(X[3:], [0.0, 0.0, half_length])
-    return X[:3] - axis, X[:3] + axis
-
-
-def _end_spheres(X, half_length):
-    """Centres of a capsule's end spheres: (p₋, p₊), or (p₋,) when the two are closer than
-    ``COINCIDENT_DISTANCE`` (a capsule that is a sphere gives one contact, not two)."""
-    p0, p1 = _segment(X, half_length)
-    return (p0, p1) if 2.0 * half_length > COINCIDENT_DISTANCE else (p0,)
-
-
-def _closest_on_segment(p0, p1, x):
-    """p0 + t(p1 − p0) with t = clamp((x − p0)·d/|d|², 0, 1) (t = 0 for a point segment)."""
-    d = p1 - p0
-    dd = d @ d
-    t = 0.0 if dd == 0.0 else float(np.clip((x - p0) @ d / dd, 0.0, 1.0))
-    return p0 + t * d
-
-
-def _with_position(X, p):
-    return np.concatenate([p, X[3:]])
-
-
-# ----------------------------------------------------------------------------- pair routines
-# Each returns a list of (x0, x1, normal, phi0) for its canonical order (lower ShapeType first).
-
-
-def plane_sphere(Xp, size_p, Xs, size_s):
-    """Plane (half-space n̂·(x − p₀) ≤ 0, n̂ = R e_z) against a sphere (centre c, radius r).
-
-    d = n̂·(c − p₀), φ = d − r, x0 = c − d n̂ (the centre projected on the plane), x1 = c − r n̂,
-    normal n̂ (out of the half-space, into the sphere). Drake: the sphere–half-space case of
-    ``ComputePointPairPenetration``.
-    """
-    n = spatial.quat_rotate(Xp[3:], [0.0, 0.0, 1.0])
-    c, r = Xs[:3], size_s[0]
-    d = n @ (c - Xp[:3])
-    return [(c - d * n, c - r * n, n, d - r)]
-
-
-def plane_capsule(Xp, size_p, Xc, size_c):
-    """Plane against the capsule's two end spheres (φ is linear along the segment, so its
-    minimum is at an end): each end e gives :func:`plane_sphere` of the sphere (e, r), in the
-    order p₋, p₊. A standing capsule gets one contact (the other end is far), a lying one two.
-    """
-    return [c for e in _end_spheres(Xc, size_c[1]) for c in plane_sphere(Xp, size_p, _with_position(Xc, e), size_c)]
-
-
-def _box_corners(Xb, size_b):
-    """The 8 corners R(s ⊙ h) + p, s ∈ {−1, 1}³ with x slowest and z fastest, − before +."""
-    signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
-    return spatial.transform_point(np.broadcast_to(Xb, (8, 7)), signs * size_b)
-
-
-def plane_box(Xp, size_p, Xb, size_b):
-    """Plane against each of the box's 8 corners v (in :func:`_box_corners` order):
-    φ = n̂·(v − p₀), x0 = v − φ n̂ (its projection on the plane), x1 = v, normal n̂.
-    A box resting on a face gets 4 contacts, on an edge 2, on a corner 1.
-    """
-    n = spatial.quat_rotate(Xp[3:], [0.0, 0.0, 1.0])
-    out = []
-    for corner in _box_corners(Xb, size_b):
-        d = n @ (corner - Xp[:3])
-        out.append((corner - d * n, corner, n, d))
-    return out
-
-
-def _sphere_sphere(c0, r0, c1, r1, fallback=DEFAULT_NORMAL):
-    n = _unit(c1 - c0, fallback)
-    return (c0 + r0 * n, c1 - r1 * n, n, np.linalg.norm(c1 - c0) - r0 - r1)
-
-
-def sphere_sphere(X0, size0, X1, size1):
-    """Centres c₀, c₁, radii r₀, r₁: n̂ = (c₁ − c₀)/|c₁ − c₀|, φ = |c₁ − c₀| − r₀ − r₁,
-    x0 = c₀ + r₀n̂, x1 = c₁ − r₁n̂. Coincident centres (closer than ``COINCIDENT_DISTANCE``):
-    n̂ = ``DEFAULT_NORMAL`` (+z). Drake: ``penetration_as_point_pair::Callback`` (sphere–sphere).
-    """
-    return [_sphere_sphere(X0[:3], size0[0], X1[:3], size1[0])]
-
-
-def sphere_capsule(Xs, size_s, Xc, size_c):
-    """Sphere (c, r) against the sphere (q, r_c) at the capsule segment's point q closest to c:
-    q = p₋ + clamp((c − p₋)·d/|d|², 0, 1) d, then :func:`sphere_sphere`. A centre on the segment
-    takes n̂ = the capsule frame's x axis (⊥ the segment, so x1 stays on the capsule's surface).
-    Drake: sphere–capsule in ``penetration_as_point_pair::Callback``.
-    """
-    q = _closest_on_segment(*_segment(Xc, size_c[1]), Xs[:3])
-    return [_sphere_sphere(Xs[:3], size_s[0], q, size_c[0], _perpendicular(Xc))]
-
-
-def sphere_box(Xs, size_s, Xb, size_b):
-    """Sphere (c, r) against a box: q, n̂_B, d = the box surface point nearest to c, the box's
-    outward normal there and c's signed distance (:func:`~sap_ref.collision_box.closest_point_on_box`;
-    a centre inside uses the face of least penetration). Normal −n̂_B (sphere into box),
-    φ = d − r, x0 = c − r n̂_B, x1 = q. Drake: sphere–box through ``SignedDistanceToPoint``.
-    """
-    c, r = Xs[:3], size_s[0]
-    q, n_box, dist = closest_point_on_box(Xb, size_b, c)
-    return [(c - r * n_box, q, -n_box, dist - r)]
-
-
-def capsule_capsule(X0, size0, X1, size1):
-    """Two capsules as spheres at the closest points of their segments (Ericson §5.1.9).
-
-    With the axes û₀, û₁ (the shape frames' z): (nearly) parallel segments
-    (|û₀ × û₁| < ``PARALLEL_TOL``) whose projections on û₀ overlap over more than
-    ``COINCIDENT_DISTANCE`` give 2 contacts instead, at the ends lo < hi of the overlap:
-    p = p₋ + s û₀ for s ∈ {lo, hi}, against the point of segment 1 closest to p (a stable line
-    contact). Coincident closest points (intersecting segments) take n̂ = û₀ × û₁ (⊥ both axes,
-    so both witness points stay on their surfaces), or the capsule-0 frame's x axis when the axes
-    are parallel. Drake: capsule–capsule through FCL.
-    """
-    a0, a1 = _segment(X0, size0[1])
-    b0, b1 = _segment(X1, size1[1])
-    u0, u1 = spatial.quat_rotate(X0[3:], [0.0, 0.0, 1.0]), spatial.quat_rotate(X1[3:], [0.0, 0.0, 1.0])
-    axis_cross = np.cross(u0, u1)
-    parallel = np.linalg.norm(axis_cross) < PARALLEL_TOL
-    if parallel:
-        s0, s1 = sorted(((b0 - a0) @ u0, (b1 - a0) @ u0))
-        lo, hi = max(0.0, s0), min(2.0 * size0[1], s1)
-        if hi - lo > COINCIDENT_DISTANCE:
-            out = []
-            for s in (lo, hi):
-                pa = a0 + s * u0
-                out.append(_sphere_sphere(pa, size0[0], _closest_on_segment(b0, b1, pa), size1[0],
-                                          _perpendicular(X0)))
-            return out
-    pa, pb = segment_closest_points(a0, a1, b0, b1)
-    fallback = _perpendicular(X0) if parallel else axis_cross / np.linalg.norm(axis_cross)
-    return [_sphere_sphere(pa, size0[0], pb, size1[0], fallback)]
-
-
-def capsule_box(Xc, size_c, Xb, size_b):
-    """Capsule (segment p(t) = p₋ + t(p₊ − p₋), radius r) against a box.
-
-    Contacts, in this order: :func:`sphere_box` for each end sphere (p₋, r), (p₊, r); then, only
-    if f(t*) < min(f(0), f(1)) − ``INTERIOR_DEPTH_MARGIN``, for the sphere (p(t*), r) at the
-    minimizer t* of f(t) = signed distance of p(t) to the box. f is convex (the signed
-    distance of a convex set is convex), so golden-section search (``GOLDEN_ITERATIONS``, ties
-    within ``GOLDEN_TIE`` resolved toward t = 0) finds t*. A capsule lying flat on a face gets
-    its 2 ends, one crossing an edge the crossing point.
-    """
-    p0, p1 = _segment(Xc, size_c[1])
-    out = [c for e in _end_spheres(Xc, size_c[1]) for c in sphere_box(_with_position(Xc, e), size_c, Xb, size_b)]
-    if len(out) == 1:  # a point segment (one end sphere): nothing in between
-        return out
-    sd = lambda t: box_signed_distance(Xb, size_b, p0 + t * (p1 - p0))  # noqa: E731
-    lo, hi = 0.0, 1.0
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
-    f1, f2 = sd(x1), sd(x2)
-    for _ in range(GOLDEN_ITERATIONS):
-        if f1 <= f2 + GOLDEN_TIE:
-            hi, x2, f2 = x2, x1, f1
-            x1 = hi - g * (hi - lo)
-            f1 = sd(x1)
-        else:
-            lo, x1, f1 = x1, x2, f2
-            x2 = lo + g * (hi - lo)
-            f2 = sd(x2)
-    t = 0.5 * (lo + hi)
-    if sd(t) < min(sd(0.0), sd(1.0)) - INTERIOR_DEPTH_MARGIN:
-        out += sphere_box(_with_position(Xc, p0 + t * (p1 - p0)), size_c, Xb, size_b)
-    return out
-
-
+# The closed forms by canonical type pair: the primitives (sap_ref.collision_primitive) and the box
+# pairs (sap_ref.collision_box). Every pair with a newer shape type goes through _new_pair.
 _ROUTINES = {
     (P, S): plane_sphere, (P, C): plane_capsule, (P, B): plane_box, (S, S): sphere_sphere,
     (S, C): sphere_capsule, (S, B): sphere_box, (C, C): capsule_capsule, (C, B): capsule_box,
@@ -260,7 +93,7 @@ _NEW_TYPES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, Sh
 
 
 def convex_shape(t, X, size, geometry=None) -> Convex:
-    """The :class:`~sap_ref.collision_convex.Convex` of a shape at world pose X; ``geometry`` is a
+    """The :class:`~sap_ref.collision_support.Convex` of a shape at world pose X; ``geometry`` is a
     mesh's ``(points (V, 3), faces [(n, d, vertex indices)])`` in its own frame."""
     conv = Convex(int(t), X[:3], spatial.quat_to_matrix(X[3:]), size, None if geometry is None else geometry[0])
     if geometry is not None:

@@ -1,4 +1,8 @@
-"""Box geometry for the narrow phase: segment and point queries, and box–box contact.
+"""The box pairs (NumPy, one pair at a time): plane–box, sphere–box, capsule–box and box–box.
+
+Plane–box takes the 8 corners; sphere–box and capsule–box the box surface point nearest a sphere
+centre (:func:`closest_point_on_box`), for a capsule at its end spheres and, when deeper, at the
+segment's deepest interior point. ``sap_gpu.collision_box`` holds the same routines for the device.
 
 ``box_box`` is the separating-axis test (SAT) over the 15 candidate axes of two boxes — the
 3 + 3 face normals and the 9 cross products of their edge directions — followed by contact
@@ -28,46 +32,18 @@ Bullet ``btBoxBoxDetector``), used here for resting stability.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from sap_common import spatial
-from sap_common.constants import CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS, FACE_AXIS_TIE, PARALLEL_DENOM, POINT_SEGMENT
+from sap_common.constants import (CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS, FACE_AXIS_TIE, GOLDEN_ITERATIONS,
+                                  GOLDEN_TIE, INTERIOR_DEPTH_MARGIN)
 
-__all__ = ["segment_closest_params", "segment_closest_points", "closest_point_on_box", "box_signed_distance",
-           "box_box", "EDGE_AXIS_BIAS", "DEGENERATE_AXIS", "CLIP_TOL", "FACE_AXIS_TIE"]
+from .collision_primitive import capsule_segment, end_spheres, segment_closest_params, with_position
 
-
-
-def segment_closest_params(a0, a1, b0, b1) -> tuple[float, float]:
-    """Parameters ``(s, t) ∈ [0, 1]²`` of the closest points a0 + s(a1 − a0), b0 + t(b1 − b0).
-
-    Ericson, Real-Time Collision Detection §5.1.9: minimize |a(s) − b(t)|² over the unit square;
-    for parallel segments s = 0 (then t, then s re-clamped), a deterministic choice.
-    """
-    d1, d2, r = a1 - a0, b1 - b0, a0 - b0
-    a, e, f = d1 @ d1, d2 @ d2, d2 @ r
-    if a <= POINT_SEGMENT and e <= POINT_SEGMENT:
-        return 0.0, 0.0
-    if a <= POINT_SEGMENT:
-        return 0.0, float(np.clip(f / e, 0.0, 1.0))
-    c = d1 @ r
-    if e <= POINT_SEGMENT:
-        return float(np.clip(-c / a, 0.0, 1.0)), 0.0
-    b = d1 @ d2
-    denom = a * e - b * b
-    s = float(np.clip((b * f - c * e) / denom, 0.0, 1.0)) if denom > PARALLEL_DENOM * a * e else 0.0
-    t = (b * s + f) / e
-    if t < 0.0:
-        t, s = 0.0, float(np.clip(-c / a, 0.0, 1.0))
-    elif t > 1.0:
-        t, s = 1.0, float(np.clip((b - c) / a, 0.0, 1.0))
-    return s, float(t)
-
-
-def segment_closest_points(a0, a1, b0, b1):
-    """Closest points ``(p, q)`` of segments [a0, a1] and [b0, b1] (see :func:`segment_closest_params`)."""
-    s, t = segment_closest_params(a0, a1, b0, b1)
-    return a0 + s * (a1 - a0), b0 + t * (b1 - b0)
+__all__ = ["closest_point_on_box", "box_signed_distance", "plane_box", "sphere_box", "capsule_box", "box_box",
+           "EDGE_AXIS_BIAS", "DEGENERATE_AXIS", "CLIP_TOL", "FACE_AXIS_TIE"]
 
 
 def closest_point_on_box(Xb, size, p):
@@ -101,6 +77,70 @@ def closest_point_on_box(Xb, size, p):
 def box_signed_distance(Xb, size, p) -> float:
     """Signed distance of point p to the box (< 0 inside); see :func:`closest_point_on_box`."""
     return closest_point_on_box(Xb, size, p)[2]
+
+
+def _box_corners(Xb, size_b):
+    """The 8 corners R(s ⊙ h) + p, s ∈ {−1, 1}³ with x slowest and z fastest, − before +."""
+    signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=float)
+    return spatial.transform_point(np.broadcast_to(Xb, (8, 7)), signs * size_b)
+
+
+def plane_box(Xp, size_p, Xb, size_b):
+    """Plane against each of the box's 8 corners v (in :func:`_box_corners` order):
+    φ = n̂·(v − p₀), x0 = v − φ n̂ (its projection on the plane), x1 = v, normal n̂.
+    A box resting on a face gets 4 contacts, on an edge 2, on a corner 1.
+    """
+    n = spatial.quat_rotate(Xp[3:], [0.0, 0.0, 1.0])
+    out = []
+    for corner in _box_corners(Xb, size_b):
+        d = n @ (corner - Xp[:3])
+        out.append((corner - d * n, corner, n, d))
+    return out
+
+
+def sphere_box(Xs, size_s, Xb, size_b):
+    """Sphere (c, r) against a box: q, n̂_B, d = the box surface point nearest to c, the box's
+    outward normal there and c's signed distance (:func:`~sap_ref.collision_box.closest_point_on_box`;
+    a centre inside uses the face of least penetration). Normal −n̂_B (sphere into box),
+    φ = d − r, x0 = c − r n̂_B, x1 = q. Drake: sphere–box through ``SignedDistanceToPoint``.
+    """
+    c, r = Xs[:3], size_s[0]
+    q, n_box, dist = closest_point_on_box(Xb, size_b, c)
+    return [(c - r * n_box, q, -n_box, dist - r)]
+
+
+def capsule_box(Xc, size_c, Xb, size_b):
+    """Capsule (segment p(t) = p₋ + t(p₊ − p₋), radius r) against a box.
+
+    Contacts, in this order: :func:`sphere_box` for each end sphere (p₋, r), (p₊, r); then, only
+    if f(t*) < min(f(0), f(1)) − ``INTERIOR_DEPTH_MARGIN``, for the sphere (p(t*), r) at the
+    minimizer t* of f(t) = signed distance of p(t) to the box. f is convex (the signed
+    distance of a convex set is convex), so golden-section search (``GOLDEN_ITERATIONS``, ties
+    within ``GOLDEN_TIE`` resolved toward t = 0) finds t*. A capsule lying flat on a face gets
+    its 2 ends, one crossing an edge the crossing point.
+    """
+    p0, p1 = capsule_segment(Xc, size_c[1])
+    out = [c for e in end_spheres(Xc, size_c[1]) for c in sphere_box(with_position(Xc, e), size_c, Xb, size_b)]
+    if len(out) == 1:  # a point segment (one end sphere): nothing in between
+        return out
+    sd = lambda t: box_signed_distance(Xb, size_b, p0 + t * (p1 - p0))  # noqa: E731
+    lo, hi = 0.0, 1.0
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = sd(x1), sd(x2)
+    for _ in range(GOLDEN_ITERATIONS):
+        if f1 <= f2 + GOLDEN_TIE:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - g * (hi - lo)
+            f1 = sd(x1)
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + g * (hi - lo)
+            f2 = sd(x2)
+    t = 0.5 * (lo + hi)
+    if sd(t) < min(sd(0.0), sd(1.0)) - INTERIOR_DEPTH_MARGIN:
+        out += sphere_box(with_position(Xc, p0 + t * (p1 - p0)), size_c, Xb, size_b)
+    return out
 
 
 def _face_polygon(center, R, h, axis, sign):

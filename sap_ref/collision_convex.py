@@ -1,4 +1,4 @@
-"""General convex pairs: support functions, GJK (distance) and EPA (penetration), readable NumPy.
+"""General convex pairs: GJK (distance) and EPA (penetration), readable NumPy.
 
 A shape is handled through its **core** and a **radius**: a sphere is its centre (a point) plus
 its radius, a capsule its segment plus its radius, every other convex shape (box, cylinder,
@@ -31,7 +31,8 @@ s_D(d) = s_A(d) − s_B(−d):
 Result: ``(x0, x1, normal, phi)`` on the inflated shapes, x0 = a + r_A n̂, x1 = b − r_B n̂, then
 made to satisfy x1 − x0 = φn̂ exactly by moving both symmetrically about their midpoint.
 Degenerate inputs are deterministic: support ties take the first vertex (or the + side),
-ties of nearest faces the first face.
+ties of nearest faces the first face. The shapes, their support functions and the closest point on
+a simplex are in :mod:`sap_ref.collision_support`.
 """
 
 from __future__ import annotations
@@ -41,153 +42,15 @@ import math
 import numpy as np
 
 from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL,
-                                  GJK_TOUCH_DISTANCE, FLAT_SIMPLEX, KINK_TOL, REFINE_HALVINGS, REFINE_MIN_GAIN,
-                                  SUPPORT_TIE, REFINE_ITERATIONS, REFINE_STEP)
+                                  GJK_TOUCH_DISTANCE, KINK_TOL, REFINE_HALVINGS, REFINE_MIN_GAIN, SUPPORT_TIE,
+                                  REFINE_ITERATIONS, REFINE_STEP)
 from sap_common.enums import ShapeType
 
-__all__ = ["Convex", "support", "closest_on_simplex", "gjk", "epa", "convex_contact"]
+from .collision_primitive import segment_closest_params
+from .collision_support import (PRISM, TETRA_FACES, Convex, closest_on_simplex, closest_triangle, sgn, support,
+                                support_pair)
 
-_PRISM = -1  # a height-field prism: a core given by its 6 vertices
-
-
-class Convex:
-    """One convex shape in the world: ``kind`` (a ShapeType, or −1 for a height-field prism),
-    ``p`` (3,) and ``R`` (3, 3) its frame's world pose, ``size`` (3,) its ShapeType size,
-    ``verts`` (V, 3) its points in its own frame (mesh, prism), ``radius`` its core radius
-    (sphere and capsule radius, else 0)."""
-
-    def __init__(self, kind, p, R, size, verts=None):
-        self.kind, self.p, self.R = int(kind), np.asarray(p, dtype=np.float64), np.asarray(R, dtype=np.float64)
-        self.size = np.asarray(size, dtype=np.float64)
-        self.verts = verts
-        self.radius = float(self.size[0]) if self.kind in (ShapeType.SPHERE, ShapeType.CAPSULE) else 0.0
-
-
-def _sign(x: float) -> float:
-    """+1 for x ≥ 0 (ties take the + side), −1 otherwise."""
-    return 1.0 if x >= 0.0 else -1.0
-
-
-def support_local(shape: Convex, dl) -> np.ndarray:
-    """The core's point farthest along ``dl`` (shape frame), in the shape frame.
-
-    sphere: 0; capsule: (0, 0, ±L); box: sign(d) ⊙ h; cylinder: r·(d_x, d_y)/|(d_x, d_y)| (or
-    (r, 0) when d ∥ z) and ±L; ellipsoid: A²d/|Ad|, A = diag(a, b, c); mesh, prism: the first
-    vertex of largest v·d."""
-    k, h = shape.kind, shape.size
-    if k == ShapeType.SPHERE:
-        return np.zeros(3)
-    if k == ShapeType.CAPSULE:
-        return np.array([0.0, 0.0, _sign(dl[2]) * h[1]])
-    if k == ShapeType.BOX:
-        return np.array([_sign(dl[0]) * h[0], _sign(dl[1]) * h[1], _sign(dl[2]) * h[2]])
-    if k == ShapeType.CYLINDER:
-        rho = math.sqrt(dl[0] * dl[0] + dl[1] * dl[1])
-        if rho > 0.0:
-            return np.array([h[0] * dl[0] / rho, h[0] * dl[1] / rho, _sign(dl[2]) * h[1]])
-        return np.array([h[0], 0.0, _sign(dl[2]) * h[1]])
-    if k == ShapeType.ELLIPSOID:
-        ad = h * dl
-        return h * ad / math.sqrt(ad @ ad)
-    dots = shape.verts @ dl
-    return shape.verts[int(np.argmax(dots))].copy()
-
-
-def support(shape: Convex, d) -> np.ndarray:
-    """The core's world point farthest along the world direction ``d``: p + R s(Rᵀd)."""
-    return shape.p + shape.R @ support_local(shape, shape.R.T @ d)
-
-
-def closest_on_simplex(W):
-    """The point of conv(W) nearest the origin, for 1–4 points W (k, 3).
-
-    Returns ``(v, lam, keep)``: v = Σ lam_i W[keep_i], the barycentric weights and the indices of
-    the smallest sub-simplex carrying v (Voronoi regions, Ericson §5.1). A tetrahedron that
-    encloses the origin returns all four with v = 0 (the caller's overlap test)."""
-    n = len(W)
-    if n == 1:
-        return W[0].copy(), np.array([1.0]), [0]
-    if n == 2:
-        return _closest_segment(W, [0, 1])
-    if n == 3:
-        return _closest_triangle(W, [0, 1, 2])
-    return _closest_tetrahedron(W)
-
-
-def _closest_segment(W, idx):
-    a, b = W[idx[0]], W[idx[1]]
-    ab = b - a
-    den = ab @ ab
-    t = 0.0 if den <= 0.0 else -(a @ ab) / den
-    if t <= 0.0:
-        return a.copy(), np.array([1.0]), [idx[0]]
-    if t >= 1.0:
-        return b.copy(), np.array([1.0]), [idx[1]]
-    return a + t * ab, np.array([1.0 - t, t]), list(idx)
-
-
-def _closest_triangle(W, idx):
-    """Ericson's ClosestPtPointTriangle with p = 0, as regions of the triangle idx."""
-    a, b, c = W[idx[0]], W[idx[1]], W[idx[2]]
-    ab, ac = b - a, c - a
-    d1, d2 = -(ab @ a), -(ac @ a)
-    if d1 <= 0.0 and d2 <= 0.0:
-        return a.copy(), np.array([1.0]), [idx[0]]
-    d3, d4 = -(ab @ b), -(ac @ b)
-    if d3 >= 0.0 and d4 <= d3:
-        return b.copy(), np.array([1.0]), [idx[1]]
-    vc = d1 * d4 - d3 * d2
-    if vc <= 0.0 and d1 >= 0.0 and d3 <= 0.0:
-        return _closest_segment(W, [idx[0], idx[1]])
-    d5, d6 = -(ab @ c), -(ac @ c)
-    if d6 >= 0.0 and d5 <= d6:
-        return c.copy(), np.array([1.0]), [idx[2]]
-    vb = d5 * d2 - d1 * d6
-    if vb <= 0.0 and d2 >= 0.0 and d6 <= 0.0:
-        return _closest_segment(W, [idx[0], idx[2]])
-    va = d3 * d6 - d5 * d4
-    if va <= 0.0 and (d4 - d3) >= 0.0 and (d5 - d6) >= 0.0:
-        return _closest_segment(W, [idx[1], idx[2]])
-    den = va + vb + vc
-    if not den > 0.0:  # a degenerate (flat) triangle: its nearest edge
-        best = None
-        for e in ([idx[0], idx[1]], [idx[0], idx[2]], [idx[1], idx[2]]):
-            r = _closest_segment(W, e)
-            if best is None or r[0] @ r[0] < best[0] @ best[0]:
-                best = r
-        return best
-    v, w = vb / den, vc / den
-    return a + ab * v + ac * w, np.array([1.0 - v - w, v, w]), list(idx)
-
-
-_TETRA_FACES = ((0, 1, 2, 3), (0, 1, 3, 2), (0, 2, 3, 1), (1, 2, 3, 0))
-
-
-def _closest_tetrahedron(W):
-    # A tetrahedron flatter than FLAT_SIMPLEX (volume against its size cubed) has no inside: its
-    # face orientations are rounding noise (GJK on a curved core clusters its points).
-    e = W[1:] - W[0]
-    scale = max(math.sqrt(x @ x) for x in e)
-    flat = not abs(e[0] @ np.cross(e[1], e[2])) > FLAT_SIMPLEX * scale * scale * scale
-    best, inside = None, not flat
-    for i, j, k, opposite in _TETRA_FACES:
-        a, b, c, d = W[i], W[j], W[k], W[opposite]
-        nrm = np.cross(b - a, c - a)
-        s_origin, s_opposite = -(nrm @ a), nrm @ (d - a)
-        if flat or s_origin * s_opposite < 0.0 or s_opposite == 0.0:  # the origin is outside this face
-            inside = False
-            r = _closest_triangle(W, [i, j, k])
-            if best is None or r[0] @ r[0] < best[0] @ best[0]:
-                best = r
-    if inside:
-        return np.zeros(3), np.full(4, 0.25), [0, 1, 2, 3]
-    return best
-
-
-def _support_pair(A: Convex, B: Convex, d):
-    """(w, a, b): a = s_A(d), b = s_B(−d), w = a − b = s_D(d)."""
-    a, b = support(A, d), support(B, -d)
-    return a - b, a, b
+__all__ = ["gjk", "epa", "refine_penetration", "convex_contact"]
 
 
 def gjk(A: Convex, B: Convex):
@@ -196,13 +59,13 @@ def gjk(A: Convex, B: Convex):
     d = A.p - B.p
     if not d @ d > 0.0:
         d = np.array([1.0, 0.0, 0.0])
-    simplex = [_support_pair(A, B, d)]
+    simplex = [support_pair(A, B, d)]
     v, lam = simplex[0][0].copy(), np.array([1.0])
     for _ in range(GJK_MAX_ITERATIONS):
         vv = v @ v
         if vv <= GJK_TOUCH_DISTANCE * GJK_TOUCH_DISTANCE:
             return ("overlap", simplex)
-        w, a, b = _support_pair(A, B, -v)
+        w, a, b = support_pair(A, B, -v)
         if vv - v @ w <= GJK_REL_TOL * vv:
             break
         trial = simplex + [(w, a, b)]
@@ -235,7 +98,7 @@ def _blow_up(A: Convex, B: Convex, simplex):
     if len(simplex) == 1:
         for e in _AXES:  # a second point: along the first axis that gives a distinct one
             for s in (1.0, -1.0):
-                cand = _support_pair(A, B, s * e)
+                cand = support_pair(A, B, s * e)
                 if np.linalg.norm(cand[0] - simplex[0][0]) > 0.0:
                     simplex.append(cand)
                     break
@@ -246,14 +109,14 @@ def _blow_up(A: Convex, B: Convex, simplex):
         k = int(np.argmin(np.abs(u)))
         d = np.cross(u, _AXES[k])
         for s in (1.0, -1.0):
-            cand = _support_pair(A, B, s * d)
+            cand = support_pair(A, B, s * d)
             if np.linalg.norm(np.cross(cand[0] - simplex[0][0], u)) > 0.0:
                 simplex.append(cand)
                 break
     if len(simplex) == 3:
         nrm = np.cross(simplex[1][0] - simplex[0][0], simplex[2][0] - simplex[0][0])
         for s in (1.0, -1.0):
-            cand = _support_pair(A, B, s * nrm)
+            cand = support_pair(A, B, s * nrm)
             if abs(nrm @ (cand[0] - simplex[0][0])) > 0.0:
                 simplex.append(cand)
                 break
@@ -283,7 +146,7 @@ def epa(A: Convex, B: Convex, simplex):
     PB = [s[2] for s in simplex]
     faces = []  # [i, j, k, n, dist, alive]
     centre = sum(P) / 4.0
-    for i, j, k, _ in _TETRA_FACES:
+    for i, j, k, _ in TETRA_FACES:
         f = _face(P, i, j, k)
         if f is None:
             continue
@@ -298,7 +161,7 @@ def epa(A: Convex, B: Convex, simplex):
         if not alive:
             break
         best = min(alive, key=lambda f: f[4])  # first face on ties
-        w, a, b = _support_pair(A, B, best[3])
+        w, a, b = support_pair(A, B, best[3])
         if best[3] @ w - best[4] <= EPA_TOL:
             converged = True
             break
@@ -334,7 +197,7 @@ def epa(A: Convex, B: Convex, simplex):
     for f in faces:
         if not f[5]:
             continue
-        v, lam, keep = _closest_triangle(np.array([P[f[0]], P[f[1]], P[f[2]]]), [0, 1, 2])
+        v, lam, keep = closest_triangle(np.array([P[f[0]], P[f[1]], P[f[2]]]), [0, 1, 2])
         if best_v is None or v @ v < best_v @ best_v:
             best_v, best_lam, best_idx = v, lam, [f[k] for k in keep]
     depth = math.sqrt(best_v @ best_v)
@@ -491,7 +354,7 @@ def _support_feature(shape: Convex, d):
     when it is a face (of a box, a mesh, a prism, a cylinder's cap). Polytope points count as tied
     when their support values agree within ``SUPPORT_TIE`` times the shape's size."""
     d = d / math.sqrt(d @ d)
-    if shape.kind in (ShapeType.BOX, ShapeType.CONVEX_MESH, _PRISM):
+    if shape.kind in (ShapeType.BOX, ShapeType.CONVEX_MESH, PRISM):
         if shape.kind == ShapeType.BOX:
             verts = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * shape.size
         else:
@@ -516,7 +379,7 @@ def _support_feature(shape: Convex, d):
     hl = shape.size[1]
     centre = shape.p
     if shape.kind == ShapeType.CYLINDER:
-        centre = support(shape, d) - _sign((shape.R.T @ d)[2]) * hl * ax  # the side line's middle
+        centre = support(shape, d) - sgn((shape.R.T @ d)[2]) * hl * ax  # the side line's middle
     return "segment", (centre - hl * ax, centre + hl * ax)
 
 
@@ -528,7 +391,6 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
     B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
     witness. Two faces: EPA's witness on A."""
-    from .collision_box import segment_closest_params
 
     (ka, fa), (kb, fb) = _support_feature(A, n), _support_feature(B, -n)
     if ka == "set" and kb == "set":

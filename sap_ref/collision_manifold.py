@@ -1,5 +1,5 @@
-"""Multi-point contact (manifolds) for the general convex pairs, the plane pairs of the new shapes,
-and height fields. Readable NumPy; ``sap_gpu.collision_manifold`` is the same algorithm.
+"""Multi-point contact (manifolds) for the general convex pairs and the plane pairs of the new
+shapes. Readable NumPy; ``sap_gpu.collision_manifold`` is the same algorithm.
 
 One point cannot hold a face: a cube resting on one point contact tips about it. Where a face
 touches, a pair therefore reports up to ``MANIFOLD_MAX_POINTS`` (4) points:
@@ -36,14 +36,7 @@ How many points: box–mesh and mesh–mesh faces, a mesh or a cylinder on a pla
 cylinder lying on a face: 2–4 (the clipped patch's extreme points); a mesh vertex, an edge
 crossing an edge, anything with a sphere or an ellipsoid: 1 (``MAX_CONTACTS_PER_PAIR``).
 
-Height fields (canonical order: the other shape 0, the height field 1): every cell triangle under
-the shape's bounding box is a prism (the triangle and its copy at z = −base); GJK/EPA against the
-shape gives one candidate per prism, kept when its terrain-side witness lies on the triangle
-(within ``ON_FACE_TOL``, so on the terrain surface). A penetrating prism whose witness is on a wall
-(inside the terrain) instead gives the contact along the triangle's normal: the shape's deepest
-point below the triangle's plane, when it projects inside the triangle. The prisms are visited row by
-row (cells along x, triangle A before B), and the contacts kept so far plus each prism's are
-reduced to 4 as above (a running reduction: it needs no buffer, and keeps the deepest).
+Height fields reduce their prisms' contacts with the same passes (:mod:`sap_ref.collision_heightfield`).
 """
 
 from __future__ import annotations
@@ -52,16 +45,15 @@ import math
 
 import numpy as np
 
-from sap_common import geometry
 from sap_common.constants import (CLIP_TOL, CYLINDER_CAP_POLYGON, FACE_ALIGNMENT_TIE, FACE_ALIGNMENT_TOL,
-                                  MANIFOLD_AREA_TIE, MANIFOLD_DEPTH_TIE, MANIFOLD_MAX_POINTS, MANIFOLD_MERGE_DISTANCE,
-                                  ON_FACE_TOL)
+                                  MANIFOLD_AREA_TIE, MANIFOLD_DEPTH_TIE, MANIFOLD_MAX_POINTS, MANIFOLD_MERGE_DISTANCE)
 from sap_common.enums import ShapeType
 
-from .collision_convex import _PRISM, Convex, closest_on_simplex, convex_contact, support
+from .collision_convex import convex_contact
+from .collision_support import PRISM, Convex, support
 
 __all__ = ["shape_faces", "incident_feature", "reference_face", "clip_candidates", "reduce_manifold",
-           "convex_manifold", "plane_manifold", "heightfield_contacts"]
+           "convex_manifold", "plane_manifold"]
 
 _HALF_SQRT2 = math.sqrt(0.5)
 
@@ -89,7 +81,7 @@ def shape_faces(shape: Convex):
                 n_local = np.zeros(3)
                 n_local[axis] = s
                 out.append(_world_face(p, R, n_local, h[axis], np.array(corners)))
-    elif k == ShapeType.CONVEX_MESH or k == _PRISM:
+    elif k == ShapeType.CONVEX_MESH or k == PRISM:
         for n_local, d_local, idx in shape.faces:
             out.append(_world_face(p, R, n_local, d_local, shape.verts[idx]))
     elif k == ShapeType.CYLINDER:
@@ -135,7 +127,7 @@ def incident_feature(shape: Convex, u):
     kind ``"polygon"`` (counter-clockwise about its outward normal, returned as a third element),
     ``"segment"`` or ``"point"``. Returns ``(points, kind, polygon_normal or None)``."""
     k = shape.kind
-    if k in (ShapeType.BOX, ShapeType.CONVEX_MESH, _PRISM):
+    if k in (ShapeType.BOX, ShapeType.CONVEX_MESH, PRISM):
         best = None
         for face in shape_faces(shape):
             if best is None or face[0] @ u > best[0] @ u:
@@ -328,59 +320,3 @@ def plane_manifold(plane, shape: Convex, margin: float = 0.0):
     depths = [float(n_ref @ q - d_ref) for q in points]
     chosen = reduce_manifold(points, depths, margin) or [int(np.argmin(depths))]
     return _contacts_from(0, n_ref, d_ref, points, chosen)
-
-
-# ----------------------------------------------------------------------------- height fields
-
-
-def _on_triangle(tri_world, x) -> bool:
-    """Whether x is within ``ON_FACE_TOL`` of the triangle (3, 3)."""
-    v, _, _ = closest_on_simplex(np.asarray(tri_world) - x)
-    return math.sqrt(v @ v) <= ON_FACE_TOL
-
-
-def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_bounds, margin: float = 0.0):
-    """Contacts of a convex shape (shape 0) against a height field (shape 1; pose hf_p, hf_R, size
-    (hx, hy, base), heights (rows, columns)): the module docstring's prisms, reduced to 4.
-    ``local_bounds`` (2, 3) is the shape's own bounding box. Normal from the shape into the terrain.
-
-    Each prism is a convex core whose only face is its top triangle (its walls and bottom are inside
-    the terrain or below it), so :func:`convex_manifold` clips against the terrain surface only."""
-    hx, hy, base = (float(v) for v in hf_size)
-    nrow, ncol = heights.shape
-    # The shape's bounding box in the height field's frame (its 8 corners moved there).
-    lo, hi = local_bounds
-    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
-    in_hf = (corners @ shape.R.T + shape.p - hf_p) @ hf_R
-    bmin, bmax = in_hf.min(axis=0) - margin, in_hf.max(axis=0) + margin
-    dx, dy = 2.0 * hx / (ncol - 1), 2.0 * hy / (nrow - 1)
-    j0, j1 = max(0, int(math.floor((bmin[0] + hx) / dx))), min(ncol - 1, int(math.ceil((bmax[0] + hx) / dx)))
-    i0, i1 = max(0, int(math.floor((bmin[1] + hy) / dy))), min(nrow - 1, int(math.ceil((bmax[1] + hy) / dy)))
-    kept = []  # the reduced contacts so far: (x0 on the shape, x1 on the terrain, n, phi)
-    for i in range(i0, i1):
-        for j in range(j0, j1):
-            for t in (0, 1):
-                tri = geometry.hfield_triangle(heights, hx, hy, i, j, t)
-                if tri[:, 2].max() + margin < bmin[2]:
-                    continue
-                n_up_local = np.cross(tri[1] - tri[0], tri[2] - tri[0])
-                n_up_local = n_up_local / math.sqrt(n_up_local @ n_up_local)
-                prism = Convex(_PRISM, hf_p, hf_R, np.zeros(3),
-                               np.vstack([tri, tri * [1.0, 1.0, 0.0] - [0.0, 0.0, base]]))
-                prism.faces = [(n_up_local, float(n_up_local @ tri[0]), np.array([0, 1, 2]))]
-                tri_world = hf_p + tri @ hf_R.T
-                contacts = convex_manifold(shape, prism, margin)
-                if not (len(contacts) > 1 or _on_triangle(tri_world, contacts[0][1])):
-                    if contacts[0][3] >= 0.0:
-                        continue
-                    # A penetrating prism whose witness is on a wall: the contact along the top normal.
-                    n_up = hf_R @ n_up_local
-                    q = support(shape, -n_up) - shape.radius * n_up
-                    depth = float(n_up @ (q - tri_world[0]))
-                    on_plane = q - depth * n_up
-                    if not _on_triangle(tri_world, on_plane):
-                        continue
-                    contacts = [(q, on_plane, -n_up, depth)]
-                merged = kept + contacts  # reduce as we go: at most 4 + 4 candidates at a time
-                kept = [merged[k] for k in reduce_manifold([c[0] for c in merged], [c[3] for c in merged], margin)]
-    return kept

@@ -1,0 +1,80 @@
+"""Height fields (NumPy): a convex shape against a grid of heights, reduced to at most 4 contacts.
+
+Canonical order: the other shape 0, the height field 1. Every cell triangle under
+the shape's bounding box is a prism (the triangle and its copy at z = −base); GJK/EPA against the
+shape gives one candidate per prism, kept when its terrain-side witness lies on the triangle
+(within ``ON_FACE_TOL``, so on the terrain surface). A penetrating prism whose witness is on a wall
+(inside the terrain) instead gives the contact along the triangle's normal: the shape's deepest
+point below the triangle's plane, when it projects inside the triangle. The prisms are visited row by
+row (cells along x, triangle A before B), and the contacts kept so far plus each prism's are
+reduced to 4 by the manifolds' :func:`~sap_ref.collision_manifold.reduce_manifold` (a running
+reduction: it needs no buffer, and keeps the deepest).
+``sap_gpu.collision_heightfield`` is the same algorithm on the device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sap_common import geometry
+from sap_common.constants import ON_FACE_TOL
+
+from .collision_manifold import convex_manifold, reduce_manifold
+from .collision_support import PRISM, Convex, closest_on_simplex, support
+
+__all__ = ["heightfield_contacts"]
+
+
+def _on_triangle(tri_world, x) -> bool:
+    """Whether x is within ``ON_FACE_TOL`` of the triangle (3, 3)."""
+    v, _, _ = closest_on_simplex(np.asarray(tri_world) - x)
+    return math.sqrt(v @ v) <= ON_FACE_TOL
+
+
+def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_bounds, margin: float = 0.0):
+    """Contacts of a convex shape (shape 0) against a height field (shape 1; pose hf_p, hf_R, size
+    (hx, hy, base), heights (rows, columns)): the module docstring's prisms, reduced to 4.
+    ``local_bounds`` (2, 3) is the shape's own bounding box. Normal from the shape into the terrain.
+
+    Each prism is a convex core whose only face is its top triangle (its walls and bottom are inside
+    the terrain or below it), so :func:`convex_manifold` clips against the terrain surface only."""
+    hx, hy, base = (float(v) for v in hf_size)
+    nrow, ncol = heights.shape
+    # The shape's bounding box in the height field's frame (its 8 corners moved there).
+    lo, hi = local_bounds
+    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+    in_hf = (corners @ shape.R.T + shape.p - hf_p) @ hf_R
+    bmin, bmax = in_hf.min(axis=0) - margin, in_hf.max(axis=0) + margin
+    dx, dy = 2.0 * hx / (ncol - 1), 2.0 * hy / (nrow - 1)
+    j0, j1 = max(0, int(math.floor((bmin[0] + hx) / dx))), min(ncol - 1, int(math.ceil((bmax[0] + hx) / dx)))
+    i0, i1 = max(0, int(math.floor((bmin[1] + hy) / dy))), min(nrow - 1, int(math.ceil((bmax[1] + hy) / dy)))
+    kept = []  # the reduced contacts so far: (x0 on the shape, x1 on the terrain, n, phi)
+    for i in range(i0, i1):
+        for j in range(j0, j1):
+            for t in (0, 1):
+                tri = geometry.hfield_triangle(heights, hx, hy, i, j, t)
+                if tri[:, 2].max() + margin < bmin[2]:
+                    continue
+                n_up_local = np.cross(tri[1] - tri[0], tri[2] - tri[0])
+                n_up_local = n_up_local / math.sqrt(n_up_local @ n_up_local)
+                prism = Convex(PRISM, hf_p, hf_R, np.zeros(3),
+                               np.vstack([tri, tri * [1.0, 1.0, 0.0] - [0.0, 0.0, base]]))
+                prism.faces = [(n_up_local, float(n_up_local @ tri[0]), np.array([0, 1, 2]))]
+                tri_world = hf_p + tri @ hf_R.T
+                contacts = convex_manifold(shape, prism, margin)
+                if not (len(contacts) > 1 or _on_triangle(tri_world, contacts[0][1])):
+                    if contacts[0][3] >= 0.0:
+                        continue
+                    # A penetrating prism whose witness is on a wall: the contact along the top normal.
+                    n_up = hf_R @ n_up_local
+                    q = support(shape, -n_up) - shape.radius * n_up
+                    depth = float(n_up @ (q - tri_world[0]))
+                    on_plane = q - depth * n_up
+                    if not _on_triangle(tri_world, on_plane):
+                        continue
+                    contacts = [(q, on_plane, -n_up, depth)]
+                merged = kept + contacts  # reduce as we go: at most 4 + 4 candidates at a time
+                kept = [merged[k] for k in reduce_manifold([c[0] for c in merged], [c[3] for c in merged], margin)]
+    return kept
