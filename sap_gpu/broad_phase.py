@@ -12,7 +12,7 @@ import warp as wp
 from sap_common.constants import BROAD_PHASE_SLACK
 from sap_common.enums import ShapeType
 
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -73,9 +73,8 @@ def world_bounds(device, shape_type, shape_body, shape_transform, shape_lo, shap
     """Launch the (world, shape) kernel: every shape's world pose ``pose`` and world box
     ``centre``/``half``, (num_worlds, S) each; the narrow phase reads the poses from here."""
     if shape_count:
-        wp.launch(_world_bounds, dim=(num_worlds, shape_count), block_dim=world_block_dim(device), device=device,
-                  inputs=[shape_type, shape_body, shape_transform, shape_lo, shape_hi, shape_margin, body_q],
-                  outputs=[pose, centre, half])
+        launch_threads(_world_bounds, dim=(num_worlds, shape_count), device=device, inputs=[shape_type, shape_body,
+                       shape_transform, shape_lo, shape_hi, shape_margin, body_q], outputs=[pose, centre, half])
 
 
 @wp.func

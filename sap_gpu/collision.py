@@ -55,7 +55,7 @@ from .collision_primitive import plane_normal, primitive_contacts
 from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all
 from .device import get_device
 from .kinematics import quat_norm_ok
-from .launch import world_block_dim
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -305,7 +305,7 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
         inputs, outputs = head + [geometry, shape_data] + state, [scratch]
     else:
         inputs, outputs = head + [geometry, shape_data] + state + [epa_first], [epa, scratch]
-    wp.launch(kernel, dim=dim, block_dim=world_block_dim(m.device), device=m.device, inputs=inputs, outputs=outputs)
+    launch_threads(kernel, dim=dim, device=m.device, inputs=inputs, outputs=outputs)
 
 
 @wp.kernel
@@ -503,7 +503,7 @@ class CollisionPipeline:
         outside [QUAT_NORM_MIN, QUAT_NORM_MAX]) gets no contacts and ``last_status[w] =
         INVALID_QUATERNION``, as in sap_ref.
         """
-        from .solver import check_device_contacts
+        from .arrays import check_device_contacts
 
         m = self.m
         if not isinstance(state, SapState):
@@ -514,8 +514,8 @@ class CollisionPipeline:
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
         W, P = m.num_worlds, len(self.model.shape_pair)
-        wp.launch(_check_poses, dim=W, block_dim=world_block_dim(self.device), device=self.device,
-                  inputs=[m.body_count, state.body_q], outputs=[self.last_status])
+        launch_threads(_check_poses, dim=W, device=self.device, inputs=[m.body_count, state.body_q],
+                       outputs=[self.last_status])
         use_bp = int(self.broad_phase == "aabb")
         world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
                      self.shape_data.hi, m.shape_margin, state.body_q, self.pose, self.centre, self.half, W,
@@ -524,8 +524,8 @@ class CollisionPipeline:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
         c = contacts
-        wp.launch(_select, dim=W, block_dim=world_block_dim(self.device), device=self.device, inputs=[
-            m.shape_pair, m.shape_body, m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
-            self.pair_tau, self.max_rigid_contact, P, self.slots if P else 0, self.scratch], outputs=[
-            c.count, c.overflow, c.shape0, c.shape1, c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0,
-            c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d])
+        launch_threads(_select, dim=W, device=self.device, inputs=[m.shape_pair, m.shape_body, m.shape_margin,
+                       self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.max_rigid_contact,
+                       P, self.slots if P else 0, self.scratch], outputs=[c.count, c.overflow, c.shape0, c.shape1,
+                       c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1,
+                       c.tau_d])

@@ -3,9 +3,9 @@
 Hypothesis profiles (``HYPOTHESIS_PROFILE``): ``repeatable`` (the default: derandomized, so
 README's ``pytest`` and CI's run draw the same examples every time and a failure reproduces) and
 ``explore`` (new random examples every run, remembered in Hypothesis's example database when
-they fail: the random search ``.ci/run`` runs on purpose, docs/testing.md § Hypothesis
-profiles). Neither has a deadline: CI machines are slow and shared, and timing is not what these
-tests check.
+they fail: the random search that ``.ci/run`` runs on purpose; see
+docs/testing.md § Hypothesis profiles). Neither has a deadline: CI machines are slow and shared,
+and timing is not what these tests check.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pathlib
 import pytest
 from hypothesis import HealthCheck, settings
 
-PROFILES = ("repeatable", "explore")
-settings.register_profile("repeatable", deadline=None, derandomize=True, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+PROFILES = ("repeatable", "explore", "ci")  # "ci": the earlier name of "repeatable", kept for scripts that set it
+for _name in ("repeatable", "ci"):
+    settings.register_profile(_name, deadline=None, derandomize=True, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("explore", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 _profile = os.environ.get("HYPOTHESIS_PROFILE", "repeatable")
 if _profile not in PROFILES:
