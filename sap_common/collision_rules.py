@@ -7,13 +7,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from .constants import MANIFOLD_MAX_POINTS
 from .enums import ShapeType
 
-__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_capacity", "combine_materials", "BROAD_PHASES",
+__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_capacity", "combine_materials", "MaterialFallbacks",
+           "check_contact_materials", "BROAD_PHASES",
            "check_broad_phase"]
 
 # Broad-phase modes of both collision pipelines: "aabb" tests a candidate pair's narrow phase only
@@ -68,6 +70,39 @@ def pair_capacity(model) -> np.ndarray:
     return np.array([MAX_CONTACTS_PER_PAIR[frozenset([ShapeType(int(model.shape_type[a])),
                                                       ShapeType(int(model.shape_type[b]))])]
                      for a, b in model.shape_pair], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class MaterialFallbacks:
+    """The configuration knobs a collision pipeline combines materials with: what a shape that sets
+    no friction, stiffness or dissipation gets (``SapConfig.fallback_mu``, ``fallback_stiffness``,
+    ``contact_tau_d``). A pipeline stamps them on the contacts it fills (``contacts.materials``),
+    and a solver refuses contacts stamped with other values than its own configuration's: the
+    contacts' μ, k and τ_d would silently follow another configuration."""
+
+    fallback_mu: float
+    fallback_stiffness: float
+    contact_tau_d: float
+
+    @classmethod
+    def of(cls, config) -> "MaterialFallbacks":
+        return cls(float(config.fallback_mu), float(config.fallback_stiffness), float(config.contact_tau_d))
+
+
+def check_contact_materials(contacts, config) -> None:
+    """``ValueError`` if ``contacts`` were filled by a pipeline whose material fallbacks differ from
+    ``config``'s (contacts filled by other means carry no stamp and are not checked)."""
+    made = getattr(contacts, "materials", None)
+    if made is None:
+        return
+    mine = MaterialFallbacks.of(config)
+    if made != mine:
+        diff = ", ".join(f"{k} {getattr(made, k)!r} (solver: {getattr(mine, k)!r})"
+                         for k in ("fallback_mu", "fallback_stiffness", "contact_tau_d")
+                         if getattr(made, k) != getattr(mine, k))
+        raise ValueError(f"contacts: made by a CollisionPipeline whose configuration differs from the solver's: "
+                         f"{diff}; build the pipeline with the solver's configuration: "
+                         f"CollisionPipeline(model, max_rigid_contact, solver.config)")
 
 
 def combine_materials(model, a: int, b: int, config):

@@ -54,10 +54,17 @@ class StepStatus(enum.IntFlag):
 
 
 def _copy_fields(obj):
-    return dataclasses.replace(
+    return keep_stamp(obj, dataclasses.replace(
         obj, **{f.name: np.array(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if isinstance(getattr(obj, f.name), np.ndarray)}
-    )
+                if isinstance(getattr(obj, f.name), np.ndarray)}))
+
+
+def keep_stamp(source, copy):
+    """``copy`` with ``source``'s collision-pipeline stamp (``SapContacts.materials``), if it has one:
+    the copies and device transfers of contacts keep what made them."""
+    if hasattr(source, "materials"):
+        copy.materials = source.materials
+    return copy
 
 
 @dataclass
@@ -140,6 +147,12 @@ class SapContacts:
         ke: combined stiffness ``k₀k₁/(k₀+k₁)`` [N/m], (num_worlds, C).
         ke0 / ke1: each shape's stiffness [N/m] (weights of the contact midpoint), (num_worlds, C).
         tau_d: combined dissipation time scale ``τ₀ + τ₁`` [s], (num_worlds, C).
+
+    A collision pipeline also stamps the contacts it allocates and fills with the material
+    fallbacks it combined μ, k and τ_d with (``materials``, a
+    :class:`~sap_common.collision_rules.MaterialFallbacks`); a solver refuses contacts stamped
+    with another configuration's. Contacts filled by other means carry no stamp. The stamp is an
+    attribute, not a field: it travels with ``copy``, ``to_device`` and ``to_host``.
     """
 
     count: np.ndarray

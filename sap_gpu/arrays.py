@@ -17,7 +17,7 @@ import warp as wp
 
 from sap_common.conventions import check_order, quaternion_coords
 from sap_common.model import JointType, SapModel
-from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes
+from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes, keep_stamp
 
 from .device import get_device
 
@@ -132,20 +132,20 @@ def to_device(obj, device=None):
         raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
     device = get_device(device)
     check_dtypes(obj, type(obj).__name__)
-    return dataclasses.replace(obj, **{f.name: _to_device_array(f.name, getattr(obj, f.name), device)
-                                       for f in dataclasses.fields(obj)
-                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))})
+    return keep_stamp(obj, dataclasses.replace(obj, **{f.name: _to_device_array(f.name, getattr(obj, f.name), device)
+                                                       for f in dataclasses.fields(obj)
+                                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))}))
 
 
 def to_host(obj):
     """A copy with NumPy fields (host layout: transforms as (…, 7), spatial vectors as (…, 6))."""
     if not isinstance(obj, (SapState, SapControl, SapContacts)):
         raise ValueError(f"obj: expected SapState, SapControl or SapContacts, got {type(obj).__name__}")
-    return dataclasses.replace(obj, **{f.name: (getattr(obj, f.name).numpy().copy()
-                                                if isinstance(getattr(obj, f.name), wp.array)
-                                                else np.array(getattr(obj, f.name)))
-                                       for f in dataclasses.fields(obj)
-                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))})
+    return keep_stamp(obj, dataclasses.replace(obj, **{f.name: (getattr(obj, f.name).numpy().copy()
+                                                                if isinstance(getattr(obj, f.name), wp.array)
+                                                                else np.array(getattr(obj, f.name)))
+                                                       for f in dataclasses.fields(obj)
+                                                       if isinstance(getattr(obj, f.name), (np.ndarray, wp.array))}))
 
 
 def state(model: SapModel, device=None) -> SapState:

@@ -41,7 +41,7 @@ import warp as wp
 from sap_common.config import SapConfig, collision_pipeline_args
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
-from sap_common.collision_rules import check_broad_phase, combine_materials, pair_capacity
+from sap_common.collision_rules import MaterialFallbacks, check_broad_phase, combine_materials, pair_capacity
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
 from sap_common.constants import (COINCIDENT_DISTANCE, EPA_MAX_FACES, EPA_MAX_VERTICES, GOLDEN_TIE,  # noqa: F401
                                   INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
@@ -494,7 +494,9 @@ class CollisionPipeline:
         """Empty device contacts for this pipeline."""
         from .arrays import contacts
 
-        return contacts(self.model.num_worlds, self.max_rigid_contact, self.device)
+        out = contacts(self.model.num_worlds, self.max_rigid_contact, self.device)
+        out.materials = MaterialFallbacks.of(self.config)
+        return out
 
     def collide(self, state, contacts: SapContacts) -> None:
         """Fill device ``contacts`` from ``state.body_q`` for every world.
@@ -529,3 +531,4 @@ class CollisionPipeline:
                        P, self.slots if P else 0, self.scratch], outputs=[c.count, c.overflow, c.shape0, c.shape1,
                        c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1,
                        c.tau_d])
+        contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

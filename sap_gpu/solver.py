@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from sap_common.collision_rules import check_contact_materials
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState
@@ -193,6 +194,7 @@ class SolverSAP:
         if contacts is None:
             contacts = self.work.empty_contacts
         check_device_contacts(self.m, contacts, self.config.max_rigid_contact)
+        check_contact_materials(contacts, self.config)
         return contacts
 
     def _constraint_rows(self, contacts: SapContacts, h: float, body_X, dof_S) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from sap_common.model import SapModel
-from sap_common.state import SapContacts, SapControl, SapState, check_dtypes
+from sap_common.state import SapContacts, SapControl, SapState, check_dtypes, keep_stamp
 
 __all__ = ["check_host_device", "to_device", "to_host", "state", "control", "contacts"]
 
@@ -39,7 +39,7 @@ def _host_copy(obj):
     out = dataclasses.replace(obj, **{f.name: _numpy(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                                       if not isinstance(getattr(obj, f.name), str)})
     check_dtypes(out, type(obj).__name__)
-    return out
+    return keep_stamp(obj, out)
 
 
 def to_device(obj, device=None):

@@ -57,7 +57,8 @@ import numpy as np
 
 from sap_common import spatial
 from sap_common.geometry import hfield_grid, shape_local_bounds
-from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, check_broad_phase, combine_materials, contact_capacity
+from sap_common.collision_rules import (MAX_CONTACTS_PER_PAIR, MaterialFallbacks, check_broad_phase,
+                                        combine_materials, contact_capacity)
 from sap_common.config import SapConfig, collision_pipeline_args
 # The pair routines' thresholds, re-exported: sap_gpu.collision names the same objects.
 from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
@@ -206,7 +207,9 @@ class CollisionPipeline:
 
     def contacts(self) -> SapContacts:
         """Empty contact buffers for this pipeline: ``(num_worlds, max_rigid_contact)`` slots."""
-        return SapContacts.allocate(self.model.num_worlds, self.max_rigid_contact)
+        contacts = SapContacts.allocate(self.model.num_worlds, self.max_rigid_contact)
+        contacts.materials = MaterialFallbacks.of(self.config)
+        return contacts
 
     def collide(self, state: SapState, contacts: SapContacts) -> None:
         """Fill ``contacts`` for every world from ``state.body_q`` (world pose of each body origin).
@@ -233,6 +236,7 @@ class CollisionPipeline:
             accepted = bool(np.all(quaternion_norm_ok(body_q[:, 3:])))
             self.last_status[w] = 0 if accepted else int(StepStatus.INVALID_QUATERNION)
             self._collide_world(body_q, contacts, w, accepted)
+        contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against
 
     def _shape_poses(self, body_q) -> np.ndarray:
         """World pose X_WS of every shape, (S, 7)."""

@@ -1,7 +1,7 @@
 """SolverSAP: the sap_ref time step, one world at a time (docs/pipeline.md).
 
     solver = SolverSAP(model, max_rigid_contact=16, contact_preset_variant="drake")
-    pipeline = CollisionPipeline(model, 16)
+    pipeline = CollisionPipeline(model, 16, solver.config)
     contacts = pipeline.contacts()
     pipeline.collide(state, contacts)
     solver.step(state, state, control, contacts, dt)
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sap_common.collision_rules import check_contact_materials
 from sap_common.config import SapConfig
 from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.conventions import joint_quaternions_ok
@@ -209,6 +210,7 @@ class SolverSAP:
         if not isinstance(contacts, SapContacts):
             raise ValueError(f"contacts: expected SapContacts or None, got {type(contacts).__name__}")
         check_contacts(self.model, contacts)
+        check_contact_materials(contacts, self.config)
         if contacts.capacity != self.config.max_rigid_contact:
             raise ValueError(f"contacts: capacity {contacts.capacity} does not match the solver's "
                              f"max_rigid_contact {self.config.max_rigid_contact}")
