@@ -16,7 +16,10 @@
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
 #   each under its own time limit, and writes OUT/{env.txt, pytest.log, pytest.xml,
 #   benchmark.log, benchmark.json, summary.txt}. Exit status: 0 if both steps passed.
-# Needs the project installed (pip install -e ".[test]") or importable (PYTHONPATH).
+# GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
+# GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS (300) and
+# GPU_CHECK_BENCH_SECONDS (150) set the rest. Needs the project installed (pip install -e ".[test]")
+# or importable (PYTHONPATH).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +28,9 @@ DEVICE="${GPU_CHECK_DEVICE:-cuda:0}"
 PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
 BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-150}"
 PY="${PYTHON:-python3}"
+read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 
-usage() { sed -n '2,22p' "$0"; exit 2; }
+usage() { sed -n '2,25p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -37,7 +41,7 @@ prepare() {
     "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
         --linear-solver cholesky --vs-mjwarp || exit 1
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
-    "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" || exit 1
+    "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
 }
 
@@ -46,12 +50,12 @@ run() {
     mkdir -p "$out" || exit 2
     out="$(cd "$out" && pwd)"
     if [ -n "$cache" ]; then export WARP_CACHE_PATH="$(cd "$cache" && pwd)"; fi
-    local nw=(1024 4096 8192) bench_extra=() pytest_args=(-m "device and not slow")
+    local nw=(1024 4096 8192) bench_extra=() pytest_args=(-m "device and not slow" "${TESTS[@]}")
     if [ "$smoke" = "--smoke" ]; then
         DEVICE=cpu
         nw=(2)
         bench_extra=(--steps 2 --warmup 1 --structure-steps 1)
-        pytest_args=(-m "device and not slow" tests/test_gpu_launch.py)
+        [ -n "${GPU_CHECK_TESTS:-}" ] || pytest_args=(-m "device and not slow" tests/test_gpu_launch.py)
     elif [ -n "$smoke" ]; then
         usage
     fi

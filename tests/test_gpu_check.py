@@ -1,0 +1,52 @@
+"""scripts/gpu_check.sh, the prepared GPU check, run on the CPU as far as a CPU can run it.
+
+``run --smoke`` takes the GPU run's two steps (the device tests, the humanoid benchmark against
+MuJoCo Warp) on the CPU device at tiny sizes and must leave every file of its folder; ``prepare``
+(all CPU work: NVRTC for sm_90 and the device tests on the CPU) must fill a kernel cache with the
+humanoid step's sm_90 files. Both are slow; the usage check is not.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def _run(*args, env=None, timeout=900):
+    full = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full, timeout=timeout,
+                          cwd=ROOT)
+
+
+def test_a_wrong_call_prints_the_usage_and_exits_2():
+    for args in ([], ["fly"], ["run"], ["run", "out", "", "--fast"]):
+        run = _run(*args)
+        assert run.returncode == 2 and "scripts/gpu_check.sh prepare CACHE" in run.stderr, args
+
+
+@pytest.mark.slow
+def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
+    run = _run("run", str(tmp_path / "out"), "", "--smoke")
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == {"env.txt", "pytest.log", "pytest.xml", "benchmark.log",
+                                               "benchmark.json", "summary.txt"}
+    result = json.loads((out / "benchmark.json").read_text())
+    assert {r["backend"] for r in result["runs"]} == {"sap_gpu", "mujoco_warp"}
+    assert "pytest: exit 0" in (out / "summary.txt").read_text()
+
+
+@pytest.mark.slow
+def test_prepare_fills_a_kernel_cache_for_sm90(tmp_path):
+    cache = tmp_path / "cache"
+    run = _run("prepare", str(cache), env={"GPU_CHECK_TESTS": "tests/test_gpu_launch.py"}, timeout=1800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    cubins = list(cache.rglob("*.sm90.cubin"))
+    names = " ".join(p.name for p in cubins)
+    assert "fused_newton" in names and "mujoco_warp" in names and "sap_gpu.kinematics" in names
