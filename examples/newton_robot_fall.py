@@ -8,7 +8,9 @@ example using MuJoCo is marked below (``--solver mujoco`` runs that line instead
 Headless by default: ``--viewer file`` writes Newton's recording (``.json``), which
 ``newton.viewer.ViewerFile`` loads back for playback in Newton's GL viewer; ``--viewer usd``
 writes a USD stage (needs ``usd-core``), ``--viewer null`` records nothing, ``--viewer gl`` opens
-a window (needs a display). Runs on a CPU-only machine (Warp's CPU device)::
+a window (needs a display). The recording goes to ``--out``, or without it into a new temporary
+folder (never into the working directory); the path is printed. Runs on a CPU-only machine
+(Warp's CPU device)::
 
     python examples/newton_robot_fall.py --out robot_fall.json
 """
@@ -16,7 +18,9 @@ a window (needs a display). Runs on a CPU-only machine (Warp's CPU device)::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 
 import numpy as np
 import warp as wp
@@ -80,11 +84,21 @@ def build_robot(num_worlds: int = 1, device: str | None = None) -> newton.Model:
     return model
 
 
+def recording_path(kind: str, out: str | None) -> str | None:
+    """Where ``--viewer file``/``usd`` writes: ``out``, or a file in a new temporary folder."""
+    if kind not in ("file", "usd"):
+        return None
+    if out is not None:
+        return out
+    return os.path.join(tempfile.mkdtemp(prefix="sap-newton-example-"),
+                        "robot_fall.json" if kind == "file" else "robot_fall.usda")
+
+
 def make_viewer(kind: str, out: str | None, num_frames: int):
     if kind == "file":
-        return newton.viewer.ViewerFile(out or "robot_fall.json", auto_save=False)
+        return newton.viewer.ViewerFile(out, auto_save=False)
     if kind == "usd":
-        return newton.viewer.ViewerUSD(out or "robot_fall.usda", fps=FPS, num_frames=num_frames)
+        return newton.viewer.ViewerUSD(out, fps=FPS, num_frames=num_frames)
     if kind == "null":
         return newton.viewer.ViewerNull(num_frames=num_frames)
     return newton.viewer.ViewerGL()
@@ -93,7 +107,8 @@ def make_viewer(kind: str, out: str | None, num_frames: int):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--viewer", choices=("file", "usd", "null", "gl"), default="file")
-    p.add_argument("--out", default=None, help="recording path (file: .json, usd: .usda)")
+    p.add_argument("--out", default=None, help="recording path (file: .json, usd: .usda; default: a file in a new "
+                                               "temporary folder)")
     p.add_argument("--num-frames", type=int, default=120)
     p.add_argument("--num-worlds", type=int, default=1)
     p.add_argument("--solver", choices=("sap", "mujoco"), default="sap")
@@ -115,7 +130,8 @@ def main(argv=None) -> int:
 
     state_0, state_1, control = model.state(), model.state(), model.control()
     newton.eval_fk(model, state_0.joint_q, state_0.joint_qd, state_0)
-    viewer = make_viewer(args.viewer, args.out, args.num_frames)
+    out = recording_path(args.viewer, args.out)
+    viewer = make_viewer(args.viewer, out, args.num_frames)
     viewer.set_model(model)
     dt = 1.0 / (FPS * SUBSTEPS)
     torso = [i for i, label in enumerate(model.body_label) if label.endswith("torso")]
@@ -144,8 +160,8 @@ def main(argv=None) -> int:
         d = solver.diagnostics()
         print(f"last step: status {d['status'].tolist()}, Newton iterations {d['newton_iterations'].tolist()}, "
               f"contacts {d['contact_count'].tolist()}, dropped {d['truncated_contact_count'].tolist()}")
-    if args.viewer in ("file", "usd"):
-        print(f"recording: {args.out or ('robot_fall.json' if args.viewer == 'file' else 'robot_fall.usda')}")
+    if out is not None:
+        print(f"recording: {out}")
     return 0 if np.all(np.isfinite(end_z)) else 1
 
 

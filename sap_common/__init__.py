@@ -7,6 +7,7 @@ from .builder import ModelBuilder
 from .config import PRESETS, SapConfig
 from .model import JointType, SapModel, ShapeType
 from .state import SapContacts, SapControl, SapState
+from ._version import __version__ as __version__
 
 __all__ = [
     "ModelBuilder",

@@ -13,5 +13,6 @@ Newton.
 from .convert import NewtonConversion, WorldGroup, convert_model, to_sap_model
 from .solver import SolverSAP
 from .transfer import Transfer
+from sap_common._version import __version__ as __version__
 
 __all__ = ["NewtonConversion", "WorldGroup", "SolverSAP", "Transfer", "convert_model", "to_sap_model"]

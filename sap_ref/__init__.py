@@ -13,5 +13,6 @@ backends is one import; ``device`` here can only be the host (None or ``"cpu"``)
 from .arrays import contacts, control, state, to_device, to_host
 from .collision import CollisionPipeline
 from .solver import SolverSAP
+from sap_common._version import __version__ as __version__
 
 __all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts"]

@@ -205,21 +205,24 @@ def _docs() -> int:
     if reason:
         print(f"sap_tools.browser: error: {reason}", file=sys.stderr)
         return 2
+    from sap_tools.cli import atomic_output
     from sap_tools.inspector import main as inspect_main
 
     for scene, step, extra in (("box_stack", 12, ["--line-search", "exact_root"]), ("humanoid", 20, [])):
         port = free_port()
         proc = start_viewer(scene, port, "--steps", str(step + 1), "--frame", str(step))
         try:
-            screenshot_viewer(f"http://127.0.0.1:{port}/", os.path.join(img, f"view_{scene}.png"), 900, 560)
-            shrink(os.path.join(img, f"view_{scene}.png"))
+            with atomic_output(os.path.join(img, f"view_{scene}.png")) as png:  # complete, or the old one kept
+                screenshot_viewer(f"http://127.0.0.1:{port}/", png, 900, 560)
+                shrink(png)
         finally:
             stop(proc)
         with tempfile.TemporaryDirectory() as tmp:
             report = os.path.join(tmp, "report.html")
             inspect_main([scene, "--step", str(step), "--out", report, "--quiet", *extra])
-            screenshot("file://" + report, os.path.join(img, f"inspect_{scene}.png"), 1100, 1500)
-            shrink(os.path.join(img, f"inspect_{scene}.png"))
+            with atomic_output(os.path.join(img, f"inspect_{scene}.png")) as png:
+                screenshot("file://" + report, png, 1100, 1500)
+                shrink(png)
     print(f"screenshots written to {img}")
     return 0
 

@@ -1,23 +1,40 @@
-"""Shared command-line pieces of the tools: the parser, one-line errors, early checks of files.
+"""Shared command-line pieces of the tools: the parser, one-line errors, early checks of files,
+atomic outputs and Ctrl-C.
 
 Every tool reports a usage error the same way, before any work: one line
 ``tool: error: message`` on stderr and exit status 2 (argparse's convention, without the
 usage block). Flags are checked first, then the scene and the output path, then the run starts.
+
+Every file a tool writes is written atomically (:func:`atomic_output`): into a temporary file
+beside it, renamed over the target only when complete, so an interrupted run leaves an existing
+file as it was and never a truncated one. Every tool's ``main`` is wrapped by :func:`entry_point`:
+Ctrl-C prints one line naming what was not written and exits with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import platform
 import re
 import sys
+import tempfile
 
+from sap_common._version import __version__
 from sap_common.config import LINE_SEARCH_VARIANTS, LINEAR_SOLVERS, PRESETS
 
-__all__ = ["Parser", "parser", "quiet_warp", "plain", "fail", "check_out", "plot_path", "load_scene_arg", "scene_solver_kwargs", "check_flags",
-           "rollout_parser", "load_rollout", "warp_device", "PRESET_CHOICES", "LINE_SEARCH_CHOICES",
+__all__ = ["Parser", "parser", "quiet_warp", "init_warp", "plain", "fail", "check_out", "check_out_dir",
+           "atomic_output", "entry_point", "INTERRUPTED_STATUS", "plot_path", "load_scene_arg", "scene_solver_kwargs",
+           "check_flags", "rollout_parser", "load_rollout", "warp_device", "PRESET_CHOICES", "LINE_SEARCH_CHOICES",
            "LINEAR_SOLVER_CHOICES"]
+
+# Exit status after Ctrl-C: 128 + SIGINT, the shell's convention for a process stopped by SIGINT.
+INTERRUPTED_STATUS = 130
+# What Warp's native library prints on stderr when it initializes on a machine without the CUDA
+# driver (Warp has no setting that silences it).
+CUDA_DRIVER_WARNING = "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver"
 
 # Choices listed in --help, read from sap_common.config (the one place that defines them).
 PRESET_CHOICES = ", ".join(PRESETS)
@@ -82,6 +99,8 @@ def parser(prog: str, doc: str, uses_warp: bool = True) -> Parser:
     epilog = "examples:\n" + "\n".join(examples) if examples else None
     p = Parser(prog=prog, description=summary, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.uses_warp = uses_warp
+    p.add_argument("--version", action="version", version=f"{prog} (sap-contact) {__version__}",
+                   help="print the version and exit")
     return p
 
 
@@ -93,16 +112,127 @@ def fail(prog: str, message) -> int:
 
 
 def check_out(flag: str, path: str) -> str:
-    """``path`` if a file can be written there: its directory exists and is writable, and the path
-    is not a directory; else ``ValueError`` naming ``flag``. Checked before any work."""
+    """``path`` if a file can be written there, checked by creating one: its directory exists,
+    the path is not a directory, and a file can be created beside it (a read-only file system
+    or ``/sys`` fail here, not after the run). Else ``ValueError`` naming ``flag``. Checked
+    before any work; the path is then one the interrupt message names when the run is stopped
+    before it is written (:func:`entry_point`)."""
+    _check_writable(flag, path)
+    _OUTPUTS.planned.append(path)
+    return path
+
+
+def _check_writable(flag: str, path: str) -> None:
     if os.path.isdir(path):
         raise ValueError(f"{flag}: {path!r} is a directory; give a file name")
     folder = os.path.dirname(os.path.abspath(path))
+    shown = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
-        raise ValueError(f"{flag}: the directory {os.path.dirname(path) or '.'!r} of {path!r} does not exist")
+        raise ValueError(f"{flag}: the directory {shown!r} of {path!r} does not exist")
     if not os.access(folder, os.W_OK):
-        raise ValueError(f"{flag}: the directory {os.path.dirname(path) or '.'!r} of {path!r} is not writable")
+        raise ValueError(f"{flag}: the directory {shown!r} of {path!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag}: {path!r} exists and is read-only")
+    _probe(flag, folder, f"in {shown!r} for {path!r}")
+
+
+def _probe(flag: str, folder: str, where: str) -> None:
+    """Create and remove a file in ``folder``: ``ValueError`` naming ``flag`` if that fails."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".sap-write-check.", suffix=".probe")
+    except OSError as e:
+        raise ValueError(f"{flag}: cannot create a file {where} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_out_dir(flag: str, path: str, create: bool = False) -> str:
+    """``path`` as an output folder in which a file can be created (checked by creating one): an
+    existing directory or, with ``create``, one made now (with its parents). Else ``ValueError``
+    naming ``flag``. Checked before any work."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag}: {path!r} exists and is not a directory")
+    if not os.path.isdir(path):
+        if not create:
+            raise ValueError(f"{flag}: the folder {path!r} does not exist")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{flag}: cannot create the folder {path!r} ({e.strerror or e})") from None
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"{flag}: the folder {path!r} is not writable")
+    _probe(flag, os.path.abspath(path), f"in the folder {path!r}")
     return path
+
+
+class _Outputs:
+    """The outputs of the running tool: planned (checked by :func:`check_out`) and written."""
+
+    def __init__(self):
+        self.planned, self.written = [], []
+
+    def reset(self):
+        self.planned, self.written = [], []
+
+    def unwritten(self) -> list[str]:
+        done = {os.path.abspath(p) for p in self.written}
+        return list(dict.fromkeys(p for p in self.planned if os.path.abspath(p) not in done))
+
+
+_OUTPUTS = _Outputs()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output(path: str):
+    """Write ``path`` atomically: yields a temporary file name beside it (same directory, same
+    extension, so writers that choose a format by the extension still do), renamed over ``path``
+    when the block ends normally. If the block raises (an error, Ctrl-C), the temporary file is
+    removed and an existing ``path`` is left as it was: a reader never sees a partial file.
+
+    The file gets the permissions a new file would get (or those of the file it replaces)."""
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    ext = os.path.splitext(name)[1]
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=f".partial{ext}")
+    os.close(fd)
+    try:
+        yield tmp
+        mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _OUTPUTS.written.append(path)
+
+
+def entry_point(prog: str):
+    """Decorator of a tool's ``main(argv=None) -> int``: Ctrl-C (``KeyboardInterrupt``) ends it
+    with one line on stderr, ``prog: interrupted (Ctrl-C)`` and the outputs not written, and
+    exit status :data:`INTERRUPTED_STATUS` (130), instead of a traceback. Outputs written with
+    :func:`atomic_output` are complete or absent (an existing file keeps its old content)."""
+    def wrap(main):
+        @functools.wraps(main)
+        def run(argv=None) -> int:
+            _OUTPUTS.reset()
+            try:
+                return main(argv)
+            except KeyboardInterrupt:
+                missing = _OUTPUTS.unwritten()
+                note = (f"; not written: {', '.join(missing)} (an existing file keeps its old content)"
+                        if missing else "")
+                sys.stdout.flush()
+                print(f"{prog}: interrupted (Ctrl-C){note}", file=sys.stderr, flush=True)
+                return INTERRUPTED_STATUS
+        return run
+    return wrap
 
 
 def plot_path(flag: str, path: str) -> str:
@@ -111,7 +241,7 @@ def plot_path(flag: str, path: str) -> str:
     directory that cannot take the file. Needs matplotlib."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    check_out(flag, path)  # the name as given: not a directory, in a directory that exists
+    _check_writable(flag, path)  # the name as given: not a directory, in a directory that exists
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     formats = FigureCanvasBase.get_supported_filetypes()
     if not ext:
@@ -211,9 +341,55 @@ def load_rollout(args):
     return scene, ({} if args.line_search is None else {"line_search_variant": args.line_search})
 
 
+def init_warp(device=None) -> None:
+    """Initialize Warp for a tool that will run on ``device`` (a name; None: Warp's default).
+
+    On a machine without the CUDA driver, Warp's native initialization prints
+    ``Warp CUDA warning: Could not find or load the NVIDIA CUDA driver ...`` on stderr, which
+    no Warp setting silences. When the device asked for is not a CUDA device the line is noise,
+    so the tool initializes Warp itself with that one line filtered out of its stderr (every
+    other line Warp prints passes). Asked for a CUDA device, the warning is the explanation
+    and is left alone. Warp's settings are not touched; ``wp.init()`` of an initialized Warp does nothing."""
+    import warp as wp
+
+    if isinstance(device, str) and device.startswith("cuda"):
+        wp.init()
+        return
+    with _native_stderr_without(CUDA_DRIVER_WARNING):
+        wp.init()
+
+
+@contextlib.contextmanager
+def _native_stderr_without(prefix: str):
+    """While the block runs, what is written to file descriptor 2 (native code included) goes to a
+    temporary file; afterwards every line of it that does not start with ``prefix`` is written to
+    stderr."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (an embedded interpreter): nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(prefix)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def warp_device(name):
     """The Warp device called ``name`` (None: Warp's default), or ``ValueError`` naming --device
-    and listing the devices here (``sap_gpu.device.get_device``, the one device check)."""
+    and listing the devices here (``sap_gpu.device.get_device``, the one device check). Warp is
+    initialized first by :func:`init_warp` (no CUDA-driver warning unless a CUDA device is asked for)."""
+    init_warp(name)
     from sap_gpu.device import get_device
 
     return get_device(name, "--device")

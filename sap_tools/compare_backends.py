@@ -36,11 +36,13 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser, scene_solver_kwargs, warp_device
+from sap_tools.cli import (PRESET_CHOICES, check_flags, entry_point, fail, load_rollout, rollout_parser,
+                           scene_solver_kwargs, warp_device)
 from sap_tools.progress import Progress
 from sap_tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
 
-__all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict", "main"]
+__all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict",
+           "absent_stages", "main"]
 
 # Row order of the report: (key, description).
 STAGES = (
@@ -314,6 +316,37 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     return d
 
 
+# Stages that exist only where a contact, a limit row or any constraint is active at a compared step.
+CONTACT_ROW_STAGES = ("J", "w", "R", "v_hat", "gamma")
+LIMIT_ROW_STAGES = ("limit_J", "limit_R", "limit_v_hat")
+CONSTRAINT_STAGES = ("ell", "grad", "H")
+
+
+def absent_stages(worst: dict, model, compared_contacts: int, first_contact, steps: int, every: int) -> dict:
+    """``{reason: [stage keys]}`` for the stages of :data:`STAGES` that were not compared: those the
+    scene cannot have (no contact pairs, no limits, no drives) and those it has but that nothing
+    exercised at the compared steps (no contact, no active limit, no active constraint there)."""
+    out: dict = {}
+    absent = [k for k, _ in STAGES if k not in worst]
+    can_touch = len(model.shape_pair) > 0
+    for k in absent:
+        if k in CONTACT_ROW_STAGES and can_touch and compared_contacts == 0:
+            if first_contact is None:
+                why = (f"no contact at the compared steps; none in the whole rollout of {steps} steps "
+                       "(compare more steps: --steps)")
+            else:
+                why = (f"no contact at the compared steps; the rollout's first contact is at step {first_contact}, "
+                       f"not a compared one (every {every}th step from 0: choose --every or --steps to include it)")
+        elif k in LIMIT_ROW_STAGES and "limit_rows" in worst:
+            why = "no limit row active at the compared steps"
+        elif k in CONSTRAINT_STAGES:
+            why = "no constraint (contact, limit or drive) active at the compared steps"
+        else:
+            why = "not present in this scene"
+        out.setdefault(why, []).append(k)
+    return out
+
+
 def _merge(acc: dict, new: dict) -> None:
     for k, c in new.items():
         acc[k] = acc[k].worst(c) if k in acc else c
@@ -329,6 +362,7 @@ def verdict(worst: dict) -> dict:
     return out
 
 
+@entry_point("sap-compare-backends")
 def main(argv=None) -> int:
     parser = rollout_parser("sap-compare-backends", __doc__, "line_search_variant of both backends")
     parser.add_argument("--preset", default=None,
@@ -356,16 +390,19 @@ def main(argv=None) -> int:
     contacts, gpu_contacts = ref_pipe.contacts(), gpu_pipe.contacts()
     state = scene.state.copy()
     worst: dict = {}
-    compared = 0
+    compared, compared_contacts, first_contact = 0, 0, None
     print(settings)
     with Progress(steps, f"{scene.name} ({preset}, {device})", enabled=not args.quiet) as bar:
         for n in range(steps):
             ref_pipe.collide(state, contacts)
+            if first_contact is None and int(contacts.count[0]) > 0:
+                first_contact = n
             if n % args.every == 0:
                 gpu_pipe.collide(sap_gpu.to_device(state, device), gpu_contacts)
                 _merge(worst, collision_differences(contacts, sap_gpu.to_host(gpu_contacts)))
                 _merge(worst, stage_differences(ref, gpu, state, scene.control, contacts, scene.dt))
                 compared += 1
+                compared_contacts += int(contacts.count[0])
             rollout.step(state, state, scene.control, contacts, scene.dt)
             bar.update(n + 1, f"contacts {int(contacts.count[0])}")
     verdicts = verdict(worst)
@@ -377,16 +414,21 @@ def main(argv=None) -> int:
             used = "-" if key in COUNT_STAGES else f"{100 * c.used:9.1f}%"
             note = f" ({c.ties} tie{'s' if c.ties != 1 else ''}: |φ₀| at round-off of the threshold)" if c.ties else ""
             print(f"{label:<44} {c.err:16.3e} {c.scale:12.3e} {used:>10}  {verdicts[key]}{note}")
-    absent = [label for key, label in STAGES if key not in worst]
-    if absent:
-        print("not present in this scene: " + ", ".join(a.split(" [")[0] for a in absent))
+    not_compared = absent_stages(worst, scene.sap_model, compared_contacts, first_contact, steps, args.every)
+    for reason, keys in not_compared.items():
+        labels = ", ".join(dict(STAGES)[k].split(" [")[0] for k in keys)
+        print(f"not compared: {labels}: {reason}")
     failed = [k for k, v in verdicts.items() if v == "FAIL"]
-    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'pass'}")
+    no_contact = any(r.startswith("no contact") for r in not_compared)
+    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'pass'}"
+          + (" (the contact stages were not compared: no contact at the compared steps)" if no_contact else ""))
     if args.json:
         print(json.dumps(dict(scene=scene.name, preset=preset, device=str(device), steps=steps, compared=compared,
+                              compared_contacts=compared_contacts, first_contact_step=first_contact,
                               passed=not failed, stages={k: dict(max_abs_diff=c.err, ref_scale=c.scale,
                                                                 tolerance_used=c.used, ties=c.ties,
-                                                                verdict=verdicts[k]) for k, c in worst.items()})))
+                                                                verdict=verdicts[k]) for k, c in worst.items()},
+                              not_compared={k: reason for reason, keys in not_compared.items() for k in keys})))
     return 1 if failed else 0
 
 

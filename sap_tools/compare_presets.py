@@ -27,7 +27,7 @@ from sap_common.io.scene import LoadedScene
 from sap_common.state import SapState
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
+from sap_tools.cli import entry_point, PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
 from sap_tools.progress import Progress
 
 __all__ = ["PresetDeltas", "step_velocities", "preset_deltas", "main"]
@@ -82,6 +82,7 @@ def preset_deltas(scene: LoadedScene, state: SapState | None = None, **overrides
                         weight_only=norm("approx64+diag_delassus", "approx64"), v=v)
 
 
+@entry_point("sap-compare-presets")
 def main(argv=None) -> int:
     parser = rollout_parser("sap-compare-presets", __doc__, "line_search_variant for every configuration")
     parser.add_argument("--reference", default="drake",

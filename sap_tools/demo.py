@@ -29,8 +29,8 @@ from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.dynamics import mass_matrix
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser, plot_path,
-                           scene_solver_kwargs, warp_device)
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
+                           fail, load_scene_arg, parser, plot_path, scene_solver_kwargs, warp_device)
 from sap_tools.progress import Progress
 
 DEFAULT_SCENE = "box_stack"
@@ -189,6 +189,7 @@ def _have_matplotlib() -> bool:
     return True
 
 
+@entry_point("sap-demo")
 def main(argv=None) -> int:
     p = parser("sap-demo", __doc__)
     p.add_argument("scene", nargs="?", default=DEFAULT_SCENE,
@@ -231,7 +232,8 @@ def main(argv=None) -> int:
           f"{np.mean(rec['newton']):.2f} max {max(rec['newton'])}; contacts max {max(rec['contacts'])}")
     wrote = None
     if _have_matplotlib():
-        plot(scene, rec, out, args.backend)
+        with atomic_output(out) as tmp:
+            plot(scene, rec, tmp, args.backend)
         wrote = out
         print(f"plot written to {out}")
     else:

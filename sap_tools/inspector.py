@@ -30,8 +30,8 @@ import sys
 import numpy as np
 
 from sap_common.config import PRESETS
-from sap_tools.cli import (LINE_SEARCH_CHOICES, LINEAR_SOLVER_CHOICES, PRESET_CHOICES, check_flags, check_out, fail,
-                           load_scene_arg, parser, scene_solver_kwargs, warp_device)
+from sap_tools.cli import (LINE_SEARCH_CHOICES, LINEAR_SOLVER_CHOICES, PRESET_CHOICES, atomic_output, check_flags,
+                           check_out, entry_point, fail, load_scene_arg, parser, scene_solver_kwargs, warp_device)
 from sap_tools.progress import Progress
 from sap_tools.step_capture import (REGIME_NAMES, StepCapture, capture_step, compare_backends, gpu_step, rollout,
                                     status_text, summary)
@@ -165,9 +165,11 @@ def report_html(captures: list[StepCapture], dpi: int = 80) -> str:
 
 
 def write_report(captures: list[StepCapture], path: str, dpi: int = 80) -> str:
-    """Write :func:`report_html` to ``path``; returns ``path``."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(report_html(captures, dpi))
+    """Write :func:`report_html` to ``path`` atomically (a temporary file beside it, renamed when
+    complete); returns ``path``."""
+    text = report_html(captures, dpi)
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
@@ -224,10 +226,14 @@ def _check_args(args) -> tuple | None:
     return compare
 
 
+@entry_point("sap-inspect")
 def main(argv=None) -> int:
     p = parser(PROG, __doc__)
     p.add_argument("scene", help="built-in scene name (sap-scenes lists them), JSON scene file or MJCF file")
-    p.add_argument("--step", type=int, required=True, help="the step to inspect (steps 0 … N−1 are taken first)")
+    p.add_argument("--step", type=int, required=True, help="the step to inspect (steps 0 … N−1 are taken first); at "
+                   "most the scene's length − 1 unless --past-end")
+    p.add_argument("--past-end", action="store_true",
+                   help="allow a --step at or past the scene's length (rolls out that many steps first)")
     p.add_argument("--world", type=int, default=0, help="world of the batch to inspect (default 0)")
     p.add_argument("--num-worlds", type=int, default=None, help="worlds in the batch (default: --world + 1)")
     p.add_argument("--preset", default=None, help=f"contact_preset_variant: one of {PRESET_CHOICES}")
@@ -249,6 +255,10 @@ def main(argv=None) -> int:
             raise ValueError(f"--dpi: must be >= 20, got {args.dpi}")
         device = warp_device(args.device) if args.backend == "gpu" else None
         scene = load_scene_arg(args.scene, args.num_worlds or args.world + 1)
+        if args.step >= scene.num_steps and not args.past_end:
+            raise ValueError(f"--step: {args.step} is past the end of {scene.name} ({scene.num_steps} steps: "
+                             f"0 … {scene.num_steps - 1}); rolling out {args.step} steps first may take long: "
+                             "pass --past-end to do it anyway")
         out = check_out("--out", args.out or f"sap_inspect_{scene.name}_{args.step}.html")
         kwargs, source = scene_solver_kwargs(scene, args.preset, args.line_search)
         if args.linear_solver is not None:

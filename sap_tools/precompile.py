@@ -28,7 +28,8 @@ import time
 
 import numpy as np
 
-from sap_tools.cli import PRESET_CHOICES, fail, load_scene_arg, parser, scene_solver_kwargs
+from sap_tools.cli import (PRESET_CHOICES, check_out_dir, entry_point, fail, init_warp, load_scene_arg, parser,
+                           scene_solver_kwargs)
 
 __all__ = ["main", "configurations", "mjwarp_step_variants", "launched_resources"]
 
@@ -117,10 +118,11 @@ def mjwarp_step_variants(scene) -> dict:
 def _default_arch() -> int:
     import warp as wp
 
-    wp.init()
+    init_warp()  # the arch of a GPU if there is one; no CUDA-driver warning where there is none
     return wp.get_cuda_device().arch if wp.get_cuda_device_count() > 0 else DEFAULT_ARCH
 
 
+@entry_point("sap-precompile")
 def main(argv=None) -> int:
     from sap_common.config import LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
 
@@ -160,10 +162,10 @@ def main(argv=None) -> int:
         return fail(prog, "--resources: cuobjdump reads CUBIN files; use it with --cuda-output cubin")
     if args.arch is not None and args.arch < 50:
         return fail(prog, f"--arch: an SM architecture such as 80, 90 or 100, got {args.arch}")
-    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        return fail(prog, f"--out: {args.out!r} exists and is not a directory")
     try:
         scene = load_scene_arg(args.scene, 1)
+        if args.out is not None:
+            check_out_dir("--out", args.out, create=True)
     except ValueError as e:
         return fail(prog, e)
     from sap_gpu.precompile import find_cuobjdump, step_variants
@@ -173,8 +175,6 @@ def main(argv=None) -> int:
         return fail(prog, "--resources: cuobjdump not found; install it with pip install -e \".[cuda-tools]\" "
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
     variants, used_by = {}, {}
     for preset, path, solver in configurations(args.preset, args.newton_path, args.linear_solver):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)

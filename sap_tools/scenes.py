@@ -22,7 +22,7 @@ import numpy as np
 
 from sap_common import scenes
 from sap_common.io import LoadedScene
-from sap_tools.cli import fail, load_scene_arg, parser
+from sap_tools.cli import entry_point, fail, load_scene_arg, parser
 
 _load = load_scene_arg  # the scene argument of every tool: a built-in name or a scene file
 
@@ -78,6 +78,7 @@ def describe(scene: LoadedScene) -> str:
     return "\n".join(lines)
 
 
+@entry_point("sap-scenes")
 def main(argv=None) -> int:
     p = parser("sap-scenes", __doc__, uses_warp=False)
     p.add_argument("scene", nargs="?", help="built-in scene name or JSON scene file (default: list them all)")

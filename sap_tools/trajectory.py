@@ -1,4 +1,6 @@
-"""Trajectories for the viewer: a rollout of a scene (sap_ref or sap_gpu) or a recorded Drake run.
+"""Trajectories for the viewer: a rollout of a scene (sap_ref or sap_gpu), a recorded Drake run, or
+a trajectory file (the format of ``sap_common.io.trajectory``: any implementation's, or a MuJoCo
+recording written by ``sap-record --engine mujoco``).
 
 Frame n is the state after n steps (t = n·h); its contact arrays describe the step n−1 → n
 (geometry at the start of that step, force from that step's impulse: γ/h), as in the Drake
@@ -19,7 +21,8 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_jacobian import contact_frames
 from sap_ref.solver import SolverSAP
 
-__all__ = ["Trajectory", "rollout_trajectory", "recording_trajectory", "is_recording"]
+__all__ = ["Trajectory", "rollout_trajectory", "recording_trajectory", "trajectory_file_trajectory", "is_recording",
+           "recording_kind", "load_recorded"]
 
 
 @dataclass
@@ -123,18 +126,65 @@ def rollout_trajectory(scene: LoadedScene, steps: int, backend: str = "ref", dev
                       solver_kwargs=solver_kwargs)
 
 
-def is_recording(path: str) -> bool:
-    """True for a Drake recording: an ``.npz`` file, or a ``.json`` scene file with an ``.npz`` beside it
-    and a ``recording`` section."""
-    if path.lower().endswith(".npz"):
-        return True
-    if path.lower().endswith(".json") and os.path.exists(path[:-5] + ".npz"):
+def recording_kind(path: str) -> str | None:
+    """What a file argument holds: ``"trajectory"`` (a trajectory file: ``format`` is
+    ``sap-trajectory``), ``"drake"`` (a Drake recording: its ``.npz`` arrays, or its ``.json``
+    scene file with a ``recording`` section and the ``.npz`` beside it), or None (a scene file,
+    or nothing readable). An ``.npz`` that is neither is taken for a Drake recording, whose
+    loader then says what is missing."""
+    low = path.lower()
+    if low.endswith(".npz"):
+        if os.path.isfile(path):
+            import zipfile
+
+            try:
+                with zipfile.ZipFile(path) as z:
+                    if "format.npy" in z.namelist():
+                        return "trajectory"
+            except (OSError, zipfile.BadZipFile):
+                return "trajectory"  # unreadable: the trajectory loader names the file and the problem
+        return "drake"
+    if low.endswith(".json") and os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
-                return "recording" in json.load(f)
+                doc = json.load(f)
         except (OSError, ValueError):
-            return False
-    return False
+            return None
+        if isinstance(doc, dict) and "format" in doc:
+            return "trajectory"
+        if isinstance(doc, dict) and "recording" in doc and os.path.exists(path[:-5] + ".npz"):
+            return "drake"
+    return None
+
+
+def is_recording(path: str) -> bool:
+    """True for a recorded run: a Drake recording or a trajectory file (:func:`recording_kind`)."""
+    return recording_kind(path) is not None
+
+
+def load_recorded(path: str, every: int = 1) -> Trajectory:
+    """A Drake recording or a trajectory file as a :class:`Trajectory`, every ``every``-th frame."""
+    if recording_kind(path) == "trajectory":
+        return trajectory_file_trajectory(path, every)
+    return recording_trajectory(path, every)
+
+
+def _check_finite(where: str, field: str, a: np.ndarray, counts=None) -> None:
+    """``ValueError`` naming ``where``, the field and the first row holding a NaN or an infinity
+    (of a contact field, only the row's first ``counts[row]`` contacts count: the rest is padding)."""
+    a = np.asarray(a, np.float64)
+    if a.ndim == 0 or a.size == 0:
+        return
+    if counts is None:
+        bad = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
+    else:
+        per_slot = ~np.isfinite(a.reshape(a.shape[0], a.shape[1], -1)).all(axis=2)
+        live = np.arange(a.shape[1])[None, :] < np.asarray(counts)[:, None]
+        bad = (per_slot & live).any(axis=1)
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        raise ValueError(f"{where}: {field}: row {int(rows[0])} is not finite (NaN or infinity; "
+                         f"{rows.size} row{'s' if rows.size > 1 else ''} in all)")
 
 
 def recording_trajectory(path: str, every: int = 1) -> Trajectory:
@@ -148,6 +198,12 @@ def recording_trajectory(path: str, every: int = 1) -> Trajectory:
     with open(json_path, encoding="utf-8") as f:
         spec = json.load(f)
     rec = load_recording(json_path)
+    npz_path = json_path[:-5] + ".npz"
+    for field in ("t", "q", "v", "body_pose_W"):
+        _check_finite(npz_path, field, rec[field])
+    for field in ("contact_p_WC", "contact_f_Bc_W"):
+        if field in rec and rec[field].size:
+            _check_finite(npz_path, field, rec[field], rec["contact_count"])
     frames = np.arange(0, len(rec["t"]), every)
     T, m = len(frames), scene.sap_model
     idx = recorded_body_indices(scene, spec["recording"]["bodies"])
@@ -167,3 +223,36 @@ def recording_trajectory(path: str, every: int = 1) -> Trajectory:
     return Trajectory(scene=scene, source=f"Drake recording {os.path.basename(path)}", t=rec["t"][frames],
                       body_q=body_q, joint_q=joint_q[:, None], joint_qd=joint_qd[:, None], contact_count=count,
                       contact_point=point, contact_force=force, solver_kwargs=dict(scene.solver_kwargs))
+
+
+def trajectory_file_trajectory(path: str, every: int = 1) -> Trajectory:
+    """A trajectory file (``sap_common.io.trajectory``; a MuJoCo recording is one), every
+    ``every``-th frame: body poses by forward kinematics of the recorded coordinates; contact points
+    and forces where the file has them (a MuJoCo recording has points, no forces)."""
+    from sap_common.conventions import joint_qd_sap_to_public
+    from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, trajectory_states
+    from sap_common.kinematics import forward_kinematics
+
+    if every < 1:
+        raise ValueError(f"--every: must be >= 1, got {every}")
+    traj = load_trajectory(path)  # names the file, the field and the row of anything malformed or not finite
+    scene = load_trajectory_scene(traj)
+    q, qd = trajectory_states(traj, scene)
+    frames = np.arange(0, q.shape[0], every)
+    m = scene.sap_model
+    q, qd = q[frames], qd[frames]
+    body_q = forward_kinematics(m, q)[:, None]
+    qd_public = joint_qd_sap_to_public(m, q, qd)
+    c = traj.contacts
+    C = max(int(c["contact_count"].max(initial=0)) if c else 0, 1)
+    count, point, force = _empty(len(frames), 1, C)
+    if c:
+        count[:, 0] = c["contact_count"][frames]
+        for field, out in (("contact_point", point), ("contact_force", force)):
+            if field in c:
+                _check_finite(path, field, c[field], c["contact_count"])
+                out[:, 0] = c[field][frames, :C]
+    return Trajectory(scene=scene, source=f"{traj.engine} trajectory {os.path.basename(path)} ({traj.convention} "
+                      "convention)", t=frames * traj.dt, body_q=body_q, joint_q=q[:, None], joint_qd=qd_public[:, None],
+                      contact_count=count, contact_point=point, contact_force=force,
+                      solver_kwargs=dict(scene.solver_kwargs))

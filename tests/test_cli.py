@@ -15,6 +15,7 @@ import sap_tools.compare_backends
 import sap_tools.compare_presets
 import sap_tools.demo
 import sap_tools.inspector
+import sap_tools.precompile
 import sap_tools.record.cli
 import sap_tools.scenes
 import sap_tools.precompile
@@ -122,7 +123,14 @@ def test_out_into_a_missing_directory_fails_before_any_work(capsys, monkeypatch,
     ("sap-benchmark", ["sphere_drop", "--linear-solver", "lu"], "argument --linear-solver: invalid choice: 'lu'"),
     ("sap-plot-benchmark", [str(DATA / "drake" / "index.json"), "--out", "x.doc"], "--out: matplotlib cannot write"),
     ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--preset", "fast"], "--preset: contact_preset_variant"),
-    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--epsilon", "0"], "--epsilon: must be a finite"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--mode", "rollout", "--epsilon", "0"],
+     "--epsilon: must be a finite"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--epsilon", "1e-6"],
+     "--epsilon: the sensitivity nudge of rollout mode, and --mode one-step runs no rollout"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--mode", "rollout", "--every", "5"],
+     "--every: applies to one-step mode, and --mode rollout runs the rollout only"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--mode", "rollout", "--strict"],
+     "--strict: applies to one-step mode"),
     ("sap-validate", [str(DATA / "drake" / "index.json")], "index.json: missing required field 'format'"),
     ("sap-record", ["sphere_drop", "--steps", "0"], "--steps: must be >= 1"),
     ("sap-record", ["sphere_drop", "--engine", "bullet"], "argument --engine: invalid choice: 'bullet'"),
@@ -212,3 +220,178 @@ def test_console_scripts_are_these_mains():
         module, func = target.split(":")
         assert MAINS[prog].__module__ == module and MAINS[prog].__name__ == func
     assert os.path.basename(sap_tools.scenes.DRAKE_SCENE_DIR) == "drake"
+
+
+# ----------------------------------------------------------------------------- --version, Ctrl-C, outputs
+
+
+def test_every_tool_prints_the_distributions_version(capsys):
+    """One version: the installed distribution's (pyproject.toml's), in every package and every tool."""
+    import importlib.metadata
+    import tomllib
+
+    import sap_common
+    import sap_gpu
+    import sap_newton
+    import sap_ref
+    import sap_tools
+
+    project = tomllib.loads((DATA.parent.parent / "pyproject.toml").read_text())["project"]
+    version = importlib.metadata.version("sap-contact")
+    assert version == project["version"]
+    assert {m.__version__ for m in (sap_common, sap_gpu, sap_newton, sap_ref, sap_tools)} == {version}
+    for prog, main in MAINS.items():
+        with pytest.raises(SystemExit) as e:
+            main(["--version"])
+        assert e.value.code == 0
+        assert capsys.readouterr().out == f"{prog} (sap-contact) {version}\n"
+
+
+def test_version_falls_back_to_pyproject_then_unknown(tmp_path):
+    from sap_common import _version
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "not-installed-dist"\nversion = "9.8.7"\n')
+    assert _version._version("not-installed-dist", str(pyproject)) == "9.8.7"  # a checkout used without installing
+    assert _version._version("not-installed-dist", str(tmp_path / "missing.toml")) == "0+unknown"
+    assert _version._version("another-dist", str(pyproject)) == "0+unknown"  # another project's pyproject
+
+
+@pytest.mark.parametrize("prog", MAINS)
+def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, prog):
+    def interrupted(self, args=None, namespace=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sap_tools.cli.Parser, "parse_args", interrupted)
+    assert MAINS[prog]([]) == sap_tools.cli.INTERRUPTED_STATUS == 130
+    err = capsys.readouterr().err
+    assert err == f"{prog}: interrupted (Ctrl-C)\n", err
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_an_interrupted_output_is_not_written(capsys, monkeypatch, tmp_path, existing):
+    """Ctrl-C while sap-demo writes its plot: an existing file keeps its content, a new one does not
+    appear half written, no temporary file stays behind, and the one line names the file."""
+    out = tmp_path / "plot.png"
+    if existing:
+        out.write_bytes(b"the old plot")
+
+    def half_written(scene, rec, path, backend="ref"):
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sap_tools.demo, "plot", half_written)
+    assert sap_tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"sap-demo: interrupted (Ctrl-C); not written: {out} (an existing file keeps its old content)"]
+    assert sorted(os.listdir(tmp_path)) == (["plot.png"] if existing else [])
+    if existing:
+        assert out.read_bytes() == b"the old plot"
+
+
+def test_ctrl_c_in_a_running_tool_ends_it_with_one_line(tmp_path):
+    """A real SIGINT to a tool in the middle of a long rollout: status 130, one line, no traceback,
+    the existing output untouched."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "plot.png"
+    out.write_bytes(b"the old plot")
+    proc = subprocess.Popen([sys.executable, "-m", "sap_tools.demo", "box_stack", "--steps", "1000000", "--out",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=DATA.parent.parent)
+    try:
+        assert proc.stdout.readline().startswith("solver:")  # the run has started
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("box_stack [")]
+    assert lines == [f"sap-demo: interrupted (Ctrl-C); not written: {out} (an existing file keeps its old content)"]
+    assert out.read_bytes() == b"the old plot" and os.listdir(tmp_path) == ["plot.png"]
+
+
+def test_atomic_output_renames_when_complete_and_removes_what_failed(tmp_path):
+    from sap_tools.cli import atomic_output
+
+    target = tmp_path / "a.json"
+    with atomic_output(str(target)) as tmp:
+        assert os.path.dirname(tmp) == str(tmp_path) and tmp.endswith(".json") and os.path.basename(tmp)[0] == "."
+        with open(tmp, "w") as f:
+            f.write("new")
+        assert not target.exists()  # nothing at the target until the block ends
+    assert target.read_text() == "new" and os.listdir(tmp_path) == ["a.json"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask  # a new file's mode, not mkstemp's 0600
+    with pytest.raises(RuntimeError):
+        with atomic_output(str(target)) as tmp:
+            with open(tmp, "w") as f:
+                f.write("partial")
+            raise RuntimeError("the writer failed")
+    assert target.read_text() == "new" and os.listdir(tmp_path) == ["a.json"]
+
+
+UNWRITABLE = "/sys/sap_out_check.png"  # sysfs takes no new files, whoever asks (root included)
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys"), reason="no /sys on this machine")
+@pytest.mark.parametrize("prog,argv,flag", [
+    ("sap-demo", ["box_stack", "--out", UNWRITABLE], "--out"),
+    ("sap-benchmark", ["sphere_drop", "--out", UNWRITABLE[:-4] + ".json"], "--out"),
+    ("sap-plot-benchmark", [str(DATA / "drake" / "index.json"), "--out", UNWRITABLE], "--out"),
+    ("sap-inspect", ["box_stack", "--step", "5", "--out", UNWRITABLE[:-4] + ".html"], "--out"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--junit", UNWRITABLE[:-4] + ".xml"], "--junit"),
+    ("sap-view", ["box_stack", "--video", UNWRITABLE[:-4] + ".gif"], "--video"),
+    ("sap-record", ["sphere_drop", "--engine", "mujoco", "--out", "/sys"], "--out"),
+    ("sap-precompile", ["sphere_drop", "--out", "/sys/sap_cache"], "--out"),
+])
+def test_an_unwritable_output_fails_before_any_work(capsys, monkeypatch, prog, argv, flag):
+    """Found by creating a file there, before the run (os.access says yes to root, even in /sys)."""
+    _no_work(monkeypatch)
+    if prog == "sap-view":
+        pytest.importorskip("imageio")
+    line = _error(capsys, prog, MAINS[prog], argv)
+    assert line.startswith(f"{prog}: error: {flag}: "), line
+    assert "cannot create" in line or "not writable" in line, line
+    assert not os.path.exists(UNWRITABLE)
+
+
+def test_check_out_leaves_nothing_behind(tmp_path):
+    check_out("--out", str(tmp_path / "x.json"))
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match=r"--out: the folder .* does not exist"):
+        sap_tools.cli.check_out_dir("--out", str(tmp_path / "no" / "dir"))
+    assert sap_tools.cli.check_out_dir("--out", str(tmp_path / "new"), create=True) == str(tmp_path / "new")
+    assert os.listdir(tmp_path / "new") == []
+
+
+def test_the_cuda_driver_warning_is_filtered_for_a_cpu_device(capfd):
+    """Warp's native init prints a CUDA-driver warning where there is no driver; the tools drop that
+    one line when the device asked for is not CUDA, and keep every other line of stderr."""
+    import subprocess
+    import sys
+
+    raw = subprocess.run([sys.executable, "-c", "import warp; warp.init()"], capture_output=True, text=True)
+    if sap_tools.cli.CUDA_DRIVER_WARNING not in raw.stderr:
+        pytest.skip("Warp prints no CUDA-driver warning here (a CUDA driver is installed)")
+    # Warp's settings are left alone (wp.init() itself fills in kernel_cache_dir).
+    code = ("import warp as wp\n"
+            "snap = lambda: {k: repr(getattr(wp.config, k)) for k in dir(wp.config) if not k.startswith('_')\n"
+            "                and k != 'kernel_cache_dir'}\n"
+            "before = snap()\nfrom sap_tools.cli import warp_device\nprint(warp_device(DEVICE), before == snap())\n")
+    ours = subprocess.run([sys.executable, "-c", code.replace("DEVICE", "'cpu'")], capture_output=True, text=True)
+    assert ours.stdout.splitlines()[-1] == "cpu True" and "CUDA" not in ours.stderr, ours.stderr
+    asked = subprocess.run([sys.executable, "-c", code.replace("DEVICE", "'cuda:0'")], capture_output=True, text=True)
+    assert sap_tools.cli.CUDA_DRIVER_WARNING in asked.stderr  # asked for CUDA: the warning explains the error
+    assert "--device 'cuda:0': no CUDA device here; available: cpu" in asked.stderr
+    with sap_tools.cli._native_stderr_without(sap_tools.cli.CUDA_DRIVER_WARNING):
+        os.write(2, b"kept line\n" + sap_tools.cli.CUDA_DRIVER_WARNING.encode() + b". GPU execution ...\n")
+    err = capfd.readouterr().err
+    assert err == "kept line\n"

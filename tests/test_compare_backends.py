@@ -136,3 +136,18 @@ def test_an_unmatched_contact_is_a_tie_only_within_round_off():
 def test_every_stage_key_has_a_row():
     keys = [k for k, _ in STAGES]
     assert len(keys) == len(set(keys)) and keys[0] == "contact_count" and keys[-1] == "q1"
+
+
+def test_no_contact_at_the_compared_steps_is_said_so(capsys, device):
+    """box_stack's first contact comes at step 1: --steps 3 (every 10th: step 0 only) compares none."""
+    status, lines, row = _run(capsys, ["box_stack", "--steps", "3", "--device", str(device)])
+    assert status == 0 and row["compared"] == 1 and row["compared_contacts"] == 0 and row["first_contact_step"] == 1
+    text = "\n".join(lines)
+    assert "not present in this scene: contact" not in text
+    assert ("not compared: contact J, contact w, contact R, contact v̂, γ at v = ref v₁: no contact at the compared "
+            "steps; the rollout's first contact is at step 1, not a compared one") in text
+    assert lines[-2] == "verdict: pass (the contact stages were not compared: no contact at the compared steps)"
+    assert row["not_compared"]["J"].startswith("no contact at the compared steps")
+    assert row["not_compared"]["drive_Kp"] == "not present in this scene"
+    status, lines, row = _run(capsys, ["box_stack", "--steps", "3", "--every", "1", "--device", str(device)])
+    assert row["compared_contacts"] > 0 and "J" in row["stages"] and lines[-2] == "verdict: pass"

@@ -184,8 +184,28 @@ def test_report_html_lists_each_iteration():
     (["box_stack", "--step", "1", "--device", "cpu"], "--device: only applies to --backend gpu"),
     (["box_stack", "--step", "1", "--out", "/no/such/dir/r.html"], "--out:"),
     (["no_such_scene", "--step", "1"], "valid:"),
+    (["box_stack", "--step", "1000000"], "--step: 1000000 is past the end of box_stack (1000 steps: 0 … 999); "
+                                          "rolling out 1000000 steps first may take long: pass --past-end"),
+    (["box_stack", "--step", "1000"], "--step: 1000 is past the end of box_stack"),
 ])
 def test_bad_arguments_are_one_line_errors(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("sap-inspect: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_step_past_the_end_runs_when_asked(tmp_path, capsys, monkeypatch):
+    """--past-end lifts the refusal (on a scene made 3 steps long, so that going past is quick)."""
+    import dataclasses
+
+    import sap_tools.inspector as inspector
+
+    load = inspector.load_scene_arg
+    monkeypatch.setattr(inspector, "load_scene_arg", lambda *a: dataclasses.replace(load(*a), num_steps=3))
+    out = tmp_path / "r.html"
+    assert main(["sphere_drop", "--step", "5", "--out", str(out), "--quiet"]) == 2
+    assert "--step: 5 is past the end of sphere_drop (3 steps: 0 … 2)" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["sphere_drop", "--step", "2", "--out", str(out), "--quiet"]) == 0  # the last step is within
+    assert main(["sphere_drop", "--step", "5", "--past-end", "--out", str(out), "--quiet"]) == 0
+    assert out.stat().st_size > 1000

@@ -50,3 +50,33 @@ def test_example_records_the_robot_falling(tmp_path):
 def test_example_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         _example_module().main(["--num-frames", "0"])
+
+
+def test_example_without_out_writes_into_a_temporary_folder_not_the_working_directory(tmp_path):
+    run = subprocess.run([sys.executable, str(EXAMPLE), "--viewer", "file", "--num-frames", "1", "--device", "cpu"],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing in the working directory
+    (line,) = [ln for ln in run.stdout.splitlines() if ln.startswith("recording: ")]
+    path = pathlib.Path(line[len("recording: "):])
+    assert path.is_file() and path.stat().st_size > 0 and path.parent.name.startswith("sap-newton-example-")
+    import shutil
+
+    shutil.rmtree(path.parent)
+
+
+def test_newton_docs_limits_agree_with_the_mapping_table_and_the_code():
+    """docs/newton.md names the shape types the conversion maps, in its table and in § Limits alike."""
+    import re
+
+    from sap_newton import convert
+
+    docs = (EXAMPLE.parents[1] / "docs" / "newton.md").read_text(encoding="utf-8")
+    limits = docs.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    mapped = {newton.GeoType(t).name for t in convert._NEWTON_SHAPES}
+    table_row = next(line for line in docs.splitlines() if line.startswith("| shapes with `ShapeFlags.COLLIDE_SHAPES`"))
+    assert mapped == set(re.findall(r"\b[A-Z_]{3,}\b", table_row.split("|")[1])) - {"COLLIDE_SHAPES"}
+    converted, refused = re.search(r"shapes, ([A-Z, and]+) are converted; ([A-Z_, ]+) and the rest are refused",
+                                   " ".join(limits.split())).groups()
+    assert set(re.findall(r"[A-Z_]{3,}", converted)) == mapped
+    assert not set(re.findall(r"[A-Z_]{3,}", refused)) & mapped

@@ -2,7 +2,7 @@
 
 import io
 
-from sap_tools.progress import LOG_LINES, Progress
+from sap_tools.progress import LOG_INTERVAL_S, LOG_LINES, Progress
 
 
 class _Terminal(io.StringIO):
@@ -48,3 +48,19 @@ def test_a_tool_run_into_a_log_writes_a_few_lines(tmp_path, capsys):
     err = capsys.readouterr().err
     bar_lines = [line for line in err.splitlines() if line.startswith("sphere_drop [")]
     assert 1 <= len(bar_lines) <= LOG_LINES and "\r" not in err
+
+
+def test_a_long_run_in_a_log_writes_a_line_at_least_every_interval(monkeypatch):
+    """A run of hours shows in a log long before its first quarter: a line per LOG_INTERVAL_S."""
+    import sap_tools.progress as progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    log = io.StringIO()
+    with Progress(1_000_000, "rollout", stream=log) as bar:
+        for k in range(1, 1001):  # the first 0.1 % of the run, one update per second
+            clock[0] += 1.0
+            bar.update(k)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 1000 // LOG_INTERVAL_S == 16 and "\r" not in log.getvalue()
+    assert lines[0].split("] ")[1].startswith(f"{int(LOG_INTERVAL_S)}/1000000")

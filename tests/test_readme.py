@@ -1,5 +1,7 @@
-"""README stays true: its example runs, and .ci/run runs README's install and test command."""
+"""README stays true: its example runs and uses everything it builds, and .ci/run runs README's
+install and test command."""
 
+import ast
 import pathlib
 import re
 
@@ -33,6 +35,39 @@ def test_readme_example_runs():
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["state"].joint_q.shape == (16, 7)
-    assert namespace["stack"].sap_model.num_worlds == 16
+    assert namespace["solver"].config.line_search_variant == "exact_root"
     assert (namespace["solver"].last_status == 1).all()
     assert (namespace["gpu"].diagnostics()["status"] == 1).all()
+
+
+def test_readme_example_uses_every_name_it_binds():
+    """No dead lines: every name the example assigns or imports is read later in it."""
+    (code,) = _blocks("python")
+    tree = ast.parse(code)
+    bound, read = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store):
+                bound.setdefault(node.id, node.lineno)
+            else:
+                read.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound.setdefault((alias.asname or alias.name).split(".")[0], node.lineno)
+    loop_variables = {"_"}
+    unused = {name: line for name, line in bound.items() if name not in read and name not in loop_variables}
+    assert not unused, f"README's example binds names it never uses: {unused}"
+
+
+def test_license_and_changelog_match_pyproject():
+    """The license pyproject declares is the LICENSE file's; CHANGELOG has an Unreleased section and
+    one for the version pyproject (and so every --version) states."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    license_text = (ROOT / "LICENSE").read_text()
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    assert license_text.startswith("BSD 3-Clause License") and "the sap authors" in license_text.splitlines()[2]
+    assert "Neither the name of the copyright holder nor the names of its" in license_text
+    headings = re.findall(r"^## (.+)$", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert headings[0] == "Unreleased" and project["version"] in headings

@@ -15,6 +15,7 @@ import pytest
 import sap_ref.collision
 import sap_ref.solver
 from sap_common import scenes
+from sap_common.io import load_mjcf
 from sap_common.io.trajectory import write_trajectory
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
@@ -161,10 +162,10 @@ def half_friction(monkeypatch):
 
 def test_wrong_friction_coefficient_is_diagnosed_at_the_constraint_rows(half_friction):
     ctx, _ = V.make_context(DATA / "drake" / "sphere_slide.json")
-    r = V.one_step(ctx, [0, 1, 2])  # step 0 slides in contact (μ matters); then the hop
+    r = V.one_step(ctx, [0, 1, 2])  # step 1 (from row 0) slides in contact (μ matters); then the hop
     d = r["diagnosis"]
     assert r["verdict"] == "FAIL" and r["failing_steps"] == 1
-    assert d["step"] == 0 and d["cause"] == "constraint_rows" and not d["explained"]
+    assert d["step"] == 1 and d["cause"] == "constraint_rows" and not d["explained"]
     bad = [s["stage"] for s in d["stages"] if not s["ok"]]
     assert bad == ["contact μ"], d["stages"]  # geometry, k, τ_d and J all agree
 
@@ -190,10 +191,10 @@ def test_mutated_jacobian_sign_is_diagnosed_at_the_constraint_rows(monkeypatch):
 
     monkeypatch.setattr(sap_ref.solver, "contact_geometry", flipped)
     ctx, _ = V.make_context(DATA / "drake" / "sphere_drop.json")
-    first = int(np.argmax(ctx.traj.contacts["contact_count"] > 0)) - 1  # the step of the first contact
+    first = int(np.argmax(ctx.traj.contacts["contact_count"] > 0)) - 1  # the row the first contact steps from
     r = V.one_step(ctx, [first - 1, first])
     d = r["diagnosis"]
-    assert r["failing_steps"] == 1 and d["step"] == first and d["cause"] == "constraint_rows"
+    assert r["failing_steps"] == 1 and d["step"] == first + 1 and d["cause"] == "constraint_rows"
     assert [s["stage"] for s in d["stages"] if not s["ok"]] == ["contact J: J·v₁ normal vs recorded separation speed"]
 
 
@@ -346,13 +347,13 @@ def test_json_and_junit_reports_are_well_formed(tmp_path, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     report = json.loads(out[-1])
     assert report["verdict"] == "FAIL" and [r["verdict"] for r in report["reports"]] == ["pass", "FAIL"]
-    assert report["reports"][1]["one_step"]["diagnosis"]["step"] == 2  # row 3 is the result of step 2
+    assert report["reports"][1]["one_step"]["diagnosis"]["step"] == 3  # row 3 is the result of step 3
     root = ET.parse(junit).getroot()
     assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
     suites = root.findall("testsuite")
     assert [s.get("failures") for s in suites] == ["0", "1"]
     failure = suites[1].find("testcase/failure")
-    assert failure is not None and "step 2" in failure.get("message")
+    assert failure is not None and "step 3" in failure.get("message")
     assert suites[0].find("testcase").get("name") == "one-step [sap_ref]"
 
 
@@ -393,7 +394,8 @@ def test_mujoco_recording_is_judged_by_statistics(tmp_path):
     r = V.validate(path, mode="both")
     s = r["statistics"]
     assert r["engine"] == "mujoco" and r["verdict"] == "pass" and "one_step" not in r
-    assert s["contact_free_max_rel_dv"] <= V.MUJOCO_FREE_RTOL and s["contact_steps"] > 100
+    assert s["contact_free_max_rel_residual"] <= V.MUJOCO_FREE_RTOL and s["contact_steps"] > 100
+    assert s["contact_free_max_rel_dv"] <= V.MUJOCO_FREE_RTOL  # no actuator: the two schemes are one
     assert s["contact_pairs_agree_share"] >= V.MUJOCO_CONTACT_AGREEMENT
     assert r["rollout_statistics"]["verdict"] == "not judged"
 
@@ -409,3 +411,179 @@ def test_sap_gpu_stage_table_compares_it_with_sap_ref_first(device):
     assert names.index(gpu_rows[-1]) < names.index("free motion: A(v₁ − v*) − h(τ_c + Bu) vs recorded momentum "
                                                    "residual [N·s]")
     assert all(s.ok for s in stages), [s for s in stages if not s.ok]
+
+
+# ----------------------------------------------------------------------------- numbering, every failing step
+
+
+def _prismatic_copy(tmp_path, rows=40, q_rows=(), v_rows=(), delta=1e-6):
+    """prismatic_pd's first ``rows`` rows as a trajectory file, with the given rows of q or v moved by ``delta``."""
+    ctx = V.make_context(DATA / "drake" / "prismatic_pd.json")[0]
+    q, v = ctx.q_rows[:rows].copy(), ctx.v_rows[:rows].copy()
+    for n in q_rows:
+        q[n] += delta
+    for n in v_rows:
+        v[n] += delta
+    (tmp_path / "prismatic_pd.json").write_text((DATA / "drake" / "prismatic_pd.json").read_text())
+    return write_trajectory(tmp_path / "changed.npz", scene="prismatic_pd.json", dt=ctx.dt, q=q, v=v, convention="sap")
+
+
+def test_one_step_numbering_in_both_modes(tmp_path, capsys):
+    """A changed row 10 is step 10 in one-step mode and in rollout mode (row n is the state after
+    step n); a q that differs on its own is not excused as a different Newton iterate."""
+    path = _prismatic_copy(tmp_path, q_rows=[10])
+    r = V.validate(path, mode="both")
+    o, ro = r["one_step"], r["rollout"]
+    assert o["first_failing_step"] == o["diagnosis"]["step"] == ro["first_failing_step"] == 10
+    assert [f["step"] for f in o["failing"]] == [10, 11]  # into the changed row, and out of it
+    assert [f["step"] for f in ro["failing"]] == [10]
+    assert o["verdict"] == "FAIL" and o["explained"]["newton_tolerance"] == 0 and o["diagnosis"]["cause"] == "step"
+    text = V._text(r)
+    assert "differs at step 10" in text and "leaves the sensitivity envelope at step 10" in text
+    assert "failing steps (2 over the bar): 10 (the step differs" in text
+
+
+def test_every_failing_step_is_reported(tmp_path):
+    rows = [3, 8, 12, 15, 18, 21, 24, 27, 30, 33, 36]  # a changed velocity fails the steps into and out of its row
+    steps = sorted({n for r in rows for n in (r, r + 1)})
+    path = _prismatic_copy(tmp_path, v_rows=rows, delta=1e-3)
+    r = V.validate(path, max_diagnoses=4)
+    o = r["one_step"]
+    assert [f["step"] for f in o["failing"]] == steps and o["failing_steps"] == len(steps) == 22
+    assert [f["cause"] for f in o["failing"]][4:] == ["undiagnosed"] * (len(steps) - 4)
+    assert o["undiagnosed"] == len(steps) - 4 and o["verdict"] == "FAIL"
+    line = next(ln for ln in V._text(r).splitlines() if "failing steps" in ln)
+    assert line.strip().startswith(f"failing steps ({len(steps)} over the bar): 3 (")
+    assert line.count("× the bar)") == V.LISTED_STEPS and line.endswith("and 12 more (--json lists every one)")
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "a damaged array", "not a zip"])
+def test_an_unreadable_npz_is_a_one_line_error_naming_it(tmp_path, capsys, damage):
+    good = _prismatic_copy(tmp_path, rows=5)
+    data = open(good, "rb").read()
+    bad = tmp_path / "bad.npz"
+    if damage == "empty":
+        bad.write_bytes(b"")
+    elif damage == "truncated":
+        bad.write_bytes(data[:len(data) // 2])
+    elif damage == "a damaged array":  # the zip directory intact, a compressed member's bytes not
+        i = data.index(b"q.npy") + 200
+        bad.write_bytes(data[:i] + bytes(b ^ 0xFF for b in data[i:i + 64]) + data[i + 64:])
+    else:
+        bad.write_text("q, v\n1, 2\n")
+    assert V.main([str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sap-validate: error: {bad}: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_a_drake_recording_with_a_truncated_npz_names_the_npz(tmp_path, capsys):
+    for ext in ("json", "npz"):
+        (tmp_path / f"sphere_drop.{ext}").write_bytes((DATA / "drake" / f"sphere_drop.{ext}").read_bytes())
+    npz = tmp_path / "sphere_drop.npz"
+    npz.write_bytes(npz.read_bytes()[:1000])
+    assert V.main([str(tmp_path / "sphere_drop.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sap-validate: error: {npz}: not an .npz archive") and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- MuJoCo recordings with drives
+
+QUADRUPED = DATA.parent.parent / "sap_common" / "data" / "mesh_quadruped.xml"
+
+
+def _moving_quadruped(tmp_path, kv="1"):
+    """The shipped quadruped high in the air (no contact for 0.2 s) with two joints whose ``ref`` puts
+    them away from the actuators' target, so the drives move the legs in every contact-free step."""
+    text = QUADRUPED.read_text().replace('<body name="torso" pos="0 0 0.295">', '<body name="torso" pos="0 0 3">')
+    text = text.replace('name="fl_hip" type="hinge" axis="0 1 0" range="-1 1"',
+                        'name="fl_hip" type="hinge" axis="0 1 0" range="-1 1" ref="0.4"')
+    text = text.replace('name="hr_knee" type="hinge" axis="0 1 0" range="-2 0.2"',
+                        'name="hr_knee" type="hinge" axis="0 1 0" range="-2 0.2" ref="-0.5"')
+    path = tmp_path / "moving.xml"
+    path.write_text(text.replace('kv="1"', f'kv="{kv}"'))
+    return path
+
+
+def test_the_shipped_quadruped_recorded_with_mujocos_euler_validates(tmp_path):
+    """MuJoCo's Euler applies the position actuators' kv explicitly: its velocity update of this
+    model has a mode growing ×3.85 per step, so the recording's joint velocities grow from round-off
+    to ~1e-7 in free fall, where SAP's implicit drives keep them at round-off. The raw difference is
+    over the 1e-9 bar; MuJoCo's step computed from this project's dynamics matches to round-off."""
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import explicit_damping_growth, record_mujoco
+
+    path = record_mujoco(str(QUADRUPED), str(tmp_path), steps=20)  # the model's own integrator: Euler
+    r = V.validate(path)
+    s = r["statistics"]
+    assert s["integrator"] == "Euler" and s["contact_free_steps"] >= 15
+    assert s["contact_free_max_rel_dv"] > 100 * V.MUJOCO_FREE_RTOL  # the measured 4.1e-7 of free fall
+    assert s["contact_free_expected_rel_dv"] == pytest.approx(s["contact_free_max_rel_dv"], rel=1e-6)
+    assert s["contact_free_max_rel_residual"] <= 1e-3 * V.MUJOCO_FREE_RTOL and r["verdict"] == "pass"
+    scene = load_mjcf(str(QUADRUPED))
+    assert explicit_damping_growth(scene.mj_model, "Euler") == pytest.approx(3.85, abs=0.01)
+    assert explicit_damping_growth(scene.mj_model, "implicitfast") == 0.0
+    # A file without the integrator field (an older sap-record) takes the model's own: Euler.
+    fields = dict(np.load(path))
+    del fields["integrator"]
+    np.savez(tmp_path / "old.npz", **fields)
+    assert V.validate(tmp_path / "old.npz")["statistics"]["integrator"] == "Euler"
+
+
+def test_the_shipped_quadruped_recorded_with_implicitfast_agrees_to_the_bar(tmp_path):
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    path = record_mujoco(str(QUADRUPED), str(tmp_path), steps=20, integrator="implicitfast")
+    s = V.validate(path)["statistics"]
+    assert s["integrator"] == "implicitfast" and s["contact_free_max_rel_dv"] <= 1e-3 * V.MUJOCO_FREE_RTOL
+
+
+@pytest.mark.parametrize("integrator, steps", [("implicitfast", 30), ("euler", 8)])
+def test_moving_drives_differ_by_the_derived_scheme_difference_only(tmp_path, integrator, steps):
+    """With the legs driven through every step the schemes part by far more than the bar (SAP's drive
+    is implicit in q and v, MuJoCo's not, or in v only); taken out, round-off is left."""
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    path = record_mujoco(str(_moving_quadruped(tmp_path)), str(tmp_path), steps=steps, integrator=integrator)
+    s = V.validate(path)["statistics"]
+    assert s["contact_free_steps"] == steps and s["contact_free_max_rel_dv"] > 1e-3
+    assert s["contact_free_max_rel_residual"] <= 1e-3 * V.MUJOCO_FREE_RTOL
+
+
+def test_a_wrong_drive_gain_still_fails_the_mujoco_bar(tmp_path):
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    path = record_mujoco(str(_moving_quadruped(tmp_path)), str(tmp_path), steps=10, integrator="implicitfast")
+    _moving_quadruped(tmp_path, kv="1.01")  # the scene the file names now has other gains than MuJoCo ran
+    r = V.validate(path)
+    assert r["verdict"] == "FAIL" and r["statistics"]["contact_free_max_rel_residual"] > 1e3 * V.MUJOCO_FREE_RTOL
+
+
+def test_an_unstable_mujoco_run_is_not_recorded(tmp_path):
+    """Left to Euler, the driven legs blow up and MuJoCo resets the simulation: no trajectory."""
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    with pytest.raises(ValueError, match=r"MuJoCo found the simulation unstable in step \d+ .* not written"):
+        record_mujoco(str(_moving_quadruped(tmp_path)), str(tmp_path), steps=40, integrator="euler")
+    assert not list(tmp_path.glob("*.npz"))
+
+
+def test_a_mujoco_integrator_without_a_derived_step_is_refused(tmp_path):
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    path = record_mujoco(str(QUADRUPED), str(tmp_path), steps=5)
+    fields = dict(np.load(path))
+    fields["integrator"] = np.array("RK4")
+    np.savez(path, **fields)
+    with pytest.raises(ValueError, match=r"integrator: 'RK4': sap-validate derives MuJoCo's Euler and implicitfast"):
+        V.validate(path)
+    rk4 = tmp_path / "rk4.xml"
+    rk4.write_text(QUADRUPED.read_text().replace('<option timestep="0.002"/>',
+                                                  '<option timestep="0.002" integrator="RK4"/>'))
+    with pytest.raises(ValueError, match=r"--integrator: the model's integrator is RK4"):
+        record_mujoco(str(rk4), str(tmp_path))

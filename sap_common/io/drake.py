@@ -60,8 +60,9 @@ def load_recording(scene_or_path) -> dict:
         raise ValueError("scene: has no source file, so no recording")
     if path.endswith(".json"):
         path = path[:-5] + ".npz"
-    with np.load(path) as f:
-        return {k: f[k] for k in f.files}
+    from .npz import read_npz
+
+    return read_npz(path)
 
 
 def recorded_body_indices(scene: LoadedScene, recorded_names) -> np.ndarray:

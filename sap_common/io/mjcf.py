@@ -205,10 +205,13 @@ def load_mjcf(path_or_xml, num_worlds: int = 1) -> LoadedScene:
     following the mapping in the module docstring. Each group of dropped features gives one
     ``UserWarning`` whose message starts with ``"load_mjcf: "`` and names the elements.
 
-    Conventions: the initial state is MuJoCo's ``qpos0`` with zero velocity; hinge/slide
-    coordinates are ``qpos − qpos0``; ``max_rigid_contact = max(8, min(P, 64))`` with P the
-    number of candidate shape pairs (one slot per pair, capped: raise it for scenes where
-    many pairs touch at once or where box pairs make several contacts each).
+    Conventions: the initial state is MuJoCo's ``qpos0`` with zero velocity; the control is
+    what MuJoCo's initial ``ctrl = 0`` means (:func:`mujoco_ctrl_to_control`: a position
+    actuator's target is ``−qpos0`` where a joint's ``ref`` is not 0, a ctrl clamped into a
+    ``ctrlrange`` without 0); hinge/slide coordinates are ``qpos − qpos0``;
+    ``max_rigid_contact = max(8, min(P, 64))`` with P the number of candidate shape pairs (one
+    slot per pair, capped: raise it for scenes where many pairs touch at once or where box pairs
+    make several contacts each).
 
     Args:
         path_or_xml: path of a ``.xml`` (MJCF) or ``.urdf`` file, or an XML string (detected
@@ -255,7 +258,7 @@ def load_mjcf(path_or_xml, num_worlds: int = 1) -> LoadedScene:
     model = model.with_initial_state(q0, np.zeros(model.joint_dof_count), joint_qd_order="sap")
     name = os.path.splitext(os.path.basename(source))[0] if source else "mjcf"
     pairs = len(model.shape_pair)
-    return LoadedScene(
+    scene = LoadedScene(
         name=name, sap_model=model, state=model.state(), control=model.control(), dt=float(m.opt.timestep),
         num_steps=MJCF_NUM_STEPS, max_rigid_contact=max(MAX_RIGID_CONTACT_MIN, min(pairs, MAX_RIGID_CONTACT_CAP)),
         solver_kwargs={}, body_names=model.body_name,
@@ -264,6 +267,8 @@ def load_mjcf(path_or_xml, num_worlds: int = 1) -> LoadedScene:
                      f"{model.shape_count} shapes, {len(actuators)} actuators."),
         source=source, mj_model=m, mujoco_map=mapping,
     )
+    mujoco_ctrl_to_control(scene, np.zeros(m.nu), scene.control)  # MuJoCo starts with ctrl = 0
+    return scene
 
 
 # ----------------------------------------------------------------------------- bodies and joints

@@ -19,9 +19,11 @@ q             (N+1, nq)   positions; row 0 the initial state, row n the state af
 v             (N+1, nv)   velocities, rows as q
 ============  ==========  =================================================================
 
-and it may carry ``engine`` (who wrote it: ``"drake"``, ``"mujoco"``, the user's name) and
-per-step contacts, rows as the Drake recordings (row n ≥ 1 describes the step n−1 → n:
-geometry at q_{n−1}; row 0 is empty): ``contact_count (N+1,)``, ``contact_shape0``,
+and it may carry ``engine`` (who wrote it: ``"drake"``, ``"mujoco"``, the user's name),
+``integrator`` (the engine's time-stepping scheme: for MuJoCo ``"Euler"`` or ``"implicitfast"``,
+which ``sap-validate`` needs to judge a MuJoCo recording's contact-free steps) and per-step
+contacts, rows as the Drake recordings (row n ≥ 1 describes the step n−1 → n: geometry at
+q_{n−1}; row 0 is empty): ``contact_count (N+1,)``, ``contact_shape0``,
 ``contact_shape1 (N+1, C)`` (our shape indices, −1 = padding), ``contact_phi (N+1, C)``
 (signed distance [m], < 0 in penetration), and optionally ``contact_point (N+1, C, 3)``
 (the point the constraint acts at, world [m]), ``contact_normal (N+1, C, 3)`` (unit, from
@@ -70,6 +72,7 @@ class Trajectory:
         convention: one of :data:`TRAJECTORY_CONVENTIONS`.
         q: positions, (N+1, nq) in ``convention``.  v: velocities, (N+1, nv) in ``convention``.
         engine: who wrote it.
+        integrator: the engine's integrator (MuJoCo: ``"Euler"``, ``"implicitfast"``, …), or None.
         contacts: the per-step contact fields present (``contact_count`` and :data:`CONTACT_FIELDS`).
         extra: other per-step arrays (a Drake recording's forces, actuation, residuals, speeds).
         source: the file it was read from.
@@ -82,6 +85,7 @@ class Trajectory:
     q: np.ndarray
     v: np.ndarray
     engine: str = "unknown"
+    integrator: str | None = None
     contacts: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     source: str | None = None
@@ -130,12 +134,12 @@ def _check(traj: Trajectory) -> Trajectory:
 
 
 def write_trajectory(path, *, scene: str, dt: float, q, v, convention: str = "public", engine: str = "user",
-                     contacts: dict | None = None) -> str:
+                     contacts: dict | None = None, integrator: str | None = None) -> str:
     """Write a trajectory file (``.npz`` or ``.json`` by the extension of ``path``); returns the path.
 
     ``scene`` is stored as given: a built-in scene name, or a scene file path relative to the
     directory of ``path``. ``contacts`` holds ``contact_count`` and fields of
-    :data:`CONTACT_FIELDS` (optional).
+    :data:`CONTACT_FIELDS` (optional); ``integrator`` names the engine's scheme (optional).
     """
     path = os.fspath(path)
     traj = _check(Trajectory(scene=str(scene), scene_path=None, dt=float(dt), convention=str(convention),
@@ -143,6 +147,8 @@ def write_trajectory(path, *, scene: str, dt: float, q, v, convention: str = "pu
                              contacts={k: np.asarray(a) for k, a in (contacts or {}).items()}, source=path))
     fields = {"format": TRAJECTORY_FORMAT, "version": TRAJECTORY_VERSION, "scene": traj.scene, "dt": traj.dt,
               "convention": traj.convention, "engine": traj.engine, "q": traj.q, "v": traj.v, **traj.contacts}
+    if integrator is not None:
+        fields["integrator"] = str(integrator)
     if path.endswith(".json"):
         with open(path, "w") as f:
             json.dump({k: (a.tolist() if isinstance(a, np.ndarray) else a) for k, a in fields.items()}, f)
@@ -215,17 +221,18 @@ def load_trajectory(path) -> Trajectory:
         raise ValueError(f"{path}: no such trajectory file")
     if path.endswith(".json"):
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 fields = json.load(f)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(fields, dict):
             raise ValueError(f"{path}: expected a JSON object")
         if "recording" in fields and "plant" in fields and "format" not in fields:
             return _check(_drake_recording(path, fields))
     elif path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as f:
-            fields = {k: f[k] for k in f.files}
+        from .npz import read_npz
+
+        fields = read_npz(path)
     else:
         raise ValueError(f"{path}: a trajectory file ends in .npz or .json")
     fmt = _string(fields, "format", path)
@@ -263,7 +270,8 @@ def load_trajectory(path) -> Trajectory:
                 raise ValueError(f"{path}: {key}: expected a numeric array") from None
     return _check(Trajectory(scene=scene, scene_path=scene_path, dt=dt,
                              convention=_string(fields, "convention", path), q=arrays["q"], v=arrays["v"],
-                             engine=_string(fields, "engine", path, default="unknown"), contacts=contacts,
+                             engine=_string(fields, "engine", path, default="unknown"),
+                             integrator=_string(fields, "integrator", path, default="") or None, contacts=contacts,
                              source=path))
 
 

@@ -72,7 +72,8 @@ from sap_tools.benchmark.measure import (MIN_CONVERGED_FRACTION, breakdown, brea
                                          sparse_speedups, structure, structure_line, table, time_run, validity)
 from sap_tools.benchmark.runs import (DEFAULT_NOISE_STD, MjwarpRun, SapRun, load_scene, memory_in_use, noise_channels,
                                       percentile_from_histogram)
-from sap_tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_out, cpu_model, fail, parser, warp_device
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_out, cpu_model, entry_point, fail,
+                           parser, warp_device)
 from sap_tools.progress import Progress
 
 # The command line is here; the runs are in sap_tools.benchmark.runs, their timing, structure counts,
@@ -231,6 +232,7 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     return worlds, presets, overrides, device
 
 
+@entry_point("sap-benchmark")
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -314,7 +316,7 @@ def main(argv=None) -> int:
         if len(ratio_rows) == 1:
             result["ratio"] = ratio_rows[0]["ratio"]
     if args.out:
-        with open(args.out, "w") as f:
+        with atomic_output(args.out) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=1)
         print(f"results written to {args.out}")
     if args.json:

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from sap_tools.cli import fail, parser, warp_device
+from sap_tools.cli import entry_point, fail, parser, warp_device
 
 __all__ = ["main", "pile"]
 
@@ -118,6 +118,7 @@ def _same(a, b) -> bool:
                if isinstance(getattr(a, f.name), np.ndarray))
 
 
+@entry_point("sap-benchmark-collision")
 def main(argv=None) -> int:
     p = parser("sap-benchmark-collision", __doc__)
     p.add_argument("--shapes", type=int, default=DEFAULT_SHAPES, help=f"shapes per world, >= 100 (default {DEFAULT_SHAPES})")

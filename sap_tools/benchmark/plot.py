@@ -17,7 +17,7 @@ import json
 import math
 import sys
 
-from sap_tools.cli import fail, parser, plot_path
+from sap_tools.cli import atomic_output, entry_point, fail, parser, plot_path
 
 __all__ = ["read_runs", "series", "figure", "plot", "main"]
 
@@ -124,6 +124,7 @@ def plot(runs: list[dict], path: str, title: str | None = None) -> None:
     plt.close(fig)
 
 
+@entry_point("sap-plot-benchmark")
 def main(argv=None) -> int:
     p = parser("sap-plot-benchmark", __doc__, uses_warp=False)
     p.add_argument("results", nargs="+", help="JSON files written by sap-benchmark --out")
@@ -140,7 +141,8 @@ def main(argv=None) -> int:
         runs = [r for path in args.results for r in read_runs(path)]
     except ValueError as e:
         return fail("sap-plot-benchmark", e)
-    plot(runs, out, args.title)
+    with atomic_output(out) as tmp:
+        plot(runs, tmp, args.title)
     print(f"plot of {len(runs)} runs written to {out}")
     return 0
 

@@ -36,9 +36,10 @@ import tempfile
 
 import numpy as np
 
-from sap_tools.cli import fail, load_scene_arg, parser
+from sap_tools.cli import atomic_output, check_out_dir, entry_point, fail, load_scene_arg, parser
 
-__all__ = ["REFERENCE_DIR", "CHECK_RTOL", "RUN_DEPENDENT", "record_drake", "record_mujoco", "compare_recordings",
+__all__ = ["REFERENCE_DIR", "CHECK_RTOL", "RUN_DEPENDENT", "MUJOCO_INTEGRATORS", "MUJOCO_JUDGED_INTEGRATORS",
+           "record_drake", "record_mujoco", "mujoco_integrator", "explicit_damping_growth", "compare_recordings",
            "write_json", "main"]
 
 # The repository: this file is sap_tools/record/cli.py.
@@ -56,10 +57,11 @@ _DERIVED = ("checks", "convention_self_checks (all must be ~1e-12 or less)")
 
 
 def write_json(path: str, doc: dict) -> None:
-    """Strict JSON with one-space indentation and a final newline (the format's layout)."""
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1, allow_nan=False)
-        f.write("\n")
+    """Strict JSON with one-space indentation and a final newline (the format's layout), written
+    atomically (a temporary file beside ``path``, renamed when complete)."""
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"  # a value JSON cannot hold fails before any write
+    with atomic_output(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
 
 
 def _repo_relative(path: str) -> str:
@@ -108,7 +110,8 @@ def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> t
     if bad:
         raise RuntimeError(f"scene {name!r}: convention self-checks above {SELF_CHECK_LIMIT:g}: {bad}; not written")
     doc["convention_self_checks (all must be ~1e-12 or less)"] = jsonable(self_checks)
-    np.savez_compressed(npz_path, **arrays)  # numpy's zip entries carry a fixed date: reproducible bytes
+    with atomic_output(npz_path) as tmp:
+        np.savez_compressed(tmp, **arrays)  # numpy's zip entries carry a fixed date: reproducible bytes
     write_json(json_path, doc)
     index_path = os.path.join(out_dir, "index.json")
     index = {"generator": doc["generator"], "pydrake": doc["versions"]["pydrake"], "scenes": {}}
@@ -121,8 +124,68 @@ def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> t
     return json_path, npz_path
 
 
-def record_mujoco(scene_arg: str, out_dir: str, *, steps=None) -> str:
-    """Step an MJCF/URDF scene with MuJoCo and write a trajectory file; returns its path."""
+# MuJoCo's integrators by their MJCF names (mjtIntegrator order), and the ones whose step
+# sap-validate derives from this project's dynamics (docs/validation.md § MuJoCo recordings).
+MUJOCO_INTEGRATORS = ("Euler", "RK4", "implicit", "implicitfast")
+MUJOCO_JUDGED_INTEGRATORS = ("Euler", "implicitfast")
+
+
+def mujoco_integrator(name: str | None, model_integrator: int) -> str:
+    """The MJCF name of the integrator a MuJoCo recording uses: ``name`` (``--integrator``, any
+    case) or the model's own; ``ValueError`` naming ``--integrator`` for one sap-validate cannot judge."""
+    if name is None:
+        chosen = MUJOCO_INTEGRATORS[int(model_integrator)]
+        if chosen not in MUJOCO_JUDGED_INTEGRATORS:
+            raise ValueError(f"--integrator: the model's integrator is {chosen}; sap-validate derives MuJoCo's "
+                             f"{' and '.join(MUJOCO_JUDGED_INTEGRATORS)} steps only: record with --integrator "
+                             "implicitfast (or euler)")
+        return chosen
+    by_lower = {n.lower(): n for n in MUJOCO_JUDGED_INTEGRATORS}
+    if name.lower() not in by_lower:
+        valid = ", ".join(n.lower() for n in MUJOCO_JUDGED_INTEGRATORS)
+        raise ValueError(f"--integrator: {name!r} is not one of {valid}")
+    return by_lower[name.lower()]
+
+
+def explicit_damping_growth(m, integrator: str) -> float:
+    """How much MuJoCo's Euler step amplifies the joint velocities through the actuators' velocity
+    gains (``kv``), which Euler applies explicitly: the spectral radius of I − h·(M + hD)⁻¹·K_v at
+    ``qpos0`` (K_v = the actuators' −∂force/∂qvel). Above 1 the explicit damping overshoots and
+    round-off in those velocities grows by that factor per step while nothing else acts on them.
+    0 for implicitfast (kv implicit) or a model without velocity gains."""
+    import mujoco
+
+    if integrator != "Euler" or m.nu == 0:
+        return 0.0
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    moment = np.zeros((m.nu, m.nv))
+    for a in range(m.nu):  # joint transmissions: the moment arm is the gear on the joint's DOF
+        if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT):
+            moment[a, int(m.jnt_dofadr[int(m.actuator_trnid[a, 0])])] = float(m.actuator_gear[a, 0])
+    kv = -np.array([float(m.actuator_biasprm[a, 2]) if int(m.actuator_biastype[a]) == int(mujoco.mjtBias.mjBIAS_AFFINE)
+                    else 0.0 for a in range(m.nu)])
+    if not np.any(kv > 0):
+        return 0.0
+    K = moment.T @ np.diag(kv) @ moment
+    M = np.zeros((m.nv, m.nv))
+    if hasattr(d, "qM"):  # MuJoCo 3: mj_fullM(m, dst, qM)
+        mujoco.mj_fullM(m, M, d.qM)
+    else:  # MuJoCo 4: mj_fullM(m, d, dst)
+        mujoco.mj_fullM(m, d, M)
+    h = float(m.opt.timestep)
+    damping = np.array(m.dof_damping) if not int(m.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP) \
+        else np.zeros(m.nv)
+    T = np.eye(m.nv) - h * np.linalg.solve(M + h * np.diag(damping), K)
+    return float(np.max(np.abs(np.linalg.eigvals(T))))
+
+
+def record_mujoco(scene_arg: str, out_dir: str, *, steps=None, integrator: str | None = None) -> str:
+    """Step an MJCF/URDF scene with MuJoCo and write a trajectory file; returns its path.
+
+    ``integrator`` (``"euler"`` or ``"implicitfast"``) replaces the model's own for the recording;
+    the file names the one used. A model whose own integrator sap-validate cannot judge (RK4,
+    implicit) needs it."""
     import mujoco
 
     from sap_common.io import load_mjcf
@@ -132,11 +195,25 @@ def record_mujoco(scene_arg: str, out_dir: str, *, steps=None) -> str:
         raise ValueError(f"scene: --engine mujoco records an MJCF/URDF file; {scene_arg!r} is not one")
     scene = load_mjcf(scene_arg)
     m, shape_of = scene.mj_model, scene.mujoco_map.shape
+    chosen = mujoco_integrator(integrator, m.opt.integrator)
+    m.opt.integrator = MUJOCO_INTEGRATORS.index(chosen)
+    growth = explicit_damping_growth(m, chosen)
+    if growth > 1.0:
+        print(f"sap-record: note: {scene.name}: MuJoCo's Euler integrator applies the actuators' velocity gains (kv) "
+              f"explicitly; at h = {m.opt.timestep:g} s its velocity update has a mode that grows by x{growth:.3g} per "
+              "step while nothing else acts on it (round-off in the joint velocities grows so); --integrator "
+              "implicitfast treats kv implicitly", file=sys.stderr)
     d = mujoco.MjData(m)
     N = int(steps or scene.num_steps)
     qpos, qvel, rows = [d.qpos.copy()], [d.qvel.copy()], [[]]
-    for _ in range(N):
+    resets = [int(getattr(mujoco.mjtWarning, w)) for w in ("mjWARN_BADQPOS", "mjWARN_BADQVEL", "mjWARN_BADQACC")]
+    for n in range(N):
         mujoco.mj_step(m, d)  # collision at q_n, then the step: d.contact describes the step n → n+1
+        if any(d.warning[w].number for w in resets):  # MuJoCo found NaN/huge values and reset to qpos0
+            raise ValueError(f"{scene_arg}: MuJoCo found the simulation unstable in step {n + 1} (a NaN or huge "
+                             f"position, velocity or acceleration) and reset it to its initial state, so the result "
+                             f"is not a trajectory; not written (a smaller timestep, or --integrator implicitfast "
+                             f"where actuators have kv, may help)")
         row = []
         for c in d.contact[:d.ncon]:
             a, b = shape_of[int(c.geom1)], shape_of[int(c.geom2)]
@@ -159,8 +236,10 @@ def record_mujoco(scene_arg: str, out_dir: str, *, steps=None) -> str:
             contacts["contact_normal"][n, k] = normal
     out = os.path.join(out_dir, f"{scene.name}.mujoco.npz")
     rel_scene = os.path.relpath(os.path.abspath(scene_arg), os.path.abspath(out_dir))
-    return write_trajectory(out, scene=rel_scene, dt=float(m.opt.timestep), q=np.array(qpos), v=np.array(qvel),
-                            convention="mujoco", engine="mujoco", contacts=contacts)
+    with atomic_output(out) as tmp:
+        write_trajectory(tmp, scene=rel_scene, dt=float(m.opt.timestep), q=np.array(qpos), v=np.array(qvel),
+                         convention="mujoco", engine="mujoco", contacts=contacts, integrator=chosen)
+    return out
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -236,6 +315,7 @@ def _reference_scenes() -> list[str]:
         return [os.path.join(REFERENCE_DIR, f"{name}.json") for name in json.load(f)["scenes"]]
 
 
+@entry_point("sap-record")
 def main(argv=None) -> int:
     p = parser("sap-record", __doc__)
     p.add_argument("scenes", nargs="*", help="built-in scene names, Drake scene files (.json) or, with --engine mujoco, "
@@ -244,6 +324,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default: the current folder; --reference: "
                                                "tests/data/drake)")
     p.add_argument("--steps", type=int, default=None, help="steps to record (default: the scene's)")
+    p.add_argument("--integrator", default=None, help="MuJoCo: euler or implicitfast instead of the model's own "
+                                                      "integrator (sap-validate judges these two)")
     p.add_argument("--timing", action="store_true", help="Drake: also measure Drake's time per step (7 runs)")
     p.add_argument("--reference", action="store_true", help="Drake: every scene of tests/data/drake/index.json")
     p.add_argument("--check", action="store_true", help="with --reference: record into a temporary folder and compare "
@@ -263,6 +345,10 @@ def main(argv=None) -> int:
         if args.engine == "drake" and mjcf:
             raise ValueError(f"scene: {mjcf[0]!r} is an MJCF/URDF file; record it with --engine mujoco (Drake "
                              "scenes come from built-in scenes or Drake scene files)")
+        if args.integrator is not None:
+            if args.engine != "mujoco":
+                raise ValueError("--integrator: chooses MuJoCo's integrator; it needs --engine mujoco")
+            mujoco_integrator(args.integrator, 0)
         if args.engine == "drake":
             from sap_tools.record.drake import pydrake_available
 
@@ -273,8 +359,7 @@ def main(argv=None) -> int:
         out = args.out or (REFERENCE_DIR if args.reference and not args.check else ".")
         if args.check:
             out = tempfile.mkdtemp(prefix="sap-record-check-")
-        if not os.path.isdir(out):
-            raise ValueError(f"--out: the folder {out!r} does not exist")
+        check_out_dir("--out", out)
         if args.engine == "drake":
             specs = [_spec(s) for s in scenes]  # refusals before any simulation
             del specs
@@ -284,7 +369,7 @@ def main(argv=None) -> int:
     for s in scenes:
         try:
             if args.engine == "mujoco":
-                path = record_mujoco(s, out, steps=args.steps)
+                path = record_mujoco(s, out, steps=args.steps, integrator=args.integrator)
                 print(f"{s}: wrote {path}")
                 results.append({"scene": s, "trajectory": path})
                 continue

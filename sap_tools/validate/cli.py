@@ -43,7 +43,8 @@ from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, tra
 from sap_common.model import JointType
 from sap_common.state import StepStatus
 from sap_common import spatial
-from sap_tools.cli import LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, parser, scene_solver_kwargs, warp_device
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
+                           fail, parser, scene_solver_kwargs, warp_device)
 from sap_tools.progress import Progress
 from sap_tools.validate.backends import RefBackend, make_backend, recorded_state
 from sap_tools.validate.diagnose import diagnose, drake_uses_mpr
@@ -72,6 +73,11 @@ MUJOCO_FREE_RTOL = 1e-9
 # pair while φ < margin; ties at the threshold and MuJoCo's multi-contact box pairs make a few differ.
 MUJOCO_CONTACT_AGREEMENT = 0.95
 MODES = ("one-step", "rollout", "both")
+# Failing steps listed by step number in the text report (--json lists every one).
+LISTED_STEPS = 10
+_CAUSES = {"step": "the step differs", "contact_set": "contact set differs",
+           "constraint_rows": "constraint rows differ", "tie": "tie", "newton_tolerance": "Newton tolerance",
+           "mpr_contact_point": "FCL-MPR contact point", "undiagnosed": "undiagnosed"}
 _MODE_KEYS = ("one_step", "statistics", "rollout", "rollout_statistics")  # report keys of the modes
 
 
@@ -148,7 +154,8 @@ def _actuated_dofs(scene, traj):
 
 
 def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, progress=None) -> dict:
-    """Teacher-forced steps ``steps`` (row n → n+1): errors against the bar, diagnoses of failures."""
+    """Teacher-forced steps from the rows ``steps`` (row n → n+1): errors against the bar, diagnoses
+    of failures. The report numbers steps as every report does: the step from row n is step n + 1."""
     worst = {"dv": 0.0, "dq": 0.0, "ratio": 0.0, "step": None}
     failing, diagnoses, counts, nonconverged = [], [], {"tie": 0, "newton_tolerance": 0, "mpr_contact_point": 0}, 0
     undiagnosed = 0
@@ -161,16 +168,20 @@ def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, 
         ratio = max(ev / bv, eq / bq)
         worst["dv"], worst["dq"] = max(worst["dv"], ev), max(worst["dq"], eq)
         if ratio > worst["ratio"]:
-            worst["ratio"], worst["step"] = ratio, int(n)
+            worst["ratio"], worst["step"] = ratio, int(n) + 1
         if ratio > 1.0:
-            failing.append(int(n))
+            entry = {"step": int(n) + 1, "error_over_bar": float(ratio), "dv": ev, "dq": eq}
             if sum(not d.explained for d in diagnoses) < max_diagnoses:
                 d = diagnose(ctx, int(n))
                 diagnoses.append(d)
                 if d.explained:
                     counts[d.explanation] += 1
+                entry["cause"] = d.explanation if d.explained else d.cause
+                entry["explained"] = bool(d.explained)
             else:
                 undiagnosed += 1
+                entry["cause"], entry["explained"] = "undiagnosed", False
+            failing.append(entry)
         if progress:
             progress(i + 1)
     unexplained = [d for d in diagnoses if not d.explained or strict]
@@ -178,7 +189,9 @@ def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, 
     first = next((d for d in diagnoses if not d.explained), diagnoses[0] if diagnoses else None)
     return {"steps_checked": len(steps), "max_dv": worst["dv"], "max_dq": worst["dq"],
             "worst_error_over_bar": worst["ratio"], "worst_step": worst["step"], "bar_rtol": ctx.one_step_rtol,
-            "failing_steps": len(failing), "explained": counts, "undiagnosed": undiagnosed,
+            "failing_steps": len(failing), "failing": failing,
+            "first_failing_step": failing[0]["step"] if failing else None,
+            "explained": counts, "undiagnosed": undiagnosed,
             "mpr_forced_worst_over_bar": max((d.forced_over_bar for d in diagnoses
                                               if d.explanation == "mpr_contact_point"), default=None),
             "not_converged_steps": int(nonconverged), "verdict": "pass" if ok else "FAIL",
@@ -190,7 +203,8 @@ def one_step(ctx: Context, steps, *, strict=False, max_diagnoses=MAX_DIAGNOSES, 
 
 
 def rollout(ctx: Context, steps: int, *, epsilon=ROLLOUT_EPSILON, progress=None) -> dict:
-    """The free trajectory against the recording, with the sensitivity bar (module docstring)."""
+    """The free trajectory against the recording, with the sensitivity bar (module docstring).
+    Step k is the state after k steps (row k), the numbering of every report."""
     model = ctx.scene.sap_model
     s0 = ctx.state(0)
     q_imp, v_imp, status = ctx.backend.rollout(s0, steps, ctx.dt, progress)
@@ -210,11 +224,14 @@ def rollout(ctx: Context, steps: int, *, epsilon=ROLLOUT_EPSILON, progress=None)
     err_v = np.abs(v_imp - ctx.v_rows[:steps + 1]).max(axis=1, initial=0.0)
     bad = np.flatnonzero((err_q > bar_q) | (err_v > bar_v))
     k = int(np.argmax(np.maximum(err_q / np.maximum(bar_q, 1e-300), err_v / np.maximum(bar_v, 1e-300))))
+    failing = [{"step": int(f), "dq": float(err_q[f]), "bar_q": float(bar_q[f]), "dv": float(err_v[f]),
+                "bar_v": float(bar_v[f])} for f in bad]
     out = {"steps": int(steps), "epsilon": epsilon, "max_dq": float(err_q.max()), "max_dv": float(err_v.max()),
            "sensitivity_drift_q": float(drift_q[-1]), "sensitivity_drift_v": float(drift_v[-1]),
            "worst_step": k, "worst_dq": float(err_q[k]), "bar_q_there": float(bar_q[k]),
            "worst_dv": float(err_v[k]), "bar_v_there": float(bar_v[k]),
            "not_converged_steps": int(np.sum((status & StepStatus.CONVERGED) == 0)),
+           "failing_steps": len(failing), "failing": failing, "first_failing_step": None,
            "verdict": "pass" if bad.size == 0 else "FAIL"}
     if bad.size:
         f = int(bad[0])
@@ -243,11 +260,63 @@ def _mpr_hint(ctx: Context, last_row: int) -> str:
 # ----------------------------------------------------------------------------- MuJoCo statistics
 
 
+def mujoco_integrator_of(ctx: Context) -> str:
+    """The MuJoCo integrator a MuJoCo recording was made with: the file's ``integrator`` field, or
+    (a file written before sap-record stored it) the scene model's own option, which it then used.
+    ``ValueError`` naming the file for one whose step is not derived here."""
+    from sap_tools.record.cli import MUJOCO_INTEGRATORS, MUJOCO_JUDGED_INTEGRATORS
+
+    name = ctx.traj.integrator
+    if name is None and getattr(ctx.scene, "mj_model", None) is not None:
+        name = MUJOCO_INTEGRATORS[int(ctx.scene.mj_model.opt.integrator)]
+    if name not in MUJOCO_JUDGED_INTEGRATORS:
+        raise ValueError(f"{ctx.traj.source}: integrator: {name!r}: sap-validate derives MuJoCo's "
+                         f"{' and '.join(MUJOCO_JUDGED_INTEGRATORS)} steps only (record with sap-record --integrator)")
+    return name
+
+
+def mujoco_free_step(ctx: Context, n: int, integrator: str, eulerdamp: bool = True) -> np.ndarray:
+    """v_{n+1} as MuJoCo's ``integrator`` takes a contact-free step from row n, computed from this
+    project's dynamics (SAP order). Call right after ``ctx.reference`` stepped from row n.
+
+    SAP's step (docs/formulation.md) is (A + h·c·e eᵀ) v₁ = A v* + h·(−Kp(q₀ − q_d) + Kd v_d + u₀) on each
+    drive, c = h·Kp + Kd: the drive implicit in position and velocity. MuJoCo takes the actuator
+    force at (q₀, v₀), τ = clamp(−Kp(q₀ − q_d) − Kd(v₀ − v_d) + u₀), and steps
+    (M + h·D̃ + h·K̃)(v₁ − v₀) = h·(k + τ): k the same forces as SAP's free motion (gravity, bias,
+    −D v₀), D̃ = D where joint damping is implicit (Euler with its eulerdamp flag, implicitfast) and
+    K̃ = Kd on unclamped drives for implicitfast (its velocity derivatives), 0 for Euler. The raw
+    gains are MuJoCo's (the near-rigid clamp of SAP's drives is SAP's own)."""
+    r = ctx.reference.solver.last_results[0]
+    fm, d, model, h = r.free_motion, r.drives, ctx.scene.sap_model, ctx.dt
+    v0 = ctx.v_rows[n]
+    tau, K = np.zeros_like(v0), np.zeros_like(v0)
+    if d is not None and len(d.dof):
+        Kp, Kd = model.joint_target_ke[d.dof], model.joint_target_kd[d.dof]
+        y = -Kp * (d.q0 - d.q_target) - Kd * (v0[d.dof] - d.v_target) + d.u0
+        tau[d.dof] = np.clip(y, -d.effort, d.effort)
+        if integrator == "implicitfast":  # MuJoCo leaves a clamped actuator's derivative out
+            K[d.dof] = np.where(np.abs(y) < d.effort, Kd, 0.0)
+    damping = np.diag(fm.A - fm.M) / h
+    A = fm.M + h * np.diag((damping if integrator == "implicitfast" or eulerdamp else 0.0) + K)
+    return v0 + h * np.linalg.solve(A, fm.k + tau)
+
+
 def mujoco_statistics(ctx: Context, steps, progress=None) -> dict:
-    """One-step comparison of a MuJoCo recording by statistics (module docstring): the largest
-    relative |Δv| of contact-free steps (judged), the share of contact steps whose contact pairs
-    agree (judged), |Δv| of contact steps and the mean φ₀ of both sides (reported)."""
-    free_ratio, agree, contact_steps, dv, phi_ours, phi_theirs = 0.0, 0, 0, [], [], []
+    """One-step comparison of a MuJoCo recording by statistics (module docstring). Contact-free
+    steps are judged after the difference of the two schemes is taken out: SAP's drives are
+    implicit, MuJoCo's actuator forces explicit (Euler) or implicit in velocity only
+    (implicitfast), so the judged residual of step n is (v_impl − v_rec) − (v_sap_ref − v_mujoco),
+    v_mujoco MuJoCo's step computed from this project's dynamics (:func:`mujoco_free_step`); the
+    raw difference and the derived one are reported. Also judged: the share of contact steps
+    whose contact pairs agree; reported: |Δv| of contact steps and the mean φ₀ of both sides."""
+    integrator = mujoco_integrator_of(ctx)
+    mj, eulerdamp = getattr(ctx.scene, "mj_model", None), True
+    if mj is not None:  # MuJoCo's flag that makes Euler's joint damping explicit
+        import mujoco
+
+        eulerdamp = not int(mj.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_EULERDAMP)
+    raw, expected, residual = 0.0, 0.0, 0.0
+    agree, contact_steps, dv, phi_ours, phi_theirs = 0, 0, [], [], []
     c = ctx.traj.contacts
     for i, n in enumerate(steps):
         state = ctx.state(n)
@@ -262,9 +331,18 @@ def mujoco_statistics(ctx: Context, steps, progress=None) -> dict:
                       for k in range(k_theirs)}
             phi_theirs += c["contact_phi"][n + 1, :k_theirs].tolist()
         phi_ours += contacts.phi0[0, :k_ours].tolist()
-        ev = float(np.abs(v1 - ctx.v_rows[n + 1]).max(initial=0.0))
+        v_rec = ctx.v_rows[n + 1]
+        ev = float(np.abs(v1 - v_rec).max(initial=0.0))
         if not ours and not theirs:
-            free_ratio = max(free_ratio, ev / max(1.0, float(np.abs(ctx.v_rows[n + 1]).max(initial=0.0))))
+            scale = max(1.0, float(np.abs(v_rec).max(initial=0.0)))
+            if ctx.backend is ctx.reference:
+                v_sap = v1
+            else:
+                v_sap, _, _ = ctx.reference.step(state, ctx.reference.collide(state), ctx.dt)
+            v_mj = mujoco_free_step(ctx, n, integrator, eulerdamp)
+            raw = max(raw, ev / scale)
+            expected = max(expected, float(np.abs(v_sap - v_mj).max(initial=0.0)) / scale)
+            residual = max(residual, float(np.abs((v1 - v_rec) - (v_sap - v_mj)).max(initial=0.0)) / scale)
         else:
             contact_steps += 1
             agree += ours == theirs
@@ -272,10 +350,12 @@ def mujoco_statistics(ctx: Context, steps, progress=None) -> dict:
         if progress:
             progress(i + 1)
     share = agree / contact_steps if contact_steps else 1.0
-    ok = free_ratio <= MUJOCO_FREE_RTOL and share >= MUJOCO_CONTACT_AGREEMENT
+    ok = residual <= MUJOCO_FREE_RTOL and share >= MUJOCO_CONTACT_AGREEMENT
     dv = np.array(dv) if dv else np.zeros(1)
     mean = lambda x: float(np.mean(x)) if x else None  # noqa: E731
-    return {"steps_checked": len(steps), "contact_free_max_rel_dv": free_ratio, "contact_free_bar": MUJOCO_FREE_RTOL,
+    return {"steps_checked": len(steps), "integrator": integrator, "contact_free_steps": len(steps) - contact_steps,
+            "contact_free_max_rel_dv": raw, "contact_free_expected_rel_dv": expected,
+            "contact_free_max_rel_residual": residual, "contact_free_bar": MUJOCO_FREE_RTOL,
             "contact_steps": contact_steps, "contact_pairs_agree_share": share,
             "contact_agreement_bar": MUJOCO_CONTACT_AGREEMENT,
             "contact_step_dv": {"median": float(np.median(dv)), "p95": float(np.percentile(dv, 95)),
@@ -357,6 +437,9 @@ def _text(r: dict) -> str:
                      f"{ex['newton_tolerance']} Newton tolerance, {ex['mpr_contact_point']} FCL-MPR contact point"
                      f"{mpr}, "
                      f"{o['undiagnosed']} undiagnosed) → {o['verdict']}")
+        if o["failing"]:
+            lines.append("    " + _listed(o["failing"], lambda f: f"{f['step']} ({_CAUSES.get(f['cause'], f['cause'])}"
+                                                              f", {f['error_over_bar']:.3g}× the bar)"))
         for key in ("diagnosis", "first_explained"):
             d = o.get(key)
             if d and (key == "diagnosis" or d != o.get("diagnosis")):
@@ -369,8 +452,11 @@ def _text(r: dict) -> str:
         s = r["statistics"]
         st, ph = s["contact_step_dv"], s["mean_phi0"]
         phi = lambda x: "none" if x is None else f"{x:.3g} m"  # noqa: E731
-        lines.append(f"  statistics (MuJoCo's contact model): contact-free steps max |Δv|/max(1,|v|) "
-                     f"{s['contact_free_max_rel_dv']:.3g} (bar {s['contact_free_bar']:g}); contact pairs agree on "
+        lines.append(f"  statistics (MuJoCo's contact model, {s['integrator']} integrator): {s['contact_free_steps']} "
+                     f"contact-free steps, max |Δv|/max(1,|v|) {s['contact_free_max_rel_dv']:.3g}, of which the two "
+                     f"schemes' difference (SAP's drives implicit, MuJoCo's actuators not) is "
+                     f"{s['contact_free_expected_rel_dv']:.3g}: residual {s['contact_free_max_rel_residual']:.3g} "
+                     f"(bar {s['contact_free_bar']:g}); contact pairs agree on "
                      f"{100 * s['contact_pairs_agree_share']:.1f} % of {s['contact_steps']} contact steps (bar "
                      f"{100 * s['contact_agreement_bar']:.0f} %); contact steps |Δv| median {st['median']:.3g}, 95th "
                      f"percentile {st['p95']:.3g}, max {st['max']:.3g} m/s; mean φ₀ recorded {phi(ph['recorded'])}, "
@@ -386,8 +472,19 @@ def _text(r: dict) -> str:
                      f"{o['sensitivity_drift_v']:.3g} in v → {o['verdict']}")
         if "message" in o:
             lines.append(f"    {o['message']}")
+        if o["failing"]:
+            lines.append("    " + _listed(o["failing"], lambda f: str(f["step"]), "outside the envelope"))
     lines.append(f"  verdict: {r['verdict']}")
     return "\n".join(lines)
+
+
+def _listed(failing: list, describe, what: str = "over the bar") -> str:
+    """``failing steps (n over the bar): a, b, … and k more (all in --json)``: at most
+    :data:`LISTED_STEPS` of them."""
+    shown = ", ".join(describe(f) for f in failing[:LISTED_STEPS])
+    more = len(failing) - LISTED_STEPS
+    return (f"failing steps ({len(failing)} {what}): {shown}"
+            + (f" and {more} more (--json lists every one)" if more > 0 else ""))
 
 
 def junit_xml(reports: list) -> str:
@@ -418,13 +515,14 @@ def junit_xml(reports: list) -> str:
 
 def expand(args) -> list[str]:
     """Recording arguments → files: a folder gives its Drake recordings (``*.json`` but
-    ``index.json``) and its trajectory files (``*.npz`` that are not a Drake recording's arrays)."""
+    ``index.json``) and its trajectory files (``*.npz`` that are not a Drake recording's arrays);
+    hidden files (a tool's temporary ``.name.partial.npz``) are not recordings."""
     out = []
     for a in args:
         if not os.path.isdir(a):
             out.append(a)
             continue
-        names = sorted(os.listdir(a))
+        names = sorted(n for n in os.listdir(a) if not n.startswith("."))
         jsons = [n for n in names if n.endswith(".json") and n != "index.json"]
         stems = {n[:-5] for n in jsons}
         out += [os.path.join(a, n) for n in jsons]
@@ -434,6 +532,7 @@ def expand(args) -> list[str]:
     return out
 
 
+@entry_point("sap-validate")
 def main(argv=None) -> int:
     p = parser("sap-validate", __doc__)
     p.add_argument("recordings", nargs="+", help="Drake recordings (tests/data/drake/<scene>.json), trajectory files "
@@ -444,19 +543,21 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", help="Warp device of sap_gpu (default cpu)")
     p.add_argument("--preset", default=None, help=f"one of {PRESET_CHOICES} (default: the scene file's, else drake)")
     p.add_argument("--line-search", default=None, help=f"one of {LINE_SEARCH_CHOICES} (default: the scene file's)")
-    p.add_argument("--every", type=int, default=1, help="one-step mode: check every N-th step (default 1)")
+    p.add_argument("--every", type=int, default=None, help="one-step mode: check every N-th step (default 1)")
     p.add_argument("--steps", type=int, default=None, help="validate the first N steps (default: all)")
-    p.add_argument("--epsilon", type=float, default=ROLLOUT_EPSILON,
+    p.add_argument("--epsilon", type=float, default=None,
                    help=f"rollout: velocity nudge of the sensitivity run [m/s, rad/s] (default {ROLLOUT_EPSILON:g})")
-    p.add_argument("--strict", action="store_true", help="ties and Newton-tolerance differences fail too")
-    p.add_argument("--max-diagnoses", type=int, default=MAX_DIAGNOSES,
-                   help=f"failing steps diagnosed per recording (default {MAX_DIAGNOSES})")
+    p.add_argument("--strict", action="store_true", help="one-step mode: ties and Newton-tolerance differences fail "
+                                                         "too")
+    p.add_argument("--max-diagnoses", type=int, default=None,
+                   help=f"one-step mode: failing steps diagnosed per recording (default {MAX_DIAGNOSES})")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--junit", default=None, metavar="FILE", help="write a JUnit XML report to FILE")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     try:
         check_flags(args.preset, args.line_search)
+        _check_mode_flags(args)
         if args.every < 1:
             raise ValueError(f"--every: must be >= 1, got {args.every}")
         if args.steps is not None and args.steps < 1:
@@ -489,11 +590,28 @@ def main(argv=None) -> int:
     print(f"sap-validate: {sum(r['verdict'] == 'pass' for r in reports)} of {len(reports)} passed → "
           f"{'PASS' if ok else 'FAIL'}")
     if args.junit:
-        with open(args.junit, "w") as f:
-            f.write(junit_xml(reports))
+        text = junit_xml(reports)
+        with atomic_output(args.junit) as tmp, open(tmp, "w") as f:
+            f.write(text)
     if args.json:
         print(json.dumps({"verdict": "pass" if ok else "FAIL", "reports": reports}, default=_json_default))
     return 0 if ok else 1
+
+
+def _check_mode_flags(args) -> None:
+    """``ValueError`` for a flag of the mode not run (it would be ignored), then the defaults of
+    the flags left out."""
+    one_step_only = [f for f, given in (("--every", args.every is not None), ("--strict", args.strict),
+                                        ("--max-diagnoses", args.max_diagnoses is not None)) if given]
+    if args.mode == "rollout" and one_step_only:
+        raise ValueError(f"{one_step_only[0]}: applies to one-step mode, and --mode rollout runs the rollout only "
+                         "(every step; use --mode both for both)")
+    if args.mode == "one-step" and args.epsilon is not None:
+        raise ValueError("--epsilon: the sensitivity nudge of rollout mode, and --mode one-step runs no rollout "
+                         "(use --mode rollout or both)")
+    args.every = 1 if args.every is None else args.every
+    args.epsilon = ROLLOUT_EPSILON if args.epsilon is None else args.epsilon
+    args.max_diagnoses = MAX_DIAGNOSES if args.max_diagnoses is None else args.max_diagnoses
 
 
 def _json_default(x):

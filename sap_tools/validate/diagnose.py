@@ -40,6 +40,7 @@ from sap_common.enums import ShapeType
 from sap_common.io.drake import drake_qv_to_joint
 from sap_ref import collision as ref_collision
 from sap_ref.contact_solve import evaluate, stopping_criterion
+from sap_ref.integration import integrate_positions
 from sap_tools.tolerances import DRAKE_MPR_GEOMETRY_TOL, GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
 
 __all__ = ["STAGE_RTOL", "MAX_TIE_FLIPS", "Diagnosis", "Stage", "drake_uses_mpr", "stage_table", "diagnose"]
@@ -76,7 +77,8 @@ class Diagnosis:
     """Why step n departs.
 
     Attributes:
-        step: the recorded step n (from row n to row n+1).
+        step: the step, numbered as every report numbers them: step k goes from row k−1 to row k
+            of the recording (row k is the state after step k; steps count from 1).
         cause: ``contact_set``, ``constraint_rows``, ``newton_tolerance`` or ``step``.
         tie: the contact sets differ by a φ tie only.
         explained: a tie, a different Newton iterate, or the contact point of an FCL-MPR pair with
@@ -281,15 +283,15 @@ def _contact_set(ctx, n, state, ours):
                          f"({'a tie' if tie else 'not a tie'}: threshold {margin:.3g} m, round-off bound "
                          f"{contact_tie_bound(scale):.2g} m)")
         tie = all(ties)
-        head = (f"contact set differs at step {n} by a tie (touching within round-off of the threshold: decided "
-                "by the last bit, not a bug)" if tie else f"contact set differs at step {n} (not a tie)")
-        return Diagnosis(n, "contact_set", tie, tie, head + ": " + "; ".join(lines)), pairs, recorded
+        head = (f"contact set differs at step {n + 1} by a tie (touching within round-off of the threshold: decided "
+                "by the last bit, not a bug)" if tie else f"contact set differs at step {n + 1} (not a tie)")
+        return Diagnosis(n + 1, "contact_set", tie, tie, head + ": " + "; ".join(lines)), pairs, recorded
     included, excluded = _near_threshold(model, state, ours)
     subset = _flip_test(ctx, state, ours, n, included, excluded)
     if subset is None:
         return None, [], []
-    return Diagnosis(n, "contact_set", True, True,
-                     f"contact set differs at step {n} by a tie: {_describe_flip(model, ours, subset)}, a pair "
+    return Diagnosis(n + 1, "contact_set", True, True,
+                     f"contact set differs at step {n + 1} by a tie: {_describe_flip(model, ours, subset)}, a pair "
                      "within round-off of the inclusion threshold, reproduces the recorded step"), [], []
 
 
@@ -439,8 +441,8 @@ def _mpr_point(ctx, n, state, ours, pairs, recorded, rows):
                       "the bar")
     point = next((s for s in rows if s.name.endswith("recorded point outside either shape [m]")), None)
     where = f" (Drake's point: {point.note})" if point is not None else ""
-    return Diagnosis(n, "constraint_rows", False, True,
-                     f"contact point of an FCL-MPR pair differs at step {n}{where}: Drake computes this pair with "
+    return Diagnosis(n + 1, "constraint_rows", False, True,
+                     f"contact point of an FCL-MPR pair differs at step {n + 1}{where}: Drake computes this pair with "
                      "FCL's MPR, whose contact point is a barycentric estimate inside both shapes, not a witness "
                      "point; φ₀ and normal agree, and with the recording's contact geometry the step reproduces the "
                      f"recorded one to {ratio:.2g} of the bar", rows, "mpr_contact_point", ratio), ""
@@ -563,7 +565,8 @@ def stage_table(ctx, n: int) -> list:
 
 
 def diagnose(ctx, n: int) -> Diagnosis:
-    """Why the backend's step n departs from the recording (module docstring, in that order).
+    """Why the backend's step from row n departs from the recording (module docstring, in that
+    order); the diagnosis numbers it step n + 1, as every report does (row n + 1 is its result).
 
     ``ctx`` (see sap_tools/validate/cli.py) holds the scene, the trajectory, the recorded rows in SAP
     order, the backend under test and the sap_ref reference, dt and the one-step bar.
@@ -578,8 +581,8 @@ def diagnose(ctx, n: int) -> Diagnosis:
     rows = _constraint_rows(ctx, n, state, ours, pairs, recorded, J)
     bad = [s for s in rows if not s.ok]
     if bad:
-        return Diagnosis(n, "constraint_rows", False, False,
-                         f"constraint rows differ at step {n}: {bad[0].name} (max difference {bad[0].err:.3g}, "
+        return Diagnosis(n + 1, "constraint_rows", False, False,
+                         f"constraint rows differ at step {n + 1}: {bad[0].name} (max difference {bad[0].err:.3g}, "
                          f"allowed {bad[0].tol:.3g})", rows)
     explained, mpr_note = _mpr_point(ctx, n, state, ours, pairs, recorded, rows)
     if explained is not None:
@@ -589,10 +592,15 @@ def diagnose(ctx, n: int) -> Diagnosis:
     result = ctx.reference.solver.last_results[0]
     if result.problem is not None and result.solve is not None:
         reached, r, s, off = _newton(ctx, n, result)
-        if reached and off <= ctx.one_step_rtol * max(1.0, float(np.abs(ctx.v_rows[n + 1]).max())):
+        # Two Newton iterates differ in v; the recorded q must still be this implementation's position
+        # update of the recorded v (a q that differs on its own is no Newton-tolerance difference).
+        q_of_v_rec = integrate_positions(ctx.scene.sap_model, ctx.q_rows[n], ctx.v_rows[n], ctx.v_rows[n + 1], ctx.dt,
+                                         ctx.reference.config.position_integration)
+        _, _, eq, bar_q = ctx.errors(n, ctx.v_rows[n + 1], q_of_v_rec)
+        if reached and eq <= bar_q and off <= ctx.one_step_rtol * max(1.0, float(np.abs(ctx.v_rows[n + 1]).max())):
             cfg = ctx.reference.config
-            return Diagnosis(n, "newton_tolerance", False, True,
-                             f"Newton stopped at a different iterate at step {n}: the recorded v₁ satisfies this "
+            return Diagnosis(n + 1, "newton_tolerance", False, True,
+                             f"Newton stopped at a different iterate at step {n + 1}: the recorded v₁ satisfies this "
                              f"implementation's stopping criterion (‖D̃∇ℓ‖ = {r:.3g} ≤ {cfg.optimality_abs_tol:.3g} + "
                              f"{cfg.optimality_rel_tol:.3g}·{s:.3g}): both are solutions within the Newton tolerance",
                              rows)
@@ -600,4 +608,4 @@ def diagnose(ctx, n: int) -> Diagnosis:
     first = next((s for s in stages if not s.ok), None)
     where = (f"first departing stage: {first.name} (max difference {first.err:.3g}, allowed {first.tol:.3g})"
              if first else "no single stage departs beyond its tolerance")
-    return Diagnosis(n, "step", False, False, f"the step itself differs at step {n}; {where}{mpr_note}", stages)
+    return Diagnosis(n + 1, "step", False, False, f"the step itself differs at step {n + 1}; {where}{mpr_note}", stages)

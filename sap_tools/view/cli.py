@@ -3,9 +3,11 @@
     sap-view box_stack                                   # roll out with sap_ref, serve on :8080
     sap-view humanoid --steps 200 --num-worlds 4 --backend gpu --device cpu
     sap-view tests/data/drake/sphere_slide.npz           # a Drake recording (the .json beside it)
+    sap-view robot.mujoco.npz                            # a trajectory file (sap-record --engine mujoco, yours)
     sap-view box_stack --video box_stack.mp4             # no browser: an MP4 rendered headless
 
-Open the printed address in a browser. The page shows the bodies with their collision shapes,
+Open the printed address in a browser. The page shows the bodies with their collision shapes
+(a body without one as the box of its inertia, or as axes where it has no mass),
 the ground, the contact points and force arrows of the step into the current frame; the panel
 has play/pause, a time slider, the playback speed, the world of the batch to show, and
 "Inspect this step": the step inspector's figures (the ones ``sap-inspect`` writes) for the step
@@ -14,31 +16,51 @@ bundles its web client, so no network is needed.
 
 ``--video`` renders with MuJoCo's offscreen renderer (EGL, or OSMesa with MUJOCO_GL=osmesa) and
 encodes with imageio-ffmpeg: no display and no browser needed (``pip install -e ".[viewer]"``).
+The video is written atomically (complete, or not at all: an existing file stays as it was).
+
+Serving checks the address first: an address that is not this machine's, or a port in use, is a
+one-line error (exit 2) before any work, and the start of the server is bounded
+(:data:`SERVER_START_TIMEOUT_S`).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import socket
 import sys
 import threading
 import time
 
 import numpy as np
 
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, check_flags, check_out, fail, load_scene_arg, parser,
-                           scene_solver_kwargs, warp_device)
+from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
+                           fail, load_scene_arg, parser, scene_solver_kwargs, warp_device)
 from sap_tools.progress import Progress
-from sap_tools.shapes import GROUND_COLOR, body_colors, shape_mesh
-from sap_tools.trajectory import Trajectory, is_recording, recording_trajectory, rollout_trajectory
+from sap_tools.shapes import GROUND_COLOR, body_colors, body_stand_ins, box_mesh, shape_mesh
+from sap_tools.trajectory import Trajectory, is_recording, load_recorded, rollout_trajectory
 
-__all__ = ["Viewer", "load_trajectory", "main", "FORCE_ARROW_LENGTH"]
+__all__ = ["Viewer", "load_trajectory", "check_address", "serve", "main", "FORCE_ARROW_LENGTH",
+           "SERVER_START_TIMEOUT_S"]
 
 PROG = "sap-view"
 FORCE_ARROW_LENGTH = 0.25  # the largest contact force of the run is drawn this long, as a fraction of the scene size
 BODY_OPACITY = 0.8  # force arrows start at the contact point and point into body 1: let them show through
 _CONTACT_COLOR = (20, 20, 20)
 _FORCE_COLOR = (30, 110, 230)
+# The longest wait for viser's server to start listening: it binds a free address in milliseconds,
+# and a start that does not end (viser retries an address it cannot bind without end) is an error.
+SERVER_START_TIMEOUT_S = 30.0
+# Flags of the two outputs (the browser viewer and --video), refused with the other, and their defaults.
+SERVE_FLAGS = ("--host", "--port", "--serve-seconds", "--frame")
+VIDEO_FLAGS = ("--fps", "--size", "--world")
+SERVE_DEFAULTS = {"host": "127.0.0.1", "port": 8080, "frame": 0}
+VIDEO_DEFAULTS = {"fps": 30, "size": "640x480", "world": 0}
+# A body without collision shapes is drawn as the box of its inertia, at least this big (a fraction
+# of the scene size), or as axes this long where it has no mass or no inertia.
+MIN_BODY_BOX = 0.01
+BODY_AXES_LENGTH = 0.1
 
 
 def _wxyz(q_xyzw):
@@ -79,9 +101,20 @@ class Viewer:
         server.initial_camera.look_at = tuple(self.centre)
         colors = body_colors(m)
         self.bodies = {}
+        stand_ins = body_stand_ins(m)  # bodies without a collision shape: their inertia's box, or axes
         for w in range(traj.num_worlds):
             for b in range(m.body_count):
-                self.bodies[w, b] = scene.add_frame(f"/world{w}/{m.body_name[b]}", show_axes=False, visible=w == 0)
+                axes = stand_ins.get(b, ("",))[0] == "axes"
+                self.bodies[w, b] = scene.add_frame(f"/world{w}/{m.body_name[b]}", visible=w == 0, show_axes=axes,
+                                                    axes_length=BODY_AXES_LENGTH * self.size,
+                                                    axes_radius=0.05 * BODY_AXES_LENGTH * self.size)
+        for b, (kind, *box) in stand_ins.items():
+            if kind != "box":
+                continue
+            v, f = box_mesh(np.maximum(box[0], MIN_BODY_BOX * self.size))
+            for w in range(traj.num_worlds):
+                scene.add_mesh_simple(f"/world{w}/{m.body_name[b]}/inertia", v, f, color=tuple(colors[b]),
+                                      opacity=BODY_OPACITY, position=box[1][:3], wxyz=_wxyz(box[1][3:]))
         for s in range(m.shape_count):
             X = m.shape_transform[s]
             b = int(m.shape_body[s])
@@ -169,10 +202,11 @@ class Viewer:
                 self._points = self.server.scene.add_point_cloud(
                     "/contacts/points", p.astype(np.float32), _CONTACT_COLOR, point_size=0.02 * self.size,
                     point_shape="circle")
-                ends = np.stack([p, p + self.force_scale * f], axis=1).astype(np.float32)
-                self._arrows = self.server.scene.add_arrows(
-                    "/contacts/forces", ends, _FORCE_COLOR, shaft_radius=0.004 * self.size,
-                    head_radius=0.01 * self.size, head_length=0.02 * self.size)
+                if self.force_scale > 0:  # a recording without forces (MuJoCo's) shows the points only
+                    ends = np.stack([p, p + self.force_scale * f], axis=1).astype(np.float32)
+                    self._arrows = self.server.scene.add_arrows(
+                        "/contacts/forces", ends, _FORCE_COLOR, shaft_radius=0.004 * self.size,
+                        head_radius=0.01 * self.size, head_length=0.02 * self.size)
             else:
                 for h in (getattr(self, "_points", None), getattr(self, "_arrows", None)):
                     if h is not None:
@@ -236,14 +270,16 @@ class Viewer:
 
 def load_trajectory(source: str, *, steps=None, num_worlds: int = 1, backend: str = "ref", device=None,
                     preset=None, line_search=None, every: int = 1, quiet: bool = True) -> Trajectory:
-    """A Drake recording (``.npz``, or a recorded ``.json``) or a rollout of a scene (name or file)."""
-    if is_recording(source):
+    """A recorded run (a Drake recording: ``.npz``, or its recorded ``.json``; a trajectory file:
+    ``.npz``/``.json`` of the format of docs/validation.md, MuJoCo recordings included) or a
+    rollout of a scene (name or file)."""
+    if is_recording(source) or (source.lower().endswith(".npz") and not os.path.exists(source)):
         if backend != "ref" or preset or line_search or steps is not None or num_worlds != 1:
             raise ValueError("recording: --steps, --num-worlds, --backend, --preset and --line-search apply to "
                              "rollouts, not to a recording")
         if not os.path.exists(source):
             raise ValueError(f"recording: {source!r} does not exist")
-        return recording_trajectory(source, every)
+        return load_recorded(source, every)
     scene = load_scene_arg(source, num_worlds)
     kwargs, _ = scene_solver_kwargs(scene, preset, line_search)
     n = min(scene.num_steps, 500) if steps is None else steps
@@ -251,11 +287,80 @@ def load_trajectory(source: str, *, steps=None, num_worlds: int = 1, backend: st
         return rollout_trajectory(scene, n, backend, device, progress=bar.update, **kwargs)
 
 
-def serve(traj: Trajectory, host: str, port: int, seconds: float | None, frame: int = 0, quiet: bool = False):
-    """Serve ``traj`` until Ctrl-C or ``seconds`` have passed."""
+def check_address(host: str, port: int) -> None:
+    """``ValueError`` naming ``--host`` or ``--port`` when the server could not listen there: the
+    address is not one of this machine's (or no address at all), or the port is in use or not
+    allowed. Checked by binding every address ``host`` resolves to, as the server will (with
+    SO_REUSEADDR, as asyncio's server sets it), then letting go."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ValueError(f"--host: {host!r} is not an address or a host name this machine can resolve "
+                         f"({e.strerror}); use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise ValueError(f"--port: {port} is in use on {host}; give another port (--port "
+                                     f"{_free_port(host, port)} is free now)") from None
+                if e.errno == errno.EADDRNOTAVAIL:
+                    raise ValueError(f"--host: {host!r} ({address[0]}) is not an address of this machine, so "
+                                     "nothing can listen there; use 127.0.0.1 (this machine only), 0.0.0.0 (every "
+                                     "interface) or one of this machine's addresses") from None
+                if e.errno == errno.EACCES:
+                    raise ValueError(f"--port: {port} on {host} needs privileges (ports below 1024 do); use a port "
+                                     "of 1024 or above, such as 8080") from None
+                raise ValueError(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})") from None
+
+
+def _free_port(host: str, start: int) -> int:
+    """The first port after ``start`` that ``host`` can bind now (for the error message)."""
+    for port in range(start + 1, min(start + 100, 65536)):
+        try:
+            check_address(host, port)
+            return port
+        except ValueError:
+            continue
+    return 0
+
+
+def _start_server(host: str, port: int, label: str, timeout: float = SERVER_START_TIMEOUT_S):
+    """A running ``viser.ViserServer`` on exactly ``host:port``, or ``RuntimeError``: viser waits
+    without end for an address it cannot bind (trying port after port) and moves to the next port
+    without a word when one is taken; here the start is bounded by ``timeout`` and a server on
+    another port is stopped and refused."""
     import viser
 
-    server = viser.ViserServer(host=host, port=port, verbose=False, label=f"sap-view: {traj.scene.name}")
+    box: dict = {}
+
+    def start():
+        try:
+            box["server"] = viser.ViserServer(host=host, port=port, verbose=False, label=label)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+
+    thread = threading.Thread(target=start, name="sap-view server start", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RuntimeError(f"--host/--port: the viewer did not start listening on {host}:{port} within {timeout:g} s")
+    if "error" in box:
+        raise RuntimeError(f"--host/--port: the viewer could not start on {host}:{port} ({box['error']})")
+    server = box["server"]
+    if int(server.get_port()) != port:
+        server.stop()
+        raise RuntimeError(f"--port: {port} on {host} was taken by another program while the run was prepared "
+                           f"(the viewer would have moved to port {server.get_port()}); give another port")
+    return server
+
+
+def serve(traj: Trajectory, host: str, port: int, seconds: float | None, frame: int = 0, quiet: bool = False):
+    """Serve ``traj`` until Ctrl-C (``KeyboardInterrupt`` propagates, after the server stops) or
+    ``seconds`` have passed; ``RuntimeError`` when the server cannot start on ``host:port``."""
+    server = _start_server(host, port, f"sap-view: {traj.scene.name}")
     try:
         view = Viewer(traj, server)
         view.show(frame, 0)
@@ -269,15 +374,15 @@ def serve(traj: Trajectory, host: str, port: int, seconds: float | None, frame: 
             now = time.monotonic()
             view.tick(now - last)
             last = now
-    except KeyboardInterrupt:
-        pass
     finally:
         server.stop()
 
 
+@entry_point(PROG)
 def main(argv=None) -> int:
     p = parser(PROG, __doc__)
-    p.add_argument("source", help="scene name, scene file (JSON/MJCF), or a Drake recording (.npz, or its .json)")
+    p.add_argument("source", help="scene name, scene file (JSON/MJCF), a Drake recording (.npz, or its .json) or a "
+                                  "trajectory file (.npz/.json, e.g. a MuJoCo recording)")
     p.add_argument("--steps", type=int, default=None, help="rollout length (default: the scene's, at most 500)")
     p.add_argument("--num-worlds", type=int, default=1, help="worlds of the rollout's batch (default 1)")
     p.add_argument("--backend", default="ref", help="ref (sap_ref, default) or gpu (sap_gpu)")
@@ -286,14 +391,15 @@ def main(argv=None) -> int:
     p.add_argument("--line-search", default=None, help=f"line_search_variant: one of {LINE_SEARCH_CHOICES}")
     p.add_argument("--every", type=int, default=None,
                    help="use every N-th frame (default: all; a video: the stride that plays in real time)")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port to serve on (default 8080)")
-    p.add_argument("--frame", type=int, default=0, help="frame shown first (default 0)")
+    # Serving and video flags default to None so that one given with the other output is seen (and refused).
+    p.add_argument("--host", default=None, help="address to serve on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default 8080); one in use is an error")
+    p.add_argument("--frame", type=int, default=None, help="frame shown first (default 0)")
     p.add_argument("--serve-seconds", type=float, default=None, help="stop serving after this long (default: Ctrl-C)")
     p.add_argument("--video", default=None, help="write an MP4 (or .gif) instead of serving; needs no display")
-    p.add_argument("--fps", type=int, default=30, help="video frames per second (default 30)")
-    p.add_argument("--size", default="640x480", help="video size WxH (default 640x480)")
-    p.add_argument("--world", type=int, default=0, help="world shown in the video (default 0)")
+    p.add_argument("--fps", type=int, default=None, help="video frames per second (default 30)")
+    p.add_argument("--size", default=None, help="video size WxH (default 640x480)")
+    p.add_argument("--world", type=int, default=None, help="world shown in the video (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if args.video is not None:
@@ -302,6 +408,17 @@ def main(argv=None) -> int:
         select_gl()  # before anything imports mujoco (an MJCF scene does)
     try:
         check_flags(args.preset, args.line_search)
+        serving_given = [f for f in SERVE_FLAGS if getattr(args, f[2:].replace("-", "_")) is not None]
+        video_given = [f for f in VIDEO_FLAGS if getattr(args, f[2:].replace("-", "_")) is not None]
+        for flag, default in SERVE_DEFAULTS.items() | VIDEO_DEFAULTS.items():
+            if getattr(args, flag) is None:
+                setattr(args, flag, default)
+        if args.video is not None and serving_given:
+            raise ValueError(f"{serving_given[0]}: serves the browser viewer, and --video writes a file instead; "
+                             f"leave out {', '.join(serving_given)} (or --video)")
+        if args.video is None and video_given:
+            raise ValueError(f"{video_given[0]}: applies to --video; the browser viewer has its own controls "
+                             "(frames per second, world)")
         if args.every is not None and args.every < 1:
             raise ValueError(f"--every: must be >= 1, got {args.every}")
         if args.backend not in ("ref", "gpu"):
@@ -326,6 +443,8 @@ def main(argv=None) -> int:
             check_video_path(check_out("--video", args.video))
         else:
             import viser  # noqa: F401 - fail early with the install hint
+
+            check_address(args.host, args.port)
         device = warp_device(args.device) if args.backend == "gpu" else None
         traj = load_trajectory(args.source, steps=args.steps, num_worlds=args.num_worlds, backend=args.backend,
                                device=device, preset=args.preset, line_search=args.line_search,
@@ -341,13 +460,17 @@ def main(argv=None) -> int:
         from sap_tools.view.video import render_video
 
         try:
-            n = render_video(traj, args.video, world=args.world, fps=args.fps, size=size, every=args.every,
-                             quiet=args.quiet)
+            with atomic_output(args.video) as tmp:
+                n = render_video(traj, tmp, world=args.world, fps=args.fps, size=size, every=args.every,
+                                 quiet=args.quiet)
         except (ValueError, RuntimeError) as e:
             return fail(PROG, e)
         print(f"video written to {args.video} ({n} frames, {os.path.getsize(args.video) / 1024:.0f} KiB)")
         return 0
-    serve(traj, args.host, args.port, args.serve_seconds, args.frame, args.quiet)
+    try:
+        serve(traj, args.host, args.port, args.serve_seconds, args.frame, args.quiet)
+    except RuntimeError as e:
+        return fail(PROG, e)
     return 0
 
 

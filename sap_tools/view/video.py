@@ -17,7 +17,7 @@ import numpy as np
 from sap_common.model import ShapeType
 
 from sap_tools.progress import Progress
-from sap_tools.shapes import GROUND_COLOR, body_colors
+from sap_tools.shapes import GROUND_COLOR, body_colors, body_stand_ins, shape_mesh
 from sap_tools.trajectory import Trajectory
 
 __all__ = ["VIDEO_FORMATS", "parse_size", "check_video_path", "select_gl", "scene_xml", "render_frames",
@@ -83,6 +83,12 @@ def _geom(m, s, rgba, plane_half: float) -> str:
         return f'<geom type="sphere" size="{size[0]:.9g}" {common}/>'
     if kind == ShapeType.CAPSULE:
         return f'<geom type="capsule" size="{size[0]:.9g} {size[1]:.9g}" {common}/>'
+    if kind == ShapeType.CYLINDER:
+        return f'<geom type="cylinder" size="{size[0]:.9g} {size[1]:.9g}" {common}/>'
+    if kind == ShapeType.ELLIPSOID:
+        return f'<geom type="ellipsoid" size="{_f(size)}" {common}/>'
+    if kind in (ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD):  # the triangles the viewer draws, as a mesh asset
+        return f'<geom type="mesh" mesh="shape{s}" {common}/>'
     return f'<geom type="box" size="{_f(size)}" {common}/>'
 
 
@@ -94,16 +100,33 @@ def scene_xml(traj: Trajectory, width: int, height: int) -> str:
     colors = np.concatenate([body_colors(m) / 255.0, np.ones((m.body_count, 1))], 1)
     ground = (*(np.array(GROUND_COLOR) / 255.0), 1.0)
     world = [_geom(m, s, ground, 2 * size) for s in range(m.shape_count) if m.shape_body[s] < 0]
+    meshes = ""
+    for s in range(m.shape_count):
+        if ShapeType(int(m.shape_type[s])) in (ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD):
+            v, f = shape_mesh(m, s)
+            meshes += f'<mesh name="shape{s}" vertex="{_f(v)}" face="{" ".join(str(int(i)) for i in f.ravel())}"/>'
     bodies = []
+    stand_ins = body_stand_ins(m)
     for b in range(m.body_count):
         geoms = "".join(_geom(m, s, colors[b], 1.0) for s in range(m.shape_count) if m.shape_body[s] == b)
+        kind = stand_ins.get(b, ("",))[0]
+        if kind == "box":  # no collision shape: the box of its inertia (at least 1 % of the scene)
+            half, X = np.maximum(stand_ins[b][1], 0.01 * size), stand_ins[b][2]
+            geoms += (f'<geom type="box" size="{_f(half)}" pos="{_f(X[:3])}" quat="{_f(_wxyz(X[3:]))}" '
+                      f'rgba="{_f(colors[b])}" contype="0" conaffinity="0"/>')
+        elif kind == "axes":  # no mass either: its frame's three axes
+            length = 0.1 * size
+            geoms += "".join(f'<geom type="capsule" fromto="0 0 0 {_f(length * np.eye(3)[i])}" '
+                             f'size="{0.02 * length:.6g}" rgba="{rgb} 1" contype="0" conaffinity="0"/>'
+                             for i, rgb in enumerate(("0.9 0.1 0.1", "0.1 0.7 0.1", "0.1 0.2 0.9")))
         bodies.append(f'<body name="b{b}" mocap="true">{geoms}</body>')
     centre = 0.5 * (p.min(0) + p.max(0))
     return (f'<mujoco><visual><global offwidth="{width}" offheight="{height}"/><quality shadowsize="2048"/>'
             '<headlight ambient=".45 .45 .45" diffuse=".6 .6 .6" specular=".1 .1 .1"/></visual>'
             '<asset><texture type="skybox" builtin="gradient" rgb1="1 1 1" rgb2=".75 .8 .88" width="64" height="64"/>'
             '<texture name="grid" type="2d" builtin="checker" rgb1=".9 .9 .9" rgb2=".78 .78 .78" '
-            'width="256" height="256"/><material name="grid" texture="grid" texrepeat="8 8" reflectance="0"/></asset>'
+            'width="256" height="256"/><material name="grid" texture="grid" texrepeat="8 8" reflectance="0"/>'
+            + meshes + '</asset>'
             f'<worldbody><light pos="{_f(centre + [0, 0, 4 * size])}" dir="0 0 -1" directional="true" diffuse=".5 .5 .5"/>'
             + "".join(world) + "".join(bodies) + "</worldbody></mujoco>")
 
