@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SLOW_MODULE = "tests/test_long_rollouts.py"  # every test in it carries the slow marker
+SLOW_MODULE = "tests/test_long_rollouts.py"  # every test in it carries the slow marker (others have some)
 CUDA_COMPILE_MODULE = "tests/test_gpu_precompile.py"  # holds the cuda_compile tests (and quick ones)
 # Collection imports Warp, MuJoCo and every test module; a 2-core CI machine needs ~10 s.
 COMMAND_TIMEOUT = 600  # s
@@ -37,10 +37,10 @@ def _every_test():
     return frozenset(_collected("-m", "slow or not slow"))
 
 
-def test_pytest_m_slow_selects_exactly_the_long_rollouts():
+def test_pytest_m_slow_selects_the_long_checks():
     slow = _collected("-m", "slow")
     assert len(slow) >= 1
-    assert slow == {t for t in _every_test() if t.startswith(SLOW_MODULE + "::")}
+    assert {t for t in _every_test() if t.startswith(SLOW_MODULE + "::")} <= slow
 
 
 def test_plain_pytest_selects_everything_but_the_slow_and_cuda_compile_tests():
@@ -48,7 +48,7 @@ def test_plain_pytest_selects_everything_but_the_slow_and_cuda_compile_tests():
     assert len(default) >= 1
     cuda_compile = _collected("-m", "cuda_compile")
     assert cuda_compile and all(t.startswith(CUDA_COMPILE_MODULE + "::") for t in cuda_compile)
-    assert default == {t for t in _every_test() if not t.startswith(SLOW_MODULE + "::")} - cuda_compile
+    assert default == _every_test() - _collected("-m", "slow") - cuda_compile
 
 
 def test_pytest_m_gpu_runs_the_gpu_tests_and_skips_them_with_a_reason_without_cuda():
