@@ -22,10 +22,10 @@ import os
 import sys
 import tempfile
 
+import newton
 import numpy as np
 import warp as wp
 
-import newton
 import sap_newton
 
 FPS = 60

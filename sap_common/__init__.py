@@ -3,11 +3,11 @@
 See docs/design.md § Layout. Nothing here imports Warp.
 """
 
+from ._version import __version__ as __version__
 from .builder import ModelBuilder
 from .config import PRESETS, SapConfig
 from .model import JointType, SapModel, ShapeType
 from .state import SapContacts, SapControl, SapState
-from ._version import __version__ as __version__
 
 __all__ = [
     "ModelBuilder",

@@ -45,7 +45,8 @@ def convex_hull(points, where: str = "vertices") -> ConvexHull:
 
     Raises ``ValueError`` naming ``where`` for fewer than 4 points, non-finite values, or points
     that span no volume (all on one plane)."""
-    from scipy.spatial import ConvexHull as QHull, QhullError
+    from scipy.spatial import ConvexHull as QHull
+    from scipy.spatial import QhullError
 
     pts = np.asarray(points, dtype=np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] < 4:

@@ -93,7 +93,7 @@ def check_mass_matrix(model: "SapModel") -> None:
             continue
         u = np.abs(U[:, 0])
         null_dofs = set(dofs[u > _NULL_COMPONENT * u.max()].tolist())
-        culprits = [j for j in suspect if 
+        culprits = [j for j in suspect if
                     null_dofs & set(range(int(model.joint_qd_start[j]), int(model.joint_qd_start[j + 1])))]
         culprits = culprits or [j for j in suspect if int(model.body_tree[int(model.joint_child[j])]) == tree]
         j = culprits[0]

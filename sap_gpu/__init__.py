@@ -9,9 +9,10 @@ Warp setting: Warp's own messages (e.g. one line per module it loads, at its def
 are the application's to silence (``wp.config.log_level = wp.LOG_WARNING``).
 """
 
+from sap_common._version import __version__ as __version__
+
 from .arrays import GpuModel, contacts, control, state, to_device, to_host
 from .collision import CollisionPipeline
 from .solver import SolverSAP
-from sap_common._version import __version__ as __version__
 
 __all__ = ["SolverSAP", "CollisionPipeline", "GpuModel", "to_device", "to_host", "state", "control", "contacts"]

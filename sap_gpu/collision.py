@@ -38,13 +38,20 @@ the deepest are kept (ties by generation order), in generation order, and the re
 import numpy as np
 import warp as wp
 
+from sap_common.collision_rules import MaterialFallbacks, check_broad_phase, combine_materials, pair_capacity
 from sap_common.config import SapConfig, collision_pipeline_args
+
+# The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
+from sap_common.constants import (  # noqa: F401
+    COINCIDENT_DISTANCE,
+    EPA_MAX_FACES,
+    EPA_MAX_VERTICES,
+    GOLDEN_TIE,
+    INTERIOR_DEPTH_MARGIN,
+    PARALLEL_TOL,
+)
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
-from sap_common.collision_rules import MaterialFallbacks, check_broad_phase, combine_materials, pair_capacity
-# The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
-from sap_common.constants import (COINCIDENT_DISTANCE, EPA_MAX_FACES, EPA_MAX_VERTICES, GOLDEN_TIE,  # noqa: F401
-                                  INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
 
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, world_bounds

@@ -10,8 +10,15 @@ capsule with a box) and :func:`box_box`. Nothing here reaches GJK/EPA.
 
 import warp as wp
 
-from sap_common.constants import (CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS, FACE_AXIS_TIE, GOLDEN_ITERATIONS,
-                                  GOLDEN_TIE, INTERIOR_DEPTH_MARGIN)
+from sap_common.constants import (
+    CLIP_TOL,
+    DEGENERATE_AXIS,
+    EDGE_AXIS_BIAS,
+    FACE_AXIS_TIE,
+    GOLDEN_ITERATIONS,
+    GOLDEN_TIE,
+    INTERIOR_DEPTH_MARGIN,
+)
 from sap_common.enums import ShapeType
 
 from .collision_primitive import plane_normal, segment_closest_params, segment_end, two_ends

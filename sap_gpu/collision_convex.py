@@ -14,13 +14,47 @@ faces per row.
 
 import warp as wp
 
-from sap_common.constants import (EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL, GJK_TOUCH_DISTANCE, KINK_TOL,
-                                  REFINE_HALVINGS, REFINE_ITERATIONS, REFINE_MIN_GAIN, REFINE_STEP, SUPPORT_TIE)
+from sap_common.constants import (
+    EPA_TOL,
+    GJK_MAX_ITERATIONS,
+    GJK_REL_TOL,
+    GJK_TOUCH_DISTANCE,
+    KINK_TOL,
+    REFINE_HALVINGS,
+    REFINE_ITERATIONS,
+    REFINE_MIN_GAIN,
+    REFINE_STEP,
+    SUPPORT_TIE,
+)
 
 from .collision_primitive import segment_closest_params
-from .collision_support import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, ELLIPSOID, MAXF, MAXV, PRISM, Convex, Epa,
-                                Geometry, box_corner_local, closest_on_simplex, closest_segment, closest_triangle,
-                                mat43d, prism_point, row3, sgn, support, support_pair, tetra_face, unit, vec4d, zero3)
+from .collision_support import (
+    BOX,
+    CAPSULE,
+    CONVEX_MESH,
+    CYLINDER,
+    ELLIPSOID,
+    MAXF,
+    MAXV,
+    PRISM,
+    Convex,
+    Epa,
+    Geometry,
+    box_corner_local,
+    closest_on_simplex,
+    closest_segment,
+    closest_triangle,
+    mat43d,
+    prism_point,
+    row3,
+    sgn,
+    support,
+    support_pair,
+    tetra_face,
+    unit,
+    vec4d,
+    zero3,
+)
 
 wp.set_module_options({"enable_backward": False})
 

@@ -13,8 +13,19 @@ import warp as wp
 from sap_common.constants import MANIFOLD_MERGE_DISTANCE, ON_FACE_TOL
 
 from .collision_manifold import area, consider, convex_manifold, set4
-from .collision_support import (PRISM, Convex, Epa, Geometry, closest_triangle, mat43d, mat63d, row3, support, vec4d,
-                                zero3)
+from .collision_support import (
+    PRISM,
+    Convex,
+    Epa,
+    Geometry,
+    closest_triangle,
+    mat43d,
+    mat63d,
+    row3,
+    support,
+    vec4d,
+    zero3,
+)
 
 wp.set_module_options({"enable_backward": False})
 

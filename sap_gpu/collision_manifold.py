@@ -13,12 +13,31 @@ import math
 
 import warp as wp
 
-from sap_common.constants import (CLIP_TOL, CYLINDER_CAP_POLYGON, FACE_ALIGNMENT_TIE, FACE_ALIGNMENT_TOL,
-                                  MANIFOLD_AREA_TIE, MANIFOLD_DEPTH_TIE, MANIFOLD_MERGE_DISTANCE)
+from sap_common.constants import (
+    CLIP_TOL,
+    CYLINDER_CAP_POLYGON,
+    FACE_ALIGNMENT_TIE,
+    FACE_ALIGNMENT_TOL,
+    MANIFOLD_AREA_TIE,
+    MANIFOLD_DEPTH_TIE,
+    MANIFOLD_MERGE_DISTANCE,
+)
 
 from .collision_convex import convex_contact
-from .collision_support import (BOX, CAPSULE, CONVEX_MESH, CYLINDER, PRISM, Convex, Epa, Geometry, mat43d, support,
-                                vec4d, zero3)
+from .collision_support import (
+    BOX,
+    CAPSULE,
+    CONVEX_MESH,
+    CYLINDER,
+    PRISM,
+    Convex,
+    Epa,
+    Geometry,
+    mat43d,
+    support,
+    vec4d,
+    zero3,
+)
 
 wp.set_module_options({"enable_backward": False})
 

@@ -12,6 +12,7 @@ import math
 import warp as wp
 
 from sap_common.constants import WEIGHT_FLOOR
+
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .kinematics import BALL, D6, DISTANCE, FREE, PRISMATIC, REVOLUTE, twist_v, twist_w
+from .kinematics import D6, DISTANCE, FREE, PRISMATIC, twist_v, twist_w
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})

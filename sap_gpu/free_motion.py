@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from . import blocked_cholesky
-from . import linear_solve
+from . import blocked_cholesky, linear_solve
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})

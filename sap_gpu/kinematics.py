@@ -13,10 +13,11 @@ All float64. Float literals are wrapped in ``wp.float64`` (Warp's default litera
 from __future__ import annotations
 
 import warp as wp
-from .launch import launch_threads
 
 from sap_common.constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from sap_common.model import JointType
+
+from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 

@@ -20,7 +20,6 @@ the Jacobi preconditioner P = (diag(H) + ε_reg)⁻¹, the per-world iteration c
 relative residual, and the Hessian factors G the SAP product needs (1-entry dummies elsewhere).
 """
 
-import numpy as np
 import warp as wp
 
 from . import blocked_cholesky

@@ -25,8 +25,8 @@ from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_problem import problem_types
 from .contact_solve_fused import fused_size
-from .linear_solve import allocate_pcr_work
 from .launch import launch_threads
+from .linear_solve import allocate_pcr_work
 
 wp.set_module_options({"enable_backward": False})
 

@@ -10,9 +10,10 @@ The core packages (``sap_common``, ``sap_ref``, ``sap_gpu``) never import this p
 Newton.
 """
 
+from sap_common._version import __version__ as __version__
+
 from .convert import NewtonConversion, WorldGroup, convert_model, to_sap_model
 from .solver import SolverSAP
 from .transfer import Transfer
-from sap_common._version import __version__ as __version__
 
 __all__ = ["NewtonConversion", "WorldGroup", "SolverSAP", "Transfer", "convert_model", "to_sap_model"]

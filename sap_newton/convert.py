@@ -53,8 +53,8 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import newton
+import numpy as np
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
 from sap_common.model import JointType, SapModel, ShapeType

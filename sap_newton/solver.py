@@ -23,8 +23,8 @@ Contacts (``collision=``):
 
 from __future__ import annotations
 
-import numpy as np
 import newton
+import numpy as np
 
 import sap_gpu
 from sap_common.config import SapConfig

@@ -35,8 +35,8 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
-from sap_common.config import SapConfig
 from sap_common.collision_rules import combine_materials
+from sap_common.config import SapConfig
 
 from .convert import NewtonConversion
 

@@ -10,9 +10,10 @@ The top level has ``sap_gpu``'s names (``SolverSAP``, ``CollisionPipeline``, ``s
 backends is one import; ``device`` here can only be the host (None or ``"cpu"``).
 """
 
+from sap_common._version import __version__ as __version__
+
 from .arrays import contacts, control, state, to_device, to_host
 from .collision import CollisionPipeline
 from .solver import SolverSAP
-from sap_common._version import __version__ as __version__
 
 __all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts"]

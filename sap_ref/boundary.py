@@ -19,7 +19,6 @@ from sap_common.model import JointType, SapModel
 from sap_common.state import SapControl, SapState, check_control, check_state
 from sap_common.time_step import check_time_step
 
-
 __all__ = ["SapInputs", "read_inputs", "write_state"]
 
 

@@ -56,15 +56,27 @@ import math
 import numpy as np
 
 from sap_common import spatial
-from sap_common.geometry import hfield_grid, shape_local_bounds
-from sap_common.collision_rules import (MAX_CONTACTS_PER_PAIR, MaterialFallbacks, check_broad_phase,
-                                        combine_materials, contact_capacity)
+from sap_common.collision_rules import (
+    MAX_CONTACTS_PER_PAIR,
+    MaterialFallbacks,
+    check_broad_phase,
+    combine_materials,
+    contact_capacity,
+)
 from sap_common.config import SapConfig, collision_pipeline_args
+
 # The pair routines' thresholds, re-exported: sap_gpu.collision names the same objects.
-from sap_common.constants import (COINCIDENT_DISTANCE, DEFAULT_NORMAL, GOLDEN_ITERATIONS, GOLDEN_TIE,  # noqa: F401
-                                  INTERIOR_DEPTH_MARGIN, PARALLEL_TOL)
-from sap_common.model import SapModel, ShapeType
+from sap_common.constants import (  # noqa: F401
+    COINCIDENT_DISTANCE,
+    DEFAULT_NORMAL,
+    GOLDEN_ITERATIONS,
+    GOLDEN_TIE,
+    INTERIOR_DEPTH_MARGIN,
+    PARALLEL_TOL,
+)
 from sap_common.conventions import quaternion_norm_ok
+from sap_common.geometry import hfield_grid, shape_local_bounds
+from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
 
 from .arrays import check_host_device

@@ -37,8 +37,15 @@ import math
 import numpy as np
 
 from sap_common import spatial
-from sap_common.constants import (CLIP_TOL, DEGENERATE_AXIS, EDGE_AXIS_BIAS, FACE_AXIS_TIE, GOLDEN_ITERATIONS,
-                                  GOLDEN_TIE, INTERIOR_DEPTH_MARGIN)
+from sap_common.constants import (
+    CLIP_TOL,
+    DEGENERATE_AXIS,
+    EDGE_AXIS_BIAS,
+    FACE_AXIS_TIE,
+    GOLDEN_ITERATIONS,
+    GOLDEN_TIE,
+    INTERIOR_DEPTH_MARGIN,
+)
 
 from .collision_primitive import capsule_segment, end_spheres, segment_closest_params, with_position
 

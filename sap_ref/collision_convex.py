@@ -41,14 +41,33 @@ import math
 
 import numpy as np
 
-from sap_common.constants import (EPA_MAX_FACES, EPA_MAX_VERTICES, EPA_TOL, GJK_MAX_ITERATIONS, GJK_REL_TOL,
-                                  GJK_TOUCH_DISTANCE, KINK_TOL, REFINE_HALVINGS, REFINE_MIN_GAIN, SUPPORT_TIE,
-                                  REFINE_ITERATIONS, REFINE_STEP)
+from sap_common.constants import (
+    EPA_MAX_FACES,
+    EPA_MAX_VERTICES,
+    EPA_TOL,
+    GJK_MAX_ITERATIONS,
+    GJK_REL_TOL,
+    GJK_TOUCH_DISTANCE,
+    KINK_TOL,
+    REFINE_HALVINGS,
+    REFINE_ITERATIONS,
+    REFINE_MIN_GAIN,
+    REFINE_STEP,
+    SUPPORT_TIE,
+)
 from sap_common.enums import ShapeType
 
 from .collision_primitive import segment_closest_params
-from .collision_support import (PRISM, TETRA_FACES, Convex, closest_on_simplex, closest_triangle, sgn, support,
-                                support_pair)
+from .collision_support import (
+    PRISM,
+    TETRA_FACES,
+    Convex,
+    closest_on_simplex,
+    closest_triangle,
+    sgn,
+    support,
+    support_pair,
+)
 
 __all__ = ["gjk", "epa", "refine_penetration", "convex_contact"]
 
@@ -391,7 +410,6 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
     B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
     witness. Two faces: EPA's witness on A."""
-
     (ka, fa), (kb, fb) = _support_feature(A, n), _support_feature(B, -n)
     if ka == "set" and kb == "set":
         return a_epa, a_epa + sigma * n

@@ -45,8 +45,16 @@ import math
 
 import numpy as np
 
-from sap_common.constants import (CLIP_TOL, CYLINDER_CAP_POLYGON, FACE_ALIGNMENT_TIE, FACE_ALIGNMENT_TOL,
-                                  MANIFOLD_AREA_TIE, MANIFOLD_DEPTH_TIE, MANIFOLD_MAX_POINTS, MANIFOLD_MERGE_DISTANCE)
+from sap_common.constants import (
+    CLIP_TOL,
+    CYLINDER_CAP_POLYGON,
+    FACE_ALIGNMENT_TIE,
+    FACE_ALIGNMENT_TOL,
+    MANIFOLD_AREA_TIE,
+    MANIFOLD_DEPTH_TIE,
+    MANIFOLD_MAX_POINTS,
+    MANIFOLD_MERGE_DISTANCE,
+)
 from sap_common.enums import ShapeType
 
 from .collision_convex import convex_contact

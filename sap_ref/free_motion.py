@@ -22,9 +22,9 @@ import scipy.linalg
 from sap_common.config import precision_dtype
 from sap_common.model import SapModel
 
-from .linear_solve import PcrSettings, pcr
 from .dynamics import bias_forces, body_wrench_forces, mass_matrix
 from .kinematics import forward_kinematics, motion_subspaces
+from .linear_solve import PcrSettings, pcr
 
 __all__ = ["FreeMotion", "driven_dofs", "explicit_actuation", "dynamics_matrix", "free_motion"]
 

@@ -20,22 +20,27 @@ import numpy as np
 
 from sap_common.collision_rules import check_contact_materials
 from sap_common.config import SapConfig
-from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.conventions import joint_quaternions_ok
+from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.model import SapModel
-from sap_common.time_step import time_step_bound
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
+from sap_common.time_step import time_step_bound
 
 from . import boundary
 from .arrays import check_host_device
 from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
-from .contact_jacobian import (ContactGeometry, body_inertia_weights, contact_geometry, contact_regularization,
-                               delassus_weights)
+from .contact_jacobian import (
+    ContactGeometry,
+    body_inertia_weights,
+    contact_geometry,
+    contact_regularization,
+    delassus_weights,
+)
 from .contact_solve import SapProblem, SolveResult, make_problem, solve
 from .free_motion import FreeMotion, free_motion
-from .linear_solve import PcrSettings
 from .integration import integrate_positions
 from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
+from .linear_solve import PcrSettings
 
 __all__ = ["SolverSAP", "WorldResult"]
 

@@ -36,8 +36,16 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import (PRESET_CHOICES, check_flags, entry_point, fail, load_rollout, rollout_parser,
-                           scene_solver_kwargs, warp_device)
+from sap_tools.cli import (
+    PRESET_CHOICES,
+    check_flags,
+    entry_point,
+    fail,
+    load_rollout,
+    rollout_parser,
+    scene_solver_kwargs,
+    warp_device,
+)
 from sap_tools.progress import Progress
 from sap_tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, is_contact_tie
 

@@ -27,7 +27,7 @@ from sap_common.io.scene import LoadedScene
 from sap_common.state import SapState
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import entry_point, PRESET_CHOICES, check_flags, fail, load_rollout, rollout_parser
+from sap_tools.cli import PRESET_CHOICES, check_flags, entry_point, fail, load_rollout, rollout_parser
 from sap_tools.progress import Progress
 
 __all__ = ["PresetDeltas", "step_velocities", "preset_deltas", "main"]

@@ -29,8 +29,20 @@ from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.dynamics import mass_matrix
 from sap_ref.solver import SolverSAP
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
-                           fail, load_scene_arg, parser, plot_path, scene_solver_kwargs, warp_device)
+from sap_tools.cli import (
+    LINE_SEARCH_CHOICES,
+    PRESET_CHOICES,
+    atomic_output,
+    check_flags,
+    check_out,
+    entry_point,
+    fail,
+    load_scene_arg,
+    parser,
+    plot_path,
+    scene_solver_kwargs,
+    warp_device,
+)
 from sap_tools.progress import Progress
 
 DEFAULT_SCENE = "box_stack"

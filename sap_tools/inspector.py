@@ -30,11 +30,31 @@ import sys
 import numpy as np
 
 from sap_common.config import PRESETS
-from sap_tools.cli import (LINE_SEARCH_CHOICES, LINEAR_SOLVER_CHOICES, PRESET_CHOICES, atomic_output, check_flags,
-                           check_out, entry_point, fail, load_scene_arg, parser, scene_solver_kwargs, warp_device)
+from sap_tools.cli import (
+    LINE_SEARCH_CHOICES,
+    LINEAR_SOLVER_CHOICES,
+    PRESET_CHOICES,
+    atomic_output,
+    check_flags,
+    check_out,
+    entry_point,
+    fail,
+    load_scene_arg,
+    parser,
+    scene_solver_kwargs,
+    warp_device,
+)
 from sap_tools.progress import Progress
-from sap_tools.step_capture import (REGIME_NAMES, StepCapture, capture_step, compare_backends, gpu_step, rollout,
-                                    status_text, summary)
+from sap_tools.step_capture import (
+    REGIME_NAMES,
+    StepCapture,
+    capture_step,
+    compare_backends,
+    gpu_step,
+    rollout,
+    status_text,
+    summary,
+)
 
 __all__ = ["report_html", "write_report", "inspect_scene", "main"]
 

@@ -28,8 +28,16 @@ import time
 
 import numpy as np
 
-from sap_tools.cli import (PRESET_CHOICES, check_out_dir, entry_point, fail, init_warp, load_scene_arg, parser,
-                           scene_solver_kwargs)
+from sap_tools.cli import (
+    PRESET_CHOICES,
+    check_out_dir,
+    entry_point,
+    fail,
+    init_warp,
+    load_scene_arg,
+    parser,
+    scene_solver_kwargs,
+)
 
 __all__ = ["main", "configurations", "mjwarp_step_variants", "launched_resources"]
 

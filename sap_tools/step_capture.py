@@ -25,7 +25,7 @@ from sap_common.model import JointType, SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.constraints import NO_CONTACT, SLIDING, STICTION
-from sap_ref.contact_solve import Evaluation, evaluate, hessian, stopping_criterion
+from sap_ref.contact_solve import evaluate, hessian, stopping_criterion
 from sap_ref.solver import SolverSAP, WorldResult
 
 __all__ = ["REGIME_NAMES", "StepCapture", "BackendComparison", "world_slice", "dof_labels", "rollout",

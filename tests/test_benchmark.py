@@ -91,7 +91,8 @@ def test_sweep_writes_results_that_plot(tmp_path, capsys, device):
     assert "world_steps_per_s" not in result  # a sweep keeps per-run numbers in "runs" only
     assert json.loads(out.read_text())["runs"] == runs
     pytest.importorskip("matplotlib", reason="sap-plot-benchmark needs matplotlib (the 'plot' extra)")
-    from sap_tools.benchmark.plot import main as plot_main, series
+    from sap_tools.benchmark.plot import main as plot_main
+    from sap_tools.benchmark.plot import series
 
     png = tmp_path / "sweep.png"
     assert plot_main([str(out), "--out", str(png)]) == 0

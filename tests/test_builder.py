@@ -14,7 +14,7 @@ from sap_common.builder import (
     solid_capsule_inertia,
     solid_sphere_inertia,
 )
-from sap_common.model import JointType, ShapeType
+from sap_common.model import ShapeType
 
 I3 = (0.1, 0.1, 0.1)
 

@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+from conftest import DATA
 
 import sap_tools.benchmark.cli
 import sap_tools.benchmark.collision
@@ -18,12 +19,10 @@ import sap_tools.inspector
 import sap_tools.precompile
 import sap_tools.record.cli
 import sap_tools.scenes
-import sap_tools.precompile
 import sap_tools.validate.cli
 import sap_tools.view.cli
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS
 from sap_tools.cli import check_out, parser, plain, plot_path, scene_solver_kwargs
-from conftest import DATA
 
 MAINS = {"sap-demo": sap_tools.demo.main, "sap-scenes": sap_tools.scenes.main,
          "sap-compare-presets": sap_tools.compare_presets.main, "sap-compare-backends": sap_tools.compare_backends.main,

@@ -30,17 +30,31 @@ import math
 import mujoco
 import numpy as np
 import pytest
+from collision_cases import (
+    CY,
+    NEW_PAIR_TYPES,
+    B,
+    C,
+    E,
+    H,
+    M,
+    P,
+    S,
+    mujoco_distance,
+    mujoco_pose,
+    pair_scene,
+    random_qpos,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
-from collision_cases import (B, C, CY, E, H, M, NEW_PAIR_TYPES, P, S, mujoco_distance, mujoco_pose, pair_scene,
-                             random_qpos)
+from sap_common import spatial
 from sap_common.collision_rules import contact_capacity
 from sap_common.geometry import hfield_grid, hfield_triangle
-from sap_common import spatial
 from sap_gpu.collision import CollisionPipeline as GpuPipeline
-from sap_ref.collision import CollisionPipeline as RefPipeline, shape_geometry
+from sap_ref.collision import CollisionPipeline as RefPipeline
+from sap_ref.collision import shape_geometry
 
 # [m] Polytope cores (point, segment, box, mesh) and plane pairs: both GJK/EPA end exactly; float32
 # mesh vertices are the same numbers on both sides. Rounding of metre-scale coordinates.

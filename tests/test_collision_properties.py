@@ -22,11 +22,11 @@ import math
 
 import numpy as np
 import pytest
+from collision_cases import CUBE, CY, GEM, NEW_PAIR_TYPES, B, C, E, H, M, P, S
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
-from collision_cases import B, C, CUBE, CY, E, GEM, H, M, NEW_PAIR_TYPES, P, S
 from sap_common import spatial
 from sap_common.builder import ModelBuilder
 from sap_common.collision_rules import MAX_CONTACTS_PER_PAIR, contact_capacity

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import random_models, vectors
 
 from sap_common import conventions as cv
 from sap_common import spatial
 from sap_common.builder import ModelBuilder
 from sap_common.model import JointType
-from strategies import random_models, vectors
 
 N = 200
 TOL = 1e-12  # a few float64 ulps of O(10) quantities

@@ -9,8 +9,8 @@ are refused before any launch.
 import numpy as np
 import pytest
 import warp as wp
-
 from conftest import cooperative_lanes
+
 from sap_gpu.blocked_cholesky import TILE, padded_size, solve
 
 # Cholesky is backward stable: ‖X − X*‖/‖X*‖ ≲ c·n·κ(A)·ε. The factor c·n is taken generously as

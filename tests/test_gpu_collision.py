@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 import pytest
+import warp as wp
+from collision_cases import CUBE, GEM
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import warp as wp
 
 import sap_gpu
 from sap_common import scenes, spatial
@@ -25,8 +25,6 @@ from sap_common.model import ShapeType
 from sap_gpu.collision import CollisionPipeline as GpuPipeline
 from sap_ref.collision import CollisionPipeline as RefPipeline
 from sap_ref.collision import contact_capacity
-from strategies import quaternions, vectors
-from collision_cases import CUBE, GEM
 from sap_tools.tolerances import CURVED_GEOMETRY_TOL, GEOMETRY_TOL  # float64 geometry (reasons there)
 
 INT_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")

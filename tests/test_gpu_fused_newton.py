@@ -18,18 +18,18 @@ as one thread per world per kernel. Two kinds of comparison:
 import numpy as np
 import pytest
 import warp as wp
+from conftest import cooperative_lanes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import sap_gpu
-from conftest import cooperative_lanes
-from sap_common import scenes
-from sap_common.state import StepStatus
-from sap_gpu.contact_solve_fused import fused_newton_kernel, fused_size
-from sap_common.config import NEWTON_PATHS
 from strategies import random_constrained_models
 from test_gpu_sparse_rows import _inputs
 from test_gpu_stages import LINE_SEARCHES, PRESETS
+
+import sap_gpu
+from sap_common import scenes
+from sap_common.config import NEWTON_PATHS
+from sap_common.state import StepStatus
+from sap_gpu.contact_solve_fused import fused_newton_kernel, fused_size
 
 CAP = 16
 # A sum of m floating-point terms taken in two orders differs by at most (m − 1)·ε·Σ|terms|

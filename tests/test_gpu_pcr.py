@@ -8,6 +8,7 @@ two agree as closely as the reached residuals allow, not bit for bit.
 import numpy as np
 import pytest
 import warp as wp
+from test_ref_linear_solve import ANCHORS, RESIDUAL_GAP_FACTOR, STEP_BOUND_SLACK, anchor_states
 
 import sap_gpu
 from sap_common import scenes
@@ -16,7 +17,6 @@ from sap_common.state import StepStatus
 from sap_gpu.linear_solve import allocate_pcr_work, pcr
 from sap_ref.linear_solve import PcrSettings
 from sap_ref.linear_solve import pcr as ref_pcr
-from test_ref_linear_solve import ANCHORS, RESIDUAL_GAP_FACTOR, STEP_BOUND_SLACK, anchor_states
 
 SENTINEL = 3.5  # what a masked world's X holds before and must hold after
 

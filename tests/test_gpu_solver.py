@@ -12,16 +12,16 @@ import json
 import numpy as np
 import pytest
 import warp as wp
+from conftest import DATA, cooperative_lanes
+from test_ref_solver import CONTACT_FREE_ANCHORS, CONTACT_FREE_POSITION_TOL, CONTACT_FREE_ROTATION_TOL
+from test_ref_solver_contact import CONTACT_ANCHORS, CONTACT_POSITION_TOL, CONTACT_ROTATION_TOL
 
 import sap_gpu
 import sap_ref
-from conftest import DATA, cooperative_lanes
 from sap_common import scenes
+from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.io import body_pose_error, load_json, load_recording, recorded_body_indices
 from sap_common.state import SapContacts, StepStatus
-from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
-from test_ref_solver import CONTACT_FREE_ANCHORS, CONTACT_FREE_POSITION_TOL, CONTACT_FREE_ROTATION_TOL
-from test_ref_solver_contact import CONTACT_ANCHORS, CONTACT_POSITION_TOL, CONTACT_ROTATION_TOL
 
 BATCH_SCENE = "box_stack"  # free bodies, box–box and box–plane contact, several per world
 BATCH_STEPS = 8

@@ -9,16 +9,16 @@ only possible difference is the sign of a zero, which compares equal).
 
 import numpy as np
 import pytest
+from conftest import cooperative_lanes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import random_constrained_models
+from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
 
 import sap_gpu
-from conftest import cooperative_lanes
 from sap_common import scenes
-from sap_ref.collision import CollisionPipeline
-from strategies import random_constrained_models
 from sap_common.config import NEWTON_PATHS
-from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
+from sap_ref.collision import CollisionPipeline
 
 CAP = 16
 

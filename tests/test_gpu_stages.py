@@ -13,19 +13,18 @@ import os
 
 import numpy as np
 import pytest
+from conftest import cooperative_lanes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import random_constrained_models
 
 import sap_gpu
-from conftest import cooperative_lanes
-from sap_common.config import SapConfig
+from sap_common.config import NEWTON_PATHS, SapConfig
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
-from sap_common.config import NEWTON_PATHS
 from sap_ref.solver import SolverSAP as RefSolver
-from strategies import random_constrained_models
 from sap_tools.tolerances import RESIDUAL_GAP_FACTOR, TOL
 
 # The tolerance table (each entry with its reason) is shared with sap-compare-backends.
@@ -199,6 +198,7 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
 def test_config_knobs_reach_the_kernels(device):
     """approx32 really runs its fp32 paths: float32 Newton system and free-motion buffers."""
     import warp as wp
+
     from sap_common import scenes
 
     scene = scenes.get("box_slide")

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import DATA, DRAKE_ANCHORS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,6 @@ from sap_common.config import SapConfig
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.io import body_pose_error, drake_qv_to_joint, load_json, load_recording, recorded_body_indices
 from sap_common.model import JointType, ShapeType
-from conftest import DATA, DRAKE_ANCHORS
 
 # The anchors' own self-check of body poses is ≤ 1e-15; the loader must keep 1e-12.
 INITIAL_POSE_TOL = 1e-12

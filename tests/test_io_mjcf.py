@@ -11,14 +11,20 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from mjcf_strategies import mujoco_state, random_mjcf, random_state
 
 from sap_common import conventions, scenes, spatial
-from sap_common.io import (joint_qd_to_mujoco_qvel, load_mjcf, mujoco_ctrl_to_control, mujoco_pair_filter,
-                           mujoco_qpos_to_joint_q, mujoco_qvel_to_joint_qd)
+from sap_common.io import (
+    joint_qd_to_mujoco_qvel,
+    load_mjcf,
+    mujoco_ctrl_to_control,
+    mujoco_pair_filter,
+    mujoco_qpos_to_joint_q,
+    mujoco_qvel_to_joint_qd,
+)
 from sap_common.io import mjcf as mjcf_module
 from sap_common.kinematics import body_velocities, forward_kinematics
 from sap_common.model import JointType, ShapeType
-from mjcf_strategies import mujoco_state, random_mjcf, random_state
 
 TOL = 1e-10  # float64 kinematics of O(1) m trees (observed ≤ 3e-15)
 EXACT = 1e-15  # a map that only permutes, copies or rotates once (a few ulps)

@@ -8,13 +8,19 @@ import re
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from sap_common import scenes
 from sap_common.conventions import joint_qd_sap_to_public
 from sap_common.io import drake_qv_to_joint, load_json, load_recording
-from sap_common.io.trajectory import (TRAJECTORY_FORMAT, Trajectory, load_trajectory, load_trajectory_scene,
-                                      trajectory_states, write_trajectory)
-from conftest import DATA
+from sap_common.io.trajectory import (
+    TRAJECTORY_FORMAT,
+    Trajectory,
+    load_trajectory,
+    load_trajectory_scene,
+    trajectory_states,
+    write_trajectory,
+)
 
 DRAKE = DATA / "drake"
 

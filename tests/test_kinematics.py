@@ -4,16 +4,16 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DRAKE_ANCHORS
 from hypothesis import given, settings
+from strategies import random_models
 
 from sap_common import spatial
+from sap_common.builder import ModelBuilder
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.io import drake_qv_to_joint, load_json, load_recording, recorded_body_indices
 from sap_common.kinematics import body_velocities, forward_kinematics, joint_transform
-from sap_common.builder import ModelBuilder
 from sap_common.model import JointType
-from conftest import DRAKE_ANCHORS
-from strategies import random_models
 
 # Drake's generator checks its own recorded poses against the documented joint kinematics to
 # ≤ 1e-15; products of a handful of rotations in float64 stay within a few 1e-15 as well.

@@ -14,14 +14,14 @@
 
 import numpy as np
 import pytest
+from conftest import DATA, DRAKE_ANCHORS
+from test_validate import assert_one_step_passes
 
 import sap_gpu
 from sap_common import scenes, spatial
 from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.solver import SolverSAP
-from conftest import DATA, DRAKE_ANCHORS
-from test_validate import assert_one_step_passes
 
 pytestmark = pytest.mark.slow
 

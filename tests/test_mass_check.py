@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import random_models
 
 import sap_gpu
 import sap_ref
@@ -17,7 +18,6 @@ from sap_common.builder import solid_box_inertia, solid_sphere_inertia
 from sap_common.mass_check import composite_masses, mass_matrix_at
 from sap_common.state import StepStatus
 from sap_ref.dynamics import mass_matrix
-from strategies import random_models
 
 
 def _free_body(mass, inertia, **joint):

@@ -16,9 +16,9 @@ import pytest
 
 newton = pytest.importorskip("newton")
 import warp as wp  # noqa: E402
+from newton_scenes import PROBE_MJCF, mixed_robot_newton, mixed_robot_sap  # noqa: E402
 
 import sap_newton  # noqa: E402
-from newton_scenes import PROBE_MJCF, mixed_robot_newton, mixed_robot_sap  # noqa: E402
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE  # noqa: E402
 from sap_common.conventions import joint_qd_public_to_sap  # noqa: E402
 from sap_common.io import load_mjcf  # noqa: E402

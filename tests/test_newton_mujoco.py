@@ -19,10 +19,10 @@ import pytest
 newton = pytest.importorskip("newton")
 pytest.importorskip("mujoco")
 import warp as wp  # noqa: E402
+from newton_scenes import pendulum_newton  # noqa: E402
 from scipy.integrate import solve_ivp  # noqa: E402
 
 import sap_newton  # noqa: E402
-from newton_scenes import pendulum_newton  # noqa: E402
 
 G = 9.81
 T_END = 0.5  # s of pendulum motion

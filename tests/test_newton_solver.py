@@ -10,10 +10,10 @@ import pytest
 
 newton = pytest.importorskip("newton")
 import warp as wp  # noqa: E402
+from newton_scenes import mixed_robot_newton  # noqa: E402
 
 import sap_gpu  # noqa: E402
 import sap_newton  # noqa: E402
-from newton_scenes import mixed_robot_newton  # noqa: E402
 from sap_common.state import StepStatus  # noqa: E402
 
 DT = 2e-3

@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import DATA, DRAKE_ANCHORS
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
@@ -17,7 +18,6 @@ from sap_common.io import LoadedScene
 from sap_tools.record.cli import CHECK_RTOL, REFERENCE_DIR, compare_recordings, main
 from sap_tools.record.drake import pydrake_available
 from sap_tools.record.spec import NO_DRAKE_COUNTERPART, scene_to_spec
-from conftest import DATA, DRAKE_ANCHORS
 
 HAVE_PYDRAKE, WHY_NOT = pydrake_available()
 needs_pydrake = pytest.mark.skipif(not HAVE_PYDRAKE, reason=f"needs pydrake 1.51.1: {WHY_NOT}")

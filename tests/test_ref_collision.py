@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import quaternions, vectors
 
 from sap_common import scenes, spatial
 from sap_common.builder import ModelBuilder
@@ -16,9 +17,15 @@ from sap_common.config import SapConfig
 from sap_common.kinematics import forward_kinematics
 from sap_common.model import ShapeType
 from sap_common.state import SapContacts
-from sap_ref.collision import (DEFAULT_NORMAL, INTERIOR_DEPTH_MARGIN, MAX_CONTACTS_PER_PAIR, CollisionPipeline,
-                               combine_materials, contact_capacity, pair_contacts)
-from strategies import quaternions, vectors
+from sap_ref.collision import (
+    DEFAULT_NORMAL,
+    INTERIOR_DEPTH_MARGIN,
+    MAX_CONTACTS_PER_PAIR,
+    CollisionPipeline,
+    combine_materials,
+    contact_capacity,
+    pair_contacts,
+)
 
 P, S, C, B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
 PAIR_TYPES = [(P, S), (P, C), (P, B), (S, S), (S, C), (S, B), (C, C), (C, B), (B, B)]

@@ -12,17 +12,16 @@ import math
 
 import numpy as np
 import pytest
+from collision_cases import CUBE
 
 import sap_gpu
-from collision_cases import CUBE, GEM
 from sap_common import geometry, spatial
 from sap_common.builder import ModelBuilder, solid_box_inertia
 from sap_common.model import ShapeType as T
 from sap_common.state import StepStatus
-from sap_ref.collision import pair_contacts
+from sap_ref.collision import CollisionPipeline, pair_contacts
 from sap_ref.collision_manifold import reduce_manifold
 from sap_ref.solver import SolverSAP
-from sap_ref.collision import CollisionPipeline
 
 I = np.array([0, 0, 0, 0, 0, 0, 1.0])
 Z3 = np.zeros(3)

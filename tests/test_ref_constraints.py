@@ -9,8 +9,16 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from sap_common.builder import ModelBuilder
-from sap_ref.constraints import (NO_CONTACT, SLIDING, STICTION, DriveConstraints, drive_terms, friction_cone,
-                                 limit_constraints, limit_terms)
+from sap_ref.constraints import (
+    NO_CONTACT,
+    SLIDING,
+    STICTION,
+    DriveConstraints,
+    drive_terms,
+    friction_cone,
+    limit_constraints,
+    limit_terms,
+)
 
 # Central differences with a relative step 1e-6 on costs of O(1): the rounding noise of ℓ
 # (ε·|ℓ|/h) bounds the agreement at about 1e-6 relative (seen: 3e-6 in the exactly consistent

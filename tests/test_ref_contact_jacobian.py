@@ -6,14 +6,20 @@ docs/formulation.md § Contact frame and Jacobian, Weights, Regularization.
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import random_models, unit_vectors
 
 from sap_common.builder import ModelBuilder, solid_sphere_inertia
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.state import SapContacts
-from sap_ref.contact_jacobian import (body_inertia_weights, contact_frames, contact_geometry, contact_points,
-                                      contact_regularization, delassus_weights)
+from sap_ref.contact_jacobian import (
+    body_inertia_weights,
+    contact_frames,
+    contact_geometry,
+    contact_points,
+    contact_regularization,
+    delassus_weights,
+)
 from sap_ref.kinematics import body_jacobians, body_velocities, forward_kinematics, point_jacobian
-from strategies import random_models, unit_vectors
 
 
 @settings(max_examples=200)

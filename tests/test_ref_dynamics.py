@@ -5,15 +5,15 @@ The comparison with MuJoCo's mj_fullM / qfrc_bias is in test_ref_dynamics_mujoco
 
 import numpy as np
 import pytest
+from conftest import DRAKE_ANCHORS
 from hypothesis import given, settings
+from strategies import random_models
 
 from sap_common.builder import ModelBuilder
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.io import drake_qv_to_joint, load_json, load_recording
 from sap_ref import dynamics as D
 from sap_ref.kinematics import body_jacobians, forward_kinematics, qdot_map
-from conftest import DRAKE_ANCHORS
-from strategies import random_models
 
 # Required: 1e-10 against Drake's recorded M, C v and τ_g (observed ≤ 3e-15).
 DRAKE_DYNAMICS_TOL = 1e-10

@@ -11,11 +11,11 @@ import mujoco
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from mjcf_strategies import random_mjcf, random_state
 
 from sap_common import scenes
 from sap_common.io import load_mjcf, mujoco_qpos_to_joint_q, mujoco_qvel_to_joint_qd
 from sap_ref.dynamics import bias_forces, mass_matrix
-from mjcf_strategies import random_mjcf, random_state
 
 # The required bound (observed: ≤ 6e-15 relative on random trees and the humanoid).
 MUJOCO_RTOL = 1e-9

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from strategies import random_models
 
 from sap_common.builder import ModelBuilder
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_ref.dynamics import bias_forces
 from sap_ref.free_motion import explicit_actuation, free_motion
-from strategies import random_models
 
 H = 1e-3
 

@@ -3,12 +3,12 @@
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import random_models, vectors
 
 from sap_common import spatial
 from sap_common.builder import ModelBuilder
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_ref import kinematics as K
-from strategies import random_models, vectors
 
 # Float64 products of a handful of rotations and lever arms of O(1) m.
 TOL = 1e-12

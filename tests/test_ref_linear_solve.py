@@ -258,6 +258,7 @@ def anchor_states(name):
     """``(scene, [(step, state)])``: Drake's own recorded states at COMPARED_STEPS steps of the
     anchor (taken from the recording, so no long rollout is needed to reach them)."""
     from conftest import DATA
+
     from sap_common.io import drake_qv_to_joint, load_json, load_recording
     from sap_common.kinematics import body_state
 

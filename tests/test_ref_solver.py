@@ -7,15 +7,14 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder
-from sap_common.config import SapConfig
 from sap_common.conventions import joint_qd_sap_to_public
 from sap_common.io import body_pose_error, load_json, load_recording, recorded_body_indices
 from sap_common.state import SapContacts, StepStatus
 from sap_ref.solver import SolverSAP
-from conftest import DATA
 
 # The required bound for Drake's contact-free anchors over the whole recording (observed:
 # ≤ 5e-14 m and rad; pendulum_limit and prismatic_pd reach 1e-16 through the Newton solve).

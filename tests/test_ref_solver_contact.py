@@ -7,16 +7,16 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DATA
 
-from sap_common import scenes, spatial
+from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
 from sap_common.config import SapConfig
 from sap_common.io import body_pose_error, load_json, load_recording, recorded_body_indices
 from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
-from sap_ref.contact_solve import evaluate, hessian
+from sap_ref.contact_solve import hessian
 from sap_ref.solver import SolverSAP
-from conftest import DATA
 
 LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 PRESETS = ("approx32", "approx64", "drake")

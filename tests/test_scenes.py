@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from sap_common import scenes
 from sap_common.config import SapConfig
 from sap_common.io import load_json
 from sap_common.state import check_control, check_state
-from conftest import DATA
 
 # Builder scene name -> the Drake anchor it mirrors.
 MIRRORS = {

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import quaternions, transforms, unit_vectors, vectors
 
 from sap_common import spatial
-from strategies import quaternions, transforms, unit_vectors, vectors
 
 N = 200  # at least 200 examples per property
 # float64 identities of products of a few rotations: ~10 ulps of the values involved.

@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import DATA, DRAKE_ANCHORS
 
 from sap_tools.scenes import main
-from conftest import DATA, DRAKE_ANCHORS
 
 
 def test_lists_every_scene_and_the_drake_scene_files(capsys):

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from conftest import DATA, DRAKE_ANCHORS
 
 import sap_ref.collision
 import sap_ref.solver
@@ -22,7 +23,6 @@ from sap_ref.solver import SolverSAP
 from sap_tools.validate import cli as V
 from sap_tools.validate.backends import recorded_state
 from sap_tools.validate.diagnose import STAGE_RTOL
-from conftest import DATA, DRAKE_ANCHORS
 
 # Recordings with a shape pair Drake computes with FCL's MPR (sap_tools.validate.diagnose.drake_uses_mpr): Drake's
 # contact point there is MPR's barycentric estimate, not a witness point, so their steps pass as

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from sap_common import scenes
 from sap_common.io import load_json, load_recording
@@ -22,7 +23,6 @@ from sap_tools.browser import free_port
 from sap_tools.shapes import body_colors, shape_mesh
 from sap_tools.trajectory import recording_trajectory, rollout_trajectory
 from sap_tools.view.cli import main
-from conftest import DATA
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 G = 9.81

@@ -68,12 +68,39 @@ import warp as wp
 from sap_common.config import LINEAR_SOLVERS, SapConfig
 from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
 from sap_common.io import LoadedScene
-from sap_tools.benchmark.measure import (MIN_CONVERGED_FRACTION, breakdown, breakdown_table, path_speedups, ratios,
-                                         sparse_speedups, structure, structure_line, table, time_run, validity)
-from sap_tools.benchmark.runs import (DEFAULT_NOISE_STD, MjwarpRun, SapRun, load_scene, memory_in_use, noise_channels,
-                                      percentile_from_histogram)
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_out, cpu_model, entry_point, fail,
-                           parser, warp_device)
+from sap_tools.benchmark.measure import (
+    MIN_CONVERGED_FRACTION,
+    breakdown,
+    breakdown_table,
+    path_speedups,
+    ratios,
+    sparse_speedups,
+    structure,
+    structure_line,
+    table,
+    time_run,
+    validity,
+)
+from sap_tools.benchmark.runs import (
+    DEFAULT_NOISE_STD,
+    MjwarpRun,
+    SapRun,
+    load_scene,
+    memory_in_use,
+    noise_channels,
+    percentile_from_histogram,
+)
+from sap_tools.cli import (
+    LINE_SEARCH_CHOICES,
+    PRESET_CHOICES,
+    atomic_output,
+    check_out,
+    cpu_model,
+    entry_point,
+    fail,
+    parser,
+    warp_device,
+)
 from sap_tools.progress import Progress
 
 # The command line is here; the runs are in sap_tools.benchmark.runs, their timing, structure counts,

@@ -17,9 +17,9 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
+from sap_common.constants import DEFAULT_NEWTON_PATH
 from sap_common.io import LoadedScene
 from sap_common.state import StepStatus
-from sap_common.constants import DEFAULT_NEWTON_PATH
 from sap_tools.cli import load_scene_arg
 
 __all__ = ["load_scene", "NoiseChannels", "noise_channels", "percentile_from_histogram", "memory_in_use",

@@ -38,7 +38,8 @@ def pydrake_available() -> tuple[bool, str]:
         return False, "pydrake is not installed (the [drake] extra: pip install -e '.[drake]', i.e. drake==1.51.1)"
     version = getattr(pydrake, "__version__", None)
     if version is None:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
         try:
             version = dist_version("drake")
         except PackageNotFoundError:
@@ -97,12 +98,24 @@ class DrakeScene:
 
     def __init__(self, spec: dict):
         _require_pydrake()
-        from pydrake.geometry import (AddContactMaterial, CollisionFilterDeclaration, GeometrySet, HalfSpace,
-                                      ProximityProperties, Sphere)
+        from pydrake.geometry import (
+            AddContactMaterial,
+            CollisionFilterDeclaration,
+            GeometrySet,
+            HalfSpace,
+            ProximityProperties,
+            Sphere,
+        )
         from pydrake.math import RigidTransform
         from pydrake.multibody.plant import AddMultibodyPlant, CoulombFriction, MultibodyPlantConfig
-        from pydrake.multibody.tree import (BallRpyJoint, FixedOffsetFrame, PdControllerGains, PrismaticJoint,
-                                            RevoluteJoint, WeldJoint)
+        from pydrake.multibody.tree import (
+            BallRpyJoint,
+            FixedOffsetFrame,
+            PdControllerGains,
+            PrismaticJoint,
+            RevoluteJoint,
+            WeldJoint,
+        )
         from pydrake.systems.framework import DiagramBuilder
 
         check_spec(spec)

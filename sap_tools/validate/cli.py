@@ -39,12 +39,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sap_common import spatial
 from sap_common.io.trajectory import load_trajectory, load_trajectory_scene, trajectory_states
 from sap_common.model import JointType
 from sap_common.state import StepStatus
-from sap_common import spatial
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
-                           fail, parser, scene_solver_kwargs, warp_device)
+from sap_tools.cli import (
+    LINE_SEARCH_CHOICES,
+    PRESET_CHOICES,
+    atomic_output,
+    check_flags,
+    check_out,
+    entry_point,
+    fail,
+    parser,
+    scene_solver_kwargs,
+    warp_device,
+)
 from sap_tools.progress import Progress
 from sap_tools.validate.backends import RefBackend, make_backend, recorded_state
 from sap_tools.validate.diagnose import diagnose, drake_uses_mpr

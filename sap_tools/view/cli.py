@@ -35,8 +35,19 @@ import time
 
 import numpy as np
 
-from sap_tools.cli import (LINE_SEARCH_CHOICES, PRESET_CHOICES, atomic_output, check_flags, check_out, entry_point,
-                           fail, load_scene_arg, parser, scene_solver_kwargs, warp_device)
+from sap_tools.cli import (
+    LINE_SEARCH_CHOICES,
+    PRESET_CHOICES,
+    atomic_output,
+    check_flags,
+    check_out,
+    entry_point,
+    fail,
+    load_scene_arg,
+    parser,
+    scene_solver_kwargs,
+    warp_device,
+)
 from sap_tools.progress import Progress
 from sap_tools.shapes import GROUND_COLOR, body_colors, body_stand_ins, box_mesh, shape_mesh
 from sap_tools.trajectory import Trajectory, is_recording, load_recorded, rollout_trajectory
@@ -230,6 +241,7 @@ class Viewer:
     def inspect(self, frame: int, world: int, client=None, dpi: int = 60):
         """Re-run the step from ``frame`` (world ``world``) in sap_ref and show the inspector's figures."""
         import matplotlib.image
+
         from sap_common.config import SapConfig
         from sap_ref.collision import CollisionPipeline
         from sap_tools.inspector import report_html

@@ -15,7 +15,6 @@ import os
 import numpy as np
 
 from sap_common.model import ShapeType
-
 from sap_tools.progress import Progress
 from sap_tools.shapes import GROUND_COLOR, body_colors, body_stand_ins, shape_mesh
 from sap_tools.trajectory import Trajectory
