@@ -151,6 +151,7 @@ def test_percentile_from_histogram():
     assert percentile_from_histogram(np.zeros((3, 4))) == 0
 
 
+@pytest.mark.slow  # ~25 s on two cores: MuJoCo Warp's kernels compile on the CPU first
 @pytest.mark.skipif(not HAVE_MJWARP, reason="--vs-mjwarp needs mujoco and mujoco-warp (the 'test' extra)")
 def test_vs_mjwarp_runs_both_on_the_same_noise(capsys, device):
     assert main(["humanoid", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--vs-mjwarp",

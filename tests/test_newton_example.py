@@ -21,6 +21,7 @@ def _example_module():
     return module
 
 
+@pytest.mark.slow  # ~40 s on two cores: the default run covers the conversion and the solver in test_newton_*.py
 def test_example_records_the_robot_falling(tmp_path):
     out = tmp_path / "robot_fall.json"
     run = subprocess.run([sys.executable, str(EXAMPLE), "--viewer", "file", "--out", str(out),
