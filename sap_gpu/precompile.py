@@ -67,12 +67,15 @@ def step_variants(model: SapModel, max_rigid_contact: int, steps: int = 1, **con
 
 @dataclass
 class CompileResult:
-    """One compiled variant: ``seconds`` of NVRTC (0 if ``cached``), the artifact's ``path``."""
+    """One compiled variant: ``seconds`` of wall time and ``cpu_seconds`` of this process's CPU
+    time (NVRTC runs in-process on one core, so on a busy machine the CPU time is the figure that
+    does not depend on the other work), both 0 if ``cached``; the artifact's ``path``."""
 
     module: str
     block_dim: int
     arch: int
     seconds: float
+    cpu_seconds: float
     cached: bool
     path: str | None
 
@@ -91,14 +94,15 @@ def compile_variant(module, block_dim: int, arch: int, out_dir: str | None = Non
     if out_dir is not None:
         target = os.path.join(out_dir, module.get_module_identifier(block_dim))
         os.makedirs(target, exist_ok=True)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     compiled = module._compile(None, target, output_arch=int(arch), use_ptx=cuda_output == "ptx", options=options)
-    seconds = time.perf_counter() - t
+    seconds, cpu_seconds = time.perf_counter() - t, time.process_time() - cpu
     folder = target or os.path.join(wp.config.kernel_cache_dir, module.get_module_identifier(block_dim))
     suffix = "ptx" if cuda_output == "ptx" else "cubin"
     paths = sorted(glob.glob(os.path.join(folder, f"*.sm{int(arch)}*.{suffix}")))
     return CompileResult(module=module.name, block_dim=int(block_dim), arch=int(arch),
-                         seconds=seconds if compiled else 0.0, cached=not compiled,
+                         seconds=seconds if compiled else 0.0, cpu_seconds=cpu_seconds if compiled else 0.0,
+                         cached=not compiled,
                          path=paths[0] if paths else None)
 
 

@@ -217,7 +217,7 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
 
     print(f"{label}: {len(variants)} (module, block size) variants for sm_{arch}, {args.cuda_output}; cache "
           f"{args.out or os.environ.get('WARP_CACHE_PATH') or 'Warp default'}", flush=True)
-    rows, total, t0 = [], 0.0, time.perf_counter()
+    rows, total, cpu_total, t0 = [], 0.0, 0.0, time.perf_counter()
     for (name, block_dim), (module, kernels) in variants.items():
         try:
             r = compile_variant(module, block_dim, arch, args.out, args.cuda_output)
@@ -226,8 +226,10 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
             rows.append(dict(module=name, block_dim=block_dim, error=str(e)[:2000], used_by=used_by[(name, block_dim)]))
             continue
         total += r.seconds
+        cpu_total += r.cpu_seconds
         print(f"{r.seconds:8.1f} s  {name} (block {block_dim}){'  cached' if r.cached else ''}", flush=True)
-        row = dict(module=name, block_dim=block_dim, seconds=r.seconds, cached=r.cached, path=r.path,
+        row = dict(module=name, block_dim=block_dim, seconds=r.seconds, cpu_seconds=r.cpu_seconds, cached=r.cached,
+                   path=r.path,
                    kernels=kernels, used_by=used_by[(name, block_dim)])
         if args.resources and r.path:
             row["resources"] = launched_resources(kernel_resources(r.path, cuobjdump), kernels)
@@ -235,8 +237,8 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
                 print(f"           {fn}: " + ", ".join(f"{k} {v}" for k, v in res.items()), flush=True)
         rows.append(row)
     failed = sum("error" in r for r in rows)
-    print(f"{label}: {total:.1f} s of compiling ({time.perf_counter() - t0:.1f} s wall), {len(rows) - failed} "
-          f"variants compiled or cached, {failed} failed", flush=True)
+    print(f"{label}: {total:.1f} s of compiling ({cpu_total:.1f} s of CPU time; {time.perf_counter() - t0:.1f} s "
+          f"wall), {len(rows) - failed} variants compiled or cached, {failed} failed", flush=True)
     return rows
 
 
@@ -255,7 +257,8 @@ def launched_resources(resources: dict, kernels: list[str]) -> dict:
 
 def _summary(rows: list[dict]) -> dict:
     res = [v for r in rows for v in r.get("resources", {}).values()]
-    return dict(seconds=sum(r.get("seconds", 0.0) for r in rows), variants=len(rows),
+    return dict(seconds=sum(r.get("seconds", 0.0) for r in rows),
+                cpu_seconds=sum(r.get("cpu_seconds", 0.0) for r in rows), variants=len(rows),
                 failed=sum("error" in r for r in rows), max_reg=max((v["REG"] for v in res), default=None),
                 max_stack=max((v["STACK"] for v in res), default=None))
 
