@@ -453,7 +453,8 @@ class ModelBuilder:
         name = self._name("shape", material.get("name"), self._shapes)
         where = f"add_shape_{st.name.lower()}(name={name!r})"
         if unknown:
-            raise ValueError(f"{where}: unknown argument(s) {', '.join(unknown)}; valid: {', '.join(self._MATERIAL_KEYS)}")
+            raise ValueError(f"{where}: unknown argument(s) {', '.join(unknown)}; "
+                             f"valid: {', '.join(self._MATERIAL_KEYS)}")
         B = len(self._bodies)
         if isinstance(body, bool) or not isinstance(body, (int, np.integer)) or not -1 <= body < B:
             raise ValueError(f"{where}: body must be -1 (world) or a body index in [0, {B}), got {body!r}")

@@ -22,7 +22,9 @@ class JointType(enum.IntEnum):
 
 
 class ShapeType(enum.IntEnum):
-    """Collision shape types. Sizes (``shape_size``) per type:
+    """Collision shape types.
+
+    Sizes (``shape_size``) per type:
 
     * PLANE: the half-space z ≤ 0 of the shape frame (outward normal +z); size unused (0).
     * SPHERE: ``(radius, 0, 0)``.

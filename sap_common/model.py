@@ -507,7 +507,8 @@ class SapModel:
                     "floating body or a FIXED joint to weld it"
                 )
         floating = np.isin(jtype, [int(t) for t in _FLOATING])
-        body_parent = np.where(floating[body_joint], -1, parent[body_joint]).astype(np.int32) if B else np.zeros(0, np.int32)
+        body_parent = (np.where(floating[body_joint], -1, parent[body_joint]).astype(np.int32) if B
+                       else np.zeros(0, np.int32))
         # Depth by walking up; a walk longer than B steps means a cycle.
         depth = np.zeros(B, dtype=np.int64)
         for b in range(B):
@@ -536,7 +537,8 @@ class SapModel:
             if not np.all(np.isfinite(v) & (v >= 0.0)):
                 raise ValueError(f"{arr_name}[{d0}:{d0 + n}] {where}: must be finite and >= 0, got {v.tolist()}")
         if not np.all(effort[sl] > 0.0):  # +inf allowed (no limit); NaN fails the comparison
-            raise ValueError(f"joint_effort_limit[{d0}:{d0 + n}] {where}: must be > 0 (inf = no limit), got {effort[sl].tolist()}")
+            raise ValueError(f"joint_effort_limit[{d0}:{d0 + n}] {where}: must be > 0 (inf = no limit), "
+                             f"got {effort[sl].tolist()}")
         if np.any(np.isnan(lo[sl])) or np.any(np.isnan(hi[sl])):
             raise ValueError(f"joint_limit_lower/upper {where}: must not be NaN (use ±inf for no limit)")
         if np.any(lo[sl] > hi[sl]):
@@ -563,7 +565,8 @@ class SapModel:
             for k in range(d0, d0 + n):
                 nrm = np.linalg.norm(axis[k])
                 if not (np.all(np.isfinite(axis[k])) and nrm > 0.0):
-                    raise ValueError(f"joint_axis[{k}] {where}: must be a non-zero finite vector, got {axis[k].tolist()}")
+                    raise ValueError(f"joint_axis[{k}] {where}: must be a non-zero finite vector, "
+                                     f"got {axis[k].tolist()}")
                 axis[k] = axis[k] / nrm
             if jt == JointType.D6:
                 nl = dof_dim[0]
@@ -593,7 +596,8 @@ class SapModel:
         if st == ShapeType.SPHERE and not size[0] > 0:
             raise ValueError(f"shape_size{where}: sphere radius must be > 0, got {size[0]}")
         if st == ShapeType.CAPSULE and not (size[0] > 0 and size[1] >= 0):
-            raise ValueError(f"shape_size{where}: capsule radius must be > 0 and half_length >= 0, got {size[:2].tolist()}")
+            raise ValueError(f"shape_size{where}: capsule radius must be > 0 and half_length >= 0, "
+                             f"got {size[:2].tolist()}")
         if st == ShapeType.BOX and not np.all(size > 0):
             raise ValueError(f"shape_size{where}: box half extents must be > 0, got {size.tolist()}")
         if st == ShapeType.CYLINDER and not (size[0] > 0 and size[1] > 0):
@@ -627,7 +631,8 @@ class SapModel:
                        np.int64, (-1,)).astype(np.int32)
         hf_h = _arr("hfield_height", np.zeros(0) if self.hfield_height is None else self.hfield_height,
                     np.float64, (-1,))
-        hf_s = _arr("hfield_start", [0] if self.hfield_start is None else self.hfield_start, np.int64, (-1,)).astype(np.int32)
+        hf_s = _arr("hfield_start", [0] if self.hfield_start is None else self.hfield_start,
+                    np.int64, (-1,)).astype(np.int32)
         NH = len(hf_s) - 1
         hf_shape = _arr("hfield_shape", np.zeros((0, 2)) if self.hfield_shape is None else self.hfield_shape,
                         np.int64, (NH, 2)).astype(np.int32)

@@ -26,8 +26,8 @@ from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["check_inputs", "joint_arrays_to_sap", "body_wrenches_to_sap", "select_outputs", "joint_velocities_to_public",
-           "body_twists_to_public", "keep_rejected_worlds"]
+__all__ = ["check_inputs", "joint_arrays_to_sap", "body_wrenches_to_sap", "select_outputs",
+           "joint_velocities_to_public", "body_twists_to_public", "keep_rejected_worlds"]
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))

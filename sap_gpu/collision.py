@@ -317,7 +317,8 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
 
 @wp.kernel
 def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), status_out: wp.array(dtype=int)):
-    """INVALID_QUATERNION for a world with a rejected body_q quaternion (docs/conventions.md § Quaternions read from a state), else 0."""
+    """INVALID_QUATERNION for a world with a rejected body_q quaternion
+    (docs/conventions.md § Quaternions read from a state), else 0."""
     world = wp.tid()
     status_out[world] = 0
     for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world

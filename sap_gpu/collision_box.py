@@ -68,7 +68,8 @@ def box_point_query(Xb: wp.transformd, h: wp.vec3d, p: wp.vec3d):
 
 
 @wp.func
-def sphere_box(S: Scratch, world: int, pair: int, swap: int, c: wp.vec3d, r: wp.float64, Xb: wp.transformd, h: wp.vec3d):
+def sphere_box(S: Scratch, world: int, pair: int, swap: int, c: wp.vec3d, r: wp.float64, Xb: wp.transformd,
+               h: wp.vec3d):
     q, n_box, d = box_point_query(Xb, h, c)
     emit(S, world, pair, swap, c - r * n_box, q, -n_box, d - r)
 

@@ -7,9 +7,9 @@ the vertex cap and the same witness rule after it. Decisions are taken on the sa
 the same order, so the two backends agree to rounding (docs/testing.md § Cross-backend checks).
 
 The shape record, the support functions and the closest point on a simplex are in
-:mod:`sap_gpu.collision_support`. EPA keeps its polytope in global scratch (:class:`Epa`), one row per (world, pair) thread that
-can need it: ``EPA_MAX_VERTICES`` vertices with their two witness points and ``EPA_MAX_FACES``
-faces per row.
+:mod:`sap_gpu.collision_support`. EPA keeps its polytope in global scratch (:class:`Epa`), one
+row per (world, pair) thread that can need it: ``EPA_MAX_VERTICES`` vertices with their two
+witness points and ``EPA_MAX_FACES`` faces per row.
 """
 
 import warp as wp

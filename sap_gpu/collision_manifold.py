@@ -404,8 +404,8 @@ def clip_pass(G: Geometry, R_: Convex, f_ref: int, n_ref: wp.vec3d, d_ref: wp.fl
                 r = face_vertex(G, R_, f_ref, i)
                 q = r + ((d_inc - wp.dot(feat.n, r)) / den) * n_ref
                 if inside_face(G, I, feat.f, feat.n, q, -1) == 1:
-                    found, bq, bd, bs, took = consider(q, wp.dot(n_ref, q) - d_ref, margin, pass_, p1, p2, p3, threshold,
-                                                 tri, found, bq, bd, bs)
+                    found, bq, bd, bs, took = consider(q, wp.dot(n_ref, q) - d_ref, margin, pass_, p1, p2, p3,
+                                                       threshold, tri, found, bq, bd, bs)
     if feat.kind != POINT:  # (c)
         edges = int(1)
         if feat.kind == POLYGON:

@@ -18,8 +18,8 @@ from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "participation", "row_support", "make_terms",
-           "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
+__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "participation", "row_support",
+           "make_terms", "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
 _FOUR_PI2 = 4.0 * np.pi**2

@@ -1,10 +1,10 @@
 """Stage 3, fused: one block of threads per world runs that world's whole Newton loop.
 
-``newton_path="fused"``, the default. The staged path (:mod:`sap_gpu.contact_solve`) runs one Newton iteration of every world per
-trip of a ``wp.capture_while`` (evaluate, Cholesky, line search: about five device operations a
-trip) and the batch makes as many trips as its slowest world needs. Here one launch
-(``wp.launch_tiled``, :data:`sap_gpu.launch.TILE_BLOCK_DIM` lanes per world) does everything of
-a step's stage 3 for a world, from the warm start to v₁:
+``newton_path="fused"``, the default. The staged path (:mod:`sap_gpu.contact_solve`) runs one
+Newton iteration of every world per trip of a ``wp.capture_while`` (evaluate, Cholesky, line
+search: about five device operations a trip) and the batch makes as many trips as its slowest
+world needs. Here one launch (``wp.launch_tiled``, :data:`sap_gpu.launch.TILE_BLOCK_DIM` lanes
+per world) does everything of a step's stage 3 for a world, from the warm start to v₁:
 
     v ← v_init
     loop:  evaluate   lanes over DOFs: A(v − v*), A v, ℓ_A;  lanes over rows (contacts, limits,

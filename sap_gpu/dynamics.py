@@ -156,14 +156,12 @@ def _generalized_forces(
         wd_P = zero3
         a_P = -gravity
         p_P = zero3
-        X_WF = joint_X_p[j]
         if p >= 0:
             w_P = twist_w(body_V_in[world, p])
             v_P = twist_v(body_V_in[world, p])
             wd_P = twist_w(acc_scratch[world, p])
             a_P = twist_v(acc_scratch[world, p])
             p_P = wp.transform_get_translation(body_X_in[world, p])
-            X_WF = body_X_in[world, p] * joint_X_p[j]
         p_C = wp.transform_get_translation(body_X_in[world, c])
         p_Mo = wp.transform_point(body_X_in[world, c], wp.transform_get_translation(joint_X_c[j]))
         d = p_C - p_Mo

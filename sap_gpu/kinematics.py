@@ -21,7 +21,8 @@ from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["forward_kinematics", "body_poses", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC", "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
+__all__ = ["forward_kinematics", "body_poses", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC",
+           "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
 
 PRISMATIC = wp.constant(int(JointType.PRISMATIC))
 REVOLUTE = wp.constant(int(JointType.REVOLUTE))

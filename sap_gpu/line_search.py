@@ -83,7 +83,6 @@ def make_line_search(T, phi, P_type, variant: str):
         if wp.isnan(alpha0):
             return T(0.0), evals, 1
         x_lo = T(0.0)
-        f_lo = T(-1.0)
         x_hi = alpha_max
         f_hi = dell_max / scale
         x_tol = T(EXACT_F_TOL) * alpha0
@@ -99,7 +98,6 @@ def make_line_search(T, phi, P_type, variant: str):
             df = d2ell / scale
             if (f < T(0.0)) != (f_hi < T(0.0)):
                 x_lo = x
-                f_lo = f
             else:
                 x_hi = x
                 f_hi = f

@@ -200,8 +200,8 @@ class SolverSAP:
     def _constraint_rows(self, contacts: SapContacts, h: float, body_X, dof_S) -> None:
         """Stage 2's rows besides the contacts: limits, drives, participation, non-zero columns."""
         m, w, P = self.m, self.work, self.work.P
-        constraints.limit_constraints(m, w.limits, h, w.q0, w.v0, w.v_star, w.A, body_X, dof_S, w.limit_active, w.limit_J,
-                               w.limit_R, w.limit_v_hat)
+        constraints.limit_constraints(m, w.limits, h, w.q0, w.v0, w.v_star, w.A, body_X, dof_S, w.limit_active,
+                                      w.limit_J, w.limit_R, w.limit_v_hat)
         constraints.drive_constraints(m, w.drive_dof, w.drive_count, h, w.q0, w.A, w.drive_q0, w.drive_Kp, w.drive_Kd)
         constraints.participation(m, w.limits.count, w.drive_dof, w.drive_count, contacts, w.contact_J,
                                   w.limit_active, w.limit_J, w.tree_scratch, w.v0, w.v_star, w.dof_mask, w.v_init)

@@ -34,9 +34,10 @@ Mapping (Newton → SAP):
 * **Shapes** with ``ShapeFlags.COLLIDE_SHAPES``: PLANE (static, a half-space; finite extents
   are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID. Newton's surface
   ``margin`` inflates spheres and capsules (radius + margin) and shifts planes; a box, cylinder
-  or ellipsoid with margin > 0 (a rounded shape, which SAP's does not model) is refused. Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types
-  are refused with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops
-  them instead). Visual-only shapes and sites are not converted.
+  or ellipsoid with margin > 0 (a rounded shape, which SAP's does not model) is refused.
+  Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types are refused
+  with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops them instead).
+  Visual-only shapes and sites are not converted.
 * **Materials** (``contact_material="newton"``): μ, stiffness ke [N/m] and the dissipation
   time scale τ_d = kd/ke [s] from Newton's ke [N/m] and kd [N·s/m]; ``"sap"`` keeps μ and
   leaves ke and τ_d unset, so the solver's fallbacks (``fallback_stiffness``,

@@ -332,7 +332,8 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         ev = evaluate(p, v)
         ell = float(ev.ell)
         # Drake's cost criterion, tested at the top of the next iteration (docs/formulation.md § Stopping criteria).
-        cost_reached = (abs(ell_prev - ell) < config.cost_abs_tol + config.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
+        cost_reached = (abs(ell_prev - ell)
+                        < config.cost_abs_tol + config.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
                         and ls.alpha > 0.5)
     _, r, s = stopping_criterion(p, ev, config) if np.all(np.isfinite(ev.grad)) else (False, np.inf, np.inf)
     return SolveResult(v=v, evaluation=ev, iterations=k, line_search_iterations=ls_iterations, status=status,

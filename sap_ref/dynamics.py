@@ -161,7 +161,8 @@ def _inverse_dynamics_zero_acceleration(model: SapModel, joint_q, joint_qd, base
         w_rel, v_rel, alpha_rel = (R_WF @ x for x in _relative_motion(model, j, joint_q, joint_qd))
         p_Mo = spatial.transform_point(body_q[c], model.joint_X_c[j, :3])
         r = p_Mo - p_P
-        a_Mo = a_P + spatial.cross(w_dot_P, r) + spatial.cross(w_P, spatial.cross(w_P, r)) + 2.0 * spatial.cross(w_P, v_rel)
+        a_Mo = (a_P + spatial.cross(w_dot_P, r) + spatial.cross(w_P, spatial.cross(w_P, r))
+                + 2.0 * spatial.cross(w_P, v_rel))
         w_C = V[c, :3]
         w_dot[c] = w_dot_P + spatial.cross(w_P, w_rel) + alpha_rel
         d = body_q[c, :3] - p_Mo

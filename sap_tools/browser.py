@@ -88,7 +88,8 @@ def start_viewer(source: str, port: int, *extra: str, timeout: float = 240.0, lo
     """
     cmd = [sys.executable, "-m", "sap_tools.view", source, "--host", "127.0.0.1", "--port", str(port), "--quiet",
            "--serve-seconds", str(int(timeout + 300)), *extra]
-    proc = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         wait_for_http(f"http://127.0.0.1:{port}/", timeout, proc)

@@ -275,8 +275,8 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
             v_hat = p.contact_v_hat.copy()
             v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
             J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-            p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype),
-                                    contact_v_hat=v_hat)
+            p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
+                                    contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
         if L and active.any() and limit_R is not None:
             p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
                                     limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))

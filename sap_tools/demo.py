@@ -76,7 +76,8 @@ class _GpuRun:
         count = int(contacts.count[0])
         # γ of the last Newton evaluation, which is at the returned velocities (the loop stops there).
         gamma_n = self.solver.work.P.gamma.numpy()[0, 2:3 * count:3].astype(np.float64)
-        return state, contacts, dict(gamma_n=gamma_n, v1=self.solver.work.v1.numpy()[0], newton=int(d["newton_iterations"][0]),
+        return state, contacts, dict(gamma_n=gamma_n, v1=self.solver.work.v1.numpy()[0],
+                                     newton=int(d["newton_iterations"][0]),
                                      line_search=int(d["line_search_iterations"][0]), status=int(d["status"][0]))
 
 
@@ -94,8 +95,8 @@ def run(scene, steps: int, solver_kwargs: dict, print_every: int, quiet: bool, b
         contacts = pipeline.contacts()
         state = scene.state.copy()
         config = solver.config
-    rec = dict(t=[], height=[], normal_force=[], ground_force=[], newton=[], line_search=[], contacts=[], status=[], energy=[],
-               config=config)
+    rec = dict(t=[], height=[], normal_force=[], ground_force=[], newton=[], line_search=[], contacts=[], status=[],
+               energy=[], config=config)
     print(f"{'t [s]':>8} {'contacts':>8} {'newton':>6} {'ls':>4} {'min φ [mm]':>11} {'KE [J]':>10}  status")
     with Progress(steps, scene.name, enabled=not quiet) as bar:
         for n in range(steps):

@@ -133,7 +133,8 @@ def _backend_table(cap: StepCapture) -> str:
         return ""
     rows = [[name, f"{err:.3e}", f"{scale:.3e}"] for name, err, scale in b.rows]
     verdict = ("within" if b.within_bound else '<span class="bad">OUTSIDE</span>')
-    return (f"<h2>sap_gpu against sap_ref</h2><p>sap_gpu ran the batch ({b.num_worlds} worlds on {html.escape(b.device)}); "
+    return (f"<h2>sap_gpu against sap_ref</h2><p>sap_gpu ran the batch ({b.num_worlds} worlds on "
+            f"{html.escape(b.device)}); "
             f"world {cap.world}'s step was re-run in sap_ref from sap_gpu's state and contacts. Newton iterations: "
             f"{b.gpu_newton} (sap_gpu), {b.ref_newton} (sap_ref); status {status_text(b.gpu_status)} / "
             f"{status_text(b.ref_status)}. ‖v₁(gpu) − v₁(ref)‖_A = {b.distance_A:.3e} is {verdict} the bound "
@@ -176,7 +177,8 @@ def report_html(captures: list[StepCapture], dpi: int = 80) -> str:
         body = _capture_body(first, dpi)
     else:
         names = " vs ".join(c.config.contact_preset_variant for c in captures)
-        body = (f"<p>The same step, from the same state and contacts, solved with two presets ({html.escape(names)}).</p>"
+        body = (f"<p>The same step, from the same state and contacts, solved with two presets "
+                f"({html.escape(names)}).</p>"
                 + _difference_table(*captures) + '<div class="cols">'
                 + "".join(f"<div><h2>{html.escape(c.config.contact_preset_variant)}</h2>{_capture_body(c, dpi)}</div>"
                           for c in captures) + "</div>")

@@ -1,6 +1,6 @@
-"""A dependency-free progress bar for the command-line tools (writes to stderr).
+r"""A dependency-free progress bar for the command-line tools (writes to stderr).
 
-On a terminal the bar redraws itself in place (``\\r``). When the stream is not a terminal (a
+On a terminal the bar redraws itself in place (``\r``). When the stream is not a terminal (a
 log file, a pipe, CI) redrawing would write every update as text, so the bar writes whole lines
 there: one each time another quarter of the work is done (:data:`LOG_LINES` over a run), and
 one whenever :data:`LOG_INTERVAL_S` seconds have passed since the last line, so that a long run

@@ -307,10 +307,12 @@ def summary(cap: StepCapture) -> list[str]:
     tol = cap.tolerances[-1]
     met = "met" if cap.residuals[-1] <= tol else "not met"
     lines.append(f"Optimality ‖D̃∇ℓ‖ went from {cap.residuals[0]:.3e} to {cap.residuals[-1]:.3e} "
-                 f"(tolerance {tol:.3e}, {met}); ℓ from {cap.evaluations[0].ell:.6e} to {cap.evaluations[-1].ell:.6e} J.")
+                 f"(tolerance {tol:.3e}, {met}); ℓ from {cap.evaluations[0].ell:.6e} "
+                 f"to {cap.evaluations[-1].ell:.6e} J.")
     if C:
         final = cap.modes[-1]
-        counts = ", ".join(f"{int(np.sum(final == m))} {name}" for m, name in REGIME_NAMES.items() if np.any(final == m))
+        counts = ", ".join(f"{int(np.sum(final == m))} {name}" for m, name in REGIME_NAMES.items()
+                           if np.any(final == m))
         lines.append(f"At the solution: {counts}.")
         for c, k, before, after in regime_switches(cap):
             lines.append(f"Contact {c} ({cap.contact_names[c]}) switched from {REGIME_NAMES[before]} to "

@@ -199,11 +199,11 @@ def recording_trajectory(path: str, every: int = 1) -> Trajectory:
         spec = json.load(f)
     rec = load_recording(json_path)
     npz_path = json_path[:-5] + ".npz"
-    for field in ("t", "q", "v", "body_pose_W"):
-        _check_finite(npz_path, field, rec[field])
-    for field in ("contact_p_WC", "contact_f_Bc_W"):
-        if field in rec and rec[field].size:
-            _check_finite(npz_path, field, rec[field], rec["contact_count"])
+    for key in ("t", "q", "v", "body_pose_W"):
+        _check_finite(npz_path, key, rec[key])
+    for key in ("contact_p_WC", "contact_f_Bc_W"):
+        if key in rec and rec[key].size:
+            _check_finite(npz_path, key, rec[key], rec["contact_count"])
     frames = np.arange(0, len(rec["t"]), every)
     T, m = len(frames), scene.sap_model
     idx = recorded_body_indices(scene, spec["recording"]["bodies"])
@@ -248,10 +248,10 @@ def trajectory_file_trajectory(path: str, every: int = 1) -> Trajectory:
     count, point, force = _empty(len(frames), 1, C)
     if c:
         count[:, 0] = c["contact_count"][frames]
-        for field, out in (("contact_point", point), ("contact_force", force)):
-            if field in c:
-                _check_finite(path, field, c[field], c["contact_count"])
-                out[:, 0] = c[field][frames, :C]
+        for key, out in (("contact_point", point), ("contact_force", force)):
+            if key in c:
+                _check_finite(path, key, c[key], c["contact_count"])
+                out[:, 0] = c[key][frames, :C]
     return Trajectory(scene=scene, source=f"{traj.engine} trajectory {os.path.basename(path)} ({traj.convention} "
                       "convention)", t=frames * traj.dt, body_q=body_q, joint_q=q[:, None], joint_qd=qd_public[:, None],
                       contact_count=count, contact_point=point, contact_force=force,

@@ -34,7 +34,8 @@ CUBE = np.array([[x, y, z] for x in (-0.06, 0.06) for y in (-0.06, 0.06) for z i
 MESHES = {"gem": GEM, "cube": CUBE}
 # Height field: 6 × 7 heights (rows along y) over ±0.3 × ±0.35, a bump and a slope.
 HF_ROWS, HF_COLS, HF_SIZE = 6, 7, (0.35, 0.3, 0.02, 0.1)  # MuJoCo's size: hx, hy, top, base
-HF_ELEVATION = np.array([[(0.3 + 0.4 * math.sin(1.3 * i + 0.7 * j) ** 2) for j in range(HF_COLS)] for i in range(HF_ROWS)])
+HF_ELEVATION = np.array([[(0.3 + 0.4 * math.sin(1.3 * i + 0.7 * j) ** 2) for j in range(HF_COLS)]
+                         for i in range(HF_ROWS)])
 # A planar ramp on the same grid (no creases): where a polytope's lowest vertex is the only overlap.
 RAMP_ELEVATION = np.array([[0.2 + 0.05 * i + 0.08 * j for j in range(HF_COLS)] for i in range(HF_ROWS)])
 TERRAINS = {"terrain": HF_ELEVATION, "ramp": RAMP_ELEVATION}

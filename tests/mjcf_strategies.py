@@ -58,6 +58,7 @@ def random_mjcf(draw, max_bodies: int = 12, geoms: bool = False):
     """An MJCF string: bodies, joints and inertials (and collision geoms if ``geoms``).
 
     Args:
+        draw: Hypothesis's draw function (supplied by ``@st.composite``).
         max_bodies: 1 to this many bodies.
         geoms: add collision geoms, a ground plane, ``<exclude>`` pairs and sometimes
             ``<flag filterparent="disable"/>``.

@@ -107,7 +107,8 @@ def test_out_into_a_missing_directory_fails_before_any_work(capsys, monkeypatch,
 
 
 @pytest.mark.parametrize("prog,argv,message", [
-    ("sap-demo", ["--preset", "approx33"], "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
+    ("sap-demo", ["--preset", "approx33"],
+     "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
     ("sap-demo", ["--line-search", "newton"], "--line-search: line_search_variant: 'newton' is not valid"),
     ("sap-demo", ["--steps", "0"], "--steps and --print-every: must be >= 1"),
     ("sap-demo", ["--out", "plot.txt"], "--out: matplotlib cannot write 'txt' files; use one of"),
@@ -121,7 +122,8 @@ def test_out_into_a_missing_directory_fails_before_any_work(capsys, monkeypatch,
     ("sap-benchmark", ["sphere_drop", "--max-iterations", "0"], "--max-iterations: max_iterations"),
     ("sap-benchmark", ["sphere_drop", "--linear-solver", "lu"], "argument --linear-solver: invalid choice: 'lu'"),
     ("sap-plot-benchmark", [str(DATA / "drake" / "index.json"), "--out", "x.doc"], "--out: matplotlib cannot write"),
-    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--preset", "fast"], "--preset: contact_preset_variant"),
+    ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--preset", "fast"],
+     "--preset: contact_preset_variant"),
     ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--mode", "rollout", "--epsilon", "0"],
      "--epsilon: must be a finite"),
     ("sap-validate", [str(DATA / "drake" / "sphere_drop.json"), "--epsilon", "1e-6"],
@@ -148,7 +150,8 @@ MALFORMED_RESULTS = {
     "num_worlds a string": (json.dumps({"runs": [{"label": "a", "num_worlds": "8", "world_steps_per_s": 1.0,
                                                   "valid": True}]}), "runs[0].num_worlds: expected an integer >= 1"),
     "throughput zero": (json.dumps({"runs": [{"label": "a", "num_worlds": 8, "world_steps_per_s": 0,
-                                              "valid": True}]}), "runs[0].world_steps_per_s: expected a finite number > 0"),
+                                              "valid": True}]}),
+                        "runs[0].world_steps_per_s: expected a finite number > 0"),
     "valid missing": (json.dumps({"runs": [{"label": "a", "num_worlds": 8, "world_steps_per_s": 3.0}]}),
                       "runs[0].valid: missing; expected true or false"),
     "label a number": (json.dumps({"label": 3, "num_worlds": 8, "world_steps_per_s": 3.0, "valid": True}),
@@ -173,9 +176,11 @@ def test_out_without_extension_writes_png_and_says_so(tmp_path, capsys):
     assert plot_path("--out", str(tmp_path / "fig.svg")) == str(tmp_path / "fig.svg")
     with pytest.raises(ValueError, match=r"--out: matplotlib cannot write 'json' files"):
         plot_path("--out", str(tmp_path / "fig.json"))
-    assert sap_tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(tmp_path / "noext"), "--json"]) == 0
+    assert sap_tools.demo.main(["sphere_drop", "--steps", "2", "--quiet", "--out", str(tmp_path / "noext"),
+                                "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert f"plot written to {tmp_path / 'noext.png'}" in out and json.loads(out[-1])["plot"] == str(tmp_path / "noext.png")
+    assert (f"plot written to {tmp_path / 'noext.png'}" in out
+            and json.loads(out[-1])["plot"] == str(tmp_path / "noext.png"))
     assert (tmp_path / "noext.png").stat().st_size > 1000 and not (tmp_path / "noext").exists()
 
 

@@ -1,6 +1,8 @@
 """Properties every new pair type must have, in both backends, on random shapes and poses
 (Hypothesis), checked against geometry written independently here (implicit functions and support
-functions of each shape, a convex feasibility problem solved by SciPy):
+functions of each shape, a convex feasibility problem solved by SciPy).
+
+The properties:
 
 * **symmetry**: the pair built in the other shape order gives the mirrored contacts (witness
   points swapped, normal negated, same φ), exactly;

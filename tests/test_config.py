@@ -138,14 +138,18 @@ def test_config_is_frozen_and_hashable():
 
 
 BAD = [
-    (dict(contact_preset_variant="fast"), r"contact_preset_variant: 'fast' is not valid; valid: approx32, approx64, drake"),
+    (dict(contact_preset_variant="fast"),
+     r"contact_preset_variant: 'fast' is not valid; valid: approx32, approx64, drake"),
     (dict(contact_preset_variant=32), r"contact_preset_variant: 32 is not valid"),
     (dict(free_motion_solve_precision="fp16"), r"free_motion_solve_precision: 'fp16' is not valid; valid: fp32, fp64"),
     (dict(contact_linear_solve_precision=np.float16), r"contact_linear_solve_precision: .* valid: fp32, fp64"),
-    (dict(contact_weight_mode="exact"), r"contact_weight_mode: 'exact' is not valid; valid: body_inertia, diag_delassus"),
-    (dict(contact_point_mode="centroid"), r"contact_point_mode: 'centroid' is not valid; valid: witness_point, contact_midpoint"),
+    (dict(contact_weight_mode="exact"),
+     r"contact_weight_mode: 'exact' is not valid; valid: body_inertia, diag_delassus"),
+    (dict(contact_point_mode="centroid"),
+     r"contact_point_mode: 'centroid' is not valid; valid: witness_point, contact_midpoint"),
     (dict(position_integration="rk4"), r"position_integration: 'rk4' is not valid; valid: midpoint, sap_euler"),
-    (dict(line_search_variant="wolfe"), r"line_search_variant: 'wolfe' is not valid; valid: monotone_decay, armijo_decay, exact_root"),
+    (dict(line_search_variant="wolfe"),
+     r"line_search_variant: 'wolfe' is not valid; valid: monotone_decay, armijo_decay, exact_root"),
     (dict(use_f64_boundary_pose="yes"), r"use_f64_boundary_pose: must be True or False"),
     (dict(rho=0.0), r"rho: must be finite and in \(0.0, 1.0\)"),
     (dict(rho=1.0), r"rho: must be finite and in \(0.0, 1.0\)"),

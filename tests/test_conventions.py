@@ -130,7 +130,8 @@ def test_float32_boundary_pose(com, quat, qd):
     sap64 = cv.joint_qd_public_to_sap(model, q, qd)
     sap32 = cv.joint_qd_public_to_sap(model, q, qd, pose_dtype=np.float32)
     # r differs from the float64 r by float32 rounding of an O(|com|) vector.
-    assert np.abs(sap32 - sap64).max() <= 8 * np.finfo(np.float32).eps * (1 + np.abs(qd).max()) * (1 + np.linalg.norm(com))
+    assert (np.abs(sap32 - sap64).max()
+            <= 8 * np.finfo(np.float32).eps * (1 + np.abs(qd).max()) * (1 + np.linalg.norm(com)))
     back = cv.joint_qd_sap_to_public(model, q, sap32, pose_dtype=np.float32)
     np.testing.assert_allclose(back, qd, atol=TOL * 10)
     with pytest.raises(ValueError, match="pose_dtype: must be float32 or float64"):

@@ -40,13 +40,15 @@ FORBIDDEN = [
 ]
 # Paths under docs/, tests/ and .ci/; under the package folders only file names (with a suffix),
 # so that a ratio such as sap_gpu/mjwarp is not taken for a path.
-PATH_RE = re.compile(r"(?<![\w./-])((?:docs|tests|\.ci)/[\w./-]*\w|(?:sap_tools|sap_common|sap_ref|sap_gpu)/[\w./-]*\.\w+)")
+PATH_RE = re.compile(r"(?<![\w./-])((?:docs|tests|\.ci)/[\w./-]*\w"
+                     r"|(?:sap_tools|sap_common|sap_ref|sap_gpu)/[\w./-]*\.\w+)")
 CITATION_RE = re.compile(r"(docs/[\w-]+\.md)\s*§([^\n]*)")
 # A cited heading ends at the first of these (or at the end of the line).
 CITATION_END_RE = re.compile(r"[),;:`\"]|\.(?:\s|$)|$")
 LINK_RE = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 DOTTED_RE = re.compile(r"`~?(sap_(?:common|ref|gpu|tools)(?:\.\w+)+)`")  # in Markdown
-ROLE_RE = re.compile(r":(?:mod|func|class|meth|attr|data):`~?(sap_(?:common|ref|gpu|tools)(?:\.\w+)+)`")  # in docstrings
+ROLE_RE = re.compile(r":(?:mod|func|class|meth|attr|data):"
+                     r"`~?(sap_(?:common|ref|gpu|tools)(?:\.\w+)+)`")  # in docstrings
 FENCE_RE = re.compile(r"^(```|~~~).*?^\1", flags=re.S | re.M)
 
 
@@ -54,7 +56,8 @@ FENCE_RE = re.compile(r"^(```|~~~).*?^\1", flags=re.S | re.M)
 def tracked_files() -> tuple[str, ...]:
     """Repository-relative paths of the tracked text files to scan."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
         names = [n for n in out.decode().split("\0") if n]
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but hidden/build ones
         names = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file()

@@ -19,7 +19,8 @@ def _random_fill(obj, rng):
     """Every array field filled with distinct random values of its dtype."""
     for name, a in _fields(obj).items():
         if isinstance(a, np.ndarray):
-            a[...] = rng.integers(-5, 50, a.shape) if np.issubdtype(a.dtype, np.integer) else rng.standard_normal(a.shape)
+            a[...] = (rng.integers(-5, 50, a.shape) if np.issubdtype(a.dtype, np.integer)
+                      else rng.standard_normal(a.shape))
     return obj
 
 

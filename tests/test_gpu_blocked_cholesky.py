@@ -160,7 +160,6 @@ def _stopped_factor(A, j, pivot_stored):
     """What a Cholesky that stops at column j (pivot ≤ 0) can leave: columns < j factored, the rest
     of the lower triangle untouched, and at (j, j) either the non-positive pivot (``"stored"``,
     LAPACK's potrf) or A's own diagonal entry (``"untouched"``)."""
-    n = len(A)
     L = np.tril(A).copy()
     for c in range(j):
         L[c, c] = np.sqrt(L[c, c] - L[c, :c] @ L[c, :c])

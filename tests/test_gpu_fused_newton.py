@@ -1,4 +1,5 @@
-"""The fused Newton path against the staged one (sap_gpu.contact_solve_fused; a fast variant is tested against the plain path it replaces).
+"""The fused Newton path against the staged one (sap_gpu.contact_solve_fused; a fast variant is
+tested against the plain path it replaces).
 
 ``SolverSAP(newton_path="fused")`` runs stage 3 of a world in one block of lanes, ``"staged"``
 as one thread per world per kernel. Two kinds of comparison:
@@ -85,7 +86,8 @@ def _a_norm_bound(solver, v_a, v_b):
 def _assert_same_solution(solver, v_a, v_b, what):
     """Both velocities solve the solver's last problem: within each other's reach (module doc)."""
     np.testing.assert_array_equal(v_a[~solver.work.dof_mask.numpy().astype(bool)],
-                                  v_b[~solver.work.dof_mask.numpy().astype(bool)], err_msg=f"{what}: v1 = v* off the trees")
+                                  v_b[~solver.work.dof_mask.numpy().astype(bool)],
+                                  err_msg=f"{what}: v1 = v* off the trees")
     for w, (dist, reach, scale) in enumerate(_a_norm_bound(solver, v_a, v_b)):
         assert dist <= reach * (1 + 1e-9) + GRAD_ROUNDING * max(1.0, scale), \
             f"{what}, world {w}: ‖Δv₁‖_A = {dist:.3e} > {reach:.3e}"

@@ -73,8 +73,10 @@ def test_dense_pcr_matches_sap_ref_and_cholesky(device, dtype, preset, n):
         exact = np.linalg.solve(Aw, B[w, :, 0])
         lam_min = np.linalg.eigvalsh(Aw)[0]
         norm_b = np.linalg.norm(B[w, :, 0])
-        assert np.linalg.norm(x - exact) <= true * norm_b / lam_min * (1 + 1e-6) + 10 * kappa * 1e-16 * np.linalg.norm(exact)
-        assert np.linalg.norm(x - r.x) <= (true + r.residual) * norm_b / lam_min * (1 + 1e-3) + 10 * kappa * eps * np.linalg.norm(exact)
+        assert (np.linalg.norm(x - exact)
+                <= true * norm_b / lam_min * (1 + 1e-6) + 10 * kappa * 1e-16 * np.linalg.norm(exact))
+        assert (np.linalg.norm(x - r.x)
+                <= (true + r.residual) * norm_b / lam_min * (1 + 1e-3) + 10 * kappa * eps * np.linalg.norm(exact))
 
 
 def test_dense_pcr_masks_worlds_and_isolates_a_bad_one(device):
@@ -151,7 +153,8 @@ def _rollout(device, name, W, steps, **kw):
 def test_pcr_steps_converge_report_their_work_and_never_form_H(device, preset):
     solver, state, diags = _rollout(device, "box_stack", 2, 15, contact_preset_variant=preset,
                                     contact_linear_solver="pcr")
-    assert solver.work.H.shape == (1, 1, 1) and "L64" not in solver.work.fm_scratch and "L32" not in solver.work.fm_scratch
+    assert (solver.work.H.shape == (1, 1, 1) and "L64" not in solver.work.fm_scratch
+            and "L32" not in solver.work.fm_scratch)
     assert all(np.all(d["status"] == StepStatus.CONVERGED) for d in diags)
     worked = [d for d in diags if d["newton_iterations"].max() > 0]
     assert worked and all(np.all(d["linear_solver_iterations"] > 0) for d in worked)

@@ -270,7 +270,8 @@ def test_bad_step_arguments_are_refused_before_any_launch(device, small):
         solver.step(state, dataclasses.replace(state, joint_qd=wp.zeros((3, m.joint_dof_count), dtype=wp.float64,
                                                                          device=device)), control, contacts, 1e-3)
     with pytest.raises(ValueError, match="control.joint_act: expected dtype"):
-        solver.step(state, state, dataclasses.replace(control, joint_act=wp.zeros(control.joint_act.shape, dtype=wp.float32,
+        solver.step(state, state, dataclasses.replace(control, joint_act=wp.zeros(control.joint_act.shape,
+                                                                                    dtype=wp.float32,
                                                                                     device=device)), contacts, 1e-3)
     with pytest.raises(ValueError, match="capacity 3 does not match the solver's max_rigid_contact 4"):
         solver.step(state, state, control, sap_gpu.contacts(2, 3, device), 1e-3)

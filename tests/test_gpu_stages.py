@@ -99,7 +99,8 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         _close(gpu.work.v_star.numpy()[0], r.free_motion.v_star, TOL["fp64"], "v_star")
     else:
         bound = TOL["fp32_solve_factor"] * np.linalg.cond(r.free_motion.A) * np.finfo(np.float32).eps
-        _close(gpu.work.v_star.numpy()[0], r.free_motion.v_star, bound * max(1.0, np.abs(dv_ref).max()), "v_star (fp32)")
+        _close(gpu.work.v_star.numpy()[0], r.free_motion.v_star, bound * max(1.0, np.abs(dv_ref).max()),
+               "v_star (fp32)")
     # Stage 2: contact rows, weights, R, v̂.
     C = int(contacts.count[0])
     jtol = TOL["fp64"] if cfg.use_f64_boundary_pose else TOL["fp32_pose"]
@@ -128,7 +129,8 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
             distance = model.joint_type[r.limits.joint] == JointType.DISTANCE
             g0_tol = 2 * np.finfo(np.float32).eps * max(1.0, np.abs(state.body_q[0, :, :3]).max())
             tau = model.joint_limit_kd[first] / model.joint_limit_ke[first]
-            vtol = np.where(distance, g0_tol / (1e-3 + tau), TOL["fp64"] * max(1.0, np.abs(r.limits.v_hat).max(initial=0.0)))
+            vtol = np.where(distance, g0_tol / (1e-3 + tau),
+                            TOL["fp64"] * max(1.0, np.abs(r.limits.v_hat).max(initial=0.0)))
             assert np.all(np.abs(limit_v_hat - r.limits.v_hat) <= vtol), "limit v_hat (fp32 pose)"
             rtol = np.where(distance, 2 * TOL["fp32_pose"], TOL["fp64"])
             assert np.all(np.abs(limit_R - r.limits.R) <= rtol * np.abs(r.limits.R)), "limit R (fp32 pose)"
@@ -144,10 +146,11 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         v_hat = p.contact_v_hat.copy()
         v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
         J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-        p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype),
-                                contact_v_hat=v_hat)
+        p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
+                                contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
     if gpu.work.limits.count and active.any():
-        p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs].astype(p.dtype),
+        J_lim = gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs]
+        p = dataclasses.replace(p, limit_J=J_lim.astype(p.dtype),
                                 limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
     v = r.v1.copy()
     with cooperative_lanes(newton_path == "fused"):
@@ -204,7 +207,8 @@ def test_config_knobs_reach_the_kernels(device):
     scene = scenes.get("box_slide")
     s32 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device)
     s64 = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_preset_variant="approx64")
-    assert s32.work.H.dtype == wp.float32 and s32.work.fm_scratch["A32"].dtype == wp.float32 and s32.work.T == wp.float64
+    assert (s32.work.H.dtype == wp.float32 and s32.work.fm_scratch["A32"].dtype == wp.float32
+            and s32.work.T == wp.float64)
     assert s64.work.H.dtype == wp.float64 and "A32" not in s64.work.fm_scratch
     s = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_solve_precision="fp32")
     assert s.work.P.v.dtype == wp.float32 and s.work.P.grad.dtype == wp.float32

@@ -172,7 +172,8 @@ MALFORMED = {
     "no bodies": (lambda: _delete(["bodies"])(_pendulum_spec()), r"^bodies: missing; expected a non-empty list"),
     "bodies an object": (lambda: _set(["bodies"], {})(_pendulum_spec()),
                          r"^bodies: expected a non-empty list of bodies \(body 0 is the world\), got an object"),
-    "bodies empty": (lambda: _set(["bodies"], [])(_pendulum_spec()), r"^bodies: expected a non-empty list .*got a list of 0"),
+    "bodies empty": (lambda: _set(["bodies"], [])(_pendulum_spec()),
+                     r"^bodies: expected a non-empty list .*got a list of 0"),
     "body a string": (lambda: _set(["bodies", 1], "pendulum")(_pendulum_spec()),
                       r"bodies\[1\]: expected a body object .*got the string 'pendulum'"),
     "no world body": (lambda: _delete(["bodies", 0])(_pendulum_spec()),
@@ -201,10 +202,11 @@ MALFORMED = {
         _pendulum_spec()), r"bodies\[1\]: add_body\(name='pendulum'\): inertia"),
     "body without a joint": (lambda: _delete(["joints", 0])(_pendulum_spec()),
                              r"bodies\[1\]: body 'pendulum' is the child of no joint"),
-    "joints an object": (lambda: _set(["joints"], {"hinge": 1})(_pendulum_spec()), r"^joints: expected a list, got an object"),
+    "joints an object": (lambda: _set(["joints"], {"hinge": 1})(_pendulum_spec()),
+                         r"^joints: expected a list, got an object"),
     "joint type screw": (lambda: _set(["joints", 0, "type"], "screw")(_pendulum_spec()),
-                         r"joints\[0\]\.type: expected one of quaternion_floating, revolute, prismatic, ball_rpy, weld, "
-                         r"got the string 'screw'"),
+                         r"joints\[0\]\.type: expected one of quaternion_floating, revolute, prismatic, ball_rpy, "
+                         r"weld, got the string 'screw'"),
     "nq of a float": (lambda: _set(["joints", 0, "nq"], 1.0)(_pendulum_spec()),
                       r"joints\[0\]\.nq: expected an integer >= 0, got the number 1\.0"),
     "nq wrong for the type": (lambda: _set(["joints", 0, "nq"], 2)(_pendulum_spec()),
@@ -213,8 +215,9 @@ MALFORMED = {
                             r"joints\[0\]\.parent_body: unknown body 'moon'; bodies: world, pendulum"),
     "no X_PF": (lambda: _delete(["joints", 0, "frame_on_parent_F", "X_PF"])(_pendulum_spec()),
                 r"joints\[0\]\.frame_on_parent_F\.X_PF: missing; expected a pose"),
-    "quaternion of 3": (lambda: _set(["joints", 0, "frame_on_child_M", "X_CM", "quat_xyzw"], [0, 0, 1])(_pendulum_spec()),
-                        r"joints\[0\]\.frame_on_child_M\.X_CM\.quat_xyzw: expected a list of 4 numbers, got a list of 3"),
+    "quaternion of 3": (lambda: _set(["joints", 0, "frame_on_child_M", "X_CM", "quat_xyzw"], [0, 0, 1])(
+        _pendulum_spec()), r"joints\[0\]\.frame_on_child_M\.X_CM\.quat_xyzw: expected a list of 4 numbers, "
+                           r"got a list of 3"),
     "zero quaternion": (lambda: _set(["joints", 0, "frame_on_child_M", "X_CM", "quat_xyzw"], [0, 0, 0, 0])(
         _pendulum_spec()), r"X_CM\.quat_xyzw: expected a non-zero quaternion"),
     "axis zero": (lambda: _set(["joints", 0, "axis"], [0, 0, 0])(_pendulum_spec()),
@@ -251,23 +254,26 @@ MALFORMED = {
     "radius negative": (lambda: _set(["geometries", 1, "shape", "radius"], -0.005)(_box_spec()),
                         r"geometries\[1\]\.shape\.radius: expected a finite number > 0 \[m\], got -0\.005"),
     "stiffness a list": (lambda: _set(["geometries", 1, "point_contact_stiffness"], [1e7])(_box_spec()),
-                         r"geometries\[1\]\.point_contact_stiffness: expected a finite number > 0 \[N/m\], got a list of 1"),
+                         r"geometries\[1\]\.point_contact_stiffness: expected a finite number > 0 \[N/m\], "
+                         r"got a list of 1"),
     "geometry index twice": (lambda: _set(["geometries", 2, "index"], 1)(_box_spec()),
                              r"geometries\[2\]\.index: geometry index 1 is used twice"),
     "pair of three": (lambda: _set(["collision_candidate_pairs", 0, "geometries"], [0, 1, 2])(_box_spec()),
-                      r"collision_candidate_pairs\[0\]\.geometries: expected a list of 2 geometry indices, got a list of 3"),
+                      r"collision_candidate_pairs\[0\]\.geometries: expected a list of 2 geometry indices, "
+                      r"got a list of 3"),
     "pair with itself": (lambda: _set(["collision_candidate_pairs", 0, "geometries"], [1, 1])(_box_spec()),
                          r"collision_candidate_pairs\[0\]\.geometries: a geometry cannot collide with itself"),
     "unknown geometry in a pair": (lambda: _set(["collision_candidate_pairs", 3, "geometries"], [0, 99])(_box_spec()),
                                    r"collision_candidate_pairs\[3\]\.geometries\[1\]: unknown geometry index 99"),
     "num_steps zero": (lambda: _set(["recording", "num_steps"], 0)(_pendulum_spec()),
                        r"recording\.num_steps: expected an integer >= 1, got the number 0"),
-    "line search wolfe": (lambda: _set(["sap_internals", "solver_parameters", "line_search_type"], "wolfe")(_pendulum_spec()),
-                          r"sap_internals\.solver_parameters\.line_search_type: expected one of exact, backtracking, "
-                          r"got the string 'wolfe'"),
+    "line search wolfe": (lambda: _set(["sap_internals", "solver_parameters", "line_search_type"], "wolfe")(
+        _pendulum_spec()), r"sap_internals\.solver_parameters\.line_search_type: expected one of exact, backtracking, "
+                           r"got the string 'wolfe'"),
     "max_iterations string": (lambda: _set(["sap_internals", "solver_parameters", "max_iterations"], "100")(
         _pendulum_spec()), r"sap_internals\.solver_parameters\.max_iterations: expected an integer >= 1"),
-    "scene name a number": (lambda: _set(["scene"], 7)(_pendulum_spec()), r"^scene: expected a string, got the number 7"),
+    "scene name a number": (lambda: _set(["scene"], 7)(_pendulum_spec()),
+                            r"^scene: expected a string, got the number 7"),
 }
 
 

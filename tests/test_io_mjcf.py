@@ -438,7 +438,7 @@ def test_urdf(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every geometry maps: nothing dropped
         scene = load_mjcf(path)
-    m, mj = scene.sap_model, scene.mj_model
+    m = scene.sap_model
     assert scene.name == "arm" and scene.source == str(path) and "URDF" in scene.description
     assert m.joint_type.tolist() == [JointType.REVOLUTE, JointType.PRISMATIC]
     assert (m.joint_limit_lower.tolist(), m.joint_limit_upper.tolist()) == ([-1.0, 0.0], [1.0, 0.2])

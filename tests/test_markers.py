@@ -28,7 +28,8 @@ def _pytest(*args):
 
 def _collected(*args):
     run = _pytest("--collect-only", "-q", *args)
-    assert run.returncode == 0, f"pytest {' '.join(args)} --collect-only: exit {run.returncode}\n{run.stdout}\n{run.stderr}"
+    assert run.returncode == 0, (f"pytest {' '.join(args)} --collect-only: exit {run.returncode}\n"
+                                 f"{run.stdout}\n{run.stderr}")
     return {line.strip() for line in run.stdout.splitlines() if "::" in line}
 
 

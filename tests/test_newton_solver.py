@@ -102,7 +102,7 @@ def test_control_transfer_reads_targets_by_drive_mode(device):
         a.assign(rng.normal(size=a.shape[0]).astype(np.float32))
     (sap,) = t.controls()
     t.control_to_sap(0, control, sap)
-    host, g = sap_gpu.to_host(sap), conv.groups[0]
+    host = sap_gpu.to_host(sap)
     assert (host.joint_f[0] == control.joint_f.numpy()).all()
     assert not host.joint_act.any()  # Newton's joint_act feeds its Actuators, not solvers
     tq, tqd = control.joint_target_q.numpy(), control.joint_target_qd.numpy()

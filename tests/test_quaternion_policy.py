@@ -176,8 +176,8 @@ def test_a_bad_joint_quaternion_rejects_only_its_world_on_both_backends(backends
 
 
 @settings(max_examples=12)
-@given(world=st.integers(0, W - 1), kind=st.sampled_from(sorted(REJECTED)), where=st.sampled_from([FREE_QUAT, BALL_QUAT]),
-       seed=st.integers(0, 2**16))
+@given(world=st.integers(0, W - 1), kind=st.sampled_from(sorted(REJECTED)),
+       where=st.sampled_from([FREE_QUAT, BALL_QUAT]), seed=st.integers(0, 2**16))
 def test_any_world_any_bad_quaternion_same_flags_and_untouched_neighbours(device, world, kind, where, seed):
     backends = _drake_backends(device)
     clean_in = _clean_state(seed)

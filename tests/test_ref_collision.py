@@ -433,7 +433,7 @@ def test_nearly_intersecting_capsules_mirror_exactly_when_swapped():
     closest points, so rounding in those points (~1e-17 m) turns it by ~1e-11 rad, and Ericson's
     closest-point routine rounds differently when its two segments swap. Both capsules therefore
     run in one fixed order (pose, then size), whatever the argument order: the swapped call is the
-    exact mirror. (Hypothesis found this pair: it failed the mirror check at 1.8e-11.)"""
+    exact mirror. (Hypothesis found this pair: it failed the mirror check at 1.8e-11)."""
     q = spatial.quat_normalize(np.array([0.0, 0.894, 0.447, 0.0]))
     a, b = (X((3.03e-6, 0, 0), q), capsule(0.125, 0.125)), (X(), capsule(0.125, 0.25))
     forward, backward = pair_contacts(C, *a, C, *b), pair_contacts(C, *b, C, *a)

@@ -51,7 +51,8 @@ def test_mesh_cube_on_a_plane_a_box_and_a_mesh_gets_its_four_corners():
     assert len(on_plane) == 4 and all(c[3] == pytest.approx(-1e-4, abs=APPROX) for c in on_plane)
     assert _corners(on_plane, 1) == [(0.24, 0.04), (0.24, 0.16), (0.36, 0.04), (0.36, 0.16)]
     assert all(c[0][2] == 0.0 and c[2].tolist() == [0, 0, 1] for c in on_plane)
-    on_box = pair_contacts(T.BOX, I, np.full(3, 0.1), T.CONVEX_MESH, X((0.01, 0.02, 0.1 + H - 1e-4)), Z3, None, CUBE_GEO)
+    on_box = pair_contacts(T.BOX, I, np.full(3, 0.1), T.CONVEX_MESH, X((0.01, 0.02, 0.1 + H - 1e-4)), Z3, None,
+                           CUBE_GEO)
     assert len(on_box) == 4 and _corners(on_box, 1) == [(-0.05, -0.04), (-0.05, 0.08), (0.07, -0.04), (0.07, 0.08)]
     # Over a box edge: the patch is clipped by the box's face, its corners are the cut points.
     overhang = pair_contacts(T.BOX, I, np.full(3, 0.1), T.CONVEX_MESH, X((0.09, 0, 0.1 + H - 1e-4)), Z3, None, CUBE_GEO)

@@ -112,7 +112,8 @@ def test_solve_converges_to_momentum_balance(case, ls, preset):
     # A(v − v*) = Jᵀγ to the solver's tolerance (optimality) unless the cost criterion stopped it.
     if ok:
         d = 1 / np.sqrt(np.diag(p.A))
-        assert np.linalg.norm(d * (p.A @ (ev.v - p.v_star) - ev.jt_gamma)) <= cfg.optimality_abs_tol + cfg.optimality_rel_tol * s
+        assert (np.linalg.norm(d * (p.A @ (ev.v - p.v_star) - ev.jt_gamma))
+                <= cfg.optimality_abs_tol + cfg.optimality_rel_tol * s)
     # The cost never rises beyond the slop along the iterates.
     ells = [it.ell for it in res.history] + [ev.ell]
     for a, b in zip(ells, ells[1:]):

@@ -111,7 +111,6 @@ def test_solution_checklist(ls, preset):
     state = scene.state.copy()
     for n in range(40):
         pipeline.collide(state, contacts)
-        before = state.copy()
         solver.step(state, state, scene.control, contacts, scene.dt)
         r = solver.last_results[0]
         assert r.status & StepStatus.CONVERGED

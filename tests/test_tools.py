@@ -161,7 +161,8 @@ def test_compare_backends_reports_every_stage(capsys):
     row = json.loads(lines[-1])
     assert row["compared"] == 2 and "max |ref − gpu|" in lines[2] and row["passed"]
     stages = row["stages"]
-    assert {"contact_count", "phi0", "A", "v_star", "J", "w", "R", "v_hat", "gamma", "ell", "grad", "H", "v1"} <= set(stages)
+    assert {"contact_count", "phi0", "A", "v_star", "J", "w", "R", "v_hat", "gamma", "ell", "grad", "H",
+            "v1"} <= set(stages)
     assert stages["contact_count"]["max_abs_diff"] == 0 and stages["contact_count"]["ref_scale"] > 0
     # approx64 is float64 throughout: every stage before the Newton iterates agrees to rounding.
     for key in ("phi0", "A", "v_star", "J", "w", "R", "gamma", "H"):

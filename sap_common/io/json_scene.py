@@ -13,7 +13,8 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
 * geometries ``sphere``, ``box``, ``half_space``, ``cylinder`` (``radius``, ``length`` along
   the geometry's z axis, as Drake's ``Cylinder``) and ``convex`` (``vertices``, a list of
   points whose convex hull is the shape, as Drake's ``Convex``; ``faces``, if present, is
-  read by the recorder only) with per-geometry stiffness, relaxation time and dynamic friction; ``collision_candidate_pairs`` become exactly our candidate pairs;
+  read by the recorder only) with per-geometry stiffness, relaxation time and dynamic friction;
+  ``collision_candidate_pairs`` become exactly our candidate pairs;
 * gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings.
 
 Our joints are ordered by Drake's ``v_start``, so 1-DOF chains keep Drake's q/v order.
@@ -324,7 +325,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                    rotor_inertia=_num(a, "rotor_inertia", aw, default=0.0, lo=0.0, unit="kg·m²"),
                    gear_ratio=_num(a, "gear_ratio", aw, default=1.0),
                    effort_limit=_num(a, "effort_limit", aw, default=math.inf, lo=0.0, lo_open=True, allow_inf=True),
-                   pd=_bool(a, "pd_controlled", aw, default=False), input_start=_int(a, "input_start", aw, default=i, lo=0))
+                   pd=_bool(a, "pd_controlled", aw, default=False),
+                   input_start=_int(a, "input_start", aw, default=i, lo=0))
         if act["pd"]:
             gains, gp = _obj(a, "pd_gains", aw, expected="an object {p, d} of PD gains")
             act["p"], act["d"] = _num(gains, "p", gp, lo=0.0), _num(gains, "d", gp, lo=0.0)
@@ -371,7 +373,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                 drive["target_ke"], drive["target_kd"] = a["p"], a["d"]
 
         if jtype == "quaternion_floating":
-            if parent != -1 or np.any(X_PF != spatial.transform_identity()) or np.any(X_CM != spatial.transform_identity()):
+            if (parent != -1 or np.any(X_PF != spatial.transform_identity())
+                    or np.any(X_CM != spatial.transform_identity())):
                 raise _SceneError(jw, "a quaternion_floating joint must connect the world frame to the body frame "
                                       "(parent_body world, identity X_PF and X_CM)")
             j = build(jw, "add_joint_free", -1, child, damping=damping, name=jname)
@@ -398,7 +401,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
     for i, bd in enumerate(bodies):
         if bd["index"] != 0 and json_body[bd["index"]] not in jointed:
             raise _SceneError(_join(bp, i), f"body {bd['name']!r} is the child of no joint; expected a joint "
-                                            "with this child_body (quaternion_floating for a free body, weld to fix it)")
+                                            "with this child_body (quaternion_floating for a free body, "
+                                            "weld to fix it)")
 
     # Geometries.
     geometries, gp = _list(spec, "geometries", "", default=[])
@@ -421,8 +425,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                         tau=_num(g, "relaxation_time", gw, lo=0.0, unit="s"),
                         name=_str(g, "name", gw, default=None))
         if kind == "sphere":
-            s = build(gw, "add_shape_sphere", body, X, radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"),
-                      **material)
+            s = build(gw, "add_shape_sphere", body, X,
+                      radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"), **material)
         elif kind == "box":
             if "half_extents" in shape or "size" not in shape:
                 he = _vec(shape, "half_extents", shp, 3, lo=0.0, unit="m")
@@ -430,7 +434,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                 he = 0.5 * _vec(shape, "size", shp, 3, lo=0.0, unit="m")
             s = build(gw, "add_shape_box", body, X, *he, **material)
         elif kind == "cylinder":
-            s = build(gw, "add_shape_cylinder", body, X, radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"),
+            s = build(gw, "add_shape_cylinder", body, X,
+                      radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"),
                       half_length=0.5 * _num(shape, "length", shp, lo=0.0, lo_open=True, unit="m"), **material)
         elif kind == "convex":
             points, vp = _list(shape, "vertices", shp, expected="a list of at least 4 points [x, y, z] [m]")
@@ -454,8 +459,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
             for k in range(2):
                 gi = _int(pair, k, pw, lo=0)
                 if gi not in shape_of_geom:
-                    raise _SceneError(_join(pw, k), f"unknown geometry index {gi}; "
-                                                    f"geometries: {', '.join(map(str, sorted(shape_of_geom))) or '(none)'}")
+                    raise _SceneError(_join(pw, k), f"unknown geometry index {gi}; geometries: "
+                                                    f"{', '.join(map(str, sorted(shape_of_geom))) or '(none)'}")
             if pair[0] == pair[1]:
                 raise _SceneError(pw, f"a geometry cannot collide with itself, got {pair}")
             wanted.add(tuple(sorted((shape_of_geom[pair[0]], shape_of_geom[pair[1]]))))

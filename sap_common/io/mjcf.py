@@ -649,8 +649,9 @@ def mujoco_qvel_to_joint_qd(loaded: LoadedScene, qpos, qvel, order: str = "sap")
 
     Args:
         loaded: a scene from :func:`load_mjcf`.
-        qpos: ``(..., nq_mujoco)``; qvel: ``(..., nv)`` with the same leading dimensions
-            (at most one for ``order="public"``).
+        qpos: ``(..., nq_mujoco)``.
+        qvel: ``(..., nv)`` with the same leading dimensions as ``qpos`` (at most one for
+            ``order="public"``).
         order: ``"sap"`` or ``"public"``.
 
     Returns:

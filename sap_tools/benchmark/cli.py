@@ -1,6 +1,6 @@
-"""``sap-benchmark``: sap_gpu throughput over a num_worlds sweep, optionally against MuJoCo Warp.
+r"""``sap-benchmark``: sap_gpu throughput over a num_worlds sweep, optionally against MuJoCo Warp.
 
-    sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 approx64 drake --vs-mjwarp \\
+    sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 approx64 drake --vs-mjwarp \
         --mjwarp-nconmax 24 --mjwarp-njmax 64 --out results.json
     sap-benchmark humanoid --num-worlds 8192 --breakdown         # + per-stage timing (eager pass)
     sap-benchmark sphere_drop --num-worlds 4 --steps 5 --device cpu --json
@@ -126,10 +126,14 @@ def _hardware(device) -> str:
 
 
 def _run_one(make, label: str, scene: LoadedScene, args, device, extra: dict) -> dict:
-    """Construct a run (``make()``), time it and summarize it as one report row."""
+    """Construct a run (``make(scene)``), time it and summarize it as one report row.
+
+    ``make`` takes the scene as its argument rather than closing over it, so that the caller can
+    drop its own reference to the scene (and the device arrays it holds) before loading the next.
+    """
     gc.collect()
     mem0 = memory_in_use(device)
-    run = make()
+    run = make(scene)
     W = scene.sap_model.num_worlds
     with Progress(args.steps, f"{label} x{W}", enabled=not args.quiet) as bar:
         timing = time_run(run, args.steps, args.warmup, not args.no_graph, bar)
@@ -301,16 +305,16 @@ def main(argv=None) -> int:
                         label = (cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
                                  + (f"/{sparsity}" if args.rows != ["sparse"] else "")
                                  + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else ""))
-                        rows.append(_run_one(lambda: SapRun(scene, preset, run_overrides, device, dt, channels,
-                                                            args.noise_std, args.seed, sparsity == "sparse", path),
+                        rows.append(_run_one(lambda s: SapRun(s, preset, run_overrides, device, dt, channels,
+                                                              args.noise_std, args.seed, sparsity == "sparse", path),
                                              label, scene, args, device, extra))
         if args.vs_mjwarp:
             import mujoco_warp
 
             extra = dict(preset=None, **common, line_search=None, linear_solver=None, rows=None, newton_path=None,
                          mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
-            rows.append(_run_one(lambda: MjwarpRun(scene, device, dt, channels, args.noise_std, args.seed,
-                                                   args.mjwarp_nconmax, args.mjwarp_njmax),
+            rows.append(_run_one(lambda s: MjwarpRun(s, device, dt, channels, args.noise_std, args.seed,
+                                                     args.mjwarp_nconmax, args.mjwarp_njmax),
                                  "mujoco_warp", scene, args, device, extra))
         del scene
     print(table(rows))

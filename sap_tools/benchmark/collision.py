@@ -46,9 +46,12 @@ def pile(num_shapes: int, num_worlds: int, seed: int = 0):
     half = 0.5 * side * GRID_SPACING
     heights = 0.02 * np.sin(np.add.outer(np.arange(8) * 0.9, np.arange(8) * 0.6))
     b.add_shape_heightfield(heights, spatial.transform((0.0, 0.0, 0.01)), hx=half, hy=half, base=0.1)
-    adders = [lambda k: b.add_shape_sphere(k, radius=0.05), lambda k: b.add_shape_capsule(k, radius=0.035, half_length=0.04),
-              lambda k: b.add_shape_box(k, None, 0.05, 0.04, 0.03), lambda k: b.add_shape_cylinder(k, radius=0.045, half_length=0.035),
-              lambda k: b.add_shape_ellipsoid(k, None, 0.05, 0.035, 0.04), lambda k: b.add_shape_convex_mesh(k, vertices=gem),
+    adders = [lambda k: b.add_shape_sphere(k, radius=0.05),
+              lambda k: b.add_shape_capsule(k, radius=0.035, half_length=0.04),
+              lambda k: b.add_shape_box(k, None, 0.05, 0.04, 0.03),
+              lambda k: b.add_shape_cylinder(k, radius=0.045, half_length=0.035),
+              lambda k: b.add_shape_ellipsoid(k, None, 0.05, 0.035, 0.04),
+              lambda k: b.add_shape_convex_mesh(k, vertices=gem),
               lambda k: b.add_shape_convex_mesh(k, vertices=cube)]
     moving = num_shapes - 2
     for i in range(moving):
@@ -121,9 +124,11 @@ def _same(a, b) -> bool:
 @entry_point("sap-benchmark-collision")
 def main(argv=None) -> int:
     p = parser("sap-benchmark-collision", __doc__)
-    p.add_argument("--shapes", type=int, default=DEFAULT_SHAPES, help=f"shapes per world, >= 100 (default {DEFAULT_SHAPES})")
+    p.add_argument("--shapes", type=int, default=DEFAULT_SHAPES,
+                   help=f"shapes per world, >= 100 (default {DEFAULT_SHAPES})")
     p.add_argument("--num-worlds", type=int, default=DEFAULT_WORLDS, help=f"sap_gpu worlds (default {DEFAULT_WORLDS})")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help=f"timed calls per case (default {DEFAULT_REPEATS})")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help=f"timed calls per case (default {DEFAULT_REPEATS})")
     p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
     p.add_argument("--skip-ref", action="store_true", help="time sap_gpu only")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -146,7 +151,8 @@ def main(argv=None) -> int:
     pairs = len(model.shape_pair)
     gpu, gpu_contacts = _gpu(model, state, device, args.repeats)
     row = dict(shapes=model.shape_count, candidate_pairs=pairs, tested_pairs_mean=float(tested),
-               num_worlds=args.num_worlds, device=str(device), contacts_per_world_mean=float(gpu_contacts["aabb"].count.mean()),
+               num_worlds=args.num_worlds, device=str(device),
+               contacts_per_world_mean=float(gpu_contacts["aabb"].count.mean()),
                gpu_ms_aabb=1e3 * gpu["aabb"], gpu_ms_none=1e3 * gpu["none"], gpu_speedup=gpu["none"] / gpu["aabb"],
                gpu_same_contacts=_same(gpu_contacts["aabb"], gpu_contacts["none"]))
     if not args.skip_ref:

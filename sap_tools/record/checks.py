@@ -87,7 +87,8 @@ def _body_kinematics(doc: dict, q, v):
         pending.remove(j)
         X_WF = spatial.transform_compose(X[j["parent_body"]], _X(j["frame_on_parent_F"]["X_PF"]))
         X_WM = spatial.transform_compose(X_WF, _X_FM(j, q))
-        X[j["child_body"]] = spatial.transform_compose(X_WM, spatial.transform_inverse(_X(j["frame_on_child_M"]["X_CM"])))
+        X[j["child_body"]] = spatial.transform_compose(X_WM,
+                                                       spatial.transform_inverse(_X(j["frame_on_child_M"]["X_CM"])))
         R_WF = spatial.quat_to_matrix(X_WF[3:])
         vj = v[j["v_start"]:j["v_start"] + j["nv"]]
         if j["type"] == "quaternion_floating":
@@ -112,7 +113,8 @@ def convention_self_checks(ds, doc: dict, arrays: dict) -> dict:
     body_row = {b["name"]: i for i, b in enumerate(doc["bodies"][1:])}
     for n in range(len(q)):
         plant.SetPositions(ctx, q[n])
-        N = np.asarray(plant.MakeVelocityToQDotMap(ctx).toarray() if hasattr(plant.MakeVelocityToQDotMap(ctx), "toarray")
+        N = np.asarray(plant.MakeVelocityToQDotMap(ctx).toarray()
+                       if hasattr(plant.MakeVelocityToQDotMap(ctx), "toarray")
                        else plant.MakeVelocityToQDotMap(ctx))
         if n + 1 < len(q):
             vn = v[n + 1]
@@ -129,7 +131,8 @@ def convention_self_checks(ds, doc: dict, arrays: dict) -> dict:
             omega = max(omega, float(np.abs(wb - arrays["body_V_W"][n, b, :3]).max()))
         for j in free:
             b = body_row[j["child_body"]]
-            omega = max(omega, float(np.abs(v[n, j["v_start"] + 3:j["v_start"] + 6] - arrays["body_V_W"][n, b, 3:]).max()))
+            omega = max(omega, float(np.abs(v[n, j["v_start"] + 3:j["v_start"] + 6]
+                                            - arrays["body_V_W"][n, b, 3:]).max()))
     k = np.array([g["point_contact_stiffness"] for g in doc["geometries"]] or [0.0])
     point = 0.0
     for n in range(len(q)):
@@ -307,7 +310,8 @@ def _free_spin(ds, doc, arrays):
         "quaternion_norm_predicted_prod_sqrt(1+(h|w_next|/2)^2)": float(np.prod(np.sqrt(1 + (h * w_next / 2) ** 2))
                                                                          * norms[0]),
         "w_principal_initial": w_P[0], "w_principal_final": w_P[-1],
-        "flip_time_(intermediate-axis rate changes sign)": _first_time(arrays, np.sign(w_P[:, 1]) != np.sign(w_P[0, 1])),
+        "flip_time_(intermediate-axis rate changes sign)": _first_time(arrays, np.sign(w_P[:, 1])
+                                                                       != np.sign(w_P[0, 1])),
     })
     return out
 

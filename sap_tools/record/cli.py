@@ -226,7 +226,8 @@ def record_mujoco(scene_arg: str, out_dir: str, *, steps=None, integrator: str |
         rows.append(row)
     C = max(1, max(len(r) for r in rows))
     contacts = {"contact_count": np.array([len(r) for r in rows], np.int64),
-                "contact_shape0": np.full((N + 1, C), -1, np.int64), "contact_shape1": np.full((N + 1, C), -1, np.int64),
+                "contact_shape0": np.full((N + 1, C), -1, np.int64),
+                "contact_shape1": np.full((N + 1, C), -1, np.int64),
                 "contact_phi": np.zeros((N + 1, C)), "contact_point": np.zeros((N + 1, C, 3)),
                 "contact_normal": np.zeros((N + 1, C, 3))}
     for n, row in enumerate(rows):
@@ -318,8 +319,8 @@ def _reference_scenes() -> list[str]:
 @entry_point("sap-record")
 def main(argv=None) -> int:
     p = parser("sap-record", __doc__)
-    p.add_argument("scenes", nargs="*", help="built-in scene names, Drake scene files (.json) or, with --engine mujoco, "
-                                             "MJCF/URDF files")
+    p.add_argument("scenes", nargs="*", help="built-in scene names, Drake scene files (.json) or, with "
+                                             "--engine mujoco, MJCF/URDF files")
     p.add_argument("--engine", default="drake", choices=("drake", "mujoco"), help="who simulates (default drake)")
     p.add_argument("--out", default=None, help="output folder (default: the current folder; --reference: "
                                                "tests/data/drake)")

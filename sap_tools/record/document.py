@@ -26,8 +26,8 @@ CONVENTIONS = {
     "quaternions_in_this_json_and_body_pose_W": "xyzw (scalar LAST), unit norm",
     "quaternions_in_drake_q": "wxyz (scalar FIRST): QuaternionFloatingJoint q = [qw,qx,qy,qz,x,y,z]",
     "pose": "X_AB = {p: p_AoBo_A, quat_xyzw: q_AB}; v_A = R(q_AB) v_B",
-    "spatial_velocity": ("[w, v]: angular velocity FIRST, then translational velocity of the body/frame ORIGIN (not COM); "
-        "free-body velocities are expressed in WORLD"),
+    "spatial_velocity": ("[w, v]: angular velocity FIRST, then translational velocity of the body/frame ORIGIN "
+        "(not COM); free-body velocities are expressed in WORLD"),
     "inertia": "3x3 rotational inertia matrices (positive products convention: off-diagonals are -sum m x y)",
     "gravity": "uniform field plant.gravity_W",
     "geometry_poses": "X_BG: geometry frame G in its body frame B",
@@ -56,21 +56,22 @@ SAP_INTERNALS = {
         "soft_tolerance": 1e-07,
         "relative_slop": "1000 * machine_epsilon",
         "linear_solver_type": "block sparse Cholesky",
-        "optimality_criterion": ("||grad ell||_D < abs_tol + rel_tol * max(||A v||_D, ||J^T gamma||_D), D = diag(A)^(1/2) "
-            "weighting; OR cost criterion |ell^(m+1)-ell^m| < cost_abs_tol + cost_rel_tol*(ell^(m+1)+ell^m)/2"),
+        "optimality_criterion": ("||grad ell||_D < abs_tol + rel_tol * max(||A v||_D, ||J^T gamma||_D), "
+            "D = diag(A)^(1/2) weighting; OR cost criterion |ell^(m+1)-ell^m| < cost_abs_tol "
+            "+ cost_rel_tol*(ell^(m+1)+ell^m)/2"),
     },
     "contact_constraint (SapFrictionConeConstraint, point contact)": {
         "sigma": 0.001,
         "beta": "plant.sap_near_rigid_threshold (default 1.0)",
-        "delassus_estimate_w": ("W_i = J_i diag(A)^-1 J_i^T (3x3, both trees' blocks summed), w = ||W_i||_F / 3, same w for all 3 "
-            "rows; A = M + h*D"),
+        "delassus_estimate_w": ("W_i = J_i diag(A)^-1 J_i^T (3x3, both trees' blocks summed), w = ||W_i||_F / 3, "
+            "same w for all 3 rows; A = M + h*D"),
         "Rt": "sigma * w",
         "Rn": "max(beta^2/(4 pi^2) * w, 1/(h k (h + tau_d)))",
         "v_hat": "[0, 0, -phi0/(h + tau_d)]  (phi0 = -depth at q0)",
         "friction": "dynamic (kinetic) coefficient only; static ignored",
         "contact_frame": "z axis = nhat_AB_W = -nhat_BA_W (from A into B), vc = v_Bc - v_Ac at contact point C",
-        "contact_point": ("p_WC = wA*p_WCa + wB*p_WCb, wA = kA/(kA+kB), wB = kB/(kA+kB) (per-geometry stiffnesses; 0.5/0.5 "
-            "if both zero)"),
+        "contact_point": ("p_WC = wA*p_WCa + wB*p_WCb, wA = kA/(kA+kB), wB = kB/(kA+kB) (per-geometry stiffnesses; "
+            "0.5/0.5 if both zero)"),
         "kinematics_time": ("geometry query, Jacobian, phi0 evaluated at the previous state q0 (start of the step)"),
     },
     "joint_limit_constraint (SapLimitConstraint, 1-dof joints only)": {
@@ -87,8 +88,8 @@ SAP_INTERNALS = {
     "pd_controller_constraint (SapPdControllerConstraint)": {
         "beta": 0.1,
         "model": ("u = clamp(-Kp (q0 + h v - qd) - Kd (v - vd) + u_ff, -effort_limit, effort_limit), implicit in v"),
-        "near_rigid_clamp": ("if 1/(h (h Kp + Kd)) < beta^2/(4 pi^2) w, the gains are scaled down (ratio Kd/Kp kept) so that R "
-            "equals the near-rigid value"),
+        "near_rigid_clamp": ("if 1/(h (h Kp + Kd)) < beta^2/(4 pi^2) w, the gains are scaled down (ratio Kd/Kp kept) "
+            "so that R equals the near-rigid value"),
     },
     "free_motion_and_damping": {
         "v_star": ("v* = v0 + h * vdot0, vdot0 = (M + h D)^-1 k(x0), with k = all non-constraint forces at x0 "
@@ -120,9 +121,9 @@ COLLISION_FILTER_NOTE = ("none beyond Drake defaults; geometries on the same bod
 
 SOLVER_STATISTICS = "not available: pydrake 1.51.1 does not expose SapStatistics (iterations, residuals)"
 
-ROW_SEMANTICS = ("row 0 = initial state; row n = state after step n. Contact/force rows n>=1 describe the step (n-1 -> n): "
-    "geometry at q_{n-1}, forces = SAP impulses / h that produced v_n (Drake's sampled output ports). Row 0 "
-    "of those arrays is zero-filled.")
+ROW_SEMANTICS = ("row 0 = initial state; row n = state after step n. Contact/force rows n>=1 describe the step "
+    "(n-1 -> n): geometry at q_{n-1}, forces = SAP impulses / h that produced v_n (Drake's sampled output ports). "
+    "Row 0 of those arrays is zero-filled.")
 
 ARRAY_MEANINGS = {
     "t": {
@@ -257,8 +258,8 @@ ARRAY_MEANINGS = {
 }
 
 STATE_NOTES = {
-    "ordering_note": ("Drake orders q and v by its internal spanning forest, NOT by body index (in these scenes jointed "
-        "trees come first and free bodies last); always use joints[*].q_start/v_start"),
+    "ordering_note": ("Drake orders q and v by its internal spanning forest, NOT by body index (in these scenes "
+        "jointed trees come first and free bodies last); always use joints[*].q_start/v_start"),
     "time_integration": "v_{n+1} from SAP; q_{n+1} = q_n + h N(q_n) v_{n+1}",
 }
 
@@ -270,8 +271,8 @@ COORDINATES = {
             "re-normalizes the state); then p_FoMo_F = position of the body frame origin Bo (not the COM) in "
             "F"),
         "v_layout": ["wx", "wy", "wz", "vx", "vy", "vz"],
-        "v_meaning": ("w_FM_F = angular velocity of M in F expressed in F (world frame, NOT body frame), then v_FMo_F = "
-            "translational velocity of the body frame ORIGIN Mo (not the COM) in F, expressed in F"),
+        "v_meaning": ("w_FM_F = angular velocity of M in F expressed in F (world frame, NOT body frame), then "
+            "v_FMo_F = translational velocity of the body frame ORIGIN Mo (not the COM) in F, expressed in F"),
         "qdot": ("quat_dot = 0.5 * (0, w_F) (x) q  [Hamilton product, w in F] i.e. "
             "0.5*[[-qx,-qy,-qz],[qw,qz,-qy],[-qz,qw,qx],[qy,-qx,qw]] w; p_dot = v"),
     },
@@ -459,7 +460,7 @@ def _geometries(ds, context) -> tuple[list, list]:
     inspector = sg.get_query_output_port().Eval(sg.GetMyContextFromRoot(context)).inspector()
     model = sg.model_inspector()
     plant = ds.plant
-    out, props_of = [], []
+    out = []
     for i, gid in enumerate(ds.geometry_ids):
         body = plant.GetBodyFromFrameId(inspector.GetFrameId(gid))
         shape = inspector.GetShape(gid)
@@ -485,7 +486,8 @@ def _geometries(ds, context) -> tuple[list, list]:
              "static_friction": friction.static_friction(), "dynamic_friction": friction.dynamic_friction(),
              "hunt_crossley_dissipation (ignored by SAP)": props.GetProperty("material", "hunt_crossley_dissipation"),
              "property_source": {"point_contact_stiffness": src("point_contact_stiffness"),
-                                 "relaxation_time": src("relaxation_time"), "coulomb_friction": src("coulomb_friction")}}
+                                 "relaxation_time": src("relaxation_time"),
+                                 "coulomb_friction": src("coulomb_friction")}}
         out.append(d)
     index = {gid: i for i, gid in enumerate(ds.geometry_ids)}
     pairs = []

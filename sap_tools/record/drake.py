@@ -309,13 +309,13 @@ def simulate(ds: DrakeScene, num_steps: int) -> dict:
     """Step Drake's simulator ``num_steps`` times; every array of the recording (README, "NPZ arrays")."""
     from pydrake.systems.analysis import Simulator
 
-    plant, spec = ds.plant, ds.spec
+    plant = ds.plant
     h = plant.time_step()
     context = ds.initial_context()
     pc = plant.GetMyContextFromRoot(context)
     bodies = [plant.get_body(_body_index(i)) for i in range(1, plant.num_bodies())]  # world excluded
     index = {gid: i for i, gid in enumerate(ds.geometry_ids)}
-    N, nq, nv, nu, nb = num_steps, plant.num_positions(), plant.num_velocities(), plant.num_actuators(), len(bodies)
+    N, nv, nu, nb = num_steps, plant.num_velocities(), plant.num_actuators(), len(bodies)
     rows = {"t": [], "q": [], "v": [], "body_pose_W": [], "body_V_W": [], "kinetic_energy": [],
             "potential_energy": [], "generalized_contact_forces": [], "net_actuation": []}
     contacts = []  # per row: list of (gA, gB, bA, bB, p_WC, f, nhat, depth, p_WCa, p_WCb, sep, slip)
@@ -391,7 +391,8 @@ def simulate(ds: DrakeScene, num_steps: int) -> dict:
         if suffix == "0":
             # Column by column through MapVelocityToQDot: the signs of its zeros (−0.0 in the
             # quaternion rows) are those of the committed recordings.
-            arrays["N0"] = np.column_stack([plant.MapVelocityToQDot(scratch, e) for e in np.eye(plant.num_velocities())])
+            arrays["N0"] = np.column_stack([plant.MapVelocityToQDot(scratch, e)
+                                            for e in np.eye(plant.num_velocities())])
     arrays["dynamics_residual"] = dynamics_residual(ds, arrays)
     ordered = {k: arrays[k] for k in ARRAY_ORDER}
     return {"arrays": ordered, "contacts_max": C, "recording_loop_s": loop_s}

@@ -60,7 +60,8 @@ from sap_tools.validate.backends import RefBackend, make_backend, recorded_state
 from sap_tools.validate.diagnose import diagnose, drake_uses_mpr
 
 __all__ = ["ONE_STEP_RTOL", "ROLLOUT_EPSILON", "MAX_DIAGNOSES", "MUJOCO_FREE_RTOL", "MUJOCO_CONTACT_AGREEMENT",
-           "Context", "make_context", "expand", "position_error", "one_step", "rollout", "validate", "junit_xml", "main"]
+           "Context", "make_context", "expand", "position_error", "one_step", "rollout", "validate", "junit_xml",
+           "main"]
 
 # One-step bar. Measured one-step differences of sap_ref from Drake over every step of the seven
 # Drake recordings: ≤ 8.6e-15·max(1, |v|) (39 ulps, box_corners_slide, four near-rigid
@@ -442,8 +443,8 @@ def _text(r: dict) -> str:
         forced = o.get("mpr_forced_worst_over_bar")
         mpr = "" if forced is None else f" (with the recorded contact geometry ≤ {forced:.2g} of the bar)"
         lines.append(f"  one-step: {o['steps_checked']} steps, max |Δv| {o['max_dv']:.3g}, max |Δq| {o['max_dq']:.3g} "
-                     f"(bar {o['bar_rtol']:g}·max(1, |x|), reached up to {o['worst_error_over_bar']:.3g} of it, at step "
-                     f"{o['worst_step']}); {o['failing_steps']} over the bar ({ex['tie']} ties, "
+                     f"(bar {o['bar_rtol']:g}·max(1, |x|), reached up to {o['worst_error_over_bar']:.3g} of it, "
+                     f"at step {o['worst_step']}); {o['failing_steps']} over the bar ({ex['tie']} ties, "
                      f"{ex['newton_tolerance']} Newton tolerance, {ex['mpr_contact_point']} FCL-MPR contact point"
                      f"{mpr}, "
                      f"{o['undiagnosed']} undiagnosed) → {o['verdict']}")
@@ -473,13 +474,13 @@ def _text(r: dict) -> str:
                      f"here {phi(ph['ours'])} → {s['verdict']}")
     if "rollout_statistics" in r:
         o = r["rollout_statistics"]
-        lines.append(f"  rollout (not judged: two contact models): {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, final "
-                     f"|Δq| {o['final_dq']:.3g}, max |Δv| {o['max_dv']:.3g}")
+        lines.append(f"  rollout (not judged: two contact models): {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, "
+                     f"final |Δq| {o['final_dq']:.3g}, max |Δv| {o['max_dv']:.3g}")
     if "rollout" in r:
         o = r["rollout"]
         lines.append(f"  rollout: {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, max |Δv| {o['max_dv']:.3g}; "
-                     f"sensitivity (ε = {o['epsilon']:g} on every velocity) drifts {o['sensitivity_drift_q']:.3g} in q, "
-                     f"{o['sensitivity_drift_v']:.3g} in v → {o['verdict']}")
+                     f"sensitivity (ε = {o['epsilon']:g} on every velocity) drifts {o['sensitivity_drift_q']:.3g} "
+                     f"in q, {o['sensitivity_drift_v']:.3g} in v → {o['verdict']}")
         if "message" in o:
             lines.append(f"    {o['message']}")
         if o["failing"]:
@@ -508,7 +509,8 @@ def junit_xml(reports: list) -> str:
         cases = [(k, r[k]) for k in _MODE_KEYS if k in r]
         for key, res in cases:
             case = ET.SubElement(suite, "testcase", classname=f"sap-validate.{r['scene']}",
-                                 name=f"{key.replace('_', '-')} [{r['backend']}]", time=f"{r['wall_s'] / len(cases):.3f}")
+                                 name=f"{key.replace('_', '-')} [{r['backend']}]",
+                                 time=f"{r['wall_s'] / len(cases):.3f}")
             text = _text({**{k: v for k, v in r.items() if k not in _MODE_KEYS}, key: res})
             if res["verdict"] == "FAIL":
                 msg = (res.get("diagnosis") or {}).get("message") or res.get("message") or "over the bar"

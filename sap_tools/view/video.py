@@ -126,7 +126,8 @@ def scene_xml(traj: Trajectory, width: int, height: int) -> str:
             '<texture name="grid" type="2d" builtin="checker" rgb1=".9 .9 .9" rgb2=".78 .78 .78" '
             'width="256" height="256"/><material name="grid" texture="grid" texrepeat="8 8" reflectance="0"/>'
             + meshes + '</asset>'
-            f'<worldbody><light pos="{_f(centre + [0, 0, 4 * size])}" dir="0 0 -1" directional="true" diffuse=".5 .5 .5"/>'
+            f'<worldbody><light pos="{_f(centre + [0, 0, 4 * size])}" dir="0 0 -1" directional="true" '
+            'diffuse=".5 .5 .5"/>'
             + "".join(world) + "".join(bodies) + "</worldbody></mujoco>")
 
 
