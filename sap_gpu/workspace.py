@@ -12,8 +12,6 @@ signatures never change). Velocities and forces are in SAP order (docs/conventio
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import warp as wp
 
@@ -33,12 +31,23 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["Workspace"]
 
 
+# The identity on H's padding, one kernel per scalar type. Not a generic kernel (dtype=Any): a
+# generic kernel's overloads are made at its first launch, which a dry run of
+# sap_gpu.launch.record_launches skips, so sap-precompile could not compile them ahead of time.
 @wp.kernel
-def _identity_padding(nv: int, H: wp.array3d(dtype=Any)):
+def _identity_padding_f64(nv: int, H: wp.array3d(dtype=wp.float64)):
     """H[w, i, i] = 1 for i ≥ nv: the padded system solves the unpadded one (blocked_cholesky)."""
     world, i = wp.tid()
     if i >= nv:
-        H[world, i, i] = H.dtype(1.0)
+        H[world, i, i] = wp.float64(1.0)
+
+
+@wp.kernel
+def _identity_padding_f32(nv: int, H: wp.array3d(dtype=wp.float32)):
+    """H[w, i, i] = 1 for i ≥ nv, in float32."""
+    world, i = wp.tid()
+    if i >= nv:
+        H[world, i, i] = wp.float32(1.0)
 
 
 class Workspace:
@@ -216,7 +225,8 @@ class Workspace:
         # struct is a stand-in too (its arrays are never read).
         self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
         if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
-            launch_threads(_identity_padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
+            padding = _identity_padding_f64 if TL == wp.float64 else _identity_padding_f32
+            launch_threads(padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
         self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
         self.newton_failed = z(W, wp.int32)
         self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
