@@ -28,7 +28,7 @@ from .contact_problem import problem_types
 from .contact_solve_fused import fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
-from .observables import Diagnostics, InitialState, StepObservables, WorldStatistics
+from .observables import InitialState, StepObservables, WorldStatistics
 
 wp.set_module_options({"enable_backward": False})
 

@@ -35,9 +35,9 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
-from sap_gpu.device import get_device
 from sap_common.collision_rules import combine_materials
 from sap_common.config import SapConfig
+from sap_gpu.device import get_device
 
 from .convert import NewtonConversion
 

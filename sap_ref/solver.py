@@ -28,8 +28,6 @@ from sap_common.state import SapContacts, SapControl, SapState, StepStatus, chec
 from sap_common.time_step import time_step_bound
 
 from . import boundary
-from .observables import OBSERVABLE_NAMES, STATISTIC_NAMES, StepObservables, WorldStatistics, initial_state_into
-from .observables import world_observables
 from .arrays import check_host_device
 from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
 from .contact_jacobian import (
@@ -44,6 +42,14 @@ from .free_motion import FreeMotion, free_motion
 from .integration import integrate_positions
 from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
 from .linear_solve import PcrSettings
+from .observables import (
+    OBSERVABLE_NAMES,
+    STATISTIC_NAMES,
+    StepObservables,
+    WorldStatistics,
+    initial_state_into,
+    world_observables,
+)
 
 __all__ = ["SolverSAP", "WorldResult"]
 

@@ -195,7 +195,7 @@ def _parser():
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
-    p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
+    p.add_argument("--device", default=None, help="Warp device (default: cuda:0 where present, else cpu)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
     p.add_argument("--noise-std", type=float, default=DEFAULT_NOISE_STD,
