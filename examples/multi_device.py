@@ -7,7 +7,7 @@ worlds are split into contiguous shards, one per device; world ``w`` starts from
 state with its velocities nudged by a random draw keyed by ``(seed, w)``, so its trajectory does
 not depend on which process or device ran it nor on its neighbours; the gathered results are
 therefore the results of one process running every world, bit for bit (on identical devices;
-tests/test_scale_multi_device.py checks it with two CPU processes).
+tests/test_scale_examples.py checks it with two CPU processes).
 
     python examples/multi_device.py --scene box_stack --num-worlds 8 --devices cpu cpu --steps 50
     python examples/multi_device.py --num-worlds 16384 --devices cuda:0 cuda:1 cuda:2 cuda:3 --out run.npz

@@ -362,7 +362,7 @@ class SolverSAP(newton.solvers.SolverBase):
                           outputs=[obs.body_qdd])
             if K.BODY_CONTACT_F in obs.kinds:
                 wp.launch(_body_contact_f, dim=dim, device=d,
-                          inputs=[solver.m.body_com, maps.body_index, self.sap_state_in[g].body_q,
+                          inputs=[maps.body_com, maps.body_index, self.sap_state_in[g].body_q,
                                   solver.observables.body_contact_force, solver.observables.body_contact_torque],
                           outputs=[obs.body_contact_f])
         if K.WORLD_STATUS in obs.kinds:

@@ -37,7 +37,6 @@ import warp as wp
 import sap_gpu
 from sap_common.collision_rules import combine_materials
 from sap_common.config import SapConfig
-from sap_gpu.device import get_device
 
 from .convert import NewtonConversion
 
@@ -216,6 +215,7 @@ class _GroupMaps:
         self.shape_body = i32(m.shape_body if m.shape_count else np.zeros(1))
         self.shape_margin = wp.array(m.shape_margin if m.shape_count else np.zeros(1), dtype=wp.float64,
                                      device=device)
+        self.body_com = wp.array(np.ascontiguousarray(m.body_com, np.float64), dtype=wp.vec3d, device=device)
 
 
 class Transfer:
@@ -233,7 +233,7 @@ class Transfer:
         self.conversion = conversion
         if device is None:
             raise ValueError("device: the Warp device of the Newton model (explicit; no default device is assumed)")
-        self.device = d = get_device(device)
+        self.device = d = wp.get_device(device)
         self.body_count, self.nq, self.nv, self.shape_count = body_count, joint_coord_count, joint_dof_count, \
             shape_count
         self.groups = [_GroupMaps(g, d) for g in conversion.groups]
