@@ -140,8 +140,8 @@ def _check(traj: Trajectory) -> Trajectory:
     for name in ("q", "v"):
         a = getattr(traj, name)
         if a.ndim not in (2, 3) or a.shape[-2] < 2 or (a.ndim == 3 and a.shape[0] < 1):
-            raise ValueError(f"{w}: {name}: expected shape (N+1, n), or (W, N+1, n) for W worlds, with N >= 1 "
-                             f"recorded steps, got {a.shape}")
+            raise ValueError(f"{w}: {name}: expected shape (N+1, n) with N >= 1 recorded steps (or (W, N+1, n) for "
+                             f"W worlds), got {a.shape}")
         if a.ndim != traj.q.ndim:
             raise ValueError(f"{w}: q and v: shapes {traj.q.shape} and {traj.v.shape}; both plain (N+1, n) or both "
                              "batched (W, N+1, n)")
@@ -151,8 +151,10 @@ def _check(traj: Trajectory) -> Trajectory:
             at = f"world {where[0]}, row {where[1]}" if batched else f"row {where[0]}"
             raise ValueError(f"{w}: {name}: {at} is not finite")
     if traj.q.shape[:-1] != traj.v.shape[:-1]:
-        what = "worlds and rows" if batched else "rows"
-        raise ValueError(f"{w}: q and v: {traj.q.shape[:-1]} and {traj.v.shape[:-1]} {what}; they must match")
+        if batched:
+            raise ValueError(f"{w}: q and v: {traj.q.shape[:-1]} and {traj.v.shape[:-1]} worlds and rows; they must "
+                             "match")
+        raise ValueError(f"{w}: q and v: {traj.q.shape[0]} and {traj.v.shape[0]} rows; they must match")
     c = traj.contacts
     if c:
         lead = traj.q.shape[:-1]  # (N+1,) or (W, N+1)
