@@ -35,8 +35,9 @@ START_HEIGHT = 0.6  # m, torso centre
 START_ROLL = 1.2  # rad: lands on its side and tips over
 
 
-def build_robot(num_worlds: int = 1, device: str | None = None) -> newton.Model:
-    """The quadruped in ``num_worlds`` worlds (each a little differently rolled), on a ground plane."""
+def build_robot(num_worlds: int = 1, device: str = "cpu", rolls=None) -> newton.Model:
+    """The quadruped in ``num_worlds`` worlds (each a little differently rolled, or rolled by
+    ``rolls[w]`` radians when given), on a ground plane."""
 
     def quadruped(b: newton.ModelBuilder, roll: float) -> None:
         b.default_shape_cfg.ke, b.default_shape_cfg.kd, b.default_shape_cfg.mu = 5e4, 500.0, 0.8
@@ -65,12 +66,14 @@ def build_robot(num_worlds: int = 1, device: str | None = None) -> newton.Model:
         b.add_articulation(joints)
 
     builder = newton.ModelBuilder()
+    if rolls is None:
+        rolls = [START_ROLL * (1.0 + 0.5 * w / max(num_worlds - 1, 1)) for w in range(num_worlds)]
     if num_worlds == 1:
-        quadruped(builder, START_ROLL)
+        quadruped(builder, float(rolls[0]))
     else:
         for w in range(num_worlds):
             builder.begin_world()
-            quadruped(builder, START_ROLL * (1.0 + 0.5 * w / max(num_worlds - 1, 1)))
+            quadruped(builder, float(rolls[w]))
             builder.end_world()
     builder.default_shape_cfg.ke, builder.default_shape_cfg.kd, builder.default_shape_cfg.mu = 5e4, 500.0, 0.8
     builder.add_ground_plane()
@@ -114,7 +117,8 @@ def main(argv=None) -> int:
     p.add_argument("--solver", choices=("sap", "mujoco"), default="sap")
     p.add_argument("--collision", choices=("newton", "sap"), default="newton",
                    help="SAP solver only: Newton's collision pipeline or this project's")
-    p.add_argument("--device", default=None, help="Warp device (default: Warp's default; cpu works)")
+    p.add_argument("--device", default="cuda:0" if wp.is_cuda_available() else "cpu",
+                   help="Warp device, passed explicitly to everything (default cuda:0 where present, else cpu)")
     args = p.parse_args(argv)
     if args.num_frames < 1 or args.num_worlds < 1:
         p.error("--num-frames and --num-worlds must be >= 1")

@@ -15,8 +15,8 @@ import numpy as np
 
 from .conventions import check_order
 
-__all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "check_state", "check_control", "check_contacts",
-           "check_dtypes", "field_dtype", "INDEX_FIELDS"]
+__all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "FAILURE_BITS", "check_state", "check_control",
+           "check_contacts", "check_dtypes", "field_dtype", "INDEX_FIELDS"]
 
 
 class StepStatus(enum.IntFlag):
@@ -51,6 +51,16 @@ class StepStatus(enum.IntFlag):
     LINEAR_SOLVE_FAILURE = 32
     DIRECTION_FALLBACK = 64
     INVALID_QUATERNION = 128
+
+
+# The bits that make a world's step a failure, for the per-world failure flags both solvers keep
+# (``SolverSAP.statistics()["failed"]``, sap_newton's ``world_failed``): the state was left unchanged
+# (NON_FINITE, INVALID_QUATERNION), the step did not converge (MAX_ITERATIONS, LINE_SEARCH_FAILURE,
+# LINEAR_SOLVE_FAILURE), or contacts were dropped for lack of slots (CONTACT_OVERFLOW: the step ran
+# without some contacts). CONVERGED and DIRECTION_FALLBACK (a PCR direction replaced by −P∇ℓ; the
+# step still converges or fails on its own) are not failures.
+FAILURE_BITS = (StepStatus.NON_FINITE | StepStatus.INVALID_QUATERNION | StepStatus.MAX_ITERATIONS
+                | StepStatus.LINE_SEARCH_FAILURE | StepStatus.LINEAR_SOLVE_FAILURE | StepStatus.CONTACT_OVERFLOW)
 
 
 def _copy_fields(obj):

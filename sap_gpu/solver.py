@@ -26,7 +26,7 @@ from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState
 from sap_common.time_step import check_time_step, time_step_bound
 
-from . import boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics
+from . import boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics, observables
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
 from .contact_solve_fused import fused_newton_kernel, launch_fused
@@ -101,6 +101,19 @@ class SolverSAP:
         # the same sums term for term (tests/test_gpu_sparse_rows.py) and is kept for comparison.
         self.sparse_rows = True
         self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
+        # What reset() clears of the last step's diagnostics (the arrays above, and the warm start).
+        D = observables.Diagnostics()
+        D.status, D.newton_iterations, D.line_search_iterations = (self.last_status, self.last_newton_iterations,
+                                                                   self.last_line_search_iterations)
+        D.truncated, D.linear_iterations = self.last_truncated_contact_count, self.last_linear_solver_iterations
+        res = self.last_linear_solver_residual
+        D.residual32 = res if res.dtype == wp.float32 else w.residual32
+        D.residual64 = res if res.dtype == wp.float64 else w.residual64
+        D.v_init = w.v_init
+        self._diag = D
+        # The observables and statistics of the last step (device arrays; sap_gpu.observables).
+        self.observables = w.obs
+        self.world_statistics = w.stats
 
     @property
     def newton_path(self) -> str:
@@ -136,6 +149,7 @@ class SolverSAP:
         boundary.joint_arrays_to_sap(m, state_in, control, self.pose32, w.v0, w.joint_f)
         kinematics.forward_kinematics(m, w.q0, w.v0, w.body_X, w.body_V, w.dof_S)
         boundary.body_wrenches_to_sap(m, state_in, self.pose32, w.body_X, w.body_f)
+        boundary.body_twists_to_public(m, w.body_X, w.body_V, w.obs.body_qd0)  # for body_acceleration
         self._stage("boundary_in")
         # 1. free motion: A = M + h·D, v*
         dynamics.mass_matrix(m, h, w.body_X, w.dof_S, w.Ic, w.A)
@@ -169,6 +183,10 @@ class SolverSAP:
         self._stage("integration")
         # 5. boundary out
         boundary.select_outputs(m, w.q0, w.v0, contacts.overflow, w.q1, w.v1, w.N.status)
+        #    the contact observables, at the poses the contact stage used (before FK at q₁)
+        observables.contact_observables(m, w.T, h, w.N.status, w.P.contact_count, w.P.gamma, w.R_WC, w.p0, w.p1,
+                                        w.obs)
+        observables.body_contact_wrenches(m, contacts, body_X, w.obs)
         wp.copy(self.last_truncated_contact_count, contacts.overflow)
         wp.copy(state_out.joint_q, w.q1)
         if state_out.joint_qd_order == "public":
@@ -179,6 +197,9 @@ class SolverSAP:
         wp.copy(state_out.body_q, w.body_X)
         boundary.body_twists_to_public(m, w.body_X, w.body_V, state_out.body_qd)
         boundary.keep_rejected_worlds(m, state_in, state_out, w.N.status, w.q0, w.qd_in, w.body_q_in, w.body_qd_in)
+        #    observables: body accelerations over the step, the per-world statistics
+        observables.accelerations_and_statistics(m, h, w.N.status, w.N.iterations, w.N.ls_iterations,
+                                                 state_out.body_qd, w.obs, w.stats)
         self._stage("boundary_out")
 
     def _check_inputs(self, state_in, state_out, control, contacts, dt) -> SapContacts:
@@ -306,6 +327,63 @@ class SolverSAP:
             N.done.assign(done)
             N.iterations.assign(iterations)
             N.status.assign(status)
+        return out
+
+    # ------------------------------------------------------------------ reset, observables, statistics
+
+    def reset(self, state: SapState | None = None, world_mask: wp.array | None = None) -> None:
+        """Reset the worlds of ``world_mask``: their solver state, and their state if given.
+
+        Args:
+            state: a device state of this solver's model (any velocity order), or None. Its masked
+                worlds get the model's initial state (``SapModel.state()``: ``joint_q_init``,
+                ``joint_qd_init`` in the state's order, the body poses and twists of forward
+                kinematics, ``body_f`` zero); the other worlds are not touched. Pass None to
+                write the new states yourself (domain randomization).
+            world_mask: a device array ``(num_worlds,)`` of ``wp.bool`` or ``wp.int32`` (nonzero =
+                reset) on the solver's device, or None for every world.
+
+        In the masked worlds this clears the last step's diagnostics (``last_status``, iterations,
+        truncated contacts, the linear solver's counters), the Newton warm start buffer, the
+        observables (:attr:`observables`: no contact, zero wrenches and accelerations) and the
+        statistics (:attr:`world_statistics`: counters from zero, ``failed`` 0), then recounts
+        ``any_failed``. SAP warm-starts every step from the state's own velocities and carries no
+        iterate from one step to the next, so a reset world's next step is the step a new solver
+        would take from the same state, bit for bit, and the other worlds step exactly as they
+        would have without the reset (tests/test_scale_reset.py).
+
+        Launches only (two kernels and a memset): no allocation, no host synchronization, no
+        compilation after the first call; inside a captured CUDA graph the replay reads whatever
+        the mask array holds then. Bad arguments raise ``ValueError`` before any launch.
+        """
+        m = self.m
+        if world_mask is None:
+            mask = self.work.all_worlds
+        else:
+            if not isinstance(world_mask, wp.array):
+                raise ValueError(f"world_mask: expected a wp.array of wp.bool or wp.int32 shaped ({m.num_worlds},) "
+                                 f"or None, got {type(world_mask).__name__}")
+            if world_mask.dtype not in (wp.bool, wp.int32):
+                raise ValueError(f"world_mask: expected dtype wp.bool or wp.int32, got "
+                                 f"{wp.types.type_repr(world_mask.dtype)}")
+            check_array("world_mask", world_mask, (m.num_worlds,), world_mask.dtype, m.device)
+            mask = world_mask
+        if state is not None:
+            check_device_state(m, state, "state")
+        w = self.work
+        observables.reset_worlds(m, mask, self._diag, w.obs, w.stats, w.initial, state)
+        observables.recount_failures(m, w.stats)
+
+    def read_observables(self) -> dict:
+        """NumPy copies of :attr:`observables` (the keys of ``sap_gpu.observables.OBSERVABLE_NAMES``;
+        vec3d arrays as (…, 3), ``body_acceleration`` as (W, B, 6)): one host copy per array."""
+        return {name: getattr(self.observables, name).numpy().copy() for name in observables.OBSERVABLE_NAMES}
+
+    def statistics(self) -> dict:
+        """NumPy copies of the per-world statistics since each world's last reset
+        (``sap_gpu.observables.STATISTIC_NAMES``) and ``any_failed`` (a bool)."""
+        out = {name: getattr(self.world_statistics, name).numpy().copy() for name in observables.STATISTIC_NAMES}
+        out["any_failed"] = bool(self.world_statistics.any_failed.numpy()[0])
         return out
 
     def diagnostics(self) -> dict:

@@ -16,6 +16,7 @@ import numpy as np
 import warp as wp
 
 from sap_common.config import SapConfig
+from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import SapModel
 
 from . import blocked_cholesky, constraints
@@ -25,6 +26,7 @@ from .contact_problem import problem_types
 from .contact_solve_fused import fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
+from .observables import InitialState, StepObservables, WorldStatistics
 
 wp.set_module_options({"enable_backward": False})
 
@@ -67,6 +69,7 @@ class Workspace:
         self._contact_jacobian(m, config)
         self._constraints(model, m)
         self._newton(m, config)
+        self._observables(model, m, config)
 
     def _zeros(self, shape, dtype=wp.float64):
         return wp.zeros(shape, dtype=dtype, device=self.device)
@@ -232,3 +235,40 @@ class Workspace:
         self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
             else allocate_pcr_work(TL, 1, 1, config, self.device)
         self.loop_condition = z(1, wp.int32)
+
+    def _observables(self, model: SapModel, m: GpuModel, config: SapConfig) -> None:
+        """After the step (and for ``SolverSAP.reset``): observables, statistics, the initial state.
+
+        obs: :class:`~sap_gpu.observables.StepObservables`: contact_count (W,); contact_impulse
+        [N·s], contact_force [N], contact_point0/1 [m], contact_normal, world frame, (W, C);
+        body_contact_force [N], body_contact_torque [N·m] about the body origin, (W, B);
+        body_qd0 (public twists at the step's start) and body_acceleration [m/s², rad/s²], (W, B).
+        stats: :class:`~sap_gpu.observables.WorldStatistics`: per-world counters since the
+        world's last reset, (W,), and any_failed (1,).  initial: the model's initial state
+        (:class:`~sap_gpu.observables.InitialState`; joint_qd in both orders).  residual32 /
+        residual64: one-entry stand-ins for the linear-solver residual of the other precision.
+        """
+        z, W, B, C = self._zeros, m.num_worlds, m.body_count, max(config.max_rigid_contact, 1)
+        O = StepObservables()
+        O.contact_count = z(W, wp.int32)
+        O.contact_impulse, O.contact_force = z((W, C), wp.vec3d), z((W, C), wp.vec3d)
+        O.contact_point0, O.contact_point1, O.contact_normal = z((W, C), wp.vec3d), z((W, C), wp.vec3d), z(
+            (W, C), wp.vec3d)
+        O.body_contact_force, O.body_contact_torque = z((W, B), wp.vec3d), z((W, B), wp.vec3d)
+        O.body_qd0, O.body_acceleration = z((W, B), wp.spatial_vectord), z((W, B), wp.spatial_vectord)
+        self.obs = O
+        S = WorldStatistics()
+        S.steps, S.newton_iterations, S.line_search_iterations = z(W, wp.int64), z(W, wp.int64), z(W, wp.int64)
+        S.status_union, S.failed_steps, S.failed = z(W, wp.int32), z(W, wp.int64), z(W, wp.int32)
+        S.any_failed = z(1, wp.int32)
+        self.stats = S
+        host = model.state()
+        I = InitialState()
+        arr = lambda a, dtype: wp.array(np.ascontiguousarray(a), dtype=dtype, device=self.device)  # noqa: E731
+        I.joint_q = arr(host.joint_q, wp.float64)
+        I.joint_qd_public = arr(host.joint_qd, wp.float64)
+        I.joint_qd_sap = arr(joint_qd_public_to_sap(model, host.joint_q, host.joint_qd), wp.float64)
+        I.body_q = arr(host.body_q, wp.transformd)
+        I.body_qd = arr(host.body_qd, wp.spatial_vectord)
+        self.initial = I
+        self.residual32, self.residual64 = z(1, wp.float32), z(1, wp.float64)

@@ -19,12 +19,22 @@ Contacts (``collision=``):
   ``CollisionPipeline`` (``None``: no contact), converted per world (:mod:`sap_newton.transfer`);
 * ``"sap"``: the solver runs this project's collision (:class:`sap_gpu.CollisionPipeline`) on the
   poses of ``state_in.joint_q``; ``step``'s ``contacts`` must then be ``None``.
+
+Newton's solver contract (``newton.solvers.SolverBase``, docs/newton.md § Solver contract):
+``reset(state, world_mask, flags)`` with Newton's mask (``(world_count + 1,)`` bool, the last entry
+for global entities), the observables API (``CONTACT_F``, ``BODY_QDD`` and the solver's own
+``BODY_CONTACT_F`` and ``WORLD_STATUS``), ``notify_model_changed(flags)``, and per-world failure
+flags on the device (:attr:`SolverSAP.world_status`, ``world_failed``, ``any_failed``) that a
+caller can read without a host synchronization.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import newton
 import numpy as np
+import warp as wp
 
 import sap_gpu
 from sap_common.config import SapConfig
@@ -32,7 +42,9 @@ from sap_common.config import SapConfig
 from .convert import convert_model
 from .transfer import Transfer
 
-__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "MAX_RIGID_CONTACT_CAP"]
+__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "MAX_RIGID_CONTACT_CAP", "CACHED_MODEL_FLAGS"]
+
+wp.set_module_options({"enable_backward": False})
 
 COLLISION_SOURCES = ("newton", "sap")
 # Default contact slots per world: one per candidate shape pair, within these bounds (as
@@ -40,6 +52,136 @@ COLLISION_SOURCES = ("newton", "sap")
 # scenes that rest on many faces pass max_rigid_contact explicitly.
 MAX_RIGID_CONTACT_MIN = 8
 MAX_RIGID_CONTACT_CAP = 64
+# The model properties the SAP solvers cache (converted into SapModel templates at construction):
+# joints and their DOFs, body masses, inertias and flags, shapes and their materials, gravity. A
+# notify_model_changed with any of these re-reads the model; the other categories (constraints,
+# tendons and actuators, which the conversion refuses or does not read) need no work.
+CACHED_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.JOINT_DOF_PROPERTIES
+                         | newton.ModelFlags.BODY_PROPERTIES | newton.ModelFlags.BODY_INERTIAL_PROPERTIES
+                         | newton.ModelFlags.SHAPE_PROPERTIES | newton.ModelFlags.MODEL_PROPERTIES
+                         | newton.ModelFlags.JOINT_DOF_FORCE_PROPERTIES
+                         | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES
+                         | newton.ModelFlags.JOINT_REFERENCE_POSE_PROPERTIES
+                         | newton.ModelFlags.SHAPE_TYPE_AND_SOURCE)
+
+
+# ---------------------------------------------------------------------------------- kernels
+
+
+@wp.func
+def _selected(world: int, mask: wp.array(dtype=wp.bool), use_mask: int) -> bool:
+    """Newton's mask convention: entry ``world`` for a world, the last entry for world −1."""
+    if use_mask == 0:
+        return True
+    if world < 0:
+        return mask[mask.shape[0] - 1]
+    return mask[world]
+
+
+@wp.kernel
+def _group_mask(worlds: wp.array(dtype=int), mask: wp.array(dtype=wp.bool), out: wp.array(dtype=wp.bool)):
+    i = wp.tid()
+    out[i] = mask[worlds[i]]
+
+
+@wp.kernel
+def _reset_joints(worlds: wp.array(dtype=int), mask: wp.array(dtype=wp.bool), use_mask: int,
+                  index: wp.array2d(dtype=int), defaults: wp.array(dtype=wp.float32),
+                  value: wp.array(dtype=wp.float32)):
+    w, i = wp.tid()
+    if _selected(worlds[w], mask, use_mask):
+        k = index[w, i]
+        value[k] = defaults[k]
+
+
+@wp.kernel
+def _clear_body_f(worlds: wp.array(dtype=int), mask: wp.array(dtype=wp.bool), use_mask: int,
+                  body_index: wp.array2d(dtype=int), body_f: wp.array(dtype=wp.spatial_vectorf)):
+    w, b = wp.tid()
+    if _selected(worlds[w], mask, use_mask):
+        body_f[body_index[w, b]] = wp.spatial_vectorf()
+
+
+@wp.kernel
+def _articulation_mask(articulation_world: wp.array(dtype=wp.int32), mask: wp.array(dtype=wp.bool), use_mask: int,
+                       out: wp.array(dtype=wp.bool)):
+    a = wp.tid()
+    out[a] = _selected(articulation_world[a], mask, use_mask)
+
+
+@wp.kernel
+def _publish_status(worlds: wp.array(dtype=int), status: wp.array(dtype=wp.int32), failed: wp.array(dtype=wp.int32),
+                    world_status: wp.array(dtype=wp.int32), world_failed: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    world_status[worlds[i]] = status[i]
+    world_failed[worlds[i]] = failed[i]
+
+
+@wp.kernel
+def _any(flags: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    if flags[i] != 0:
+        out[0] = 1  # every writer writes 1
+
+
+@wp.kernel
+def _contact_f(group: int, contact_count: wp.array(dtype=wp.int32), row_map: wp.array(dtype=wp.vec3i),
+               force: wp.array2d(dtype=wp.vec3d), contact_f: wp.array(dtype=wp.spatial_vectorf)):
+    """Newton's CONTACT_F row k: the force on shape 0's body (−the SAP force on body 1), no moment
+    (a point contact has no torsional friction); rows not routed to a slot are left at zero."""
+    k = wp.tid()
+    if k >= contact_count[0]:
+        return
+    r = row_map[k]
+    if r[0] != group:
+        return
+    F = force[r[1], r[2]]
+    contact_f[k] = wp.spatial_vectorf(-wp.float32(F[0]), -wp.float32(F[1]), -wp.float32(F[2]), wp.float32(0.0),
+                                      wp.float32(0.0), wp.float32(0.0))
+
+
+@wp.kernel
+def _body_contact_f(body_com: wp.array(dtype=wp.vec3d), body_index: wp.array2d(dtype=int),
+                    body_q: wp.array2d(dtype=wp.transformd), force: wp.array2d(dtype=wp.vec3d),
+                    torque: wp.array2d(dtype=wp.vec3d), out: wp.array(dtype=wp.spatial_vectorf)):
+    """Newton's wrench convention (``State.body_f``): (f, τ about the COM), world frame; SAP gives the
+    moment about the origin: τ_C = τ_O − r × f with r = R·com at the step's start pose."""
+    w, b = wp.tid()
+    X = body_q[w, b]
+    f = force[w, b]
+    r = wp.quat_rotate(wp.transform_get_rotation(X), body_com[b])
+    t = torque[w, b] - wp.cross(r, f)
+    out[body_index[w, b]] = wp.spatial_vectorf(wp.float32(f[0]), wp.float32(f[1]), wp.float32(f[2]),
+                                               wp.float32(t[0]), wp.float32(t[1]), wp.float32(t[2]))
+
+
+@wp.kernel
+def _body_qdd(body_index: wp.array2d(dtype=int), acc: wp.array2d(dtype=wp.spatial_vectord),
+              out: wp.array(dtype=wp.spatial_vectorf)):
+    w, b = wp.tid()
+    out[body_index[w, b]] = wp.spatial_vectorf(acc[w, b])
+
+
+class _ObservableKind(newton.solvers.SolverBase.ObservableKind):
+    """Newton's observable names, and SAP's own."""
+
+    BODY_CONTACT_F = "body_contact_f"
+    """Net contact wrench on each body [N, N·m]: (f, τ about the COM), world frame, (body_count,)."""
+
+    WORLD_STATUS = "world_status"
+    """The last step's ``StepStatus`` bits of each world, (world_count,) int32."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Observables(newton.solvers.SolverBase.Observables):
+    """Newton's observable arrays plus SAP's (allocated by ``SolverSAP.observables``)."""
+
+    body_contact_f: wp.array | None = newton.solvers.SolverBase.Observables.field(  # noqa: RUF009
+        dtype=wp.spatial_vector, frequency=newton.Model.AttributeFrequency.BODY, kind=_ObservableKind.BODY_CONTACT_F)
+    world_status: wp.array | None = newton.solvers.SolverBase.Observables.field(  # noqa: RUF009
+        dtype=wp.int32, frequency=newton.Model.AttributeFrequency.WORLD, kind=_ObservableKind.WORLD_STATUS)
+
+
 
 
 class SolverSAP(newton.solvers.SolverBase):
@@ -57,8 +199,19 @@ class SolverSAP(newton.solvers.SolverBase):
         **overrides: any :class:`~sap_common.config.SapConfig` knob (line search, tolerances, …).
 
     After :meth:`step`, :meth:`diagnostics` gives per-world status bits (``StepStatus``),
-    Newton iterations and dropped contacts, indexed by Newton world.
+    Newton iterations and dropped contacts, indexed by Newton world; :attr:`world_status`,
+    :attr:`world_failed` (since the world's last reset) and :attr:`any_failed` hold the same on
+    the device. Observables (``solver.observables(kinds, contacts=...)``, passed to ``step``):
+    ``CONTACT_F`` (with ``collision="newton"``: the force on shape 0's body of each Newton contact
+    row, no moment), ``BODY_QDD`` (each body's acceleration over the step, ``(a_COM, α)``),
+    ``BODY_CONTACT_F`` (the net contact wrench on each body, ``(f, τ about the COM)``) and
+    ``WORLD_STATUS``.
     """
+
+    ObservableKind = _ObservableKind
+    Observables = _Observables
+    SUPPORTED_OBSERVABLES = frozenset({_ObservableKind.CONTACT_F, _ObservableKind.BODY_QDD,
+                                       _ObservableKind.BODY_CONTACT_F, _ObservableKind.WORLD_STATUS})
 
     def __init__(self, model, *, max_rigid_contact: int | None = None, contact_preset_variant: str = "approx32",
                  collision: str = "newton", contact_material: str = "newton", joint_limits: str = "newton",
@@ -79,6 +232,16 @@ class SolverSAP(newton.solvers.SolverBase):
         # Validate the configuration once, before converting (a bad knob is named first).
         self.config = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact or 0,
                                             **overrides)
+        # Per Newton world, on the model's device, kept across notify_model_changed (graphs and
+        # callers may hold them): the last step's status bits, the failure flag since the world's
+        # last reset (StepStatus bits of sap_common.state.FAILURE_BITS), and whether any world failed.
+        d, W = model.device, int(model.world_count)
+        self.world_status = wp.zeros(W, dtype=wp.int32, device=d)
+        self.world_failed = wp.zeros(W, dtype=wp.int32, device=d)
+        self.any_failed = wp.zeros(1, dtype=wp.int32, device=d)
+        A = int(model.articulation_count or 0)
+        self._articulation_mask = wp.zeros(max(A, 1), dtype=wp.bool, device=d)
+        self._no_mask = wp.zeros(1, dtype=wp.bool, device=d)
         self._build()
 
     def _build(self) -> None:
@@ -103,17 +266,38 @@ class SolverSAP(newton.solvers.SolverBase):
         self.sap_control = self.transfer.controls()
         self.sap_contacts = [sap_gpu.contacts(g.sap_model.num_worlds, s.config.max_rigid_contact, d)
                              for g, s in zip(conv.groups, self.solvers)]
+        self._group_worlds = [wp.array(np.asarray(g.worlds, np.int32), dtype=int, device=d) for g in conv.groups]
+        self._group_masks = [wp.zeros(g.sap_model.num_worlds, dtype=wp.bool, device=d) for g in conv.groups]
         self._contacts_used = False
         self._model_control = model.control(clone_variables=False)
+        self._publish_status()
 
     # ------------------------------------------------------------------ Newton interface
+
+    @property
+    def supported_observables(self) -> frozenset:
+        """:attr:`SUPPORTED_OBSERVABLES`, less ``CONTACT_F`` with ``collision="sap"`` (its contacts are
+        this project's, in no Newton ``Contacts`` container whose rows CONTACT_F could follow)."""
+        if self.collision == "sap":
+            return self.SUPPORTED_OBSERVABLES - {self.ObservableKind.CONTACT_F}
+        return self.SUPPORTED_OBSERVABLES
+
+    def observables(self, kinds, *, contacts=None, requires_grad=None):
+        """Newton's allocator, plus the map from Newton contact rows to SAP slots that ``CONTACT_F``
+        needs (sized by ``contacts``; allocated here, never in :meth:`step`)."""
+        obs = super().observables(kinds, contacts=contacts, requires_grad=requires_grad)
+        if obs.is_requested(self.ObservableKind.CONTACT_F):
+            obs._sap_row_map = wp.full(max(obs.contact_f.shape[0], 1), wp.vec3i(-1, -1, -1), dtype=wp.vec3i,
+                                       device=self.model.device)
+        return obs
 
     def step(self, state_in, state_out, control, contacts, dt: float, *, observables=None) -> None:
         """Advance every world by ``dt``: Newton ``state_in`` → ``state_out`` (may be the same object).
 
         ``control=None`` uses the model's control values (Newton's convention); ``contacts`` is a
         ``newton.Contacts`` or ``None`` with ``collision="newton"``, and must be ``None`` with
-        ``collision="sap"``.
+        ``collision="sap"``. ``observables``: a container from :meth:`observables`; its requested
+        arrays are written after the step.
         """
         self.validate_observables(observables, contacts)
         if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) or not (
@@ -132,6 +316,11 @@ class SolverSAP(newton.solvers.SolverBase):
             if contacts.device != self.model.device:
                 raise ValueError(f"contacts: on device {contacts.device}, the model is on {self.model.device}")
             self._require_unreduced_contacts(contacts)
+        kinds = observables.kinds if observables is not None else frozenset()
+        row_map = None
+        if self.ObservableKind.CONTACT_F in kinds and contacts is not None:
+            row_map = observables._sap_row_map
+            row_map.fill_(wp.vec3i(-1, -1, -1))
         self._contacts_used = self.collision == "sap" or contacts is not None
         for g, solver in enumerate(self.solvers):
             s_in, s_out = self.sap_state_in[g], self.sap_state_out[g]
@@ -145,20 +334,134 @@ class SolverSAP(newton.solvers.SolverBase):
                 self.pipelines[g].collide(s_in, sap_contacts)
             elif contacts is not None:
                 sap_contacts = self.sap_contacts[g]
-                self.transfer.contacts_to_sap(g, contacts, s_in.body_q, sap_contacts)
+                self.transfer.contacts_to_sap(g, contacts, s_in.body_q, sap_contacts, row_map)
             solver.step(s_in, s_out, self.sap_control[g], sap_contacts, dt)
             self.transfer.state_from_sap(g, s_out, state_out)
+        self._publish_status()
+        if kinds:
+            self._write_observables(observables, contacts, row_map)
+
+    def _write_observables(self, obs, contacts, row_map) -> None:
+        """Launch: the requested observables from each group's ``sap_gpu`` observables."""
+        K, d = self.ObservableKind, self.model.device
+        if K.CONTACT_F in obs.kinds:
+            obs.contact_f.zero_()
+            if row_map is not None and contacts.rigid_contact_max > 0:
+                for g, solver in enumerate(self.solvers):
+                    wp.launch(_contact_f, dim=contacts.rigid_contact_max, device=d,
+                              inputs=[g, contacts.rigid_contact_count, row_map, solver.observables.contact_force],
+                              outputs=[obs.contact_f])
+            if contacts is not None and contacts.force is not None and contacts.force.ptr != obs.contact_f.ptr:
+                wp.copy(contacts.force, obs.contact_f, count=min(contacts.force.shape[0], obs.contact_f.shape[0]))
+        for g, (solver, maps) in enumerate(zip(self.solvers, self.transfer.groups)):
+            dim = maps.body_index.shape
+            if dim[0] * dim[1] == 0:
+                continue
+            if K.BODY_QDD in obs.kinds:
+                wp.launch(_body_qdd, dim=dim, device=d, inputs=[maps.body_index, solver.observables.body_acceleration],
+                          outputs=[obs.body_qdd])
+            if K.BODY_CONTACT_F in obs.kinds:
+                wp.launch(_body_contact_f, dim=dim, device=d,
+                          inputs=[maps.body_com, maps.body_index, self.sap_state_in[g].body_q,
+                                  solver.observables.body_contact_force, solver.observables.body_contact_torque],
+                          outputs=[obs.body_contact_f])
+        if K.WORLD_STATUS in obs.kinds:
+            wp.copy(obs.world_status, self.world_status)
+
+    def _publish_status(self) -> None:
+        """Launch: each group's last status and failure flags into the per-Newton-world arrays."""
+        d = self.model.device
+        for solver, worlds in zip(self.solvers, self._group_worlds):
+            wp.launch(_publish_status, dim=worlds.shape[0], device=d,
+                      inputs=[worlds, solver.last_status, solver.world_statistics.failed],
+                      outputs=[self.world_status, self.world_failed])
+        self.any_failed.zero_()
+        wp.launch(_any, dim=self.world_failed.shape[0], device=d, inputs=[self.world_failed],
+                  outputs=[self.any_failed])
+
+    def reset(self, state, world_mask=None, flags=None) -> None:
+        """Newton's reset: clear the SAP solver state of the selected worlds and reset the requested
+        entries of ``state`` there.
+
+        Args:
+            state: the Newton ``State`` to reset in place (``ValueError`` for None, as Newton's MuJoCo
+                solver).
+            world_mask: Newton's mask, ``wp.bool`` of shape ``(world_count + 1,)`` on the model's
+                device: entry w selects world w, the last entry the global entities (world −1:
+                SAP simulates none, so it selects nothing here); None: every world.
+            flags: ``newton.StateFlags`` bits of ``state`` to reset (None: all): ``JOINT_Q`` /
+                ``JOINT_QD`` to the model's ``joint_q`` / ``joint_qd``, ``BODY_Q`` / ``BODY_QD`` by
+                forward kinematics of the (reset) joint coordinates of the selected articulations,
+                ``BODY_F`` to zero. Particle and ``JOINT_F`` bits (``Control.joint_f``, no state of
+                SAP's) have nothing to reset here.
+
+        The solver state of the selected worlds is always cleared: the last step's status and
+        iterations, the observables and the per-world statistics (``world_failed`` back to 0;
+        ``any_failed`` recounted). Launches only: no allocation and no host synchronization, so a
+        reset can sit in a captured CUDA graph with the mask array filled before each replay.
+        """
+        if state is None:
+            raise ValueError("state: required (the Newton State to reset); Newton's mask selects its worlds")
+        W = int(self.model.world_count)
+        if world_mask is not None and not (isinstance(world_mask, wp.array) and world_mask.dtype == wp.bool
+                                           and world_mask.ndim == 1 and world_mask.shape[0] == W + 1
+                                           and world_mask.device == self.model.device):
+            what = (f"{wp.types.type_repr(world_mask.dtype)} {tuple(world_mask.shape)} on {world_mask.device}"
+                    if isinstance(world_mask, wp.array) else type(world_mask).__name__)
+            raise ValueError(f"world_mask: expected Newton's mask, a wp.bool array shaped ({W + 1},) (world_count + 1: "
+                             f"the last entry selects global entities) on {self.model.device}, or None; got {what}")
+        mask = self._normalize_reset_world_mask(world_mask)
+        if flags is None:
+            flags = int(newton.StateFlags.ALL)
+        if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or int(flags) < 0:
+            raise ValueError(f"flags: expected newton.StateFlags bits (an int >= 0) or None, got {flags!r}")
+        flags = int(flags)
+        self.transfer.check_state(state, "state")
+        d, use = self.model.device, int(mask is not None)
+        m = self._no_mask if mask is None else mask
+        F = newton.StateFlags
+        for g, (solver, worlds, maps) in enumerate(zip(self.solvers, self._group_worlds, self.transfer.groups)):
+            group_mask = None
+            if mask is not None:
+                group_mask = self._group_masks[g]
+                wp.launch(_group_mask, dim=worlds.shape[0], device=d, inputs=[worlds, mask], outputs=[group_mask])
+            solver.reset(None, group_mask)
+            for bit, index, default, value in ((F.JOINT_Q, maps.coord_index, self.model.joint_q, state.joint_q),
+                                               (F.JOINT_QD, maps.dof_index, self.model.joint_qd, state.joint_qd)):
+                if flags & int(bit) and index.shape[0] * index.shape[1]:
+                    wp.launch(_reset_joints, dim=index.shape, device=d, inputs=[worlds, m, use, index, default],
+                              outputs=[value])
+            if flags & int(F.BODY_F) and maps.body_index.shape[0] * maps.body_index.shape[1]:
+                wp.launch(_clear_body_f, dim=maps.body_index.shape, device=d, inputs=[worlds, m, use,
+                                                                                     maps.body_index],
+                          outputs=[state.body_f])
+        if flags & int(F.BODY_Q | F.BODY_QD) and int(self.model.articulation_count or 0) > 0:
+            wp.launch(_articulation_mask, dim=int(self.model.articulation_count), device=d,
+                      inputs=[self.model.articulation_world, m, use], outputs=[self._articulation_mask])
+            newton.eval_fk(self.model, state.joint_q, state.joint_qd, state, mask=self._articulation_mask)
+        self._publish_status()
 
     def notify_model_changed(self, flags) -> None:
-        """Re-read the Newton model (any property) and rebuild the SAP solvers (host work, allocates)."""
-        self._build()
+        """Re-read the Newton model after a change of the categories in ``flags`` (``newton.ModelFlags``).
+
+        A flag of :data:`CACHED_MODEL_FLAGS` (joints, DOF properties, bodies, shapes, gravity)
+        rebuilds the SAP solvers from the model (host work, allocates: graphs captured before must
+        be captured again); the other categories need no work. :attr:`world_status`,
+        :attr:`world_failed`, :attr:`any_failed` and observable containers stay valid. ``ValueError``
+        for flags that are not an int >= 0.
+        """
+        if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or int(flags) < 0:
+            raise ValueError(f"flags: expected newton.ModelFlags bits (an int >= 0), got {flags!r}")
+        if int(flags) & CACHED_MODEL_FLAGS:
+            self._build()
 
     # ------------------------------------------------------------------ diagnostics
 
     def diagnostics(self) -> dict:
         """NumPy arrays over Newton worlds: ``status`` (StepStatus bits), ``newton_iterations``,
-        ``line_search_iterations``, ``truncated_contact_count`` of the last step, and ``contact_count``
-        (contacts the last step saw per world)."""
+        ``line_search_iterations``, ``truncated_contact_count`` of the last step, ``contact_count``
+        (contacts the last step saw per world) and ``failed`` (1 where a step failed since the
+        world's last reset)."""
         W = self.conversion.world_count
         out = {k: np.zeros(W, np.int64) for k in ("status", "newton_iterations", "line_search_iterations",
                                                   "truncated_contact_count", "contact_count")}
@@ -168,4 +471,5 @@ class SolverSAP(newton.solvers.SolverBase):
                 out[k][g.worlds] = diag[k]
             if self._contacts_used:
                 out["contact_count"][g.worlds] = contacts.count.numpy()
+        out["failed"] = self.world_failed.numpy().astype(np.int64)
         return out

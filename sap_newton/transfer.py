@@ -119,7 +119,7 @@ def _route_newton_contacts(
     contact_count_in: wp.array(dtype=int), shape0_in: wp.array(dtype=int), shape1_in: wp.array(dtype=int),
     point0_in: wp.array(dtype=wp.vec3f), point1_in: wp.array(dtype=wp.vec3f), offset0_in: wp.array(dtype=wp.vec3f),
     offset1_in: wp.array(dtype=wp.vec3f), normal_in: wp.array(dtype=wp.vec3f),
-    body_X: wp.array2d(dtype=wp.transformd),
+    body_X: wp.array2d(dtype=wp.transformd), use_row_map: int, row_map: wp.array(dtype=wp.vec3i),
     count_out: wp.array(dtype=int), overflow_out: wp.array(dtype=int), shape0_out: wp.array2d(dtype=int),
     shape1_out: wp.array2d(dtype=int), body0_out: wp.array2d(dtype=int), body1_out: wp.array2d(dtype=int),
     x0_out: wp.array2d(dtype=wp.vec3d), x1_out: wp.array2d(dtype=wp.vec3d), normal_out: wp.array2d(dtype=wp.vec3d),
@@ -128,7 +128,9 @@ def _route_newton_contacts(
     ke_out: wp.array2d(dtype=wp.float64), ke0_out: wp.array2d(dtype=wp.float64),
     ke1_out: wp.array2d(dtype=wp.float64), tau_d_out: wp.array2d(dtype=wp.float64),
 ):
-    """One Newton rigid contact into its world's next SAP slot (only this group's worlds)."""
+    """One Newton rigid contact into its world's next SAP slot (only this group's worlds); with
+    ``use_row_map``, ``row_map[k] = (group, world, slot)`` of the routed contact (rows left at −1
+    were not routed to any slot: another model's shape, a skipped shape, or an overflow)."""
     k = wp.tid()
     if k >= contact_count_in[0]:
         return
@@ -151,6 +153,8 @@ def _route_newton_contacts(
     if slot >= capacity:
         wp.atomic_add(overflow_out, world, 1)
         return
+    if use_row_map != 0:
+        row_map[k] = wp.vec3i(group, world, slot)
     ba = local_shape_body[la]
     bb = local_shape_body[lb]
     Xa = wp.transform_identity(dtype=wp.float64)
@@ -211,6 +215,7 @@ class _GroupMaps:
         self.shape_body = i32(m.shape_body if m.shape_count else np.zeros(1))
         self.shape_margin = wp.array(m.shape_margin if m.shape_count else np.zeros(1), dtype=wp.float64,
                                      device=device)
+        self.body_com = wp.array(np.ascontiguousarray(m.body_com, np.float64), dtype=wp.vec3d, device=device)
 
 
 class Transfer:
@@ -224,8 +229,10 @@ class Transfer:
     """
 
     def __init__(self, conversion: NewtonConversion, body_count: int, joint_coord_count: int, joint_dof_count: int,
-                 shape_count: int, device=None, config: SapConfig | None = None):
+                 shape_count: int, device, config: SapConfig | None = None):
         self.conversion = conversion
+        if device is None:
+            raise ValueError("device: the Warp device of the Newton model (explicit; no default device is assumed)")
         self.device = d = wp.get_device(device)
         self.body_count, self.nq, self.nv, self.shape_count = body_count, joint_coord_count, joint_dof_count, \
             shape_count
@@ -233,6 +240,7 @@ class Transfer:
         i32 = lambda a: wp.array(np.ascontiguousarray(a, np.int32), dtype=int, device=d)  # noqa: E731
         self.shape_group, self.shape_slot = i32(conversion.shape_group), i32(conversion.shape_slot)
         self.shape_local = i32(conversion.shape_local)
+        self._no_row_map = wp.zeros(1, dtype=wp.vec3i, device=d)  # stand-in when no row map is kept
         config = SapConfig() if config is None else config
         self.pair_materials = []
         for g in conversion.groups:
@@ -305,11 +313,13 @@ class Transfer:
 
     # ------------------------------------------------------------------ contacts
 
-    def contacts_to_sap(self, g: int, contacts, body_X, sap_contacts) -> None:
+    def contacts_to_sap(self, g: int, contacts, body_X, sap_contacts, row_map=None) -> None:
         """Launch: the Newton ``contacts`` of group ``g``'s worlds → ``sap_contacts``.
 
         ``body_X (Wg, B)`` are the SAP body poses the body-frame points are moved with (the poses
-        of the step's ``joint_q``).
+        of the step's ``joint_q``). ``row_map`` (``wp.vec3i``, at least ``rigid_contact_max`` rows,
+        filled with −1 by the caller before the first group): each routed row's (group, world,
+        slot), for writing results back in Newton's contact order (``CONTACT_F``).
         """
         M, d, c, s = self.groups[g], self.device, contacts, sap_contacts
         mu, ke, ke0, ke1, tau = self.pair_materials[g]
@@ -322,7 +332,8 @@ class Transfer:
             self.shape_group, self.shape_slot, self.shape_local, M.shape_body, M.shape_margin, mu, ke, ke0, ke1, tau,
             g, capacity, c.rigid_contact_count, c.rigid_contact_shape0, c.rigid_contact_shape1,
             c.rigid_contact_point0, c.rigid_contact_point1, c.rigid_contact_offset0, c.rigid_contact_offset1,
-            c.rigid_contact_normal, body_X], outputs=[
+            c.rigid_contact_normal, body_X, int(row_map is not None),
+            self._no_row_map if row_map is None else row_map], outputs=[
             s.count, s.overflow, s.shape0, s.shape1, s.body0, s.body1, s.x0, s.x1, s.normal, s.phi0, s.margin0,
             s.margin1, s.mu, s.ke, s.ke0, s.ke1, s.tau_d])
         wp.launch(_clamp_counts, dim=s.count.shape[0], device=d, inputs=[capacity], outputs=[s.count])

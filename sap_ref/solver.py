@@ -21,9 +21,10 @@ import numpy as np
 from sap_common.collision_rules import check_contact_materials
 from sap_common.config import SapConfig
 from sap_common.conventions import joint_quaternions_ok
+from sap_common.kinematics import body_state
 from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.model import SapModel
-from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts
+from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts, check_state
 from sap_common.time_step import time_step_bound
 
 from . import boundary
@@ -41,6 +42,14 @@ from .free_motion import FreeMotion, free_motion
 from .integration import integrate_positions
 from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
 from .linear_solve import PcrSettings
+from .observables import (
+    OBSERVABLE_NAMES,
+    STATISTIC_NAMES,
+    StepObservables,
+    WorldStatistics,
+    initial_state_into,
+    world_observables,
+)
 
 __all__ = ["SolverSAP", "WorldResult"]
 
@@ -58,6 +67,8 @@ class WorldResult:
         solve: the Newton solve: solution, γ, iterations, history (stage 3).
         v1: new velocities, SAP order, (nv,).  q1: new coordinates, (nq,).
         status: :class:`StepStatus` bits.
+        body_q: the body poses the contact stage used (at q₀; float32-rounded unless
+            ``use_f64_boundary_pose``), (B, 7), or None for a rejected world.
     """
 
     free_motion: FreeMotion | None
@@ -72,6 +83,7 @@ class WorldResult:
     v1: np.ndarray
     q1: np.ndarray
     status: StepStatus
+    body_q: np.ndarray | None = None
 
     @property
     def contact_impulses(self) -> np.ndarray:
@@ -122,6 +134,10 @@ class SolverSAP:
         self.last_linear_solver_residual = np.zeros(W, dtype=np.float64)
         self.last_results: list[WorldResult] = []
         self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
+        # The last step's observables and the per-world statistics since each world's reset
+        # (sap_ref.observables; sap_gpu's attributes of the same names, as NumPy arrays).
+        self.observables = StepObservables.zeros(W, max(self.config.max_rigid_contact, 1), model.body_count)
+        self.world_statistics = WorldStatistics.zeros(W)
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
              dt: float) -> None:
@@ -142,7 +158,16 @@ class SolverSAP:
             if contacts.overflow[w] > 0:
                 r.status |= StepStatus.CONTACT_OVERFLOW
             results.append(r)
+        stepped = ~keep
+        body_qd0 = np.zeros((model.num_worlds, model.body_count, 6))
+        if np.any(stepped):  # public body twists at (q₀, v₀), for body_acceleration
+            body_qd0[stepped] = body_state(model, x.joint_q[stepped], x.v0[stepped], "sap")[1]
         boundary.write_state(model, state_in, state_out, q1, v1, keep, cfg.use_f64_boundary_pose)
+        obs = self.observables
+        for w, r in enumerate(results):
+            world_observables(obs, w, r, r.body_q, dt)
+        obs.body_acceleration[...] = 0.0
+        obs.body_acceleration[stepped] = (np.asarray(state_out.body_qd)[stepped] - body_qd0[stepped]) / dt
         self.last_results = results
         self.last_status[:] = [int(r.status) for r in results]
         self.last_newton_iterations[:] = [r.solve.iterations if r.solve else 0 for r in results]
@@ -150,6 +175,41 @@ class SolverSAP:
         self.last_truncated_contact_count[:] = contacts.overflow
         self.last_linear_solver_iterations[:] = [r.solve.linear_solver_iterations if r.solve else 0 for r in results]
         self.last_linear_solver_residual[:] = [r.solve.linear_solver_residual if r.solve else 0.0 for r in results]
+        self.world_statistics.add(self.last_status, self.last_newton_iterations, self.last_line_search_iterations)
+
+    def reset(self, state: SapState | None = None, world_mask=None) -> None:
+        """Reset the worlds of ``world_mask`` ((num_worlds,) bool or integer array, nonzero = reset;
+        None: every world): their diagnostics, observables and statistics, and, when ``state`` is
+        given, their state (the model's initial state, ``joint_qd`` in the state's order,
+        ``body_f`` zero). sap_gpu's ``reset`` with a host mask (docs/scaling.md)."""
+        W = self.model.num_worlds
+        if world_mask is None:
+            mask = np.ones(W, bool)
+        else:
+            a = np.asarray(world_mask)
+            if a.shape != (W,) or not (a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer)):
+                raise ValueError(f"world_mask: expected a bool or integer array shaped ({W},) or None, got "
+                                 f"{a.dtype} {a.shape}")
+            mask = a != 0
+        if state is not None:
+            check_state(self.model, state, "state")
+        for name in ("last_newton_iterations", "last_line_search_iterations", "last_truncated_contact_count",
+                     "last_status", "last_linear_solver_iterations", "last_linear_solver_residual"):
+            getattr(self, name)[mask] = 0
+        self.observables.clear(mask)
+        self.world_statistics.clear(mask)
+        if state is not None:
+            initial_state_into(self.model, state, mask)
+
+    def read_observables(self) -> dict:
+        """Copies of :attr:`observables` by name (the keys of sap_gpu's ``read_observables``)."""
+        return {name: getattr(self.observables, name).copy() for name in OBSERVABLE_NAMES}
+
+    def statistics(self) -> dict:
+        """Copies of the per-world statistics and ``any_failed`` (the keys of sap_gpu's)."""
+        out = {name: getattr(self.world_statistics, name).copy() for name in STATISTIC_NAMES}
+        out["any_failed"] = self.world_statistics.any_failed
+        return out
 
     def body_poses(self, joint_q, body_q) -> None:
         """Fill ``body_q (num_worlds, B, 7)`` with every world's body poses ``[p, quat xyzw]`` at
@@ -209,7 +269,7 @@ class SolverSAP:
         elif not joint_quaternions_ok(model, q1)[0]:  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
             status |= StepStatus.INVALID_QUATERNION
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
-                           limits, drives, problem, sol, v1, q1, status)
+                           limits, drives, problem, sol, v1, q1, status, body_q)
 
     def _check_contacts(self, contacts: SapContacts) -> None:
         if not isinstance(contacts, SapContacts):

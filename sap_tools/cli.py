@@ -386,12 +386,18 @@ def _native_stderr_without(prefix: str):
 
 
 def warp_device(name):
-    """The Warp device called ``name`` (None: Warp's default), or ``ValueError`` naming --device
-    and listing the devices here (``sap_gpu.device.get_device``, the one device check). Warp is
-    initialized first by :func:`init_warp` (no CUDA-driver warning unless a CUDA device is asked for)."""
+    """The Warp device called ``name``, or ``ValueError`` naming --device and listing the devices
+    here (``sap_gpu.device.get_device``, the one device check). None picks one explicitly:
+    ``cuda:0`` where a CUDA device exists, else ``cpu`` (never whatever Warp's default device was
+    set to). Warp is initialized first by :func:`init_warp` (no CUDA-driver warning unless a CUDA
+    device is asked for)."""
     init_warp(name)
+    import warp as wp
+
     from sap_gpu.device import get_device
 
+    if name is None:
+        name = "cuda:0" if wp.is_cuda_available() else "cpu"
     return get_device(name, "--device")
 
 

@@ -217,7 +217,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="sap_demo.png",
                    help="plot file; its extension picks the format, none = .png (default sap_demo.png)")
     p.add_argument("--backend", default="ref", help="ref (sap_ref, default) or gpu (sap_gpu, Warp)")
-    p.add_argument("--device", default=None, help="Warp device for --backend gpu (default: Warp's default)")
+    p.add_argument("--device", default=None,
+                   help="Warp device for --backend gpu (default: cuda:0 where present, else cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)

@@ -265,7 +265,8 @@ def main(argv=None) -> int:
                    help=f"solve the step with two presets side by side (default {' '.join(DEFAULT_COMPARE)})")
     p.add_argument("--backend", default="ref", help="ref (roll out with sap_ref, default) or gpu (sap_gpu, "
                    "then the world is re-run in sap_ref and the two solves compared)")
-    p.add_argument("--device", default=None, help="Warp device for --backend gpu (default: Warp's default)")
+    p.add_argument("--device", default=None,
+                   help="Warp device for --backend gpu (default: cuda:0 where present, else cpu)")
     p.add_argument("--out", default=None, help="HTML file (default sap_inspect_<scene>_<step>.html)")
     p.add_argument("--dpi", type=int, default=80, help="resolution of the embedded figures (default 80)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")

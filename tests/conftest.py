@@ -119,3 +119,32 @@ def cooperative_lanes(enabled: bool = True):
         yield
     finally:
         wp.config.enable_cpu_blocks = saved
+
+
+class _NoDefaultDevice:
+    """Stands in for Warp's default device: any use of it fails the test, naming the culprit."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"Warp's default device was used (attribute {name!r}): a code path did not pass its "
+                             "device explicitly")
+
+    def __repr__(self):
+        return "<no default device>"
+
+
+@contextlib.contextmanager
+def no_default_device():
+    """While the block runs, Warp has no usable default device: ``wp.get_device()`` and every Warp
+    call given no device get a stand-in that fails on use. A code path that falls back to the
+    implicit default (the ``cuda:0`` of a multi-GPU process) fails here even on a CPU-only machine.
+    Restores the default device afterwards."""
+    import warp as wp
+
+    wp.init()
+    runtime = wp._src.context.runtime
+    saved = runtime.default_device
+    runtime.default_device = _NoDefaultDevice()
+    try:
+        yield
+    finally:
+        runtime.default_device = saved

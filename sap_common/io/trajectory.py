@@ -19,6 +19,13 @@ q             (N+1, nq)   positions; row 0 the initial state, row n the state af
 v             (N+1, nv)   velocities, rows as q
 ============  ==========  =================================================================
 
+**Batched files.** ``q`` of shape ``(W, N+1, nq)`` and ``v`` of shape ``(W, N+1, nv)`` hold W
+worlds of the same scene (a batch of environments, a parameter sweep), each world its own
+trajectory from its own initial state with the same ``dt``; contact fields then carry the world
+axis first too (``contact_count (W, N+1)``, ``contact_shape0 (W, N+1, C)``, …).
+``Trajectory.num_worlds`` is W (1 for a plain file) and ``Trajectory.world(w)`` one world as a
+plain trajectory; ``sap-validate`` reports each world and names the failing ones.
+
 and it may carry ``engine`` (who wrote it: ``"drake"``, ``"mujoco"``, the user's name),
 ``integrator`` (the engine's time-stepping scheme: for MuJoCo ``"Euler"`` or ``"implicitfast"``,
 which ``sap-validate`` needs to judge a MuJoCo recording's contact-free steps) and per-step
@@ -39,6 +46,7 @@ its other per-step arrays kept in ``Trajectory.extra``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -91,9 +99,30 @@ class Trajectory:
     source: str | None = None
 
     @property
+    def batched(self) -> bool:
+        """Whether the file holds several worlds (``q`` of shape ``(W, N+1, nq)``)."""
+        return self.q.ndim == 3
+
+    @property
+    def num_worlds(self) -> int:
+        """Worlds W of a batched file; 1 for a plain one."""
+        return int(self.q.shape[0]) if self.batched else 1
+
+    @property
     def num_steps(self) -> int:
         """Recorded steps N (rows − 1)."""
-        return int(self.q.shape[0]) - 1
+        return int(self.q.shape[-2]) - 1
+
+    def world(self, w: int) -> Trajectory:
+        """World ``w`` of a batched trajectory as a plain one (``self`` for a plain file and w = 0)."""
+        if not self.batched:
+            if w != 0:
+                raise ValueError(f"world: a plain trajectory has world 0 only, got {w}")
+            return self
+        if not 0 <= w < self.num_worlds:
+            raise ValueError(f"world: must lie in [0, {self.num_worlds}), got {w}")
+        return dataclasses.replace(self, q=self.q[w], v=self.v[w], contacts={k: a[w] for k, a in self.contacts.items()},
+                                   extra={k: a[w] for k, a in self.extra.items()})
 
 
 def _where(path) -> str:
@@ -101,33 +130,45 @@ def _where(path) -> str:
 
 
 def _check(traj: Trajectory) -> Trajectory:
-    """``ValueError`` naming the field when the trajectory is malformed."""
+    """``ValueError`` naming the field (and the world of a batched file) when the trajectory is malformed."""
     w = _where(traj.source)
     if traj.convention not in TRAJECTORY_CONVENTIONS:
         raise ValueError(f"{w}: convention: {traj.convention!r} is not one of {', '.join(TRAJECTORY_CONVENTIONS)}")
     if not (isinstance(traj.dt, float) and math.isfinite(traj.dt) and traj.dt > 0):
         raise ValueError(f"{w}: dt: expected a finite time step > 0 [s], got {traj.dt!r}")
+    batched = traj.q.ndim == 3
     for name in ("q", "v"):
         a = getattr(traj, name)
-        if a.ndim != 2 or a.shape[0] < 2:
-            raise ValueError(f"{w}: {name}: expected shape (N+1, n) with N >= 1 recorded steps, got {a.shape}")
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"{w}: {name}: row {int(np.argmax(~np.isfinite(a).all(axis=1)))} is not finite")
-    if traj.q.shape[0] != traj.v.shape[0]:
+        if a.ndim not in (2, 3) or a.shape[-2] < 2 or (a.ndim == 3 and a.shape[0] < 1):
+            raise ValueError(f"{w}: {name}: expected shape (N+1, n) with N >= 1 recorded steps (or (W, N+1, n) for "
+                             f"W worlds), got {a.shape}")
+        if a.ndim != traj.q.ndim:
+            raise ValueError(f"{w}: q and v: shapes {traj.q.shape} and {traj.v.shape}; both plain (N+1, n) or both "
+                             "batched (W, N+1, n)")
+        bad = ~np.isfinite(a).all(axis=-1)
+        if np.any(bad):
+            where = np.argwhere(bad)[0]
+            at = f"world {where[0]}, row {where[1]}" if batched else f"row {where[0]}"
+            raise ValueError(f"{w}: {name}: {at} is not finite")
+    if traj.q.shape[:-1] != traj.v.shape[:-1]:
+        if batched:
+            raise ValueError(f"{w}: q and v: {traj.q.shape[:-1]} and {traj.v.shape[:-1]} worlds and rows; they must "
+                             "match")
         raise ValueError(f"{w}: q and v: {traj.q.shape[0]} and {traj.v.shape[0]} rows; they must match")
     c = traj.contacts
     if c:
-        rows = traj.q.shape[0]
+        lead = traj.q.shape[:-1]  # (N+1,) or (W, N+1)
         missing = [k for k in ("contact_count",) + _REQUIRED_CONTACT if k not in c]
         if missing:
             raise ValueError(f"{w}: contacts: {', '.join(missing)} missing (contacts need contact_count, "
                              f"{', '.join(_REQUIRED_CONTACT)})")
-        if c["contact_count"].shape != (rows,):
-            raise ValueError(f"{w}: contact_count: expected shape ({rows},), got {c['contact_count'].shape}")
-        C = c["contact_shape0"].shape[1] if c["contact_shape0"].ndim == 2 else -1
+        if c["contact_count"].shape != lead:
+            raise ValueError(f"{w}: contact_count: expected shape {lead}, got {c['contact_count'].shape}")
+        s0 = c["contact_shape0"]
+        C = s0.shape[len(lead)] if s0.ndim == len(lead) + 1 else -1
         for k, (trail, _) in CONTACT_FIELDS.items():
-            if k in c and c[k].shape != (rows, C) + trail:
-                raise ValueError(f"{w}: {k}: expected shape {(rows, C) + trail}, got {c[k].shape}")
+            if k in c and c[k].shape != lead + (C,) + trail:
+                raise ValueError(f"{w}: {k}: expected shape {lead + (C,) + trail}, got {c[k].shape}")
         if np.any(c["contact_count"] < 0) or np.any(c["contact_count"] > C):
             raise ValueError(f"{w}: contact_count: entries must lie in [0, {C}]")
     return traj
@@ -138,8 +179,10 @@ def write_trajectory(path, *, scene: str, dt: float, q, v, convention: str = "pu
     """Write a trajectory file (``.npz`` or ``.json`` by the extension of ``path``); returns the path.
 
     ``scene`` is stored as given: a built-in scene name, or a scene file path relative to the
-    directory of ``path``. ``contacts`` holds ``contact_count`` and fields of
-    :data:`CONTACT_FIELDS` (optional); ``integrator`` names the engine's scheme (optional).
+    directory of ``path``. ``q``/``v`` are ``(N+1, n)``, or ``(W, N+1, n)`` for W worlds (a batched
+    file, contact fields then with the world axis first too). ``contacts`` holds
+    ``contact_count`` and fields of :data:`CONTACT_FIELDS` (optional); ``integrator`` names the
+    engine's scheme (optional).
     """
     path = os.fspath(path)
     traj = _check(Trajectory(scene=str(scene), scene_path=None, dt=float(dt), convention=str(convention),
@@ -290,11 +333,14 @@ def load_trajectory_scene(traj: Trajectory):
 
 
 def trajectory_states(traj: Trajectory, scene) -> tuple[np.ndarray, np.ndarray]:
-    """``(joint_q (N+1, nq), joint_qd (N+1, nv) in SAP order)`` of every recorded row."""
+    """``(joint_q (N+1, nq), joint_qd (N+1, nv) in SAP order)`` of every recorded row (of one world:
+    pass ``traj.world(w)`` for a batched file)."""
     from ..conventions import joint_qd_public_to_sap
 
     model = scene.sap_model
     w = _where(traj.source)
+    if traj.batched:
+        raise ValueError(f"{w}: a batched trajectory ({traj.num_worlds} worlds): take one world with .world(w)")
     if traj.convention == "drake":
         from .drake import drake_qv_to_joint
 

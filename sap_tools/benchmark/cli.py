@@ -101,6 +101,7 @@ from sap_tools.cli import (
     parser,
     warp_device,
 )
+from sap_tools.fanout import RAY_LOCAL, map_tasks, ray_resources, ray_session, task_device
 from sap_tools.progress import Progress
 
 # The command line is here; the runs are in sap_tools.benchmark.runs, their timing, structure counts,
@@ -175,8 +176,8 @@ def _positive_ints(flag: str, values: list[str]) -> list[int]:
 
 def _parser():
     p = parser("sap-benchmark", __doc__)
-    p.add_argument("scene", nargs="?", default=DEFAULT_SCENE,
-                   help=f"built-in scene, JSON scene file or MJCF/URDF file (default {DEFAULT_SCENE})")
+    p.add_argument("scene", nargs="*", default=None,
+                   help=f"built-in scenes, JSON scene files or MJCF/URDF files, a sweep (default {DEFAULT_SCENE})")
     p.add_argument("--num-worlds", nargs="+", default=["1024"], help="worlds per run, a sweep: 1024 4096 or 1024,4096")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"timed steps per run (default {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"untimed steps first (default {DEFAULT_WARMUP})")
@@ -199,7 +200,7 @@ def _parser():
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
-    p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
+    p.add_argument("--device", default=None, help="Warp device (default: cuda:0 where present, else cpu)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
     p.add_argument("--noise-std", type=float, default=DEFAULT_NOISE_STD,
@@ -217,6 +218,10 @@ def _parser():
                         "made by sap-precompile")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--ray", nargs="?", const=RAY_LOCAL, default=None, metavar="ADDRESS",
+                   help="run each run of the sweep as a Ray task (one GPU each on a CUDA --device): on the cluster at "
+                        "ADDRESS, or (no address) the one RAY_ADDRESS names, else a local Ray instance; needs pip "
+                        "install ray (docs/scaling.md)")
     return p
 
 
@@ -263,60 +268,119 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     return worlds, presets, overrides, device
 
 
+def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: dict) -> list[dict]:
+    """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
+    every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
+    specs = []
+    for name in scene_names:
+        for W in worlds:
+            for preset in presets:
+                for solver in (args.linear_solver or [None]):
+                    for sparsity in dict.fromkeys(args.rows):
+                        for path in dict.fromkeys(args.newton_path):
+                            run_overrides = dict(overrides)
+                            if solver is not None:
+                                run_overrides["contact_linear_solver"] = solver
+                            cfg = SapConfig.from_preset(preset, **run_overrides)
+                            extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
+                                         linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path)
+                            label = ((f"{name}/" if len(scene_names) > 1 else "") + cfg.contact_preset_variant
+                                     + (f"/{solver}" if args.linear_solver else "")
+                                     + (f"/{sparsity}" if args.rows != ["sparse"] else "")
+                                     + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else ""))
+                            specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
+                                              overrides=run_overrides, sparse=sparsity == "sparse", path=path,
+                                              label=label, extra=extra))
+            if args.vs_mjwarp:
+                specs.append(dict(kind="mjwarp", scene=name, num_worlds=W,
+                                  label=(f"{name}/" if len(scene_names) > 1 else "") + "mujoco_warp",
+                                  extra=dict(preset=None, line_search=None, linear_solver=None, rows=None,
+                                             newton_path=None)))
+    return specs
+
+
+def _settings(args) -> dict:
+    """What a run reads of the command line (plain values: they travel to Ray workers)."""
+    keys = ("steps", "warmup", "no_graph", "quiet", "structure_steps", "breakdown", "breakdown_steps", "dt",
+            "max_rigid_contact", "noise_std", "seed", "mjwarp_nconmax", "mjwarp_njmax", "cuda_output")
+    return {k: getattr(args, k) for k in keys}
+
+
+def _execute(spec: dict, settings: dict, device) -> dict:
+    """One run of the sweep on ``device`` (a name or a wp.Device): its report row."""
+    import types
+
+    args = types.SimpleNamespace(**settings)
+    if args.cuda_output:
+        wp.config.cuda_output = args.cuda_output
+    device = warp_device(device) if isinstance(device, str) else device
+    W = spec["num_worlds"]
+    scene = load_scene(spec["scene"], W)
+    C = scene.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
+    scene.max_rigid_contact = C
+    dt = args.dt if args.dt is not None else scene.dt
+    channels = noise_channels(scene)
+    extra = dict(spec["extra"], noise_std=args.noise_std, seed=args.seed, noise_channels=channels.count,
+                 max_rigid_contact=C, nv=scene.sap_model.joint_dof_count, warp_version=wp.__version__)
+    if spec["kind"] == "mjwarp":
+        import mujoco_warp
+
+        extra.update(mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
+        return _run_one(lambda: MjwarpRun(scene, device, dt, channels, args.noise_std, args.seed,
+                                          args.mjwarp_nconmax, args.mjwarp_njmax), spec["label"], scene, args,
+                        device, extra)
+    return _run_one(lambda: SapRun(scene, spec["preset"], spec["overrides"], device, dt, channels, args.noise_std,
+                                   args.seed, spec["sparse"], spec["path"]), spec["label"], scene, args, device,
+                    extra)
+
+
+def _execute_task(spec: dict, settings: dict, device: str) -> dict:
+    """One run in a Ray worker (quiet, on the device Ray gives it)."""
+    from sap_tools.cli import quiet_warp
+
+    quiet_warp()
+    return _execute(spec, dict(settings, quiet=True), task_device(device))
+
+
 @entry_point("sap-benchmark")
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         worlds, presets, overrides, device = _validate(args)
-        scene0 = load_scene(args.scene, 1)
-        if args.vs_mjwarp and getattr(scene0, "mj_model", None) is None:
-            raise ValueError(f"--vs-mjwarp: needs an MJCF scene (humanoid, humanoid3 or an .xml file); "
-                             f"{scene0.name!r} has no MuJoCo model")
+        scene_names = args.scene or [DEFAULT_SCENE]
+        scenes0 = [load_scene(name, 1) for name in scene_names]
+        for scene0 in scenes0:
+            if args.vs_mjwarp and getattr(scene0, "mj_model", None) is None:
+                raise ValueError(f"--vs-mjwarp: needs an MJCF scene (humanoid, humanoid3 or an .xml file); "
+                                 f"{scene0.name!r} has no MuJoCo model")
     except ValueError as e:
         return fail("sap-benchmark", e)
     if args.cuda_output:
         wp.config.cuda_output = args.cuda_output
-    dt = args.dt if args.dt is not None else scene0.dt
-    C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
-    channels = noise_channels(scene0)
     cfg_note = "".join(f", {k} {v}" for k, v in overrides.items() if k != "contact_linear_solver")
     if args.linear_solver:
         cfg_note += f", contact_linear_solver {' / '.join(args.linear_solver)}"
-    print(f"sap-benchmark: {scene0.name} (nv {scene0.sap_model.joint_dof_count}, {C} contact slots), dt {dt:g} s, "
-          f"{args.steps} timed steps after {args.warmup} warm-up; noise σ {args.noise_std:g} ({channels.units}) on "
-          f"{channels.count} {channels.target} channels, seed {args.seed}; {device} = {_hardware(device)}{cfg_note}")
-    rows = []
-    for W in worlds:
-        scene = load_scene(args.scene, W)
-        scene.max_rigid_contact = C
-        common = dict(noise_std=args.noise_std, seed=args.seed, noise_channels=channels.count,
-                      max_rigid_contact=C, nv=scene.sap_model.joint_dof_count, warp_version=wp.__version__)
-        for preset in presets:
-            for solver in (args.linear_solver or [None]):
-                for sparsity in dict.fromkeys(args.rows):
-                    for path in dict.fromkeys(args.newton_path):
-                        run_overrides = dict(overrides)
-                        if solver is not None:
-                            run_overrides["contact_linear_solver"] = solver
-                        cfg = SapConfig.from_preset(preset, **run_overrides)
-                        extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
-                                     linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
-                                     **common)
-                        label = (cfg.contact_preset_variant + (f"/{solver}" if args.linear_solver else "")
-                                 + (f"/{sparsity}" if args.rows != ["sparse"] else "")
-                                 + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else ""))
-                        rows.append(_run_one(lambda s: SapRun(s, preset, run_overrides, device, dt, channels,
-                                                              args.noise_std, args.seed, sparsity == "sparse", path),
-                                             label, scene, args, device, extra))
-        if args.vs_mjwarp:
-            import mujoco_warp
-
-            extra = dict(preset=None, **common, line_search=None, linear_solver=None, rows=None, newton_path=None,
-                         mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
-            rows.append(_run_one(lambda s: MjwarpRun(s, device, dt, channels, args.noise_std, args.seed,
-                                                     args.mjwarp_nconmax, args.mjwarp_njmax),
-                                 "mujoco_warp", scene, args, device, extra))
-        del scene
+    for scene0 in scenes0:
+        dt = args.dt if args.dt is not None else scene0.dt
+        C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
+        channels = noise_channels(scene0)
+        print(f"sap-benchmark: {scene0.name} (nv {scene0.sap_model.joint_dof_count}, {C} contact slots), dt {dt:g} s, "
+              f"{args.steps} timed steps after {args.warmup} warm-up; noise σ {args.noise_std:g} ({channels.units}) "
+              f"on {channels.count} {channels.target} channels, seed {args.seed}; {device} = {_hardware(device)}"
+              f"{cfg_note}")
+    specs = _run_specs(args, scene_names, worlds, presets, overrides)
+    settings = _settings(args)
+    if args.ray is not None:
+        try:
+            with ray_session(args.ray) as ray:
+                rows = map_tasks(ray, _execute_task, [(spec, settings, str(device)) for spec in specs],
+                                 [ray_resources(str(device)) for _ in specs])
+        except ValueError as e:
+            return fail("sap-benchmark", e)
+        print(f"ray: {len(rows)} runs as Ray tasks, each on {ray_resources(str(device))}")
+    else:
+        rows = [_execute(spec, settings, device) for spec in specs]
+        gc.collect()
     print(table(rows))
     notes = sorted({r["graph_note"] for r in rows})
     print("timing: " + "; ".join(notes))
@@ -338,7 +402,8 @@ def main(argv=None) -> int:
         cpu = "" if q["cpu_speedup"] is None else f" (by process CPU time: {q['cpu_speedup']:.3f})"
         print(f"speed-up fused/staged Newton path ({q['preset']}/{q['linear_solver']}/{q['rows']}, "
               f"{q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
-    result = dict(scene=scene0.name, device=str(device), hardware=_hardware(device),
+    result = dict(scene=scenes0[0].name if len(scenes0) == 1 else [sc.name for sc in scenes0], device=str(device),
+                  hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratio_rows, sparse_speedups=speedups,
                   newton_path_speedups=path_rows)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]

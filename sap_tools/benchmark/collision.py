@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     p.add_argument("--num-worlds", type=int, default=DEFAULT_WORLDS, help=f"sap_gpu worlds (default {DEFAULT_WORLDS})")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help=f"timed calls per case (default {DEFAULT_REPEATS})")
-    p.add_argument("--device", default=None, help="Warp device (default: Warp's default, cuda:0 where present)")
+    p.add_argument("--device", default=None, help="Warp device (default: cuda:0 where present, else cpu)")
     p.add_argument("--skip-ref", action="store_true", help="time sap_gpu only")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)

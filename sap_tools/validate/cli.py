@@ -3,6 +3,7 @@
     sap-validate tests/data/drake/sphere_slide.json
     sap-validate tests/data/drake --backend both --every 10 --junit validate.xml
     sap-validate my_kernels.npz --mode both --json
+    sap-validate tests/data/drake --ray --junit validate.xml    # one Ray task per recording
 
 A recording is a Drake recording (``tests/data/drake/<scene>.json``, written by ``sap-record``)
 or a trajectory file of the minimal format (``sap_common.io.trajectory``) written by any
@@ -26,6 +27,10 @@ must agree on :data:`MUJOCO_CONTACT_AGREEMENT` of the steps, and the velocity er
 steps are reported. Exit status: 0 when every recording passes, 1 when one fails, 2 for a
 usage error. ``--json`` prints one JSON object as the last line, ``--junit FILE`` writes a JUnit
 XML report (one test case per recording, backend and mode).
+
+``--ray [ADDRESS]`` runs each recording × backend as a task on a Ray cluster (or a local Ray
+instance) and gathers the reports in the local run's order: the same verdicts, numbers, text,
+JSON and JUnit as without it, only the wall-clock times differ (:mod:`sap_tools.fanout`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from sap_tools.cli import (
     scene_solver_kwargs,
     warp_device,
 )
+from sap_tools.fanout import RAY_LOCAL, map_tasks, ray_resources, ray_session, task_device
 from sap_tools.progress import Progress
 from sap_tools.validate.backends import RefBackend, make_backend, recorded_state
 from sap_tools.validate.diagnose import diagnose, drake_uses_mpr
@@ -387,24 +393,68 @@ def rollout_statistics(ctx: Context, steps: int, progress=None) -> dict:
 # ----------------------------------------------------------------------------- one recording
 
 
-def make_context(path, *, backend="ref", device="cpu", preset=None, line_search=None) -> tuple[Context, str]:
-    """``(Context, solver settings line)`` for validating the recording at ``path`` with ``backend``."""
+def make_context(path, *, backend="ref", device="cpu", preset=None, line_search=None, world: int = 0
+                 ) -> tuple[Context, str]:
+    """``(Context, solver settings line)`` for validating the recording at ``path`` with ``backend``
+    (world ``world`` of a batched trajectory file)."""
     traj = load_trajectory(path)
     scene = load_trajectory_scene(traj)
-    q_rows, v_rows = trajectory_states(traj, scene)
     kwargs, settings = scene_solver_kwargs(scene, preset, line_search, default_preset="drake")
     reference = RefBackend(scene, kwargs)
     impl = reference if backend == "ref" else make_backend(backend, scene, kwargs, device)
-    return Context(scene, traj, q_rows, v_rows, impl, reference, traj.dt,
-                   actuated_dofs=_actuated_dofs(scene, traj)), settings
+    return _world_context(traj.world(world), scene, impl, reference), settings
+
+
+def _world_context(traj, scene, impl, reference) -> Context:
+    q_rows, v_rows = trajectory_states(traj, scene)
+    return Context(scene, traj, q_rows, v_rows, impl, reference, traj.dt, actuated_dofs=_actuated_dofs(scene, traj))
+
+
+def _run_modes(ctx: Context, modes, N: int, every: int, epsilon, strict, max_diagnoses, quiet, label: str) -> dict:
+    """The reports of ``modes`` for one world (``one_step``, ``statistics``, ``rollout``, …) and its verdict."""
+    out = {}
+    for m in modes:
+        idx = list(range(0, N, every))
+        total = len(idx) if not m.startswith("rollout") else N
+        with Progress(total, f"{label} {m} [{ctx.backend.name}]", enabled=not quiet) as bar:
+            if m == "one-step":
+                out["one_step"] = one_step(ctx, idx, strict=strict, max_diagnoses=max_diagnoses, progress=bar.update)
+            elif m == "statistics":
+                out["statistics"] = mujoco_statistics(ctx, idx, progress=bar.update)
+            elif m == "rollout statistics":
+                out["rollout_statistics"] = rollout_statistics(ctx, N, progress=bar.update)
+            else:
+                out["rollout"] = rollout(ctx, N, epsilon=epsilon, progress=bar.update)
+    parts = [out[k]["verdict"] for k in ("one_step", "statistics", "rollout") if k in out]  # judged modes
+    out["verdict"] = "pass" if all(p == "pass" for p in parts) else "FAIL"
+    return out
+
+
+def _first_failure(world_report: dict) -> tuple[str, int] | None:
+    """``(mode, step)`` of a world's earliest failing step (one-step before rollout at equal steps)."""
+    found = [(world_report[k]["first_failing_step"], k.replace("_", "-")) for k in ("one_step", "rollout")
+             if k in world_report and world_report[k].get("first_failing_step") is not None]
+    if not found:
+        return None
+    step, mode = min(found)
+    return mode, int(step)
 
 
 def validate(path, *, backend="ref", mode="one-step", device="cpu", preset=None, line_search=None, every=1,
              steps=None, epsilon=ROLLOUT_EPSILON, strict=False, max_diagnoses=MAX_DIAGNOSES, quiet=True) -> dict:
-    """Validate one recording with one backend; the report as a dict (``verdict`` "pass" or "FAIL")."""
+    """Validate one recording with one backend; the report as a dict (``verdict`` "pass" or "FAIL").
+
+    A batched trajectory file (W worlds) is validated world by world with the same solvers: the
+    report then holds ``num_worlds``, ``worlds`` (one entry per world: ``world`` and its mode
+    reports and verdict), ``failing_worlds`` and ``first_failure`` (the lowest failing world, the
+    mode and the step where it first fails), and its verdict passes only if every world passes.
+    """
     t0 = time.perf_counter()
-    ctx, settings = make_context(path, backend=backend, device=device, preset=preset, line_search=line_search)
-    traj, scene, impl = ctx.traj, ctx.scene, ctx.backend
+    traj = load_trajectory(path)
+    scene = load_trajectory_scene(traj)
+    kwargs, settings = scene_solver_kwargs(scene, preset, line_search, default_preset="drake")
+    reference = RefBackend(scene, kwargs)
+    impl = reference if backend == "ref" else make_backend(backend, scene, kwargs, device)
     N = traj.num_steps if steps is None else min(int(steps), traj.num_steps)
     report = {"recording": os.fspath(path), "scene": scene.name, "engine": traj.engine, "convention": traj.convention,
               "backend": impl.name, "device": str(getattr(impl, "device", "cpu")) if backend == "gpu" else "host",
@@ -412,21 +462,22 @@ def validate(path, *, backend="ref", mode="one-step", device="cpu", preset=None,
     modes = ("one-step", "rollout") if mode == "both" else (mode,)
     if traj.engine == "mujoco":  # MuJoCo's contact model: statistics, and a rollout that is not judged
         modes = ("statistics",) + tuple("rollout statistics" for m in modes if m == "rollout")
-    for m in modes:
-        label = f"{scene.name} {m} [{impl.name}]"
-        idx = list(range(0, N, every))
-        total = len(idx) if not m.startswith("rollout") else N
-        with Progress(total, label, enabled=not quiet) as bar:
-            if m == "one-step":
-                report["one_step"] = one_step(ctx, idx, strict=strict, max_diagnoses=max_diagnoses, progress=bar.update)
-            elif m == "statistics":
-                report["statistics"] = mujoco_statistics(ctx, idx, progress=bar.update)
-            elif m == "rollout statistics":
-                report["rollout_statistics"] = rollout_statistics(ctx, N, progress=bar.update)
-            else:
-                report["rollout"] = rollout(ctx, N, epsilon=epsilon, progress=bar.update)
-    parts = [report[k]["verdict"] for k in ("one_step", "statistics", "rollout") if k in report]  # judged modes
-    report["verdict"] = "pass" if all(p == "pass" for p in parts) else "FAIL"
+    run = lambda ctx, label: _run_modes(ctx, modes, N, every, epsilon, strict, max_diagnoses, quiet, label)  # noqa: E731
+    if not traj.batched:
+        report.update(run(_world_context(traj, scene, impl, reference), scene.name))
+    else:
+        worlds = []
+        for w in range(traj.num_worlds):
+            ctx = _world_context(traj.world(w), scene, impl, reference)
+            worlds.append({"world": w, **run(ctx, f"{scene.name} world {w}")})
+        failing = [r["world"] for r in worlds if r["verdict"] != "pass"]
+        first = next((r for r in worlds if r["verdict"] != "pass"), None)
+        where = None if first is None else _first_failure(first)
+        report.update(num_worlds=traj.num_worlds, worlds=worlds, failing_worlds=failing,
+                      first_failure=None if first is None else {
+                          "world": first["world"], "mode": None if where is None else where[0],
+                          "step": None if where is None else where[1]},
+                      verdict="FAIL" if failing else "pass")
     report["wall_s"] = time.perf_counter() - t0
     return report
 
@@ -435,6 +486,8 @@ def validate(path, *, backend="ref", mode="one-step", device="cpu", preset=None,
 
 
 def _text(r: dict) -> str:
+    if "worlds" in r:
+        return _batched_text(r)
     lines = [f"{r['scene']} ({r['recording']}, {r['engine']}, {r['convention']} convention, {r['recorded_steps']} "
              f"steps of {r['dt']:g} s) with {r['backend']}", f"  {r['solver']}"]
     if "one_step" in r:
@@ -489,6 +542,23 @@ def _text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _batched_text(r: dict) -> str:
+    """A batched file's report: each world's lines under its number, then the failing worlds."""
+    head = {k: v for k, v in r.items() if k not in ("worlds", "failing_worlds", "first_failure", "num_worlds")}
+    lines = _text({**head, "verdict": r["verdict"]}).splitlines()[:2]
+    lines[0] += f", {r['num_worlds']} worlds"
+    for w in r["worlds"]:
+        lines.append(f"  world {w['world']}: {w['verdict']}")
+        lines += ["  " + ln for ln in _text({**head, **w}).splitlines()[2:-1]]
+    f = r["first_failure"]
+    if f is not None:
+        at = "" if f["step"] is None else f" at step {f['step']} ({f['mode']})"
+        lines.append(f"  failing worlds ({len(r['failing_worlds'])} of {r['num_worlds']}): "
+                     f"{', '.join(map(str, r['failing_worlds']))}; world {f['world']} fails first{at}")
+    lines.append(f"  verdict: {r['verdict']}")
+    return "\n".join(lines)
+
+
 def _listed(failing: list, describe, what: str = "over the bar") -> str:
     """``failing steps (n over the bar): a, b, … and k more (all in --json)``: at most
     :data:`LISTED_STEPS` of them."""
@@ -506,12 +576,15 @@ def junit_xml(reports: list) -> str:
     total = failures = 0
     for r in reports:
         suite = ET.SubElement(root, "testsuite", name=r["recording"])
-        cases = [(k, r[k]) for k in _MODE_KEYS if k in r]
-        for key, res in cases:
+        head = {k: v for k, v in r.items() if k not in _MODE_KEYS + ("worlds", "failing_worlds", "first_failure")}
+        per_world = r["worlds"] if "worlds" in r else [r]
+        cases = [(k, w[k], "" if "worlds" not in r else f" world {w['world']}") for w in per_world
+                 for k in _MODE_KEYS if k in w]
+        for key, res, world in cases:
             case = ET.SubElement(suite, "testcase", classname=f"sap-validate.{r['scene']}",
-                                 name=f"{key.replace('_', '-')} [{r['backend']}]",
+                                 name=f"{key.replace('_', '-')} [{r['backend']}]{world}",
                                  time=f"{r['wall_s'] / len(cases):.3f}")
-            text = _text({**{k: v for k, v in r.items() if k not in _MODE_KEYS}, key: res})
+            text = _text({**head, key: res})
             if res["verdict"] == "FAIL":
                 msg = (res.get("diagnosis") or {}).get("message") or res.get("message") or "over the bar"
                 ET.SubElement(case, "failure", message=msg, type="ValidationFailure").text = text
@@ -519,7 +592,7 @@ def junit_xml(reports: list) -> str:
             ET.SubElement(case, "system-out").text = text
             total += 1
         suite.set("tests", str(len(cases)))
-        suite.set("failures", str(sum(res["verdict"] == "FAIL" for _, res in cases)))
+        suite.set("failures", str(sum(res["verdict"] == "FAIL" for _, res, _ in cases)))
     root.set("tests", str(total))
     root.set("failures", str(failures))
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
@@ -566,6 +639,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--junit", default=None, metavar="FILE", help="write a JUnit XML report to FILE")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--ray", nargs="?", const=RAY_LOCAL, default=None, metavar="ADDRESS",
+                   help="run each recording × backend as a Ray task: on the cluster at ADDRESS, or (no address) "
+                        "the one RAY_ADDRESS names, else a local Ray instance; needs pip install ray "
+                        "(docs/scaling.md)")
     args = p.parse_args(argv)
     try:
         check_flags(args.preset, args.line_search)
@@ -587,17 +664,24 @@ def main(argv=None) -> int:
     except ValueError as e:
         return fail("sap-validate", e)
     backends = ("ref", "gpu") if args.backend == "both" else (args.backend,)
+    jobs = [(path, b) for path in paths for b in backends]
+    options = dict(mode=args.mode, preset=args.preset, line_search=args.line_search, every=args.every,
+                   steps=args.steps, epsilon=args.epsilon, strict=args.strict, max_diagnoses=args.max_diagnoses)
     reports = []
-    for path in paths:
-        for b in backends:
-            try:
-                r = validate(path, backend=b, mode=args.mode, device=device, preset=args.preset,
-                             line_search=args.line_search, every=args.every, steps=args.steps, epsilon=args.epsilon,
-                             strict=args.strict, max_diagnoses=args.max_diagnoses, quiet=args.quiet)
-            except ValueError as e:
-                return fail("sap-validate", f"{path}: {e}")
+    if args.ray is not None:
+        try:
+            reports = _validate_on_ray(jobs, options, str(device), args.ray)
+        except ValueError as e:
+            return fail("sap-validate", e)
+        for r in reports:
             print(_text(r), flush=True)
-            reports.append(r)
+    for path, b in ([] if args.ray is not None else jobs):
+        try:
+            r = validate(path, backend=b, device=device, quiet=args.quiet, **options)
+        except ValueError as e:
+            return fail("sap-validate", f"{path}: {e}")
+        print(_text(r), flush=True)
+        reports.append(r)
     ok = all(r["verdict"] == "pass" for r in reports)
     print(f"sap-validate: {sum(r['verdict'] == 'pass' for r in reports)} of {len(reports)} passed → "
           f"{'PASS' if ok else 'FAIL'}")
@@ -608,6 +692,32 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"verdict": "pass" if ok else "FAIL", "reports": reports}, default=_json_default))
     return 0 if ok else 1
+
+
+def _validate_task(path: str, backend: str, device: str, options: dict) -> dict:
+    """One recording × backend, in a Ray worker: the report, or ``{"error": message}``."""
+    from sap_tools.cli import quiet_warp
+
+    quiet_warp()
+    try:
+        return validate(path, backend=backend, device=task_device(device) if backend == "gpu" else "cpu", quiet=True,
+                        **options)
+    except ValueError as e:
+        return {"error": f"{path}: {e}"}
+
+
+def _validate_on_ray(jobs: list, options: dict, device: str, address: str) -> list:
+    """Every (recording, backend) of ``jobs`` as a Ray task; the reports in the order of ``jobs``
+    (``ValueError`` with the first task's error, as the local run would stop there)."""
+    with ray_session(address) as ray:
+        arguments = [(os.path.abspath(path), b, device, options) for path, b in jobs]
+        resources = [ray_resources(device if b == "gpu" else "cpu") for _, b in jobs]
+        reports = map_tasks(ray, _validate_task, arguments, resources)
+    for (path, _), r in zip(jobs, reports):
+        if "error" in r:
+            raise ValueError(r["error"])
+        r["recording"] = os.fspath(path)  # as given on the command line, like the local run's report
+    return reports
 
 
 def _check_mode_flags(args) -> None:
