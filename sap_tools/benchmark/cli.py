@@ -326,11 +326,11 @@ def _execute(spec: dict, settings: dict, device) -> dict:
         import mujoco_warp
 
         extra.update(mjwarp_version=mujoco_warp.__version__, nconmax=args.mjwarp_nconmax, njmax=args.mjwarp_njmax)
-        return _run_one(lambda: MjwarpRun(scene, device, dt, channels, args.noise_std, args.seed,
-                                          args.mjwarp_nconmax, args.mjwarp_njmax), spec["label"], scene, args,
+        return _run_one(lambda s: MjwarpRun(s, device, dt, channels, args.noise_std, args.seed,
+                                            args.mjwarp_nconmax, args.mjwarp_njmax), spec["label"], scene, args,
                         device, extra)
-    return _run_one(lambda: SapRun(scene, spec["preset"], spec["overrides"], device, dt, channels, args.noise_std,
-                                   args.seed, spec["sparse"], spec["path"]), spec["label"], scene, args, device,
+    return _run_one(lambda s: SapRun(s, spec["preset"], spec["overrides"], device, dt, channels, args.noise_std,
+                                     args.seed, spec["sparse"], spec["path"]), spec["label"], scene, args, device,
                     extra)
 
 
