@@ -1,5 +1,11 @@
 """Record a scene specification with Drake (pydrake 1.51.1): MultibodyPlant, SAP, point contact.
 
+The plant's discrete contact approximation is the specification's
+``plant.discrete_contact_approximation`` (``kSap``, ``kLagged`` or ``kSimilar``; a specification
+without one is recorded with ``kSap``, the approximation of the first recordings), its stiction
+tolerance ``plant.stiction_tolerance`` (default 1e-4 m/s, the plant's), and a geometry's
+``hunt_crossley_dissipation`` is set when the specification gives it (else SceneGraph's 50 s/m).
+
 ``record(spec)`` builds the plant from a scene specification (sap_tools/record/spec.py), runs
 Drake's simulator step by step, and returns ``(document, arrays)``: the JSON document and the
 NPZ arrays of the format in ``tests/data/drake/README.md``. Everything in the document that
@@ -24,10 +30,34 @@ import numpy as np
 from sap_tools.cli import cpu_model
 from sap_tools.record.spec import check_spec
 
-__all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS"]
+__all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS", "spec_approximation",
+           "spec_stiction_tolerance", "DRAKE_APPROXIMATIONS"]
 
 PYDRAKE_VERSION = "1.51.1"
 TIMING_RUNS = 7  # Simulator.AdvanceTo(T) runs whose median gives Drake's time per step
+# Drake's DiscreteContactApproximation names and MultibodyPlantConfig's strings for them.
+DRAKE_APPROXIMATIONS = {"kSap": "sap", "kLagged": "lagged", "kSimilar": "similar"}
+DEFAULT_STICTION_TOLERANCE = 1e-4  # [m/s] MultibodyPlantConfig::stiction_tolerance
+
+
+def spec_approximation(spec: dict) -> str:
+    """The specification's approximation as MultibodyPlantConfig's string (``sap``, ``lagged``,
+    ``similar``): ``plant.discrete_contact_approximation``, ``sap`` when absent."""
+    value = spec.get("plant", {}).get("discrete_contact_approximation", "kSap")
+    names = {**DRAKE_APPROXIMATIONS, **{v: v for v in DRAKE_APPROXIMATIONS.values()}}
+    if value not in names:
+        raise ValueError(f"scene {spec.get('scene', 'scene')!r}: plant.discrete_contact_approximation: {value!r} is "
+                         f"not valid; valid: {', '.join(DRAKE_APPROXIMATIONS)}")
+    return names[value]
+
+
+def spec_stiction_tolerance(spec: dict) -> float:
+    """``plant.stiction_tolerance`` [m/s] of the specification (the plant's 1e-4 when absent)."""
+    value = float(spec.get("plant", {}).get("stiction_tolerance", DEFAULT_STICTION_TOLERANCE))
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"scene {spec.get('scene', 'scene')!r}: plant.stiction_tolerance: must be finite and > 0 "
+                         f"m/s, got {value}")
+    return value
 
 
 def pydrake_available() -> tuple[bool, str]:
@@ -93,6 +123,7 @@ class DrakeScene:
         geometry_ids: GeometryId of every ``spec["geometries"]`` entry, in order.
         auto_floating: names of the bodies Drake gave a floating joint.
         u_ff: feed-forward actuation [N or N·m], (nu,).  xd: desired state ``[qd, vd]``, (2 nu,).
+        approximation: ``sap``, ``lagged`` or ``similar``.  stiction_tolerance: v_s [m/s].
     """
 
     def __init__(self, spec: dict):
@@ -107,13 +138,14 @@ class DrakeScene:
 
         check_spec(spec)
         self.spec = spec
+        self.approximation, self.stiction_tolerance = spec_approximation(spec), spec_stiction_tolerance(spec)
         name = spec.get("scene", "scene")
         h = float(spec["plant"]["time_step"])
         builder = DiagramBuilder()
-        config = MultibodyPlantConfig(time_step=h, discrete_contact_approximation="sap", contact_model="point",
-                                      sap_near_rigid_threshold=1.0, use_sampled_output_ports=True,
-                                      adjacent_bodies_collision_filters=True, penetration_allowance=1e-3,
-                                      stiction_tolerance=1e-4)
+        config = MultibodyPlantConfig(time_step=h, discrete_contact_approximation=self.approximation,
+                                      contact_model="point", sap_near_rigid_threshold=1.0,
+                                      use_sampled_output_ports=True, adjacent_bodies_collision_filters=True,
+                                      penetration_allowance=1e-3, stiction_tolerance=self.stiction_tolerance)
         plant, scene_graph = AddMultibodyPlant(config, builder)
         plant.mutable_gravity_field().set_gravity_vector(np.asarray(spec["plant"].get("gravity_W", [0, 0, -9.81]),
                                                                     float))
@@ -193,8 +225,10 @@ class DrakeScene:
             if explicit("dynamic_friction", "coulomb_friction"):
                 mu_d = float(g["dynamic_friction"])
                 friction = CoulombFriction(float(g.get("static_friction", mu_d)), mu_d)
-            if k is not None or friction is not None:
-                AddContactMaterial(dissipation=None, point_stiffness=k, friction=friction, properties=props)
+            d = float(g["hunt_crossley_dissipation"]) if explicit("hunt_crossley_dissipation",
+                                                                   "hunt_crossley_dissipation") else None
+            if k is not None or friction is not None or d is not None:
+                AddContactMaterial(dissipation=d, point_stiffness=k, friction=friction, properties=props)
             if explicit("relaxation_time", "relaxation_time"):
                 props.AddProperty("material", "relaxation_time", float(g["relaxation_time"]))
             body = bodies[g["body"]]

@@ -200,13 +200,14 @@ def _edited_contacts(model, config, contacts, drop=(), add=()):
     out = contacts.copy()
     keep = [k for k in range(int(contacts.count[0])) if k not in set(drop)]
     fields = ("shape0", "shape1", "body0", "body1", "x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke",
-              "ke0", "ke1", "tau_d")
+              "ke0", "ke1", "tau_d", "hcd")
     rows = [{f: getattr(contacts, f)[0, k].copy() for f in fields} for k in keep]
     for (a, b), x0, x1, n, phi in add:
         mu, ke, k0, k1, tau = ref_collision.combine_materials(model, a, b, config)
+        hcd = ref_collision.combine_hc_dissipation(model, a, b, config)
         rows.append(dict(shape0=a, shape1=b, body0=model.shape_body[a], body1=model.shape_body[b], x0=x0, x1=x1,
                          normal=n, phi0=phi, margin0=model.shape_margin[a], margin1=model.shape_margin[b], mu=mu,
-                         ke=ke, ke0=k0, ke1=k1, tau_d=tau))
+                         ke=ke, ke0=k0, ke1=k1, tau_d=tau, hcd=hcd))
     if len(rows) > out.capacity:
         return None
     out.count[0] = len(rows)
