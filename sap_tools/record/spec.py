@@ -81,8 +81,12 @@ def with_approximation(spec: dict, approximation: str) -> dict:
     ``discrete_contact_approximation`` and the recording's name (:func:`recording_name`)."""
     if approximation not in APPROXIMATION_NAMES:
         raise ValueError(f"--approximation: {approximation!r} is not valid; valid: {', '.join(APPROXIMATION_NAMES)}")
-    out = {**spec, "plant": {**spec["plant"], "discrete_contact_approximation": APPROXIMATION_NAMES[approximation]}}
+    name = APPROXIMATION_NAMES[approximation]
+    out = {**spec, "plant": {**spec["plant"], "discrete_contact_approximation": name}}
     out["scene"] = recording_name(spec.get("scene", "scene"), approximation)
+    if out["scene"] != spec.get("scene") and approximation != "sap":
+        note = f"Recorded under Drake's {name} contact approximation (Hunt–Crossley)."
+        out["description"] = f"{spec.get('description', '')} {note}".strip()
     return out
 
 
