@@ -276,9 +276,9 @@ def _hunt_crossley_kernel(T):
 
 def hunt_crossley_data(m, contacts, precision: str, dt, sigma, stiction_tolerance, w, J, v0, hc, vn0) -> None:
     """Launch: each contact's Hunt–Crossley data ``hc = (k, d, fₑ₀, n₀, ε_s)`` and ``vn0``, one thread
-    per (world, contact slot), in ``sap_contact_weight_precision`` (docs/formulation.md § Hunt–Crossley
-    contact): vₙ₀ = (J v₀)ₙ, fₑ₀ = −kφ₀, n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊, ε_s = max(v_s, μ σ w_t n₀) with
-    w_t = max(w, ‖(w, w, w)‖/√3). Counterpart of :func:`sap_ref.constraints.hunt_crossley_data`;
+    per (world, contact slot), in ``sap_contact_weight_precision``
+    (docs/formulation.md § Hunt–Crossley contact): vₙ₀ = (J v₀)ₙ, fₑ₀ = −kφ₀,
+    n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊, ε_s = max(v_s, μ σ w_t n₀) with w_t = max(w, ‖(w, w, w)‖/√3). Counterpart of :func:`sap_ref.constraints.hunt_crossley_data`;
     Drake: ``SapHuntCrossleyConstraint::DoMakeData``."""
     T = wp.float32 if precision == "fp32" else wp.float64
     if T not in _HC_KERNELS:

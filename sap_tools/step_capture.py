@@ -289,8 +289,9 @@ def hunt_crossley_rows(cap: StepCapture) -> list[dict]:
     vanishes), vₙ and z at v₁ (z = vₙ − μ‖v_t‖_s under similar), n(z) = γₙ, the friction bound
     μ·n_f (n_f = n₀ lagged, n(z) similar), the normal regime — ``compressing`` (both factors of
     n > 0), ``elastic force spent`` (fₑ₀ − hkz ≤ 0) or ``dissipation spent`` (1 − dz ≤ 0) — and the
-    friction regime (``stiction`` while ‖v_t‖ ≤ ε_s, ``sliding``). docs/formulation.md
-    § Hunt–Crossley contact."""
+    friction regime (``stiction`` while ‖v_t‖ ≤ ε_s, ``sliding``); see
+    docs/formulation.md § Hunt–Crossley contact
+    """
     r = cap.result
     hc = r.hunt_crossley
     if hc is None or r.solve is None or not cap.contact_count:
@@ -357,7 +358,8 @@ def summary(cap: StepCapture) -> list[str]:
         lines.append(f"Largest normal impulse: contact {c} ({cap.contact_names[c]}), γ_n = {gamma[c, 2]:.4g} N·s "
                      f"(force {gamma[c, 2] / cap.dt:.4g} N).")
         for row in hunt_crossley_rows(cap)[:8]:
-            lines.append(f"Contact {row['contact']} (Hunt–Crossley): fₑ₀ = {row['fe0']:.4g} N, n₀ = {row['n0']:.4g} N·s, "
+            lines.append(f"Contact {row['contact']} (Hunt–Crossley): fₑ₀ = {row['fe0']:.4g} N, "
+                         f"n₀ = {row['n0']:.4g} N·s, "
                          f"ε_s = {row['eps_s']:.3g} m/s, vₙ₀ = {row['vn0']:.4g} → vₙ = {row['vn']:.4g} m/s; "
                          f"{row['normal_regime']}, {row['friction_regime']}.")
     lines.append(f"cond(H) = {cap.conditions[0]:.3g} at the first iterate, {cap.conditions[-1]:.3g} at the solution.")

@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     for scene, rows in out.items():
         print(scene)
         for a, r in rows.items():
-            print(f"  {a:8s} " + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
+            cells = (f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items())
+            print(f"  {a:8s} " + "  ".join(cells))
     if args.json:
         print(json.dumps(out))
     return 0

@@ -45,7 +45,8 @@ BUDGET_EXCEPTIONS = {
 def test_configurations_list_each_compiled_combination_once():
     """PCR always runs the staged loop, so fused/PCR is staged/PCR and is listed once."""
     assert configurations(["drake"], list(NEWTON_PATHS), list(LINEAR_SOLVERS)) == [
-        ("drake", "fused", "cholesky", "sap"), ("drake", "staged", "pcr", "sap"), ("drake", "staged", "cholesky", "sap")]
+        ("drake", "fused", "cholesky", "sap"), ("drake", "staged", "pcr", "sap"),
+        ("drake", "staged", "cholesky", "sap")]
     assert configurations(["drake"], ["fused"], ["cholesky"], ["sap", "lagged"]) == [
         ("drake", "fused", "cholesky", "sap"), ("drake", "fused", "cholesky", "lagged")]
 

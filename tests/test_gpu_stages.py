@@ -251,3 +251,67 @@ def test_config_knobs_reach_the_kernels(device):
     s = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_solve_precision="fp32")
     assert s.work.P.v.dtype == wp.float32 and s.work.P.grad.dtype == wp.float32
     assert isinstance(s.config, SapConfig)
+
+
+_HC_KERNELS = {}
+
+
+def _hc_kernel(similar: bool):
+    """A kernel that evaluates the device's Hunt–Crossley term of each input row (float64)."""
+    import warp as wp
+
+    from sap_gpu.constraints import hunt_crossley_term
+
+    if similar in _HC_KERNELS:
+        return _HC_KERNELS[similar]
+    term = hunt_crossley_term(wp.float64, similar)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def hc_rows(vc: wp.array(dtype=wp.vec3d), p: wp.array2d(dtype=wp.float64), gamma: wp.array(dtype=wp.vec3d),
+                G: wp.array(dtype=wp.mat33d), ell: wp.array(dtype=wp.float64), mode: wp.array(dtype=int)):
+        i = wp.tid()
+        g, Gi, li, m = term(vc[i], p[i, 0], p[i, 1], p[i, 2], p[i, 3], p[i, 4], p[i, 5], p[i, 6])
+        gamma[i] = g
+        G[i] = Gi
+        ell[i] = li
+        mode[i] = m
+
+    _HC_KERNELS[similar] = hc_rows
+    return hc_rows
+
+
+@settings(max_examples=20)
+@given(st.booleans(), st.lists(st.tuples(st.floats(0.0, 1.5), st.sampled_from([0.0, 1e2, 1e5, 1e7]),
+                                         st.sampled_from([0.0, 0.5, 50.0]), st.floats(0.0, 1e-3),
+                                         st.floats(0.0, 1.0), st.sampled_from([1e-5, 1e-4, 1e-2]),
+                                         st.lists(st.floats(-0.3, 0.3), min_size=3, max_size=3)),
+                               min_size=1, max_size=40))
+def test_hunt_crossley_term_matches_sap_ref(device, similar, rows):
+    """The device's Hunt–Crossley function against sap_ref's, contact by contact: γ, G, ℓ and the
+    regime, over stiffnesses and dissipations with 0 (the guarded cases), both variants."""
+    import warp as wp
+
+    from sap_ref.constraints import HuntCrossley, hunt_crossley
+
+    h = 1e-3
+    mu = np.array([r[0] for r in rows])
+    k, d = np.array([r[1] for r in rows]), np.array([r[2] for r in rows])
+    fe0 = k * np.array([r[3] for r in rows])
+    n0 = h * fe0 * np.array([r[4] for r in rows])
+    eps = np.array([r[5] for r in rows])
+    vc = np.array([r[6] for r in rows])
+    hc = HuntCrossley(similar=similar, h=h, k=k, d=d, fe0=fe0, vn0=np.zeros(len(rows)), n0=n0, eps=eps)
+    g_ref, G_ref, ell_ref, mode_ref = hunt_crossley(vc, mu, hc)
+    n = len(rows)
+    params = np.stack([mu, np.full(n, h), k, d, fe0, n0, eps], axis=1)
+    out = [wp.zeros(n, dtype=t, device=device) for t in (wp.vec3d, wp.mat33d, wp.float64, int)]
+    wp.launch(_hc_kernel(similar), dim=n, device=device,
+              inputs=[wp.array(vc, dtype=wp.vec3d, device=device), wp.array(params, dtype=wp.float64, device=device)],
+              outputs=out)
+    g, G, ell, mode = (a.numpy() for a in out)
+    scale = np.maximum(np.abs(g_ref).max(axis=1), mu * n0)[:, None]
+    assert np.all(np.abs(g - g_ref) <= TOL["fp64"] * np.maximum(scale, 1e-30)), "gamma"
+    gscale = np.abs(G_ref).max(axis=(1, 2))[:, None, None]
+    assert np.all(np.abs(G - G_ref) <= TOL["fp64"] * np.maximum(gscale, 1e-30)), "G"
+    np.testing.assert_allclose(ell, ell_ref, rtol=TOL["fp64"], atol=1e-30)
+    np.testing.assert_array_equal(mode, mode_ref)

@@ -186,8 +186,8 @@ def test_float32_objective_buffers(ls):
 def test_lagged_creep_on_an_incline_is_the_regularized_friction_speed():
     """Once stuck on a slope tan θ < μ, a lagged Hunt–Crossley contact creeps at the speed where its
     smooth friction v/√(v² + ε_s²) carries the slope, tan θ/μ (ε_s = v_s here: μσwn₀ < v_s); Drake's
-    incline_stick_slip_lagged recording ends at that speed too (docs/formulation.md § Hunt–Crossley
-    contact)."""
+    incline_stick_slip_lagged recording ends at that speed too
+    (docs/formulation.md § Hunt–Crossley contact)."""
     scene = scenes.get("incline_stick_slip")
     solver = SolverSAP(scene.sap_model, max_rigid_contact=4, contact_preset_variant="drake",
                        discrete_contact_approximation="lagged")

@@ -439,7 +439,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
         X = _pose(g, "X_BG", gw)
         for key in ("hydroelastic_modulus", "compliance_type"):
             if key in g:
-                raise _SceneError(_join(gw, key), f"hydroelastic properties are not supported ({HYDROELASTIC_LIMITATION})")
+                raise _SceneError(_join(gw, key),
+                                  f"hydroelastic properties are not supported ({HYDROELASTIC_LIMITATION})")
         material = dict(mu=_num(g, "dynamic_friction", gw, lo=0.0),
                         ke=_num(g, "point_contact_stiffness", gw, lo=0.0, lo_open=True, unit="N/m"),
                         tau=_num(g, "relaxation_time", gw, lo=0.0, unit="s"),

@@ -289,7 +289,8 @@ def main(argv=None) -> int:
         if args.reference and (args.scenes or args.engine != "drake"):
             raise ValueError("--reference: records the committed Drake scenes; give no scenes and no --engine mujoco")
         if args.reference and args.approximation is not None:
-            raise ValueError("--approximation: --reference re-records every committed scene under its own approximation")
+            raise ValueError("--approximation: --reference re-records every committed scene under its own "
+                             "approximation")
         if args.engine == "mujoco" and args.approximation is not None:
             raise ValueError("--approximation: a Drake setting; MuJoCo (--engine mujoco) has its own contact model")
         if not args.reference and not args.scenes:

@@ -144,7 +144,8 @@ HUNT_CROSSLEY_COMBINATION = {
 HC_ARRAY_MEANINGS = {
     "contact_hc_fe0": {"shape": "(N+1, C)", "meaning": "elastic force fe0 = k * depth at q_{n-1} [N]"},
     "contact_hc_vn0": {"shape": "(N+1, C)",
-                       "meaning": "normal contact velocity (J v_{n-1})_z at the start of the step [m/s], + = separating"},
+                       "meaning": ("normal contact velocity (J v_{n-1})_z at the start of the step [m/s], "
+                                   "+ = separating")},
     "contact_hc_n0": {"shape": "(N+1, C)", "meaning": "n0 = max(0, h fe0) max(0, 1 - d vn0) [N s]"},
     "contact_hc_eps": {"shape": "(N+1, C)", "meaning": "friction regularization velocity eps_s [m/s]"},
 }
@@ -591,7 +592,8 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
         "recording": {"file": npz_file, "num_steps": N, "record_every": 1, "duration_s": N * h,
                       "bodies": [b["name"] for b in _bodies(ds, pc)[1:]], "max_contacts_C": sim["contacts_max"],
                       "row_semantics": ROW_SEMANTICS,
-                      "arrays": ARRAY_MEANINGS if ds.approximation == "sap" else {**ARRAY_MEANINGS, **HC_ARRAY_MEANINGS}},
+                      "arrays": (ARRAY_MEANINGS if ds.approximation == "sap" else
+                                 {**ARRAY_MEANINGS, **HC_ARRAY_MEANINGS})},
         "solver_statistics": SOLVER_STATISTICS,
     }
     if perf is not None:
