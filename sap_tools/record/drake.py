@@ -232,7 +232,8 @@ class DrakeScene:
             if explicit("relaxation_time", "relaxation_time"):
                 props.AddProperty("material", "relaxation_time", float(g["relaxation_time"]))
             body = bodies[g["body"]]
-            self.geometry_ids[i] = plant.RegisterCollisionGeometry(body, X(g["X_BG"]), geometry, g["name"], props)
+            X_BG = RigidTransform(canonical_rotation(g["X_BG"]["quat_xyzw"]), np.asarray(g["X_BG"]["p"], float))
+            self.geometry_ids[i] = plant.RegisterCollisionGeometry(body, X_BG, geometry, g["name"], props)
 
         plant.Finalize()
         wanted = {tuple(sorted(map(int, c["geometries"]))) for c in spec.get("collision_candidate_pairs", [])}
@@ -302,6 +303,31 @@ def spatial_inertia(b: dict):
                 and np.array_equal(M.Shift(com).CalcRotationalInertia().CopyToFullMatrix3(), I)):
             return M
     return central
+
+
+def canonical_rotation(xyzw):
+    """The rotation a geometry is registered with, for a pose's quaternion ``xyzw``: one that
+    recording the scene again from its own file reproduces bit for bit.
+
+    Drake stores a RotationMatrix and the recording reads it back as a quaternion (canonical sign
+    qw ≥ 0). For a general rotation that round trip q → R(q) → q' is not the identity in the last
+    bits, and repeated it falls into a short cycle; so the rotation used is R of the cycle's least
+    quaternion, the same whether one starts from the scene's quaternion or from one read back
+    (the recorded file). Identity and axis-aligned rotations are their own cycle: unchanged.
+    """
+    from pydrake.common.eigen_geometry import Quaternion
+    from pydrake.math import RotationMatrix
+
+    x, y, z, w = map(float, xyzw)
+    seen, cur = [], (w, x, y, z)
+    while cur not in seen and len(seen) < 64:
+        seen.append(cur)
+        q = RotationMatrix(Quaternion(*cur)).ToQuaternion()
+        cur = tuple(float(c) for c in (q.w(), q.x(), q.y(), q.z()))
+        if cur[0] < 0:
+            cur = tuple(-c for c in cur)
+    cycle = seen[seen.index(cur):] if cur in seen else seen
+    return RotationMatrix(Quaternion(*min(cycle)))
 
 
 def _quaternion(xyzw):
