@@ -6,8 +6,9 @@ pendulum_limit, double_pendulum, prismatic_pd, free_spin, cylinder_roll, mesh_ro
 :class:`~sap_common.builder.ModelBuilder` to the same specification, so the anchor's JSON
 and the builder describe the same model (a test holds them equal). Materials a scene leaves
 unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
-μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
-caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
+μ = 0.5 per shape; Hunt–Crossley d = 50 s/m). ``incline_stick_slip`` is recorded by Drake under its
+Hunt–Crossley approximations (``tests/data/drake/incline_stick_slip_lagged.json``, ``…_similar``).
+``solver_kwargs`` is empty: scenes run with the library defaults unless a caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
 ships with ``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the
 large-system benchmark model), ``mesh_quadruped`` (a quadruped colliding through convex meshes,
 cylinders, capsules and an ellipsoid, whose MJCF file ships in ``sap_common/data``) and ``ant``
