@@ -374,6 +374,10 @@ class ModelBuilder:
         return len(self._joints) - 1
 
     # ------------------------------------------------------------------ shapes
+    # Every add_shape_* takes the material keywords (None or absent = the solver's fallback):
+    # mu (friction), ke (point-contact stiffness [N/m], inf = rigid), tau (dissipation time scale
+    # τ_d [s], read by the "sap" contact approximation), hcd (Hunt–Crossley dissipation d [s/m],
+    # read by "lagged" and "similar"), and margin, collision_group, contype, conaffinity, name.
 
     def add_shape_plane(self, body: int = -1, xform=None, **material) -> int:
         """Half-space z ≤ 0 of the shape frame (outward normal +z); world-attached only."""
@@ -446,7 +450,7 @@ class ModelBuilder:
         self._hfields.append(h.copy())
         return s
 
-    _MATERIAL_KEYS = ("mu", "ke", "tau", "margin", "collision_group", "contype", "conaffinity", "name")
+    _MATERIAL_KEYS = ("mu", "ke", "tau", "hcd", "margin", "collision_group", "contype", "conaffinity", "name")
 
     def _add_shape(self, st, body, xform, size, material):
         unknown = sorted(set(material) - set(self._MATERIAL_KEYS))
@@ -481,6 +485,11 @@ class ModelBuilder:
             raise ValueError(f"{where}: ke must be > 0 N/m, inf = rigid (None = solver fallback_stiffness), got {ke}")
         if tau is not None and not (math.isfinite(tau) and tau >= 0):
             raise ValueError(f"{where}: tau must be finite and >= 0 s (None = solver contact_tau_d), got {tau}")
+        hcd = material.get("hcd")
+        if hcd is not None and not (isinstance(hcd, (int, float, np.integer, np.floating)) and math.isfinite(hcd)
+                                    and hcd >= 0):
+            raise ValueError(f"{where}: hcd must be finite and >= 0 s/m (None = solver fallback_hc_dissipation), "
+                             f"got {hcd!r}")
         margin = material.get("margin", 0.0)
         if not (math.isfinite(margin) and margin >= 0):
             raise ValueError(f"{where}: margin must be finite and >= 0 m, got {margin}")
@@ -497,7 +506,8 @@ class ModelBuilder:
         self._shapes.append(dict(
             type=st, body=int(body), X=_xform("xform", xform, where), size=size,
             margin=float(margin), mu=nan if mu is None else float(mu), ke=nan if ke is None else float(ke),
-            tau=nan if tau is None else float(tau), group=int(group), name=name, source=-1, **masks,
+            tau=nan if tau is None else float(tau), hcd=nan if hcd is None else float(hcd), group=int(group),
+            name=name, source=-1, **masks,
         ))
         return len(self._shapes) - 1
 
@@ -569,6 +579,7 @@ class ModelBuilder:
             hfield_height=np.concatenate([h.ravel() for h in self._hfields]) if self._hfields else np.zeros(0),
             hfield_start=np.concatenate([[0], np.cumsum([h.size for h in self._hfields])]).astype(np.int32),
             hfield_shape=np.array([h.shape for h in self._hfields], dtype=np.int32).reshape(-1, 2),
+            shape_material_hcd=np.array([s["hcd"] for s in shapes]),
         )
 
     @staticmethod

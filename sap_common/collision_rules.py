@@ -14,7 +14,8 @@ import numpy as np
 from .constants import MANIFOLD_MAX_POINTS
 from .enums import ShapeType
 
-__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_capacity", "combine_materials", "MaterialFallbacks",
+__all__ = ["MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_capacity", "combine_materials",
+           "combine_hc_dissipation", "check_hunt_crossley_materials", "MaterialFallbacks",
            "check_contact_materials", "BROAD_PHASES",
            "check_broad_phase"]
 
@@ -75,18 +76,21 @@ def pair_capacity(model) -> np.ndarray:
 @dataclass(frozen=True)
 class MaterialFallbacks:
     """The configuration knobs a collision pipeline combines materials with: what a shape that sets
-    no friction, stiffness or dissipation gets (``SapConfig.fallback_mu``, ``fallback_stiffness``,
-    ``contact_tau_d``). A pipeline stamps them on the contacts it fills (``contacts.materials``),
-    and a solver refuses contacts stamped with other values than its own configuration's: the
-    contacts' μ, k and τ_d would silently follow another configuration."""
+    no friction, stiffness, dissipation time scale or Hunt–Crossley dissipation gets
+    (``SapConfig.fallback_mu``, ``fallback_stiffness``, ``contact_tau_d``,
+    ``fallback_hc_dissipation``). A pipeline stamps them on the contacts it fills
+    (``contacts.materials``), and a solver refuses contacts stamped with other values than its own
+    configuration's: the contacts' μ, k, τ_d and d would silently follow another configuration."""
 
     fallback_mu: float
     fallback_stiffness: float
     contact_tau_d: float
+    fallback_hc_dissipation: float = 50.0
 
     @classmethod
     def of(cls, config) -> "MaterialFallbacks":
-        return cls(float(config.fallback_mu), float(config.fallback_stiffness), float(config.contact_tau_d))
+        return cls(float(config.fallback_mu), float(config.fallback_stiffness), float(config.contact_tau_d),
+                   float(config.fallback_hc_dissipation))
 
 
 def check_contact_materials(contacts, config) -> None:
@@ -98,7 +102,7 @@ def check_contact_materials(contacts, config) -> None:
     mine = MaterialFallbacks.of(config)
     if made != mine:
         diff = ", ".join(f"{k} {getattr(made, k)!r} (solver: {getattr(mine, k)!r})"
-                         for k in ("fallback_mu", "fallback_stiffness", "contact_tau_d")
+                         for k in ("fallback_mu", "fallback_stiffness", "contact_tau_d", "fallback_hc_dissipation")
                          if getattr(made, k) != getattr(mine, k))
         raise ValueError(f"contacts: made by a CollisionPipeline whose configuration differs from the solver's: "
                          f"{diff}; build the pipeline with the solver's configuration: "
@@ -129,3 +133,49 @@ def combine_materials(model, a: int, b: int, config):
     else:
         ke = 0.0 if k0 + k1 == 0.0 else k0 * k1 / (k0 + k1)
     return mu, ke, k0, k1, t0 + t1
+
+
+def combine_hc_dissipation(model, a: int, b: int, config) -> float:
+    """The Hunt–Crossley dissipation d [s/m] of shapes (a, b) with the config's fallbacks.
+
+    docs/formulation.md § Material combination. Per shape, NaN → ``fallback_hc_dissipation``
+    (d) and ``fallback_stiffness`` (k). Each shape's d is weighted by the *other* shape's
+    stiffness, ``d = k₁/(k₀+k₁)·d₀ + k₀/(k₀+k₁)·d₁`` (the softer shape deforms more, so its
+    dissipation counts more); a rigid shape (k = ∞) contributes nothing: the other shape's d; both
+    k = 0 gives 0. Drake: ``GetCombinedHuntCrossleyDissipation`` (contact_properties.cc). Example:
+    k = 1e5 with d = 5 against k = 4e5 with d = 20 gives 0.8·5 + 0.2·20 = 8 s/m, not the mean 12.5.
+    """
+    def get(arr, s, fallback):
+        v = arr[s]
+        return float(fallback) if np.isnan(v) else float(v)
+
+    hcd = getattr(model, "shape_material_hcd", None)
+    d0, d1 = ((config.fallback_hc_dissipation if hcd is None else get(hcd, s, config.fallback_hc_dissipation))
+              for s in (a, b))
+    k0, k1 = (get(model.shape_material_ke, s, config.fallback_stiffness) for s in (a, b))
+    if math.isinf(k0) and math.isinf(k1):
+        return 0.5 * (d0 + d1)  # two rigid shapes (a pair the Hunt–Crossley solvers refuse): neither deforms more
+    if math.isinf(k0):
+        return d1
+    if math.isinf(k1):
+        return d0
+    denom = k0 + k1
+    if denom == 0.0:
+        return 0.0
+    return (k1 / denom) * d0 + (k0 / denom) * d1
+
+
+def check_hunt_crossley_materials(model, config) -> None:
+    """``ValueError`` if ``config`` asks for a Hunt–Crossley approximation (``lagged``, ``similar``)
+    and a shape of a candidate pair is rigid (``shape_material_ke`` = inf): the constraint's normal
+    impulse h·(fₑ₀ − hkv)₊(1 − dv)₊ needs a finite stiffness (Drake refuses rigid point contact
+    too). Checked once, when a solver is built."""
+    if config.discrete_contact_approximation == "sap":
+        return
+    in_pairs = {int(s) for pair in model.shape_pair for s in pair}
+    for s in sorted(in_pairs):
+        if math.isinf(model.shape_material_ke[s]):
+            raise ValueError(f"shape_material_ke[{s}] ({model.shape_name[s]}): inf (rigid) has no Hunt–Crossley "
+                             f"counterpart; with discrete_contact_approximation "
+                             f"{config.discrete_contact_approximation!r} give it a finite stiffness > 0 (or NaN for "
+                             f"fallback_stiffness), or use discrete_contact_approximation 'sap'")

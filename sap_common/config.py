@@ -36,6 +36,8 @@ __all__ = [
     "LINE_SEARCH_VARIANTS",
     "LINEAR_SOLVERS",
     "NEWTON_PATHS",
+    "CONTACT_APPROXIMATIONS",
+    "DEFAULT_CONTACT_APPROXIMATION",
     "precision_dtype",
     "normalize_preset",
 ]
@@ -46,6 +48,14 @@ CONTACT_POINT_MODES = ("witness_point", "contact_midpoint")
 POSITION_INTEGRATIONS = ("midpoint", "sap_euler")
 LINE_SEARCH_VARIANTS = ("monotone_decay", "armijo_decay", "exact_root")
 LINEAR_SOLVERS = ("cholesky", "pcr")
+# The contact constraint (docs/formulation.md § Contact approximations; docs/presets.md § Contact
+# approximation): "sap" is SAP's compliant friction cone (linear Kelvin–Voigt normal law with the
+# time scale τ_d), "lagged" and "similar" the Hunt–Crossley constraint (normal force
+# (k·x)(1 + d·ẋ) with the dissipation d, smooth Coulomb friction) in Drake's two variants.
+# Orthogonal to the presets: every preset defaults to "sap" (the approximation of the committed
+# anchors); Drake's own plant default is "lagged".
+CONTACT_APPROXIMATIONS = ("sap", "lagged", "similar")
+DEFAULT_CONTACT_APPROXIMATION = "sap"
 
 # The preset table of docs/presets.md. Only these eight knobs depend on the preset.
 PRESETS = MappingProxyType({
@@ -93,6 +103,10 @@ _LINE_SEARCH_ALIASES = {
     "armijo_decay": "armijo_decay", "armijo": "armijo_decay", "backtracking": "armijo_decay",
     "exact_root": "exact_root", "exact": "exact_root",
 }
+
+# Drake's names (DiscreteContactApproximation::kSap, kLagged, kSimilar) are accepted too.
+_APPROXIMATION_ALIASES = {"sap": "sap", "ksap": "sap", "lagged": "lagged", "klagged": "lagged",
+                          "similar": "similar", "ksimilar": "similar"}
 
 # Line-search-dependent defaults (docs/presets.md).
 LINE_SEARCH_MAX_ITERATIONS_DEFAULT = 40
@@ -215,6 +229,15 @@ class SapConfig:
             block of threads per world runs its whole loop in one launch) or ``staged`` (one
             batched kernel per stage and Newton iteration). Both compute the same iterates;
             PCR always runs staged. sap_ref's single host loop is the same for either.
+        discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
+            compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
+            Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant
+            default is ``lagged``). Drake's names ``kSap``, ``kLagged``, ``kSimilar`` are accepted.
+            Independent of the preset (docs/presets.md § Contact approximation).
+        stiction_tolerance: v_s [m/s] of the Hunt–Crossley friction (> 0; Drake's
+            ``MultibodyPlantConfig::stiction_tolerance``, 1e-4). ``sap`` does not read it.
+        fallback_hc_dissipation: Hunt–Crossley dissipation d [s/m] of a shape that sets none
+            (≥ 0; 50, SceneGraph's default ``hunt_crossley_dissipation``). ``sap`` does not read it.
     """
 
     contact_preset_variant: str = "approx32"
@@ -249,6 +272,9 @@ class SapConfig:
     pcr_regularization: float = 0.0
     matrixfree_representation: bool | None = None
     newton_path: str = DEFAULT_NEWTON_PATH
+    discrete_contact_approximation: str = DEFAULT_CONTACT_APPROXIMATION
+    stiction_tolerance: float = 1e-4
+    fallback_hc_dissipation: float = 50.0
     # Fields the user set explicitly (kept so replace() can re-expand a preset).
     _explicit: frozenset = field(default=frozenset(), repr=False, compare=False)
 
@@ -305,6 +331,9 @@ class SapConfig:
                              f"{self.matrixfree_representation!r}")
         set_("matrixfree_representation", bool(self.matrixfree_representation))
         set_("newton_path", _choice("newton_path", self.newton_path, {k: k for k in NEWTON_PATHS}, NEWTON_PATHS))
+        set_("discrete_contact_approximation", _choice("discrete_contact_approximation",
+                                                       self.discrete_contact_approximation, _APPROXIMATION_ALIASES,
+                                                       CONTACT_APPROXIMATIONS))
 
         abs_default, rel_default = COST_TOL_DEFAULTS[ls]
         if self.cost_abs_tol is None:
@@ -331,6 +360,10 @@ class SapConfig:
         set_("fallback_stiffness", _real("fallback_stiffness", self.fallback_stiffness, low=0.0, low_open=True,
                                          note=" N/m"))
         set_("fallback_mu", _real("fallback_mu", self.fallback_mu, low=0.0, low_open=False))
+        set_("stiction_tolerance", _real("stiction_tolerance", self.stiction_tolerance, low=0.0, low_open=True,
+                                         note=" m/s"))
+        set_("fallback_hc_dissipation", _real("fallback_hc_dissipation", self.fallback_hc_dissipation, low=0.0,
+                                              low_open=False, note=" s/m"))
 
     # ------------------------------------------------------------------ constructors
 

@@ -20,6 +20,7 @@ __all__ = [
     "REFINE_STEP", "REFINE_HALVINGS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
+    "HC_VELOCITY_GUARD",
     # line searches
     "MONOTONE_ABS_SLOP", "MONOTONE_REL_SLOP", "MONOTONE_ALPHA_MIN", "EXACT_ALPHA_MAX", "EXACT_F_TOL",
     # state and model checks
@@ -169,6 +170,13 @@ DISTANCE_EPS = 1e-9
 # s/kg: contact weights are w = max(…, 1e-12), which keeps R > 0 for contacts between a moving
 # and a static body whose estimate rounds to 0 (docs/formulation.md § Weights).
 WEIGHT_FLOOR = 1e-12
+# Hunt–Crossley constraint (docs/formulation.md § Hunt–Crossley contact): the velocities where the
+# normal impulse's two factors vanish, v_d = 1/(d + g) and v_x = f_e0/(h (k + g)), are formed with
+# this guard g added to d [s/m] and to k [N/m], so that d = 0 (no dissipation) or k = 0 (no
+# stiffness) make them huge instead of dividing by zero. Drake's SapHuntCrossleyConstraint adds the
+# same 1e-20 (matching it keeps the antiderivative N bit for bit). For d or k above 1e-4 the guard
+# is below float64 resolution (a relative change of 1e-20/d), so it never alters a real material.
+HC_VELOCITY_GUARD = 1e-20
 
 # ----------------------------------------------------------------------------- line searches
 # (docs/formulation.md § Line searches)

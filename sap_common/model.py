@@ -199,6 +199,9 @@ class SapModel:
             column j along x) [m], (H,).
         hfield_start: start of height field h in ``hfield_height``, (NH + 1,) (last = H).
         hfield_shape: (rows, columns) of each height field, ≥ 2 each, (NH, 2).
+        shape_material_hcd: Hunt–Crossley dissipation d [s/m], (S,); NaN = unset (solver's
+            fallback_hc_dissipation). Read by the ``lagged`` and ``similar`` contact
+            approximations only. Optional (default: all unset).
 
     Derived (computed at construction, not passed in):
         joint_q_start / joint_qd_start: segment starts, (J + 1,) (last entry = nq / nv).
@@ -263,6 +266,7 @@ class SapModel:
     hfield_height: np.ndarray | None = None
     hfield_start: np.ndarray | None = None
     hfield_shape: np.ndarray | None = None
+    shape_material_hcd: np.ndarray | None = None
 
     joint_q_start: np.ndarray = field(init=False)
     joint_qd_start: np.ndarray = field(init=False)
@@ -382,10 +386,16 @@ class SapModel:
         mu = _arr("shape_material_mu", self.shape_material_mu, np.float64, (S,))
         ske = _arr("shape_material_ke", self.shape_material_ke, np.float64, (S,))
         stau = _arr("shape_material_tau", self.shape_material_tau, np.float64, (S,))
+        shcd = _arr("shape_material_hcd", np.full(S, np.nan) if self.shape_material_hcd is None
+                    else self.shape_material_hcd, np.float64, (S,))
         group = _arr("shape_collision_group", self.shape_collision_group, np.int32, (S,))
         contype = _arr("shape_contype", self.shape_contype, np.int64, (S,))
         conaff = _arr("shape_conaffinity", self.shape_conaffinity, np.int64, (S,))
         snames = self._names("shape_name", self.shape_name, S)
+        for s_, d_ in enumerate(shcd):
+            if not (np.isnan(d_) or (np.isfinite(d_) and d_ >= 0)):
+                raise ValueError(f"shape_material_hcd[{s_}] ({snames[s_]}): must be finite and >= 0 s/m "
+                                 f"(NaN = unset), got {d_}")
         for s in range(S):
             self._check_shape(s, snames[s], int(stype[s]), int(sbody[s]), B, size[s], margin[s],
                               mu[s], ske[s], stau[s], int(group[s]), int(contype[s]), int(conaff[s]))
@@ -413,7 +423,7 @@ class SapModel:
             shape_contype=contype.astype(np.uint32), shape_conaffinity=conaff.astype(np.uint32),
             shape_filter_pair=fpair, shape_name=snames, gravity=gravity, shape_source=source,
             mesh_vertex=mesh_v, mesh_vertex_start=mesh_vs, hfield_height=hf_h, hfield_start=hf_s,
-            hfield_shape=hf_shape,
+            hfield_shape=hf_shape, shape_material_hcd=shcd,
         ).items():
             set_(k, v if isinstance(v, tuple) else _ro(v))
 

@@ -6,10 +6,12 @@ pendulum_limit, double_pendulum, prismatic_pd, free_spin, cylinder_roll, mesh_ro
 :class:`~sap_common.builder.ModelBuilder` to the same specification, so the anchor's JSON
 and the builder describe the same model (a test holds them equal). Materials a scene leaves
 unset take the solver's fallbacks (Drake's SceneGraph defaults: k = 1e6 N/m, τ_d = 0.1 s,
-μ = 0.5 per shape). ``solver_kwargs`` is empty: scenes run with the library defaults unless a
-caller chooses otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that
-ships with ``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the
-large-system benchmark model), ``mesh_quadruped`` (a quadruped colliding through convex meshes,
+μ = 0.5 per shape; Hunt–Crossley d = 50 s/m). ``incline_stick_slip`` is recorded by Drake under its
+Hunt–Crossley approximations (``tests/data/drake/incline_stick_slip_lagged.json``, ``…_similar``).
+``solver_kwargs`` is empty: scenes run with the library defaults unless a caller chooses
+otherwise. Robots come from MJCF through MuJoCo: ``humanoid`` (the model that ships with
+``mujoco-warp``), ``humanoid3`` (three of them in one world, nv = 81, the large-system benchmark
+model), ``mesh_quadruped`` (a quadruped colliding through convex meshes,
 cylinders, capsules and an ellipsoid, whose MJCF file ships in ``sap_common/data``) and ``ant``
 (gymnasium's, when gymnasium is installed); their joint stiffness (MuJoCo passive springs) has no
 counterpart here and is dropped.
@@ -92,6 +94,37 @@ def _box_slide(num_worlds):
     return _scene("box_slide", b, 1e-3, 1500, 8,
                   "Box (2 kg, 0.2×0.15×0.1 m) whose collision geometry is 8 corner spheres, pushed "
                   "at (1, 0.3) m/s with yaw rate 1.5 rad/s on stiff ground: slides, stops, sticks.",
+                  num_worlds)
+
+
+def _incline_stick_slip(num_worlds):
+    # A box on an incline whose friction holds it (tan θ = 0.31 < μ = 0.5), pushed down the slope:
+    # it slides, decelerates at g(μ cos θ − sin θ) = 1.8 m/s², stops after ~0.28 s and sticks. Its
+    # collision geometry is the 4 bottom corner spheres (one point each, as Drake's point contact
+    # reports them). The stiffnesses differ (ground 4e5, corners 1e5 N/m) and so do the
+    # Hunt–Crossley dissipations (20 and 5 s/m): the pair's d is 0.8·5 + 0.2·20 = 8 s/m, not the
+    # mean 12.5 (docs/formulation.md § Material combination). How far it creeps once stuck is what
+    # the contact approximations disagree on (docs/presets.md § Contact approximation).
+    b = ModelBuilder()
+    theta, hx, hy, hz, r, m = 0.3, 0.1, 0.075, 0.05, 0.005, 2.0
+    q_incline = spatial.quat_from_axis_angle((0, 1, 0), theta)
+    b.add_shape_plane(-1, spatial.transform((0, 0, 0), q_incline), mu=0.5, ke=4e5, tau=0.01, hcd=20.0,
+                      name="incline")
+    box = b.add_body(m, inertia=solid_box_inertia(m, hx, hy, hz), name="box")
+    k_pair = 4e5 * 1e5 / (4e5 + 1e5)
+    depth = m * 9.81 * math.cos(theta) / 4 / k_pair  # the static penetration of each corner
+    n = spatial.quat_to_matrix(q_incline) @ np.array([0.0, 0.0, 1.0])
+    down = spatial.quat_to_matrix(q_incline) @ np.array([1.0, 0.0, 0.0])  # down the slope
+    p0 = (hz + r - depth) * n
+    b.add_joint_free(-1, box, q0=(*p0, *q_incline), qd0=(*(0.5 * down), 0, 0, 0), name="box")
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            b.add_shape_sphere(box, spatial.transform((sx * hx, sy * hy, -hz)), radius=r, mu=0.5, ke=1e5,
+                               tau=0.01, hcd=5.0, name=f"corner_{'m' if sx < 0 else 'p'}{'m' if sy < 0 else 'p'}")
+    return _scene("incline_stick_slip", b, 1e-3, 600, 4,
+                  "Box (2 kg) on a 0.3 rad incline (μ 0.5 holds it) on its 4 bottom corner spheres, pushed "
+                  "down the slope at 0.5 m/s: slides, stops after ~0.28 s, sticks (the creep once stuck is what "
+                  "the contact approximations differ on). Unequal stiffnesses and Hunt–Crossley dissipations.",
                   num_worlds)
 
 
@@ -357,6 +390,7 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "sphere_slide": _sphere_slide,
     "box_slide": _box_slide,
     "box_stack": _box_stack,
+    "incline_stick_slip": _incline_stick_slip,
     "pendulum_limit": _pendulum_limit,
     "double_pendulum": _double_pendulum,
     "prismatic_pd": _prismatic_pd,

@@ -157,6 +157,8 @@ class SapContacts:
         ke: combined stiffness ``k₀k₁/(k₀+k₁)`` [N/m], (num_worlds, C).
         ke0 / ke1: each shape's stiffness [N/m] (weights of the contact midpoint), (num_worlds, C).
         tau_d: combined dissipation time scale ``τ₀ + τ₁`` [s], (num_worlds, C).
+        hcd: combined Hunt–Crossley dissipation ``(k₁d₀ + k₀d₁)/(k₀ + k₁)`` [s/m], (num_worlds, C)
+            (read by the ``lagged`` and ``similar`` contact approximations).
 
     A collision pipeline also stamps the contacts it allocates and fills with the material
     fallbacks it combined μ, k and τ_d with (``materials``, a
@@ -182,6 +184,7 @@ class SapContacts:
     ke0: np.ndarray
     ke1: np.ndarray
     tau_d: np.ndarray
+    hcd: np.ndarray
 
     @classmethod
     def allocate(cls, num_worlds: int, capacity: int) -> "SapContacts":
@@ -196,7 +199,7 @@ class SapContacts:
         return cls(
             count=np.zeros(W, dtype=np.int32), overflow=np.zeros(W, dtype=np.int32),
             shape0=i(), shape1=i(), body0=i(), body1=i(), x0=f(3), x1=f(3), normal=f(3),
-            phi0=f(), margin0=f(), margin1=f(), mu=f(), ke=f(), ke0=f(), ke1=f(), tau_d=f(),
+            phi0=f(), margin0=f(), margin1=f(), mu=f(), ke=f(), ke0=f(), ke1=f(), tau_d=f(), hcd=f(),
         )
 
     @property
@@ -272,7 +275,7 @@ def check_contacts(model, contacts: SapContacts, name: str = "contacts") -> None
     _check_shape(f"{name}.count", contacts.count, (W,))
     _check_shape(f"{name}.overflow", contacts.overflow, (W,))
     for f in ("shape0", "shape1", "body0", "body1", "phi0", "margin0", "margin1", "mu", "ke",
-              "ke0", "ke1", "tau_d"):
+              "ke0", "ke1", "tau_d", "hcd"):
         _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C))
     for f in ("x0", "x1", "normal"):
         _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C, 3))

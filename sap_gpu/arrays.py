@@ -208,7 +208,7 @@ def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, nam
         check_array(f"{name}.{f}", getattr(contacts, f), (W,), wp.int32, m.device)
     for f in ("shape0", "shape1", "body0", "body1"):
         check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.int32, m.device)
-    for f in ("phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d"):
+    for f in ("phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d", "hcd"):
         check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.float64, m.device)
     for f in ("x0", "x1", "normal"):
         check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.vec3d, m.device)

@@ -38,7 +38,13 @@ the deepest are kept (ties by generation order), in generation order, and the re
 import numpy as np
 import warp as wp
 
-from sap_common.collision_rules import MaterialFallbacks, check_broad_phase, combine_materials, pair_capacity
+from sap_common.collision_rules import (
+    MaterialFallbacks,
+    check_broad_phase,
+    combine_hc_dissipation,
+    combine_materials,
+    pair_capacity,
+)
 from sap_common.config import SapConfig, collision_pipeline_args
 
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
@@ -53,6 +59,7 @@ from sap_common.constants import (  # noqa: F401
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
 
+# The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
 from .arrays import GpuModel
 from .broad_phase import pair_overlap, world_bounds
 from .collision_box import box_box, box_contacts
@@ -331,14 +338,16 @@ def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), statu
 def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
             shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
             pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
-            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64), capacity: int,
+            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
+            pair_hcd: wp.array(dtype=wp.float64), capacity: int,
             pairs: int, slots: int, S: Scratch,
             count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
             shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
             x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
             phi0: wp.array2d(dtype=wp.float64), margin0: wp.array2d(dtype=wp.float64),
             margin1: wp.array2d(dtype=wp.float64), mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
-            ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64)):
+            ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64),
+            hcd: wp.array2d(dtype=wp.float64)):
     world = wp.tid()
     zero = wp.float64(0.0)
     for slot in range(capacity):
@@ -357,6 +366,7 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
         ke0[world, slot] = zero
         ke1[world, slot] = zero
         tau_d[world, slot] = zero
+        hcd[world, slot] = zero
     n = int(0)
     for p in range(pairs):
         n += S.pair_count[world, p]
@@ -392,6 +402,7 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
                 ke0[world, out] = pair_ke0[p]
                 ke1[world, out] = pair_ke1[p]
                 tau_d[world, out] = pair_tau[p]
+                hcd[world, out] = pair_hcd[p]
                 out += 1
     count[world] = out
     overflow[world] = n - out
@@ -417,12 +428,14 @@ class CollisionPipeline:
         self.m = GpuModel(model, self.device)
         d, W = self.device, model.num_worlds
         P, Sh = len(model.shape_pair), model.shape_count
-        mats = np.array([combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair],
-                        dtype=np.float64).reshape(-1, 5)
+        mats = np.array([(*combine_materials(model, int(a), int(b), self.config),
+                          combine_hc_dissipation(model, int(a), int(b), self.config)) for a, b in model.shape_pair],
+                        dtype=np.float64).reshape(-1, 6)
         f64 = lambda x: wp.array(np.ascontiguousarray(x, np.float64), dtype=wp.float64, device=d)  # noqa: E731
         i32 = lambda x: wp.array(np.ascontiguousarray(x, np.int32), dtype=int, device=d)  # noqa: E731
         v3 = lambda x: wp.array(np.ascontiguousarray(np.reshape(x, (-1, 3)), np.float64), dtype=wp.vec3d, device=d)  # noqa: E731
-        self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau = (f64(mats[:, i]) for i in range(5))
+        self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd = (
+            f64(mats[:, i]) for i in range(6))
         caps = pair_capacity(model)
         offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
         self.slots = int(offset[-1])
@@ -535,8 +548,9 @@ class CollisionPipeline:
                           self.centre, self.half, epa_first, self.epa, self.scratch)
         c = contacts
         launch_threads(_select, dim=W, device=self.device, inputs=[m.shape_pair, m.shape_body, m.shape_margin,
-                       self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.max_rigid_contact,
+                       self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd,
+                       self.max_rigid_contact,
                        P, self.slots if P else 0, self.scratch], outputs=[c.count, c.overflow, c.shape0, c.shape1,
                        c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1,
-                       c.tau_d])
+                       c.tau_d, c.hcd])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

@@ -10,7 +10,14 @@ by :func:`make_terms`.
 import numpy as np
 import warp as wp
 
-from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WINDOW_FACTOR, SOFT_NORM_EPS
+from sap_common.constants import (
+    DISTANCE_EPS,
+    DRIVE_BETA,
+    HC_VELOCITY_GUARD,
+    LIMIT_BETA,
+    LIMIT_WINDOW_FACTOR,
+    SOFT_NORM_EPS,
+)
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import add_point_jacobian_along
@@ -19,7 +26,7 @@ from .launch import launch_threads
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "participation", "row_support",
-           "make_terms", "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
+           "make_terms", "hunt_crossley_term", "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
 _FOUR_PI2 = 4.0 * np.pi**2
@@ -27,6 +34,8 @@ _FOUR_PI2 = 4.0 * np.pi**2
 # done in float32 (it cost limit and drive rows a 7e-8 relative error before).
 _LIMIT_R_FACTOR = LIMIT_BETA * LIMIT_BETA / _FOUR_PI2
 _DRIVE_R_FACTOR = DRIVE_BETA * DRIVE_BETA / _FOUR_PI2
+_TWO_THIRDS = 2.0 / 3.0  # the antiderivative's ⅔, rounded in float64 as sap_ref rounds it
+_HC_TERMS: dict = {}
 
 
 class LimitLayout:
@@ -380,3 +389,87 @@ def make_terms(T):
         return gamma, G, (h / c) * phi
 
     return friction_cone, limit_term, drive_term
+
+
+def hunt_crossley_term(T, similar: bool):
+    """The Hunt–Crossley constraint of one contact in scalar T, ``similar`` or lagged (memoized):
+    ``hunt_crossley(vc, mu, h, k, d, fe0, n0, eps) -> (gamma, G, ell, mode)``.
+
+    The same formulas, in the same order, as :func:`sap_ref.constraints.hunt_crossley`
+    (docs/formulation.md § Hunt–Crossley contact): with ‖v_t‖_s = √(‖v_t‖² + ε²) − ε,
+    s = ‖v_t‖_s + ε, t̂ = v_t/s, the normal impulse n(z) = h(fₑ₀ − hkz)₊(1 − dz)₊, its derivative
+    n'(z) where both factors are > 0 (else 0) and its antiderivative N(z), constant past
+    v̂ = min(fₑ₀/h/(k + g), 1/(d + g)) (g = HC_VELOCITY_GUARD); similar: z = vₙ − μ‖v_t‖_s,
+    ℓ = −N(z), friction μn(z); lagged: z = vₙ, ℓ = −N(vₙ) + μn₀‖v_t‖_s, friction μn₀. The
+    variant is fixed when the kernels are built (no runtime branch). Drake:
+    ``SapHuntCrossleyConstraint``.
+    """
+    key = (T, bool(similar))
+    if key in _HC_TERMS:
+        return _HC_TERMS[key]
+    V3 = wp.types.vector(3, T)
+    M33 = wp.types.matrix((3, 3), T)
+    is_similar = bool(similar)
+
+    @wp.func
+    def hunt_crossley(vc: V3, mu: T, h: T, k: T, d: T, fe0: T, n0: T, eps: T):
+        """γ, G, ℓ and the regime of one Hunt–Crossley contact (see the factory's docstring)."""
+        vt2 = vc[0] * vc[0] + vc[1] * vc[1]
+        vt_soft = wp.sqrt(vt2 + eps * eps) - eps
+        s = vt_soft + eps
+        t0 = vc[0] / s
+        t1 = vc[1] / s
+        z = vc[2]
+        if wp.static(is_similar):
+            z = vc[2] - mu * vt_soft
+        xdot = -z
+        fe = fe0 + h * k * xdot
+        damping = T(1.0) + d * xdot
+        n = T(0.0)
+        dn = T(0.0)
+        if fe > T(0.0) and damping > T(0.0):
+            n = h * fe * damping
+            dn = -h * (k * h * damping + d * fe)
+        v_d = T(1.0) / (d + T(HC_VELOCITY_GUARD))
+        v_x = fe0 / h / (k + T(HC_VELOCITY_GUARD))
+        v = wp.min(z, wp.min(v_x, v_d))
+        df = -h * k * v
+        N = h * (v * (fe0 + T(0.5) * df) - d * v * v / T(2.0) * (fe0 + T(_TWO_THIRDS) * df))
+        n_friction = n0
+        if wp.static(is_similar):
+            n_friction = n
+        gamma = V3(-mu * n_friction * t0, -mu * n_friction * t1, n)
+        P00 = t0 * t0
+        P01 = t0 * t1
+        P11 = t1 * t1
+        G = M33()
+        ell = T(0.0)
+        if wp.static(is_similar):
+            a = -mu * mu * dn
+            b = mu * n
+            G[0, 0] = a * P00 + b * (T(1.0) - P00) / s
+            G[0, 1] = a * P01 + b * (T(0.0) - P01) / s
+            G[1, 0] = G[0, 1]
+            G[1, 1] = a * P11 + b * (T(1.0) - P11) / s
+            G[0, 2] = mu * dn * t0
+            G[1, 2] = mu * dn * t1
+            G[2, 0] = G[0, 2]
+            G[2, 1] = G[1, 2]
+            ell = -N
+        else:
+            c = mu * n0
+            G[0, 0] = c * (T(1.0) - P00) / s
+            G[0, 1] = c * (T(0.0) - P01) / s
+            G[1, 0] = G[0, 1]
+            G[1, 1] = c * (T(1.0) - P11) / s
+            ell = -N + mu * vt_soft * n0
+        G[2, 2] = -dn
+        mode = int(SLIDING)
+        if wp.sqrt(vt2) <= eps:
+            mode = int(STICTION)
+        if n == T(0.0) and mu * n_friction == T(0.0):
+            mode = int(NO_CONTACT)
+        return gamma, G, ell, mode
+
+    _HC_TERMS[key] = hunt_crossley
+    return hunt_crossley

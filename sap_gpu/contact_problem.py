@@ -13,10 +13,14 @@ loops compute the same numbers bit for bit.
 Everything here is built per scalar type and memoized:
 
 * :func:`problem_types` (objective scalar T): the ``Problem`` struct (one step's A, v*, J, R,
-  v̂, μ, limit and drive rows, their non-zero column lists, the Newton state) and the
-  ``Newton`` struct (per-world iteration state and the solver settings);
-* :func:`row_functions` (T): row products, the terms γ, G, ℓ of every row, the gradient and
-  stopping sums, the direction's row velocities and the line-search cost φ(α);
+  v̂, μ, the Hunt–Crossley data, limit and drive rows, their non-zero column lists, the Newton
+  state) and the ``Newton`` struct (per-world iteration state and the solver settings);
+* :func:`row_functions` (T, contact approximation): row products, the terms γ, G, ℓ of every
+  row, the gradient and stopping sums, the direction's row velocities and the line-search cost
+  φ(α). The contact term is chosen here, when the kernels are built: the friction cone for
+  ``sap``, the Hunt–Crossley constraint for ``lagged`` / ``similar``; the other rows, the
+  Hessian assembly (from each contact's G) and the linear solves are the same for every
+  approximation, and the ``sap`` kernels carry no Hunt–Crossley code;
 * :func:`hessian_functions` (T, linear-solve scalar TL): rows of H = A + JᵀGJ.
 """
 
@@ -26,14 +30,17 @@ import warp as wp
 
 from sap_common.state import StepStatus
 
-from .constraints import make_terms
+from .constraints import hunt_crossley_term, make_terms
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["problem_types", "row_functions", "hessian_functions"]
+__all__ = ["problem_types", "row_functions", "hessian_functions", "HC_DATA"]
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
+
+# Per contact of a Hunt–Crossley step: (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]).
+HC_DATA = wp.types.vector(5, wp.float64)
 
 _PROBLEM: dict = {}
 _ROWS: dict = {}
@@ -45,6 +52,7 @@ def problem_types(T):
     if T in _PROBLEM:
         return _PROBLEM[T]
     M33 = wp.types.matrix((3, 3), T)
+    HC5 = HC_DATA
 
     @wp.struct
     class Problem:
@@ -62,6 +70,8 @@ def problem_types(T):
         contact_R: wp.array2d(dtype=wp.vec3d)
         contact_v_hat: wp.array2d(dtype=wp.float64)
         contact_mu: wp.array2d(dtype=wp.float64)
+        # Hunt–Crossley data per contact (lagged/similar): (k, d, fₑ₀, n₀, ε_s); a stand-in under sap.
+        contact_hc: wp.array2d(dtype=HC5)
         limit_active: wp.array2d(dtype=int)
         limit_J: wp.array3d(dtype=wp.float64)
         limit_R: wp.array2d(dtype=wp.float64)
@@ -129,17 +139,22 @@ def problem_types(T):
     return _PROBLEM[T]
 
 
-def row_functions(T) -> SimpleNamespace:
-    """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` (memoized).
+def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
+    """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` with the contact
+    constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; memoized).
 
     Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
-    (``friction_cone``, ``limit_term``, ``drive_term``), the products (``A_row_dot``,
+    (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term``),
+    the products (``A_row_dot``,
     ``A_row_dots``, ``contact_rows_dot``, ``limit_row_dot``), and the strided passes of one
     Newton iteration: ``momentum_pass``, ``evaluate_rows``, ``gradient_pass``, ``newton_stop``,
     ``direction_rows``, ``direction_sums`` and ``cost_along_line`` (φ(α) and its derivatives).
     """
-    if T in _ROWS:
-        return _ROWS[T]
+    key = (T, approximation)
+    if key in _ROWS:
+        return _ROWS[key]
+    if approximation not in ("sap", "lagged", "similar"):
+        raise ValueError(f"discrete_contact_approximation: {approximation!r} is not valid; valid: sap, lagged, similar")
     Problem, Newton = problem_types(T)
     V3 = wp.types.vector(3, T)
     friction_cone, limit_term, drive_term = make_terms(T)
@@ -149,6 +164,23 @@ def row_functions(T) -> SimpleNamespace:
         """R (3), v̂ₙ and μ of contact c, read as T."""
         R = P.contact_R[world, c]
         return V3(T(R[0]), T(R[1]), T(R[2])), T(P.contact_v_hat[world, c]), T(P.contact_mu[world, c])
+
+    @wp.func
+    def cone_term(P: Problem, world: int, c: int, vc: V3):
+        """γ, G, ℓ and the region of contact c as a friction cone (``sap``)."""
+        R, vh, mu = contact_params(P, world, c)
+        return friction_cone(vc, R, vh, mu)
+
+    if approximation == "sap":
+        contact_term = cone_term
+    else:
+        hunt_crossley = hunt_crossley_term(T, approximation == "similar")
+
+        @wp.func
+        def contact_term(P: Problem, world: int, c: int, vc: V3):
+            """γ, G, ℓ and the regime of contact c as a Hunt–Crossley constraint."""
+            p = P.contact_hc[world, c]
+            return hunt_crossley(vc, T(P.contact_mu[world, c]), T(P.h), T(p[0]), T(p[1]), T(p[2]), T(p[3]), T(p[4]))
 
     @wp.func
     def drive_params(P: Problem, world: int, i: int):
@@ -218,8 +250,7 @@ def row_functions(T) -> SimpleNamespace:
         ell = ell_start
         for c in range(lane, P.contact_count[world], stride):
             Jv = contact_rows_dot(P, world, c, P.v)
-            R, vh, mu = contact_params(P, world, c)
-            g, G, l, mode = friction_cone(Jv, R, vh, mu)
+            g, G, l, mode = contact_term(P, world, c, Jv)
             ell = ell + l
             P.contact_G[world, c] = G
             for a in range(3):
@@ -347,11 +378,10 @@ def row_functions(T) -> SimpleNamespace:
             dell = P.line[world, 1] + alpha * P.line[world, 2]
             d2ell = P.line[world, 2]
         for c in range(lane, P.contact_count[world], stride):
-            R, vh, mu = contact_params(P, world, c)
             r = 3 * c
             vc = V3(P.vc[world, r] + alpha * P.dvc[world, r], P.vc[world, r + 1] + alpha * P.dvc[world, r + 1],
                     P.vc[world, r + 2] + alpha * P.dvc[world, r + 2])
-            g, G, l, mode = friction_cone(vc, R, vh, mu)
+            g, G, l, mode = contact_term(P, world, c, vc)
             d = V3(P.dvc[world, r], P.dvc[world, r + 1], P.dvc[world, r + 2])
             ell = ell + l
             dell = dell - wp.dot(d, g)
@@ -375,14 +405,15 @@ def row_functions(T) -> SimpleNamespace:
             d2ell = d2ell + P.dvc[world, o2 + i] * Gd * P.dvc[world, o2 + i]
         return V3(ell, dell, d2ell)
 
-    _ROWS[T] = SimpleNamespace(
-        T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, limit_term=limit_term,
+    _ROWS[key] = SimpleNamespace(
+        T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, contact_term=contact_term,
+        approximation=approximation, limit_term=limit_term,
         drive_term=drive_term, contact_params=contact_params, drive_params=drive_params, A_row_dot=A_row_dot,
         A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot, limit_row_dot=limit_row_dot,
         momentum_pass=momentum_pass, evaluate_rows=evaluate_rows, jt_gamma=jt_gamma, gradient_pass=gradient_pass,
         newton_stop=newton_stop, direction_rows=direction_rows, direction_sums=direction_sums,
         cost_along_line=cost_along_line)
-    return _ROWS[T]
+    return _ROWS[key]
 
 
 def hessian_functions(T, TL) -> SimpleNamespace:

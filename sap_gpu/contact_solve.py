@@ -52,17 +52,18 @@ class NewtonKernels:
         self.evaluate, self.line_search, self.finish, self.newton_pcr = evaluate, line_search, finish, newton_pcr
 
 
-def newton_kernels(T, TL, variant: str, solver: str = "cholesky") -> NewtonKernels:
-    """The staged kernels for objective scalar T, linear-solve scalar TL, line search ``variant``
-    and linear solver ``solver`` (``"cholesky"`` or ``"pcr"``), built on first use."""
-    key = (T, TL, variant, solver)
+def newton_kernels(T, TL, variant: str, solver: str = "cholesky", approximation: str = "sap") -> NewtonKernels:
+    """The staged kernels for objective scalar T, linear-solve scalar TL, line search ``variant``,
+    linear solver ``solver`` (``"cholesky"`` or ``"pcr"``) and contact ``approximation``
+    (``sap``, ``lagged``, ``similar``), built on first use."""
+    key = (T, TL, variant, solver, approximation)
     if key not in _CACHE:
-        _CACHE[key] = _build(T, TL, variant, solver)
+        _CACHE[key] = _build(T, TL, variant, solver, approximation)
     return _CACHE[key]
 
 
-def _build(T, TL, variant, solver):
-    f = row_functions(T)
+def _build(T, TL, variant, solver, approximation):
+    f = row_functions(T, approximation)
     hf = hessian_functions(T, TL)
     Problem, Newton = f.Problem, f.Newton
     V3L = wp.types.vector(3, TL)

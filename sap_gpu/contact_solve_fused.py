@@ -72,9 +72,10 @@ def fused_size(nv: int) -> int:
     return FUSED_TILE * max(1, -(-nv // FUSED_TILE))
 
 
-def fused_newton_kernel(T, TL, variant: str, n: int):
+def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap"):
     """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
-    ``variant`` and padded size ``n`` (:func:`fused_size`), built on first use.
+    ``variant``, padded size ``n`` (:func:`fused_size`) and contact ``approximation`` (``sap``,
+    ``lagged``, ``similar``: which contact term the rows evaluate), built on first use.
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
     inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
@@ -83,10 +84,10 @@ def fused_newton_kernel(T, TL, variant: str, n: int):
     ℓ, ∇ℓ, γ and H at ``P.v`` once, as the staged ``evaluate`` does for ``evaluate_at``.
     """
     single = n <= FUSED_TILE
-    key = (T, TL, variant, FUSED_TILE if single else "blocked")
+    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation)
     if key in _CACHE:
         return _CACHE[key]
-    f = row_functions(T)
+    f = row_functions(T, approximation)
     hessian_rows = hessian_functions(T, TL).hessian_rows
     Problem, Newton, V3 = f.Problem, f.Newton, f.V3
     V6 = wp.types.vector(6, T)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from sap_common.collision_rules import check_contact_materials
+from sap_common.collision_rules import check_contact_materials, check_hunt_crossley_materials
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState
@@ -76,13 +76,15 @@ class SolverSAP:
         self.model = model
         self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
                                                   **overrides)
+        check_hunt_crossley_materials(model, cfg)
         self.device = get_device(device)
         self.m = GpuModel(model, self.device)
         self.work = w = Workspace(model, self.m, cfg)
         self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
-        self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver)
-        self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1]) if w.fused \
-            else None
+        approximation = cfg.discrete_contact_approximation
+        self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
+        self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1],
+                                                approximation) if w.fused else None
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations
@@ -172,6 +174,10 @@ class SolverSAP:
                                          cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
                                          w.A, body_X, w.R_WC, w.p0, w.p1, w.contact_J, w.contact_w, w.contact_R,
                                          w.contact_v_hat)
+        if cfg.discrete_contact_approximation != "sap":  # Hunt–Crossley: fₑ₀, n₀ (from vₙ₀ = (J v₀)ₙ), ε_s
+            contact_jacobian.hunt_crossley_data(m, contacts, cfg.sap_contact_weight_precision, h, cfg.contact_sigma,
+                                                cfg.stiction_tolerance, w.contact_w, w.contact_J, w.v0, w.contact_hc,
+                                                w.contact_vn0)
         self._stage("contact_jacobian")
         #    limit and drive rows, the participating DOFs and every row's non-zero columns
         self._constraint_rows(contacts, h, body_X, dof_S)

@@ -22,7 +22,7 @@ from sap_common.model import SapModel
 from . import blocked_cholesky, constraints
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
-from .contact_problem import problem_types
+from .contact_problem import HC_DATA, problem_types
 from .contact_solve_fused import fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
@@ -133,7 +133,10 @@ class Workspace:
         R_WC: contact frames (columns t₁, t₂, n̂ in world), (W, C).  p0, p1: the points where the
         bodies' velocities are taken [m], (W, C).  contact_J: J, 3 rows per contact (t₁, t₂, n),
         (W, 3C, nv).  contact_w: weights w [1/kg], (W, C).  contact_R: R per row [s/kg], (W, C).
-        contact_v_hat: v̂ₙ [m/s], (W, C).  contact_mu: μ, (W, C).  empty_contacts: what
+        contact_v_hat: v̂ₙ [m/s], (W, C).  contact_mu: μ, (W, C).  contact_hc: the Hunt–Crossley
+        data (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]) of each contact under ``lagged`` /
+        ``similar``, (W, C) (a 1-entry stand-in under ``sap``).  contact_vn0: the contacts' normal
+        velocity at v₀ [m/s], (W, C) (Hunt–Crossley only, likewise).  empty_contacts: what
         ``step(contacts=None)`` reads (no contact).
         """
         z, W, B, nv, C = self._zeros, m.num_worlds, m.body_count, m.nv, config.max_rigid_contact
@@ -142,6 +145,9 @@ class Workspace:
         self.contact_J = z((W, 3 * C, nv))
         self.contact_w, self.contact_R, self.contact_v_hat = z((W, C)), z((W, C), wp.vec3d), z((W, C))
         self.contact_mu = z((W, C))
+        hc = config.discrete_contact_approximation != "sap"
+        self.contact_hc = z((W, C) if hc else (1, 1), HC_DATA)
+        self.contact_vn0 = z((W, C) if hc else (1, 1))
         self.empty_contacts = make_contacts(W, C, self.device)
 
     def _constraints(self, model: SapModel, m: GpuModel) -> None:
@@ -192,6 +198,7 @@ class Workspace:
         P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)
+        P.contact_hc = self.contact_hc
         P.limit_active, P.limit_J, P.limit_R, P.limit_v_hat = (self.limit_active, self.limit_J, self.limit_R,
                                                                self.limit_v_hat)
         P.drive_dof, P.drive_q0, P.drive_Kp, P.drive_Kd = self.drive_dof, self.drive_q0, self.drive_Kp, self.drive_Kd

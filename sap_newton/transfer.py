@@ -23,7 +23,8 @@ objects, which write ``joint_f``; Newton's solvers do not read it either.
 
 Newton contacts: the witness points are Newton's body-frame support points plus their surface
 offsets, moved to world by the SAP poses of ``joint_q``; φ₀ = n̂·(x₁ − x₀); materials are
-combined per shape pair with :func:`sap_common.collision_rules.combine_materials` (Newton's
+combined per shape pair with :func:`sap_common.collision_rules.combine_materials` and
+:func:`~sap_common.collision_rules.combine_hc_dissipation` (Newton's
 per-contact properties are not used). A world with more contacts than slots keeps an arbitrary
 subset (Warp's atomic order), counts the rest in ``overflow`` and is flagged
 ``CONTACT_OVERFLOW`` by the solver: size ``max_rigid_contact`` for the worst case.
@@ -35,7 +36,7 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
-from sap_common.collision_rules import combine_materials
+from sap_common.collision_rules import combine_hc_dissipation, combine_materials
 from sap_common.config import SapConfig
 
 from .convert import NewtonConversion
@@ -115,7 +116,7 @@ def _route_newton_contacts(
     local_shape_body: wp.array(dtype=int), local_shape_margin: wp.array(dtype=wp.float64),
     pair_mu: wp.array2d(dtype=wp.float64), pair_ke: wp.array2d(dtype=wp.float64),
     pair_ke0: wp.array2d(dtype=wp.float64), pair_ke1: wp.array2d(dtype=wp.float64),
-    pair_tau: wp.array2d(dtype=wp.float64), group: int, capacity: int,
+    pair_tau: wp.array2d(dtype=wp.float64), pair_hcd: wp.array2d(dtype=wp.float64), group: int, capacity: int,
     contact_count_in: wp.array(dtype=int), shape0_in: wp.array(dtype=int), shape1_in: wp.array(dtype=int),
     point0_in: wp.array(dtype=wp.vec3f), point1_in: wp.array(dtype=wp.vec3f), offset0_in: wp.array(dtype=wp.vec3f),
     offset1_in: wp.array(dtype=wp.vec3f), normal_in: wp.array(dtype=wp.vec3f),
@@ -127,6 +128,7 @@ def _route_newton_contacts(
     margin1_out: wp.array2d(dtype=wp.float64), mu_out: wp.array2d(dtype=wp.float64),
     ke_out: wp.array2d(dtype=wp.float64), ke0_out: wp.array2d(dtype=wp.float64),
     ke1_out: wp.array2d(dtype=wp.float64), tau_d_out: wp.array2d(dtype=wp.float64),
+    hcd_out: wp.array2d(dtype=wp.float64),
 ):
     """One Newton rigid contact into its world's next SAP slot (only this group's worlds); with
     ``use_row_map``, ``row_map[k] = (group, world, slot)`` of the routed contact (rows left at −1
@@ -181,6 +183,7 @@ def _route_newton_contacts(
     ke0_out[world, slot] = pair_ke0[la, lb]
     ke1_out[world, slot] = pair_ke1[la, lb]
     tau_d_out[world, slot] = pair_tau[la, lb]
+    hcd_out[world, slot] = pair_hcd[la, lb]
 
 
 @wp.kernel
@@ -245,11 +248,12 @@ class Transfer:
         self.pair_materials = []
         for g in conversion.groups:
             m, S = g.sap_model, max(g.sap_model.shape_count, 1)
-            mats = np.zeros((5, S, S))
+            mats = np.zeros((6, S, S))
             for a in range(m.shape_count):
                 for b in range(m.shape_count):
-                    mats[:, a, b] = combine_materials(m, a, b, config)
-            self.pair_materials.append([wp.array(mats[i], dtype=wp.float64, device=d) for i in range(5)])
+                    mats[:5, a, b] = combine_materials(m, a, b, config)
+                    mats[5, a, b] = combine_hc_dissipation(m, a, b, config)
+            self.pair_materials.append([wp.array(mats[i], dtype=wp.float64, device=d) for i in range(6)])
 
     # ------------------------------------------------------------------ allocation
 
@@ -322,7 +326,7 @@ class Transfer:
         slot), for writing results back in Newton's contact order (``CONTACT_F``).
         """
         M, d, c, s = self.groups[g], self.device, contacts, sap_contacts
-        mu, ke, ke0, ke1, tau = self.pair_materials[g]
+        mu, ke, ke0, ke1, tau, hcd = self.pair_materials[g]
         s.count.zero_()
         s.overflow.zero_()
         capacity = int(s.shape0.shape[1])
@@ -330,12 +334,12 @@ class Transfer:
             return
         wp.launch(_route_newton_contacts, dim=c.rigid_contact_max, device=d, inputs=[
             self.shape_group, self.shape_slot, self.shape_local, M.shape_body, M.shape_margin, mu, ke, ke0, ke1, tau,
-            g, capacity, c.rigid_contact_count, c.rigid_contact_shape0, c.rigid_contact_shape1,
+            hcd, g, capacity, c.rigid_contact_count, c.rigid_contact_shape0, c.rigid_contact_shape1,
             c.rigid_contact_point0, c.rigid_contact_point1, c.rigid_contact_offset0, c.rigid_contact_offset1,
             c.rigid_contact_normal, body_X, int(row_map is not None),
             self._no_row_map if row_map is None else row_map], outputs=[
             s.count, s.overflow, s.shape0, s.shape1, s.body0, s.body1, s.x0, s.x1, s.normal, s.phi0, s.margin0,
-            s.margin1, s.mu, s.ke, s.ke0, s.ke1, s.tau_d])
+            s.margin1, s.mu, s.ke, s.ke0, s.ke1, s.tau_d, s.hcd])
         wp.launch(_clamp_counts, dim=s.count.shape[0], device=d, inputs=[capacity], outputs=[s.count])
 
 

@@ -60,6 +60,7 @@ from sap_common.collision_rules import (
     MAX_CONTACTS_PER_PAIR,
     MaterialFallbacks,
     check_broad_phase,
+    combine_hc_dissipation,
     combine_materials,
     contact_capacity,
 )
@@ -88,6 +89,7 @@ from .collision_primitive import capsule_capsule, plane_capsule, plane_sphere, s
 from .collision_support import Convex
 
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
+           "combine_hc_dissipation",
            "plane_sphere", "plane_capsule", "plane_box", "sphere_sphere", "sphere_capsule", "sphere_box",
            "capsule_capsule", "capsule_box", "box_box"]
 
@@ -214,8 +216,9 @@ class CollisionPipeline:
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
         # rejected (that world got no contacts), else 0, (num_worlds,).
         self.last_status = np.zeros(model.num_worlds, dtype=np.int32)
-        # Per candidate pair: (mu, ke, ke0, ke1, tau_d); materials are static.
-        self._materials = [combine_materials(model, int(a), int(b), self.config) for a, b in model.shape_pair]
+        # Per candidate pair: (mu, ke, ke0, ke1, tau_d, hcd); materials are static.
+        self._materials = [(*combine_materials(model, int(a), int(b), self.config),
+                            combine_hc_dissipation(model, int(a), int(b), self.config)) for a, b in model.shape_pair]
 
     def contacts(self) -> SapContacts:
         """Empty contact buffers for this pipeline: ``(num_worlds, max_rigid_contact)`` slots."""
@@ -279,10 +282,10 @@ class CollisionPipeline:
             keep = sorted(sorted(keep, key=lambda i: (found[i][5], i))[:self.max_rigid_contact])
         for f in ("shape0", "shape1", "body0", "body1"):
             getattr(contacts, f)[w] = -1
-        for f in ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d"):
+        for f in ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d", "hcd"):
             getattr(contacts, f)[w] = 0.0
         for slot, i in enumerate(keep):
-            a, b, x0, x1, n, phi, (mu, ke, k0, k1, tau) = found[i]
+            a, b, x0, x1, n, phi, (mu, ke, k0, k1, tau, hcd) = found[i]
             contacts.shape0[w, slot], contacts.shape1[w, slot] = a, b
             contacts.body0[w, slot], contacts.body1[w, slot] = m.shape_body[a], m.shape_body[b]
             contacts.x0[w, slot], contacts.x1[w, slot], contacts.normal[w, slot] = x0, x1, n
@@ -290,5 +293,6 @@ class CollisionPipeline:
             contacts.margin0[w, slot], contacts.margin1[w, slot] = m.shape_margin[a], m.shape_margin[b]
             contacts.mu[w, slot], contacts.ke[w, slot] = mu, ke
             contacts.ke0[w, slot], contacts.ke1[w, slot], contacts.tau_d[w, slot] = k0, k1, tau
+            contacts.hcd[w, slot] = hcd
         contacts.count[w] = len(keep)
         contacts.overflow[w] = len(found) - len(keep)

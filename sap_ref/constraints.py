@@ -4,15 +4,20 @@ docs/formulation.md § The cost and its derivatives.
 
 Three kinds, each a set of rows ``J`` (so vc = J v) with per-row parameters:
 
-* friction cone (contacts), docs/formulation.md § Friction cone: regularized projection of ``y = R⁻¹(v̂ − vc)`` onto the
-  friction cone in the R-norm, three regions (stiction, sliding, no contact);
+* friction cone (contacts, ``discrete_contact_approximation="sap"``), docs/formulation.md § Friction cone:
+  regularized projection of ``y = R⁻¹(v̂ − vc)`` onto the friction cone in the R-norm, three regions
+  (stiction, sliding, no contact);
+* Hunt–Crossley (contacts, ``"lagged"`` and ``"similar"``), docs/formulation.md § Hunt–Crossley contact: the
+  normal impulse ``n(z) = h(fₑ₀ − hkz)₊(1 − dz)₊`` with its antiderivative as cost and a smooth
+  Coulomb friction of regularization velocity ε_s;
 * limits (joint position limits and distance-joint limits), docs/formulation.md § Limits: one-sided
   ``γ = max(0, y)``, near-rigid with β = 0.1, added only inside the window
   ``q₀ ± 2h·max(|v₀|, |v*|)``;
 * drives (PD toward targets with an effort limit, feed-forward ``joint_act`` inside the
   clamp), docs/formulation.md § Drives: ``γ = h·clamp(−Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀, ±e)``.
 
-Drake: ``SapFrictionConeConstraint``, ``SapLimitConstraint``, ``SapPdControllerConstraint``.
+Drake: ``SapFrictionConeConstraint``, ``SapHuntCrossleyConstraint``, ``SapLimitConstraint``,
+``SapPdControllerConstraint``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from sap_common import spatial
-from sap_common.constants import DISTANCE_EPS, DRIVE_BETA, LIMIT_BETA, LIMIT_WINDOW_FACTOR, SOFT_NORM_EPS
+from sap_common.config import precision_dtype
+from sap_common.constants import (
+    DISTANCE_EPS,
+    DRIVE_BETA,
+    HC_VELOCITY_GUARD,
+    LIMIT_BETA,
+    LIMIT_WINDOW_FACTOR,
+    SOFT_NORM_EPS,
+)
 from sap_common.model import JointType, SapModel
 
 from .contact_jacobian import delassus_weights
@@ -37,6 +50,12 @@ __all__ = [
     "SLIDING",
     "NO_CONTACT",
     "friction_cone",
+    "HuntCrossley",
+    "hunt_crossley",
+    "hunt_crossley_data",
+    "hunt_crossley_impulse",
+    "hunt_crossley_impulse_derivative",
+    "hunt_crossley_antiderivative",
     "LimitConstraints",
     "limit_constraints",
     "limit_terms",
@@ -101,6 +120,145 @@ def friction_cone(vc: np.ndarray, R: np.ndarray, v_hat: np.ndarray, mu: np.ndarr
     G[s] = dgamma_dy / R[s][:, None, :]
 
     ell = dt.type(0.5) * np.sum(gamma * R * gamma, axis=1)
+    return gamma, G, ell, mode
+
+
+# ----------------------------------------------------------------------------- Hunt–Crossley
+
+
+@dataclass
+class HuntCrossley:
+    """Per-contact data of the Hunt–Crossley constraint of one step (C contacts), fixed at q₀, v₀.
+
+    docs/formulation.md § Hunt–Crossley contact. Drake: ``SapHuntCrossleyConstraint::DoMakeData``.
+
+    Attributes:
+        similar: False for ``lagged`` (friction uses n₀), True for ``similar`` (z = vₙ − μ‖v_t‖_s).
+        h: time step [s].
+        k: combined stiffness [N/m], (C,).  d: combined dissipation [s/m], (C,).
+        fe0: elastic force at q₀, ``fₑ₀ = −k φ₀`` [N], (C,).
+        vn0: normal velocity at v₀, ``(J v₀)ₙ`` [m/s], (C,).
+        n0: the previous-step normal impulse ``n₀ = (h fₑ₀)₊ (1 − d vₙ₀)₊`` [N·s], (C,).
+        eps: friction regularization velocity ``ε_s = max(v_s, μ σ w n₀)`` [m/s], (C,).
+    """
+
+    similar: bool
+    h: float
+    k: np.ndarray
+    d: np.ndarray
+    fe0: np.ndarray
+    vn0: np.ndarray
+    n0: np.ndarray
+    eps: np.ndarray
+
+    def astype(self, dtype) -> "HuntCrossley":
+        c = lambda x: np.asarray(x, dtype=dtype)  # noqa: E731
+        return HuntCrossley(self.similar, self.h, c(self.k), c(self.d), c(self.fe0), c(self.vn0), c(self.n0),
+                            c(self.eps))
+
+
+def hunt_crossley_data(w, mu, ke, hcd, phi0, vn0, dt: float, sigma: float, stiction_tolerance: float,
+                       similar: bool, precision: str = "fp64") -> HuntCrossley:
+    """The per-step data of the Hunt–Crossley constraints (docs/formulation.md § Hunt–Crossley contact).
+
+    In ``sap_contact_weight_precision``: ``w_t = max(w, ‖(w, w, w)‖/√3)`` (Drake's tangential
+    Delassus estimate, w up to rounding), ``R_t = σ w_t``, ``fₑ₀ = k·(−φ₀)``,
+    ``n₀ = (h fₑ₀)₊·(1 − d vₙ₀)₊`` with vₙ₀ the normal velocity at v₀, and
+    ``ε_s = max(v_s, μ R_t n₀)``. Drake: ``SapHuntCrossleyConstraint::DoMakeData``.
+    """
+    t = precision_dtype(precision)
+    w, mu, ke, hcd, phi0, vn0 = (np.asarray(x, dtype=t) for x in (w, mu, ke, hcd, phi0, vn0))
+    h, zero = t(dt), t(0.0)
+    w_rms = np.sqrt(w * w + w * w + w * w) / t(np.sqrt(3.0))
+    R_t = t(sigma) * np.maximum(t(0.5) * (w + w), w_rms)
+    fe0 = ke * -phi0
+    n0 = np.maximum(zero, h * fe0) * np.maximum(zero, t(1.0) - hcd * vn0)
+    eps = np.maximum(t(stiction_tolerance), mu * R_t * n0)
+    return HuntCrossley(similar=bool(similar), h=float(dt), k=ke, d=hcd, fe0=fe0, vn0=vn0, n0=n0, eps=eps)
+
+
+def hunt_crossley_impulse(z, h, k, d, fe0):
+    """``n(z) = h·(fₑ₀ − h k z)₊·(1 − d z)₊`` [N·s], elementwise (Drake:
+    ``CalcDiscreteHuntCrossleyImpulse``): 0 where either factor is ≤ 0."""
+    xdot = -z
+    fe = fe0 + h * k * xdot
+    damping = z.dtype.type(1.0) + d * xdot
+    return np.where((fe > 0) & (damping > 0), h * fe * damping, z.dtype.type(0.0))
+
+
+def hunt_crossley_impulse_derivative(z, h, k, d, fe0):
+    """``n'(z) = −h·[k h (1 − d z) + d (fₑ₀ − h k z)]`` where both factors of n are > 0, else 0
+    (Drake: ``CalcDiscreteHuntCrossleyImpulseGradient``)."""
+    xdot = -z
+    fe = fe0 + h * k * xdot
+    damping = z.dtype.type(1.0) + d * xdot
+    return np.where((fe > 0) & (damping > 0), -h * (k * h * damping + d * fe), z.dtype.type(0.0))
+
+
+def hunt_crossley_antiderivative(z, h, k, d, fe0):
+    """``N(z) = ∫₀^z n``, constant beyond v̂ = min(v_x, v_d) (Drake:
+    ``CalcDiscreteHuntCrossleyAntiderivative``).
+
+    With v_d = 1/(d + g), v_x = fₑ₀/h/(k + g) (g = ``HC_VELOCITY_GUARD``: d = 0 or k = 0 make
+    them huge), ṽ = min(z, v̂) and Δf = −h k ṽ: ``N = h·[ṽ(fₑ₀ + ½Δf) − d ṽ²/2·(fₑ₀ + ⅔Δf)]``.
+    """
+    t = z.dtype.type
+    g = t(HC_VELOCITY_GUARD)
+    v_d = t(1.0) / (d + g)
+    v_x = fe0 / h / (k + g)
+    v = np.minimum(z, np.minimum(v_x, v_d))
+    df = -h * k * v
+    return h * (v * (fe0 + t(0.5) * df) - d * v * v / t(2.0) * (fe0 + t(2.0 / 3.0) * df))
+
+
+def hunt_crossley(vc: np.ndarray, mu: np.ndarray, hc: HuntCrossley):
+    """``(gamma (C,3), G (C,3,3), ell (C,), mode (C,))`` of the Hunt–Crossley constraints.
+
+    With ``‖v_t‖_s = √(‖v_t‖² + ε_s²) − ε_s``, ``s = ‖v_t‖_s + ε_s``, ``t̂ = v_t/s``, P = t̂t̂ᵀ,
+    P⊥ = 1 − P (docs/formulation.md § Hunt–Crossley contact):
+
+    * similar, z = vₙ − μ‖v_t‖_s: ``ℓ = −N(z)``, ``γ = (−μ n(z) t̂, n(z))``,
+      ``G = [[−μ² n'(z) P + μ n(z) P⊥/s, μ n'(z) t̂], [μ n'(z) t̂ᵀ, −n'(z)]]``;
+    * lagged, z = vₙ: ``ℓ = −N(vₙ) + μ n₀ ‖v_t‖_s``, ``γ = (−μ n₀ t̂, n(vₙ))``,
+      ``G = [[μ n₀ P⊥/s, 0], [0, −n'(vₙ)]]``.
+
+    ``mode``: NO_CONTACT where γ = 0 (no normal impulse and no friction), else STICTION where
+    ‖v_t‖ ≤ ε_s (the linear part of the smooth friction law), else SLIDING. Arrays keep the dtype
+    of ``vc`` (``contact_solve_precision``). Drake: ``SapHuntCrossleyConstraint::DoCalcData``,
+    ``DoCalcCost``, ``DoCalcImpulse``, ``DoCalcCostHessian``.
+    """
+    dt = vc.dtype
+    hc = hc.astype(dt)
+    h = dt.type(hc.h)
+    vt = vc[:, :2]
+    vn = vc[:, 2]
+    eps = hc.eps
+    vt2 = vt[:, 0] * vt[:, 0] + vt[:, 1] * vt[:, 1]
+    vt_soft = np.sqrt(vt2 + eps * eps) - eps
+    s = vt_soft + eps
+    t_soft = vt / s[:, None]
+    z = vn - mu * vt_soft if hc.similar else vn
+    n = hunt_crossley_impulse(z, h, hc.k, hc.d, hc.fe0)
+    dn = hunt_crossley_impulse_derivative(z, h, hc.k, hc.d, hc.fe0)
+    N = hunt_crossley_antiderivative(z, h, hc.k, hc.d, hc.fe0)
+    n_friction = n if hc.similar else hc.n0
+    gamma = np.empty_like(vc)
+    gamma[:, :2] = (-mu * n_friction)[:, None] * t_soft
+    gamma[:, 2] = n
+    P = np.einsum("ci,cj->cij", t_soft, t_soft)
+    P_perp = np.eye(2, dtype=dt) - P
+    G = np.zeros((len(vc), 3, 3), dtype=dt)
+    if hc.similar:
+        G[:, :2, :2] = (-mu * mu * dn)[:, None, None] * P + (mu * n)[:, None, None] * P_perp / s[:, None, None]
+        G[:, :2, 2] = (mu * dn)[:, None] * t_soft
+        G[:, 2, :2] = G[:, :2, 2]
+        ell = -N
+    else:
+        G[:, :2, :2] = (mu * hc.n0)[:, None, None] * P_perp / s[:, None, None]
+        ell = -N + mu * vt_soft * hc.n0
+    G[:, 2, 2] = -dn
+    mode = np.where(np.sqrt(vt2) <= eps, STICTION, SLIDING).astype(np.int32)
+    mode[(n == 0) & (mu * n_friction == 0)] = NO_CONTACT
     return gamma, G, ell, mode
 
 

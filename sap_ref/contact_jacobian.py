@@ -12,10 +12,13 @@ For contact i between body 0 and body 1 (normal n̂ from shape 0 into shape 1):
   directions c and the contact's dynamic bodies (r_b from the body's COM, in body axes),
   both floored at 1e-12 (docs/formulation.md § Weights);
 * ``R = diag(σw, σw, max(β²w/(4π²), 1/(h k (h + τ_d))))`` and ``v̂ = (0, 0, −φ₀/(h + τ_d))``
-  (docs/formulation.md § Regularization).
+  (docs/formulation.md § Regularization) for the ``sap`` approximation; for ``lagged`` and
+  ``similar`` the Hunt–Crossley data fₑ₀ = −kφ₀, n₀ and ε_s instead
+  (:func:`sap_ref.constraints.hunt_crossley_data`, docs/formulation.md § Hunt–Crossley contact).
 
 Drake: ``DiscreteUpdateManager::AppendDiscreteContactPairsForPointContact``,
-``SapModel::CalcDelassusDiagonalApproximation``, ``SapFrictionConeConstraint::DoMakeData``.
+``SapModel::CalcDelassusDiagonalApproximation``, ``SapFrictionConeConstraint::DoMakeData``,
+``SapHuntCrossleyConstraint::DoMakeData``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class ContactGeometry:
         J: contact Jacobians, rows (t₁, t₂, n), (C, 3, nv).
         phi0: signed distance at q₀ [m], (C,).
         mu, ke, tau_d: combined friction, stiffness [N/m], dissipation time [s], (C,).
+        hcd: combined Hunt–Crossley dissipation [s/m], (C,).
         body0 / body1: body indices (−1 = world), (C,).
     """
 
@@ -64,6 +68,7 @@ class ContactGeometry:
     mu: np.ndarray
     ke: np.ndarray
     tau_d: np.ndarray
+    hcd: np.ndarray
     body0: np.ndarray
     body1: np.ndarray
 
@@ -127,7 +132,8 @@ def contact_geometry(model: SapModel, contacts, world: int, body_q: np.ndarray, 
         J[c] = R_WC[c].T @ Jv
     return ContactGeometry(R_WC=R_WC, p0=p0, p1=p1, J=J, phi0=contacts.phi0[sl].astype(np.float64),
                            mu=contacts.mu[sl].astype(np.float64), ke=contacts.ke[sl].astype(np.float64),
-                           tau_d=contacts.tau_d[sl].astype(np.float64), body0=body0, body1=body1)
+                           tau_d=contacts.tau_d[sl].astype(np.float64), hcd=contacts.hcd[sl].astype(np.float64),
+                           body0=body0, body1=body1)
 
 
 def delassus_weights(J: np.ndarray, A_diag: np.ndarray, precision: str = "fp64") -> np.ndarray:
@@ -181,3 +187,4 @@ def contact_regularization(w, ke, tau_d, phi0, dt: float, beta: float, sigma: fl
     v_hat = np.zeros_like(R)
     v_hat[:, 2] = -phi0 / (h + tau_d)
     return R, v_hat
+

@@ -27,7 +27,15 @@ from sap_common.config import SapConfig, precision_dtype
 from sap_common.model import SapModel
 from sap_common.state import StepStatus
 
-from .constraints import DriveConstraints, LimitConstraints, drive_terms, friction_cone, limit_terms
+from .constraints import (
+    DriveConstraints,
+    HuntCrossley,
+    LimitConstraints,
+    drive_terms,
+    friction_cone,
+    hunt_crossley,
+    limit_terms,
+)
 from .line_search import LineSearchResult, line_search
 from .linear_solve import PcrResult, PcrSettings, cholesky_solve, pcr
 
@@ -57,9 +65,12 @@ class SapProblem:
         dofs: participating DOF indices into the world's velocity vector, (n,).
         A: dynamics matrix, (n, n).
         v_star: free-motion velocity, (n,).
-        contact_J, contact_R, contact_v_hat, contact_mu: friction cones, (C, 3, n), (C, 3), (C, 3), (C,).
+        contact_J, contact_R, contact_v_hat, contact_mu: contact rows, (C, 3, n), (C, 3), (C, 3), (C,);
+            R and v̂ are the friction cones' (the ``sap`` approximation).
         limit_J, limit_R, limit_v_hat: limit rows, (L, n), (L,), (L,).
         drive: drive rows (J restricted to the participating DOFs).
+        contact_hc: the Hunt–Crossley data of the contacts under ``lagged``/``similar`` (then the
+            contacts are Hunt–Crossley constraints and R, v̂ are not read), None under ``sap``.
     """
 
     dofs: np.ndarray
@@ -73,6 +84,7 @@ class SapProblem:
     limit_R: np.ndarray
     limit_v_hat: np.ndarray
     drive: DriveConstraints
+    contact_hc: HuntCrossley | None = None
 
     @property
     def dtype(self):
@@ -172,8 +184,10 @@ def participating_dofs(model: SapModel, *row_blocks: np.ndarray) -> np.ndarray:
 
 
 def make_problem(model: SapModel, A, v_star, contact_J, contact_R, contact_v_hat, contact_mu,
-                 limits: LimitConstraints, drives: DriveConstraints, precision: str = "fp64") -> SapProblem:
-    """Restrict everything to the participating DOFs and cast to ``contact_solve_precision``."""
+                 limits: LimitConstraints, drives: DriveConstraints, precision: str = "fp64",
+                 contact_hc: HuntCrossley | None = None) -> SapProblem:
+    """Restrict everything to the participating DOFs and cast to ``contact_solve_precision``
+    (``contact_hc``: the contacts are Hunt–Crossley constraints with this data)."""
     dt = precision_dtype(precision)
     dofs = participating_dofs(model, contact_J, limits.J, drives.J)
     cast = lambda x: np.asarray(x, dtype=dt)  # noqa: E731
@@ -183,11 +197,15 @@ def make_problem(model: SapModel, A, v_star, contact_J, contact_R, contact_v_hat
         contact_J=cast(contact_J[:, :, dofs]), contact_R=cast(contact_R), contact_v_hat=cast(contact_v_hat),
         contact_mu=cast(contact_mu), limit_J=cast(limits.J[:, dofs]), limit_R=cast(limits.R),
         limit_v_hat=cast(limits.v_hat), drive=restricted_drive,
+        contact_hc=None if contact_hc is None else contact_hc.astype(dt),
     )
 
 
 def _constraint_terms(p: SapProblem, contact_vc, limit_vc, drive_vc):
-    cg, cG, cl, mode = friction_cone(contact_vc, p.contact_R, p.contact_v_hat, p.contact_mu)
+    if p.contact_hc is None:
+        cg, cG, cl, mode = friction_cone(contact_vc, p.contact_R, p.contact_v_hat, p.contact_mu)
+    else:
+        cg, cG, cl, mode = hunt_crossley(contact_vc, p.contact_mu, p.contact_hc)
     lg, lG, ll = limit_terms(limit_vc, p.limit_R, p.limit_v_hat)
     dg, dG, dl = drive_terms(drive_vc, p.drive)
     return (cg, cG, cl, mode), (lg, lG, ll), (dg, dG, dl)

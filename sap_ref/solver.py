@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sap_common.collision_rules import check_contact_materials
+from sap_common.collision_rules import check_contact_materials, check_hunt_crossley_materials
 from sap_common.config import SapConfig
 from sap_common.conventions import joint_quaternions_ok
 from sap_common.kinematics import body_state
@@ -29,7 +29,14 @@ from sap_common.time_step import time_step_bound
 
 from . import boundary
 from .arrays import check_host_device
-from .constraints import DriveConstraints, LimitConstraints, drive_constraints, limit_constraints
+from .constraints import (
+    DriveConstraints,
+    HuntCrossley,
+    LimitConstraints,
+    drive_constraints,
+    hunt_crossley_data,
+    limit_constraints,
+)
 from .contact_jacobian import (
     ContactGeometry,
     body_inertia_weights,
@@ -61,7 +68,8 @@ class WorldResult:
     Attributes:
         free_motion: M, A, k and v* (stage 1).
         contacts: contact frames, points and Jacobians J (stage 2).
-        w: contact weights, (C,).  R / v_hat: contact regularization and bias, (C, 3).
+        w: contact weights, (C,).  R / v_hat: contact regularization and bias, (C, 3) (read by the
+            ``sap`` approximation only).
         limits / drives: the limit and drive rows of this step.
         problem: the SAP problem on the participating DOFs (stage 3 input).
         solve: the Newton solve: solution, γ, iterations, history (stage 3).
@@ -69,6 +77,8 @@ class WorldResult:
         status: :class:`StepStatus` bits.
         body_q: the body poses the contact stage used (at q₀; float32-rounded unless
             ``use_f64_boundary_pose``), (B, 7), or None for a rejected world.
+        hunt_crossley: the contacts' Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s) under ``lagged`` and
+            ``similar``; None under ``sap``.
     """
 
     free_motion: FreeMotion | None
@@ -84,6 +94,7 @@ class WorldResult:
     q1: np.ndarray
     status: StepStatus
     body_q: np.ndarray | None = None
+    hunt_crossley: HuntCrossley | None = None
 
     @property
     def contact_impulses(self) -> np.ndarray:
@@ -125,6 +136,7 @@ class SolverSAP:
             raise ValueError("model: SolverSAP needs at least one articulated DOF (joint_dof_count >= 1), got 0")
         self.model = model
         self.config = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact, **overrides)
+        check_hunt_crossley_materials(model, self.config)
         W = model.num_worlds
         self.last_newton_iterations = np.zeros(W, dtype=np.int32)
         self.last_line_search_iterations = np.zeros(W, dtype=np.int32)
@@ -254,11 +266,17 @@ class SolverSAP:
             weights = body_inertia_weights(model, geo, body_q, cfg.sap_contact_weight_precision)
         R, v_hat = contact_regularization(weights, geo.ke, geo.tau_d, geo.phi0, dt, cfg.contact_beta,
                                           cfg.contact_sigma, cfg.sap_contact_weight_precision)
+        hc = None
+        if cfg.discrete_contact_approximation != "sap":  # Hunt–Crossley: fₑ₀, n₀ (from vₙ₀ = (J v₀)ₙ), ε_s
+            vn0 = geo.J[:, 2, :] @ v0 if len(geo.phi0) else np.zeros(0)
+            hc = hunt_crossley_data(weights, geo.mu, geo.ke, geo.hcd, geo.phi0, vn0, dt, cfg.contact_sigma,
+                                    cfg.stiction_tolerance, cfg.discrete_contact_approximation == "similar",
+                                    cfg.sap_contact_weight_precision)
         limits = limit_constraints(model, q0, v0, fm.v_star, fm.A, dt, body_q, J_bodies)
         drives = drive_constraints(model, q0, fm.A, dt, x.joint_target_pos[w], x.joint_target_vel[w],
                                    x.joint_act[w])
         problem = make_problem(model, fm.A, fm.v_star, geo.J, R, v_hat, geo.mu, limits, drives,
-                               cfg.contact_solve_precision)
+                               cfg.contact_solve_precision, hc)
         sol = solve(problem, v0[problem.dofs], cfg)
         v1 = fm.v_star.copy()
         v1[problem.dofs] = sol.v
@@ -269,7 +287,7 @@ class SolverSAP:
         elif not joint_quaternions_ok(model, q1)[0]:  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
             status |= StepStatus.INVALID_QUATERNION
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
-                           limits, drives, problem, sol, v1, q1, status, body_q)
+                           limits, drives, problem, sol, v1, q1, status, body_q, hc)
 
     def _check_contacts(self, contacts: SapContacts) -> None:
         if not isinstance(contacts, SapContacts):

@@ -10,8 +10,11 @@ then world W's step N is solved by sap_ref with every intermediate kept. The rep
 file, figures embedded as PNG, no network needed to open it) shows: the scene with the contact
 points, normals and impulses; Newton's convergence (ℓ, ‖D̃∇ℓ‖ against the stopping tolerance,
 α); each line search's cost ℓ(v + αΔv) along α with its probes and the accepted α; each
-contact's friction-cone regime per iterate and γ against the cone; H's structure and
-condition number and v* against v₁; and a text of what happened.
+contact's friction-cone regime per iterate and γ against the cone; under the ``lagged`` and
+``similar`` approximations each contact's Hunt–Crossley quantities (fₑ₀, vₙ₀, n₀, ε_s, the
+velocity v̂ where n vanishes, vₙ and n at the solution, the normal and friction regimes); H's
+structure and condition number and v* against v₁; and a text of what happened.
+``--approximation`` picks the contact approximation (default: the scene file's, else sap).
 
 ``--compare-presets A B`` solves the same step (same state, same contacts; rolled out with A)
 with both presets and puts the two solves side by side. ``--backend gpu`` rolls out with
@@ -51,6 +54,7 @@ from sap_tools.step_capture import (
     capture_step,
     compare_backends,
     gpu_step,
+    hunt_crossley_rows,
     rollout,
     status_text,
     summary,
@@ -84,12 +88,15 @@ def _table(head: list[str], rows: list[list], left: int = 1) -> str:
 
 def _settings(cap: StepCapture) -> str:
     c = cap.config
-    rows = [["preset", c.contact_preset_variant], ["line search", c.line_search_variant],
+    rows = [["preset", c.contact_preset_variant], ["contact approximation", c.discrete_contact_approximation],
+            ["line search", c.line_search_variant],
             ["linear solver", c.contact_linear_solver], ["weights", c.contact_weight_mode],
             ["contact point", c.contact_point_mode], ["position integration", c.position_integration],
             ["max Newton iterations", c.max_iterations],
             ["optimality ε_a / ε_r", f"{c.optimality_abs_tol:g} / {c.optimality_rel_tol:g}"],
             ["cost ε_a / ε_r", f"{c.cost_abs_tol:g} / {c.cost_rel_tol:g}"], ["h [s]", f"{cap.dt:g}"]]
+    if c.discrete_contact_approximation != "sap":
+        rows.append(["stiction tolerance v_s [m/s]", f"{c.stiction_tolerance:g}"])
     return _table(["setting", "value"], rows, left=2)
 
 
@@ -116,6 +123,22 @@ def _contact_table(cap: StepCapture) -> str:
              f"{g[c, 0]:.3e}", f"{g[c, 1]:.3e}", f"{g[c, 2]:.3e}"] for c in range(C)]
     return _table(["#", "shapes", "φ₀ [mm]", "μ", "k [N/m]", "regime over the iterations", "γ_t1 [N·s]",
                    "γ_t2 [N·s]", "γ_n [N·s]"], rows, left=2)
+
+
+def _hunt_crossley_table(cap: StepCapture) -> str:
+    rows = hunt_crossley_rows(cap)
+    if not rows:
+        return ""
+    table = [[r["contact"], r["shapes"], f"{r['k']:.3g}", f"{r['d']:.3g}", f"{r['fe0']:.4g}", f"{r['vn0']:.4g}",
+              f"{r['n0']:.4g}", f"{r['eps_s']:.3g}", f"{r['v_hat']:.4g}", f"{r['vn']:.4g}", f"{r['n']:.4g}",
+              f"{r['friction_bound']:.4g}", r["normal_regime"], r["friction_regime"]] for r in rows]
+    return ("<h2>Hunt–Crossley quantities</h2><p>Fixed for the step: fₑ₀ = −kφ₀, n₀ = (hfₑ₀)₊(1 − d vₙ₀)₊ "
+            "(vₙ₀ the normal velocity at v₀), ε_s = max(v_s, μσw n₀); n(z) = h(fₑ₀ − hkz)₊(1 − dz)₊ vanishes "
+            "from v̂ = min(fₑ₀/(hk), 1/d) on. At the solution: vₙ, n = γₙ and the friction bound μ n_f "
+            "(n_f = n₀ lagged, n similar).</p>"
+            + _table(["#", "shapes", "k [N/m]", "d [s/m]", "fₑ₀ [N]", "vₙ₀ [m/s]", "n₀ [N·s]", "ε_s [m/s]",
+                      "v̂ [m/s]", "vₙ [m/s]", "n [N·s]", "μ n_f [N·s]", "normal regime", "friction"], table,
+                     left=2))
 
 
 def _runs(seq) -> list[int]:
@@ -154,6 +177,7 @@ def _capture_body(cap: StepCapture, dpi: int) -> str:
             parts.append(_iteration_table(cap))
         if title.startswith("Friction"):
             parts.append(_contact_table(cap))
+            parts.append(_hunt_crossley_table(cap))
     return "\n".join(parts)
 
 
@@ -261,6 +285,8 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default=None, help=f"contact_preset_variant: one of {PRESET_CHOICES}")
     p.add_argument("--line-search", default=None, help=f"line_search_variant: one of {LINE_SEARCH_CHOICES}")
     p.add_argument("--linear-solver", default=None, help=f"contact_linear_solver: one of {LINEAR_SOLVER_CHOICES}")
+    p.add_argument("--approximation", default=None, choices=("sap", "lagged", "similar"),
+                   help="discrete_contact_approximation (default: the scene file's, else sap)")
     p.add_argument("--compare-presets", nargs="*", default=None, metavar="PRESET",
                    help=f"solve the step with two presets side by side (default {' '.join(DEFAULT_COMPARE)})")
     p.add_argument("--backend", default="ref", help="ref (roll out with sap_ref, default) or gpu (sap_gpu, "
@@ -286,6 +312,8 @@ def main(argv=None) -> int:
         kwargs, source = scene_solver_kwargs(scene, args.preset, args.line_search)
         if args.linear_solver is not None:
             kwargs["contact_linear_solver"] = args.linear_solver
+        if args.approximation is not None:
+            kwargs["discrete_contact_approximation"] = args.approximation
         if compare:
             kwargs["contact_preset_variant"] = compare[0]
         caps = inspect_scene(scene, args.step, args.world, solver_kwargs=kwargs, compare=compare,
@@ -301,8 +329,10 @@ def main(argv=None) -> int:
         print(json.dumps(dict(scene=scene.name, step=args.step, world=args.world, report=out,
                               solves=[dict(preset=c.config.contact_preset_variant,
                                            line_search=c.config.line_search_variant,
+                                           approximation=c.config.discrete_contact_approximation,
                                            newton_iterations=c.newton_iterations, status=int(c.result.status),
-                                           contacts=c.contact_count, summary=summary(c)) for c in caps],
+                                           contacts=c.contact_count, hunt_crossley=hunt_crossley_rows(c),
+                                           summary=summary(c)) for c in caps],
                               backends=None if caps[0].backends is None else dict(
                                   device=caps[0].backends.device, distance_A=caps[0].backends.distance_A,
                                   bound_A=caps[0].backends.bound_A,

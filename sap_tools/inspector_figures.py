@@ -225,6 +225,10 @@ def fig_regimes(cap: StepCapture):
     ax[0].set_title("regime per iterate", fontsize=10, loc="left")
     g = cap.result.contact_impulses
     gn, gt = g[:, 2], np.linalg.norm(g[:, :2], axis=1)
+    hc = cap.result.hunt_crossley
+    lagged = hc is not None and not hc.similar
+    if lagged:  # lagged friction is bounded by μ n₀, the previous step's normal impulse, not by μ γ_n
+        gn = hc.n0.astype(np.float64)
     mu = cap.result.contacts.mu
     top = max(float(gn.max(initial=0.0)), 1e-30) * 1.1
     for m_val in np.unique(np.round(mu, 12)):
@@ -236,11 +240,12 @@ def fig_regimes(cap: StepCapture):
             ax[1].scatter(gn[sel], gt[sel], color=REGIME_COLORS[m], s=22, label=REGIME_NAMES[m], zorder=3)
     for c in range(C):
         ax[1].annotate(str(c), (gn[c], gt[c]), fontsize=6, xytext=(2, 2), textcoords="offset points")
-    ax[1].set_xlabel("γ_n [N·s]")
+    ax[1].set_xlabel("n₀ (lagged: the previous step's normal impulse) [N·s]" if lagged else "γ_n [N·s]")
     ax[1].set_ylabel("‖γ_t‖ [N·s]")
     ax[1].set_xlim(left=0)
     ax[1].set_ylim(bottom=0)
-    ax[1].set_title("γ against the cone ‖γ_t‖ ≤ μ γ_n (solution)", fontsize=10)
+    ax[1].set_title("γ against its bound ‖γ_t‖ ≤ μ n₀ (solution)" if lagged else
+                    "γ against the cone ‖γ_t‖ ≤ μ γ_n (solution)", fontsize=10)
     ax[1].legend(fontsize=7)
     fig.tight_layout()
     return fig

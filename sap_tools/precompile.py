@@ -3,9 +3,11 @@
     sap-precompile humanoid                                  # sm_90 (or this GPU's), every preset and path
     sap-precompile humanoid --preset approx32 --newton-path fused --resources
     sap-precompile humanoid --arch 90 --out cache/ --json
+    sap-precompile humanoid --preset drake --approximation lagged similar --resources
 
-For each configuration asked for (every combination of ``--preset``, ``--newton-path`` and
-``--linear-solver``; all of each by default), one ``collide`` + ``step`` of the scene runs as a
+For each configuration asked for (every combination of ``--preset``, ``--newton-path``,
+``--linear-solver`` — all of each by default — and ``--approximation``, the contact
+approximation, ``sap`` by default), one ``collide`` + ``step`` of the scene runs as a
 dry run on the CPU device (nothing executes) to list the (module, block size) variants the step
 launches on a GPU; each variant is then compiled once for ``sm_<arch>`` with Warp's NVRTC and its
 compile time printed. With ``--resources`` each kernel's registers (REG), stack, shared and
@@ -44,15 +46,15 @@ __all__ = ["main", "configurations", "mjwarp_step_variants", "launched_resources
 DEFAULT_ARCH = 90  # an H100/H200 (sm_90) when no GPU is here to ask
 
 
-def configurations(presets, newton_paths, linear_solvers):
-    """Every (preset, newton_path, linear_solver) asked for. PCR runs the staged loop whatever
-    ``newton_path`` says, so a fused/PCR pair is the staged/PCR one and is listed once."""
+def configurations(presets, newton_paths, linear_solvers, approximations=("sap",)):
+    """Every (preset, newton_path, linear_solver, approximation) asked for. PCR runs the staged
+    loop whatever ``newton_path`` says, so a fused/PCR pair is the staged/PCR one and is listed once."""
     out = []
-    for preset, path, solver in itertools.product(presets, newton_paths, linear_solvers):
+    for preset, path, solver, approx in itertools.product(presets, newton_paths, linear_solvers, approximations):
         if solver == "pcr":
             path = "staged"
-        if (preset, path, solver) not in out:
-            out.append((preset, path, solver))
+        if (preset, path, solver, approx) not in out:
+            out.append((preset, path, solver, approx))
     return out
 
 
@@ -132,7 +134,7 @@ def _default_arch() -> int:
 
 @entry_point("sap-precompile")
 def main(argv=None) -> int:
-    from sap_common.config import LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
+    from sap_common.config import CONTACT_APPROXIMATIONS, LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
 
     prog = "sap-precompile"
     p = parser(prog, __doc__)
@@ -144,6 +146,8 @@ def main(argv=None) -> int:
                    help=f"Newton paths (default: all: {', '.join(NEWTON_PATHS)})")
     p.add_argument("--linear-solver", nargs="+", default=list(LINEAR_SOLVERS),
                    help=f"linear solvers (default: all: {', '.join(LINEAR_SOLVERS)})")
+    p.add_argument("--approximation", nargs="+", default=["sap"],
+                   help=f"contact approximations (default: sap; valid: {', '.join(CONTACT_APPROXIMATIONS)})")
     p.add_argument("--line-search", default=None, help="line search (default: the scene's, else monotone_decay)")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
@@ -157,7 +161,8 @@ def main(argv=None) -> int:
     from sap_common.config import SapConfig
 
     for flag, values, valid in (("--newton-path", args.newton_path, NEWTON_PATHS),
-                                ("--linear-solver", args.linear_solver, LINEAR_SOLVERS)):
+                                ("--linear-solver", args.linear_solver, LINEAR_SOLVERS),
+                                ("--approximation", args.approximation, CONTACT_APPROXIMATIONS)):
         bad = [v for v in values if v not in valid]
         if bad:
             return fail(prog, f"{flag}: {bad[0]!r} is not valid; valid: {', '.join(valid)}")
@@ -184,13 +189,17 @@ def main(argv=None) -> int:
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
-    for preset, path, solver in configurations(args.preset, args.newton_path, args.linear_solver):
+    for preset, path, solver, approx in configurations(args.preset, args.newton_path, args.linear_solver,
+                                                       args.approximation):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
-        kwargs.update(newton_path=path, contact_linear_solver=solver)
-        record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
+        kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx)
+        try:
+            record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
+        except ValueError as e:
+            return fail(prog, e)
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))
-            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}")
+            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}"))
     rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
     report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
     if args.vs_mjwarp:

@@ -29,7 +29,8 @@ from sap_ref.contact_solve import evaluate, hessian, stopping_criterion
 from sap_ref.solver import SolverSAP, WorldResult
 
 __all__ = ["REGIME_NAMES", "StepCapture", "BackendComparison", "world_slice", "dof_labels", "rollout",
-           "capture_step", "gpu_step", "compare_backends", "regime_switches", "summary", "status_text"]
+           "capture_step", "gpu_step", "compare_backends", "regime_switches", "summary", "status_text",
+           "hunt_crossley_rows"]
 
 # Friction-cone regions of sap_ref.constraints.friction_cone, as the report names them.
 REGIME_NAMES = {STICTION: "sticking", SLIDING: "sliding", NO_CONTACT: "separated"}
@@ -282,12 +283,50 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def hunt_crossley_rows(cap: StepCapture) -> list[dict]:
+    """Each contact's Hunt–Crossley quantities at the solution (``lagged`` / ``similar``; [] under ``sap``).
+
+    The quantities: k, d, fₑ₀, vₙ₀, n₀, ε_s (fixed for the step), v̂ = min(fₑ₀/(hk), 1/d) (where n
+    vanishes), vₙ and z at v₁ (z = vₙ − μ‖v_t‖_s under similar), n(z) = γₙ, the friction bound
+    μ·n_f (n_f = n₀ lagged, n(z) similar), the normal regime — ``compressing`` (both factors of
+    n > 0), ``elastic force spent`` (fₑ₀ − hkz ≤ 0) or ``dissipation spent`` (1 − dz ≤ 0) — and the
+    friction regime (``stiction`` while ‖v_t‖ ≤ ε_s, ``sliding``); see
+    docs/formulation.md § Hunt–Crossley contact
+    """
+    r = cap.result
+    hc = r.hunt_crossley
+    if hc is None or r.solve is None or not cap.contact_count:
+        return []
+    ev = r.solve.evaluation
+    vc = ev.contact_vc.astype(np.float64)
+    mu = r.contacts.mu
+    rows = []
+    for c in range(cap.contact_count):
+        k, d, fe0, eps = (float(x[c]) for x in (hc.k, hc.d, hc.fe0, hc.eps))
+        vt = float(np.hypot(vc[c, 0], vc[c, 1]))
+        soft = float(np.sqrt(vt * vt + eps * eps) - eps)
+        z = vc[c, 2] - mu[c] * soft if hc.similar else vc[c, 2]
+        elastic, damping = fe0 - hc.h * k * z, 1.0 - d * z
+        regime = ("compressing" if elastic > 0 and damping > 0 else
+                  "elastic force spent" if elastic <= 0 else "dissipation spent")
+        v_x = fe0 / (hc.h * k) if k > 0 else np.inf
+        v_d = 1.0 / d if d > 0 else np.inf
+        n_friction = float(ev.contact_gamma[c, 2]) if hc.similar else float(hc.n0[c])
+        rows.append(dict(contact=c, shapes=cap.contact_names[c], k=k, d=d, fe0=fe0, vn0=float(hc.vn0[c]),
+                         n0=float(hc.n0[c]), eps_s=eps, v_hat=float(min(v_x, v_d)), vn=float(vc[c, 2]), z=float(z),
+                         n=float(ev.contact_gamma[c, 2]), friction_bound=float(mu[c] * n_friction),
+                         normal_regime=regime, friction_regime="stiction" if vt <= eps else "sliding"))
+    return rows
+
+
 def summary(cap: StepCapture) -> list[str]:
     """What happened in the step, one sentence per line."""
     r, cfg = cap.result, cap.config
+    approx = cfg.discrete_contact_approximation
     lines = [f"Step {cap.step} of {cap.scene or 'the scene'} (t = {cap.t:.6g} s → {cap.t + cap.dt:.6g} s, "
              f"h = {cap.dt:g} s), world {cap.world}: preset {cfg.contact_preset_variant}, "
-             f"{cfg.line_search_variant} line search, {cfg.contact_linear_solver} linear solver."]
+             f"{cfg.line_search_variant} line search, {cfg.contact_linear_solver} linear solver, "
+             + ("friction-cone (sap) contact." if approx == "sap" else f"Hunt–Crossley ({approx}) contact.")]
     if r.problem is None or r.solve is None:
         lines.append(f"The world's inputs were not finite: nothing was solved (status {status_text(int(r.status))}).")
         return lines
@@ -321,6 +360,11 @@ def summary(cap: StepCapture) -> list[str]:
         c = int(np.argmax(gamma[:, 2]))
         lines.append(f"Largest normal impulse: contact {c} ({cap.contact_names[c]}), γ_n = {gamma[c, 2]:.4g} N·s "
                      f"(force {gamma[c, 2] / cap.dt:.4g} N).")
+        for row in hunt_crossley_rows(cap)[:8]:
+            lines.append(f"Contact {row['contact']} (Hunt–Crossley): fₑ₀ = {row['fe0']:.4g} N, "
+                         f"n₀ = {row['n0']:.4g} N·s, "
+                         f"ε_s = {row['eps_s']:.3g} m/s, vₙ₀ = {row['vn0']:.4g} → vₙ = {row['vn']:.4g} m/s; "
+                         f"{row['normal_regime']}, {row['friction_regime']}.")
     lines.append(f"cond(H) = {cap.conditions[0]:.3g} at the first iterate, {cap.conditions[-1]:.3g} at the solution.")
     dv = r.v1 - r.free_motion.v_star
     k = int(np.argmax(np.abs(dv)))

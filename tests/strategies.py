@@ -114,10 +114,12 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
 
 
 @st.composite
-def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
+def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1, hunt_crossley: bool = False):
     """``(model, joint_q, joint_qd_public)``: a random tree whose scalar DOFs may carry limits and PD
     drives, with a sphere, capsule or box on every body and a ground plane (so states below z = 0
-    make contacts). Every joint type appears."""
+    make contacts). Every joint type appears. ``hunt_crossley``: materials for the Hunt–Crossley
+    approximations — a finite ground stiffness, Hunt–Crossley dissipations (0 included) on the
+    ground and on some shapes."""
     n = draw(st.integers(1, max_bodies))
     b = ModelBuilder(gravity=(0.0, 0.0, -9.81))
     for i in range(n):
@@ -152,17 +154,22 @@ def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1):
             Rl, Ra = spatial.quat_to_matrix(draw(quaternions())), spatial.quat_to_matrix(draw(quaternions()))
             b.add_joint_d6(parent, i, xp, xc, linear_axes=list(Rl.T[:nl]), angular_axes=list(Ra.T[:2 - nl + 1]),
                            **scalar)
-    b.add_ground_plane(mu=draw(st.floats(0.1, 1.0)), ke=draw(st.sampled_from([1e4, 1e5, 1e6, np.inf])), tau=0.01)
+    if hunt_crossley:
+        b.add_ground_plane(mu=draw(st.floats(0.1, 1.0)), ke=draw(st.sampled_from([1e4, 1e5, 1e6])), tau=0.01,
+                           hcd=draw(st.sampled_from([0.0, 5.0, 50.0])))
+    else:
+        b.add_ground_plane(mu=draw(st.floats(0.1, 1.0)), ke=draw(st.sampled_from([1e4, 1e5, 1e6, np.inf])), tau=0.01)
     for i in range(n):
         kind = draw(st.sampled_from(["sphere", "capsule", "box"]))
+        material = dict(hcd=draw(st.one_of(st.none(), st.floats(0.0, 100.0)))) if hunt_crossley else {}
         if kind == "sphere":
-            b.add_shape_sphere(i, radius=draw(st.floats(0.05, 0.2)))
+            b.add_shape_sphere(i, radius=draw(st.floats(0.05, 0.2)), **material)
         elif kind == "capsule":
             b.add_shape_capsule(i, draw(transforms(0.05)), radius=draw(st.floats(0.03, 0.15)),
-                                half_length=draw(st.floats(0.0, 0.2)))
+                                half_length=draw(st.floats(0.0, 0.2)), **material)
         else:
             hx, hy, hz = draw(vectors(3, 0.03, 0.15))
-            b.add_shape_box(i, draw(transforms(0.05)), hx=hx, hy=hy, hz=hz)
+            b.add_shape_box(i, draw(transforms(0.05)), hx=hx, hy=hy, hz=hz, **material)
     model = b.replicate(num_worlds).finalize()
     q = _draw_joint_q(draw, model, 0.3, 0.9)
     qd = draw(vectors(model.joint_dof_count, -2.0, 2.0)) if model.joint_dof_count else np.zeros(0)

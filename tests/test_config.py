@@ -185,6 +185,12 @@ BAD = [
     (dict(pcr_regularization=float("inf")), r"pcr_regularization: must be finite"),
     (dict(pcr_regularization=-1e-9), r"pcr_regularization: must be finite and in \[0.0, inf\)"),
     (dict(matrixfree_representation="yes"), r"matrixfree_representation: must be True or False"),
+    (dict(discrete_contact_approximation="tamsi"),
+     r"discrete_contact_approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),
+    (dict(discrete_contact_approximation=1), r"discrete_contact_approximation: 1 is not valid"),
+    (dict(stiction_tolerance=0.0), r"stiction_tolerance: must be finite and in \(0.0, inf\) m/s"),
+    (dict(stiction_tolerance=float("inf")), r"stiction_tolerance: must be finite"),
+    (dict(fallback_hc_dissipation=-1.0), r"fallback_hc_dissipation: must be finite and in \[0.0, inf\) s/m"),
 ]
 
 
@@ -225,3 +231,19 @@ def test_linear_solver_knobs_and_their_dependent_defaults():
     assert p.replace(contact_linear_solver="cholesky").matrixfree_representation is False
     assert SapConfig(matrixfree_representation=True).contact_linear_solver == "cholesky"
     assert p.replace(contact_preset_variant="drake").pcr_rtol == 1e-10
+
+
+@pytest.mark.parametrize("preset", ["approx32", "approx64", "drake"])
+def test_contact_approximation_is_orthogonal_to_the_presets(preset):
+    """Every preset keeps the anchors' approximation (sap) unless told otherwise; the knob and its
+    two Hunt–Crossley parameters change nothing else; Drake's names are accepted."""
+    cfg = SapConfig.from_preset(preset)
+    assert cfg.discrete_contact_approximation == "sap"
+    assert cfg.stiction_tolerance == 1e-4 and cfg.fallback_hc_dissipation == 50.0  # Drake's plant / SceneGraph
+    for name, canonical in (("lagged", "lagged"), ("kLagged", "lagged"), ("Similar", "similar"), ("kSap", "sap")):
+        hc = SapConfig.from_preset(preset, discrete_contact_approximation=name)
+        assert hc.discrete_contact_approximation == canonical
+        assert {k: v for k, v in hc.as_dict().items() if k != "discrete_contact_approximation"} == \
+            {k: v for k, v in cfg.as_dict().items() if k != "discrete_contact_approximation"}
+    assert cfg.replace(contact_preset_variant="drake", discrete_contact_approximation="lagged").replace(
+        contact_preset_variant="approx32").discrete_contact_approximation == "lagged"  # an explicit choice is kept

@@ -127,6 +127,29 @@ def test_one_lane_fused_equals_staged(device, case, preset, line_search):
         np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+@settings(max_examples=6)
+@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
+       line_search=st.sampled_from(LINE_SEARCHES))
+def test_one_lane_fused_equals_staged_under_hunt_crossley(device, approximation, case, preset, line_search):
+    """The Hunt–Crossley contact term on both paths: equal on one lane, as the friction cone."""
+    if device.is_cuda:
+        pytest.skip("a CUDA block always has its 32 lanes (see the cooperative-lane tests)")
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search,
+                  discrete_contact_approximation=approximation)
+    with cooperative_lanes(False):
+        runs = []
+        for path in ("fused", "staged"):
+            solver = _solver(model, device, path, **config)
+            runs.append((solver, _step(solver, state, control, contacts, device)))
+        _assert_same_step(*runs, f"{approximation}/{preset}/{line_search}")
+        v = runs[1][0].work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        ea, eb = (s.evaluate_at(v) for s, _ in runs)
+    for k, x in ea.items():
+        np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
+
+
 # ---------------------------------------------------------------------------- 32 lanes
 
 @settings(max_examples=12)
@@ -152,6 +175,34 @@ def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_s
     else:  # away from convergence the two must fail the same way
         assert ds["status"][0] == df["status"][0]
     assert np.isfinite(out_f.joint_q).all() == np.isfinite(out_s.joint_q).all()
+
+
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+@settings(max_examples=6)
+@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
+       line_search=st.sampled_from(LINE_SEARCHES))
+def test_cooperative_lanes_solve_the_staged_problem_under_hunt_crossley(device, approximation, case, preset,
+                                                                        line_search):
+    """32 lanes under lagged and similar: ∇ℓ, γ, H equal to the staged ones, v₁ to the solver tolerance."""
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search,
+                  discrete_contact_approximation=approximation)
+    staged = _solver(model, device, "staged", **config)
+    _step(staged, state, control, contacts, device)
+    with cooperative_lanes():
+        fused = _solver(model, device, "fused", **config)
+        _step(fused, state, control, contacts, device)
+        v = staged.work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        ef = fused.evaluate_at(v)
+    es = staged.evaluate_at(v)
+    for k in ("grad", "H", "H_diag", "contact_gamma", "limit_gamma", "drive_gamma"):
+        np.testing.assert_array_equal(ef[k], es[k], err_msg=f"evaluate_at: {k}")
+    assert np.all(np.abs(ef["ell"] - es["ell"]) <= _ell_order_bound(staged, v, es["ell"])), "ℓ"
+    ds, df = staged.diagnostics(), fused.diagnostics()
+    if ds["status"][0] == StepStatus.CONVERGED and df["status"][0] == StepStatus.CONVERGED:
+        _assert_same_solution(staged, fused.work.v1.numpy(), staged.work.v1.numpy(), f"{approximation}/{preset}")
+    else:
+        assert ds["status"][0] == df["status"][0]
 
 
 @pytest.mark.parametrize("name, worlds, steps", [("humanoid", 2, 25), ("humanoid3", 1, 6)])

@@ -197,7 +197,11 @@ def test_pcr_fallback_matches_sap_ref_world_by_world(device):
     assert seen > 0, "the 1-iteration cap never produced a fallback: the test exercises nothing"
 
 
-@pytest.mark.parametrize("name", ANCHORS)
+# Drake's Hunt–Crossley recordings (the scene files carry lagged / similar), PCR included.
+HC_ANCHORS = ("box_corners_slide_lagged", "incline_stick_slip_similar")
+
+
+@pytest.mark.parametrize("name", ANCHORS + HC_ANCHORS)
 def test_gpu_pcr_steps_agree_with_sap_ref_cholesky_on_every_drake_anchor(device, name):
     """sap_gpu with PCR (and the matrix-free free motion) against sap_ref with Cholesky, one step
     from each of Drake's recorded states: v₁ within the strong-convexity bound of the two solves'

@@ -45,7 +45,10 @@ BUDGET_EXCEPTIONS = {
 def test_configurations_list_each_compiled_combination_once():
     """PCR always runs the staged loop, so fused/PCR is staged/PCR and is listed once."""
     assert configurations(["drake"], list(NEWTON_PATHS), list(LINEAR_SOLVERS)) == [
-        ("drake", "fused", "cholesky"), ("drake", "staged", "pcr"), ("drake", "staged", "cholesky")]
+        ("drake", "fused", "cholesky", "sap"), ("drake", "staged", "pcr", "sap"),
+        ("drake", "staged", "cholesky", "sap")]
+    assert configurations(["drake"], ["fused"], ["cholesky"], ["sap", "lagged"]) == [
+        ("drake", "fused", "cholesky", "sap"), ("drake", "fused", "cholesky", "lagged")]
 
 
 def test_launched_resources_keep_the_launched_forward_kernels():
@@ -66,6 +69,7 @@ def test_kernel_resources_says_how_to_get_cuobjdump(monkeypatch, tmp_path):
     (["humanoid", "--preset", "fast"], "--preset/--line-search: contact_preset_variant: 'fast' is not valid"),
     (["humanoid", "--newton-path", "graph"], "--newton-path: 'graph' is not valid; valid: fused, staged"),
     (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
+    (["humanoid", "--approximation", "tamsi"], "--approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),
     (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
     (["humanoid", "--arch", "9"], "--arch: an SM architecture such as 80, 90 or 100, got 9"),
     (["no_such_scene"], "no_such_scene"),
@@ -94,7 +98,7 @@ def test_a_dry_run_lists_the_step_without_compiling_for_the_cpu(monkeypatch):
 def _humanoid_variants():
     scene = scenes.get("humanoid", num_worlds=1)
     variants, used_by = {}, {}
-    for preset, path, solver in configurations(list(PRESETS), list(NEWTON_PATHS), list(LINEAR_SOLVERS)):
+    for preset, path, solver, _ in configurations(list(PRESETS), list(NEWTON_PATHS), list(LINEAR_SOLVERS)):
         record = step_variants(scene.sap_model, scene.max_rigid_contact, contact_preset_variant=preset,
                                newton_path=path, contact_linear_solver=solver)
         for key, module in record.variants.items():

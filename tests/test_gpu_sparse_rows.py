@@ -107,6 +107,29 @@ def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_
             np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+@settings(max_examples=6)
+@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
+       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+       newton_path=st.sampled_from(NEWTON_PATHS))
+def test_sparse_rows_equal_dense_rows_under_hunt_crossley(device, approximation, case, preset, line_search,
+                                                          linear_solver, newton_path):
+    """The Hunt–Crossley contact term over the non-zero columns equals it over every column."""
+    model, state, control, contacts = _inputs(case, device)
+    config = dict(contact_preset_variant=preset, line_search_variant=line_search, contact_linear_solver=linear_solver,
+                  discrete_contact_approximation=approximation)
+    runs = [_step(model, state, control, contacts, device, sparse, newton_path, **config) for sparse in (True, False)]
+    _assert_equal_runs(*runs, f"{approximation}/{preset}/{line_search}/{linear_solver}")
+    v = runs[0][0].work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+    with cooperative_lanes(newton_path == "fused"):
+        ea, eb = (s.evaluate_at(v) for s, _ in runs)
+    for k, x in ea.items():
+        if x is None:
+            assert eb[k] is None
+        else:
+            np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
+
+
 @pytest.mark.parametrize("linear_solver, newton_path", [("cholesky", "staged"), ("pcr", "staged"),
                                                        ("cholesky", "fused")])
 def test_humanoid_rollout_sparse_equals_dense(device, linear_solver, newton_path):

@@ -73,9 +73,28 @@ def _setup(case, device, newton_path="staged", **config):
        st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
 def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, newton_path):
     """Both Newton paths; the fused one with its 32 cooperative lanes (conftest.cooperative_lanes)."""
+    _check_stages(device, case, preset, line_search, linear_solver, newton_path, "sap")
+
+
+# The Hunt–Crossley approximations on both Newton paths: 10 examples per (approximation, path) per
+# run (SAP_STAGE_EXAMPLES scales them as above), Hunt–Crossley materials (finite stiffness, d ≥ 0).
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+@settings(max_examples=max(1, int(os.environ.get("SAP_STAGE_EXAMPLES", "25")) * 2 // 5))
+@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
+       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS))
+def test_hunt_crossley_stages_match_sap_ref(device, approximation, newton_path, case, preset, line_search,
+                                            linear_solver):
+    """Stage by stage under lagged and similar: the Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s), then γ, ℓ,
+    ∇ℓ, H at the same v, then the full step."""
+    _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation)
+
+
+def _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation):
     model, state, control, contacts, ref, gpu = _setup(case, device, newton_path, contact_preset_variant=preset,
                                                        line_search_variant=line_search,
-                                                       contact_linear_solver=linear_solver)
+                                                       contact_linear_solver=linear_solver,
+                                                       discrete_contact_approximation=approximation)
     out_gpu = sap_gpu.to_device(state, device)
     with cooperative_lanes(newton_path == "fused"):
         gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
@@ -110,6 +129,25 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         _close_rel(gpu.work.contact_w.numpy()[0, :C], r.w, wtol, "w")
         _close_rel(gpu.work.contact_R.numpy()[0, :C], r.R, wtol, "R")
         _close(gpu.work.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol, "v_hat")
+    hc = r.hunt_crossley
+    if C and hc is not None:  # (k, d, fₑ₀, n₀, ε_s) and vₙ₀ = (J v₀)ₙ, in the weight precision
+        data = gpu.work.contact_hc.numpy()[0, :C]
+        vn0 = gpu.work.contact_vn0.numpy()[0, :C]
+        np.testing.assert_array_equal(data[:, 0], hc.k)
+        np.testing.assert_array_equal(data[:, 1], hc.d)
+        _close_rel(data[:, 2], hc.fe0, wtol, "fe0")
+        # vₙ₀ = J·v₀: J's own tolerance times |J|·|v₀|, then one rounding to the weight precision.
+        J_v0 = np.abs(r.contacts.J[:, 2, :]) @ np.abs(joint_qd_public_to_sap(model, state.joint_q[0],
+                                                                            state.joint_qd[0]))
+        assert np.all(np.abs(vn0 - hc.vn0) <= max(jtol, wtol) * np.maximum(J_v0, 1.0)), "vn0"
+        # n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊: fₑ₀'s and vₙ₀'s differences carried through.
+        n_scale = 1e-3 * hc.fe0 * (1.0 + hc.d * np.abs(hc.vn0))
+        dn0 = 1e-3 * hc.fe0 * hc.d * np.abs(vn0 - hc.vn0)
+        n0_bound = wtol * n_scale + dn0 * (1 + wtol)
+        assert np.all(np.abs(data[:, 3] - hc.n0) <= n0_bound), "n0"
+        # ε_s = max(v_s, μσw n₀): its own rounding plus μσw times n₀'s bound.
+        eps_bound = wtol * hc.eps + r.contacts.mu * cfg.contact_sigma * r.w * n0_bound * (1 + wtol)
+        assert np.all(np.abs(data[:, 4] - hc.eps) <= eps_bound), "eps"
     # Limit and drive rows: the same active set, J, R and v̂.
     if gpu.work.limits.count:
         active = gpu.work.limit_active.numpy()[0, :gpu.work.limits.count].astype(bool)
@@ -148,6 +186,10 @@ def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, 
         J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
         p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
                                 contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
+        if p.contact_hc is not None:  # the device's Hunt–Crossley data
+            data = gpu.work.contact_hc.numpy()[0, :C].astype(p.dtype)
+            p = dataclasses.replace(p, contact_hc=dataclasses.replace(p.contact_hc, k=data[:, 0], d=data[:, 1],
+                                                                      fe0=data[:, 2], n0=data[:, 3], eps=data[:, 4]))
     if gpu.work.limits.count and active.any():
         J_lim = gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs]
         p = dataclasses.replace(p, limit_J=J_lim.astype(p.dtype),
@@ -213,3 +255,67 @@ def test_config_knobs_reach_the_kernels(device):
     s = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=8, device=device, contact_solve_precision="fp32")
     assert s.work.P.v.dtype == wp.float32 and s.work.P.grad.dtype == wp.float32
     assert isinstance(s.config, SapConfig)
+
+
+_HC_KERNELS = {}
+
+
+def _hc_kernel(similar: bool):
+    """A kernel that evaluates the device's Hunt–Crossley term of each input row (float64)."""
+    import warp as wp
+
+    from sap_gpu.constraints import hunt_crossley_term
+
+    if similar in _HC_KERNELS:
+        return _HC_KERNELS[similar]
+    term = hunt_crossley_term(wp.float64, similar)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def hc_rows(vc: wp.array(dtype=wp.vec3d), p: wp.array2d(dtype=wp.float64), gamma: wp.array(dtype=wp.vec3d),
+                G: wp.array(dtype=wp.mat33d), ell: wp.array(dtype=wp.float64), mode: wp.array(dtype=int)):
+        i = wp.tid()
+        g, Gi, li, m = term(vc[i], p[i, 0], p[i, 1], p[i, 2], p[i, 3], p[i, 4], p[i, 5], p[i, 6])
+        gamma[i] = g
+        G[i] = Gi
+        ell[i] = li
+        mode[i] = m
+
+    _HC_KERNELS[similar] = hc_rows
+    return hc_rows
+
+
+@settings(max_examples=20)
+@given(st.booleans(), st.lists(st.tuples(st.floats(0.0, 1.5), st.sampled_from([0.0, 1e2, 1e5, 1e7]),
+                                         st.sampled_from([0.0, 0.5, 50.0]), st.floats(0.0, 1e-3),
+                                         st.floats(0.0, 1.0), st.sampled_from([1e-5, 1e-4, 1e-2]),
+                                         st.lists(st.floats(-0.3, 0.3), min_size=3, max_size=3)),
+                               min_size=1, max_size=40))
+def test_hunt_crossley_term_matches_sap_ref(device, similar, rows):
+    """The device's Hunt–Crossley function against sap_ref's, contact by contact: γ, G, ℓ and the
+    regime, over stiffnesses and dissipations with 0 (the guarded cases), both variants."""
+    import warp as wp
+
+    from sap_ref.constraints import HuntCrossley, hunt_crossley
+
+    h = 1e-3
+    mu = np.array([r[0] for r in rows])
+    k, d = np.array([r[1] for r in rows]), np.array([r[2] for r in rows])
+    fe0 = k * np.array([r[3] for r in rows])
+    n0 = h * fe0 * np.array([r[4] for r in rows])
+    eps = np.array([r[5] for r in rows])
+    vc = np.array([r[6] for r in rows])
+    hc = HuntCrossley(similar=similar, h=h, k=k, d=d, fe0=fe0, vn0=np.zeros(len(rows)), n0=n0, eps=eps)
+    g_ref, G_ref, ell_ref, mode_ref = hunt_crossley(vc, mu, hc)
+    n = len(rows)
+    params = np.stack([mu, np.full(n, h), k, d, fe0, n0, eps], axis=1)
+    out = [wp.zeros(n, dtype=t, device=device) for t in (wp.vec3d, wp.mat33d, wp.float64, int)]
+    wp.launch(_hc_kernel(similar), dim=n, device=device,
+              inputs=[wp.array(vc, dtype=wp.vec3d, device=device), wp.array(params, dtype=wp.float64, device=device)],
+              outputs=out)
+    g, G, ell, mode = (a.numpy() for a in out)
+    scale = np.maximum(np.abs(g_ref).max(axis=1), mu * n0)[:, None]
+    assert np.all(np.abs(g - g_ref) <= TOL["fp64"] * np.maximum(scale, 1e-30)), "gamma"
+    gscale = np.abs(G_ref).max(axis=(1, 2))[:, None, None]
+    assert np.all(np.abs(G - G_ref) <= TOL["fp64"] * np.maximum(gscale, 1e-30)), "G"
+    np.testing.assert_allclose(ell, ell_ref, rtol=TOL["fp64"], atol=1e-30)
+    np.testing.assert_array_equal(mode, mode_ref)

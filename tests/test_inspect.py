@@ -67,6 +67,33 @@ def test_report_for_every_preset_and_line_search(preset, line_search, tmp_path, 
     assert "http://" not in html and "https://" not in html  # self-contained
 
 
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+def test_hunt_crossley_quantities_are_shown(approximation, tmp_path, capsys):
+    """Under lagged/similar every contact's fₑ₀, vₙ₀, n₀, ε_s and regime are reported (HTML table,
+    JSON, summary) and are sap_ref's own: fₑ₀ = −kφ₀, the impulse n at the solution, the bound μn_f."""
+    out = tmp_path / "hc.html"
+    step = 250  # the box slides down the incline on its four corners (no hop under similar then)
+    assert main(["incline_stick_slip", "--step", str(step), "--preset", "drake", "--approximation", approximation,
+                 "--out", str(out), "--quiet", "--json", "--dpi", "40"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    solve = row["solves"][0]
+    assert solve["approximation"] == approximation and solve["contacts"] == 4
+    ref = _reference_step(scenes.get("incline_stick_slip"), step, contact_preset_variant="drake",
+                          discrete_contact_approximation=approximation)
+    r = ref.last_results[0]
+    hc, gamma = r.hunt_crossley, r.contact_impulses
+    for c, shown in enumerate(solve["hunt_crossley"]):
+        assert shown["fe0"] == pytest.approx(-r.contacts.ke[c] * r.contacts.phi0[c], rel=1e-12)
+        assert shown["n0"] == pytest.approx(float(hc.n0[c]), rel=1e-12) and shown["d"] == 8.0
+        assert shown["eps_s"] == pytest.approx(1e-4) and shown["n"] == pytest.approx(gamma[c, 2], rel=1e-12)
+        n_f = gamma[c, 2] if approximation == "similar" else hc.n0[c]
+        assert shown["friction_bound"] == pytest.approx(0.5 * n_f, rel=1e-12)
+        assert shown["normal_regime"] == "compressing" and shown["friction_regime"] == "sliding"
+    html = out.read_text(encoding="utf-8")
+    assert "Hunt–Crossley quantities" in html and "dissipation spent" not in html
+    assert f"Hunt–Crossley ({approximation}) contact" in " ".join(solve["summary"])
+
+
 def test_pcr_linear_solver_is_reported(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["box_stack", "--step", "3", "--linear-solver", "pcr", "--out", str(out), "--quiet"]) == 0

@@ -274,6 +274,19 @@ MALFORMED = {
         _pendulum_spec()), r"sap_internals\.solver_parameters\.max_iterations: expected an integer >= 1"),
     "scene name a number": (lambda: _set(["scene"], 7)(_pendulum_spec()),
                             r"^scene: expected a string, got the number 7"),
+    "approximation tamsi": (lambda: _set(["plant", "discrete_contact_approximation"], "kTamsi")(_box_spec()),
+                            r"plant\.discrete_contact_approximation: expected one of kSap, kLagged, kSimilar, got the "
+                            r"string 'kTamsi'"),
+    "stiction tolerance zero": (lambda: _set(["plant", "stiction_tolerance"], 0.0)(_set(
+        ["plant", "discrete_contact_approximation"], "kLagged")(_box_spec())),
+        r"plant\.stiction_tolerance: expected a finite number > 0 \[m/s\], got 0\.0"),
+    "negative Hunt–Crossley dissipation": (lambda: _set(["geometries", 1, "hunt_crossley_dissipation"], -5.0)(
+        _box_spec()), r"geometries\[1\]\.hunt_crossley_dissipation: expected a finite number >= 0 \[s/m\], got -5\.0"),
+    "hydroelastic contact model": (lambda: _set(["plant", "contact_model"], "kHydroelasticWithFallback")(_box_spec()),
+                                   r"plant\.contact_model: 'kHydroelasticWithFallback' is not supported; valid: kPoint "
+                                   r"\(this project implements point contact only: Drake's hydroelastic contact"),
+    "hydroelastic geometry": (lambda: _set(["geometries", 0, "hydroelastic_modulus"], 1e7)(_box_spec()),
+                              r"geometries\[0\]\.hydroelastic_modulus: hydroelastic properties are not supported"),
 }
 
 
@@ -291,6 +304,35 @@ def test_malformed_scene_file_names_the_file_the_path_and_what_was_expected(tmp_
         with pytest.raises(ValueError, match=r"^scene dict: ") as e2:
             load_json(make())
         assert str(e2.value) == "scene dict: " + text[len(f"{path}: "):]
+
+
+@pytest.mark.parametrize("name, approximation", [("sphere_slide", "sap"), ("sphere_slide_lagged", "lagged"),
+                                                 ("incline_stick_slip_similar", "similar")])
+def test_the_scene_file_carries_the_contact_approximation(name, approximation):
+    """plant.discrete_contact_approximation (kSap, kLagged, kSimilar) becomes the solver's; a
+    Hunt–Crossley file also gives its stiction tolerance and each geometry's d."""
+    scene = load_json(DATA / "drake" / f"{name}.json")
+    cfg = SapConfig.from_preset(**scene.solver_kwargs)
+    assert cfg.discrete_contact_approximation == approximation
+    if approximation == "sap":
+        assert "stiction_tolerance" not in scene.solver_kwargs
+        assert np.all(np.isnan(scene.sap_model.shape_material_hcd))  # d is not read under sap
+    else:
+        assert cfg.stiction_tolerance == 1e-4
+        assert not np.any(np.isnan(scene.sap_model.shape_material_hcd))
+    if name.startswith("incline"):  # ground d = 20 s/m, the corners 5 s/m
+        np.testing.assert_array_equal(scene.sap_model.shape_material_hcd, [20.0, 5.0, 5.0, 5.0, 5.0])
+
+
+def test_hydroelastic_contact_is_the_stated_limitation():
+    """Drake's default contact model (hydroelastic with point fallback) is not implemented: a scene
+    recorded with it is refused when loaded, with the reason, not run as point contact."""
+    spec = _set(["plant", "contact_model"], "kHydroelasticWithFallback")(
+        _set(["plant", "discrete_contact_approximation"], "kLagged")(_box_spec()))
+    with pytest.raises(ValueError, match=r"plant\.contact_model: .*point contact only.*contact surface"):
+        load_json(spec)
+    with pytest.raises(ValueError, match=r"contact_model: 'kHydroelastic' is not supported"):
+        load_json(_set(["plant", "contact_model"], "kHydroelastic")(_box_spec()))
 
 
 def test_every_committed_anchor_still_loads(drake_anchor_paths):

@@ -590,3 +590,31 @@ def test_mesh_quadruped_loads_every_geometry_and_stands():
     touching = [(int(c.shape0[0, k]), int(c.shape1[0, k])) for k in range(int(c.count[0]))]
     assert len(touching) == 16 and {b for _, b in touching} == feet  # 4 corners of each sole
     assert np.all(c.phi0[0, :16] < 0) and np.all(c.phi0[0, :16] > -2e-4)
+
+
+_HC_XML = """<mujoco><custom>{numerics}</custom><worldbody><geom name="floor" type="plane" size="1 1 1"/>
+    <body name="a" pos="0 0 .2"><freejoint/><geom name="ball" size=".1"/><geom name="cap" type="capsule"
+    fromto="0 0 0 .1 0 0" size=".05"/></body></worldbody></mujoco>"""
+
+
+def test_hunt_crossley_dissipation_comes_from_custom_numeric_data():
+    """Nothing of a geom maps to d (MuJoCo's solref damps its own soft constraint): without custom
+    data d stays unset (the solver's fallback, 50 s/m); a ``hunt_crossley_dissipation`` numeric sets
+    every geom's, ``hunt_crossley_dissipation:GEOM`` one geom's (and wins)."""
+    m = _load(_HC_XML.format(numerics="")).sap_model
+    assert np.all(np.isnan(m.shape_material_hcd))
+    m = _load(_HC_XML.format(numerics='<numeric name="hunt_crossley_dissipation" data="20"/>'
+                                      '<numeric name="hunt_crossley_dissipation:ball" data="5"/>')).sap_model
+    d = dict(zip(m.shape_name, m.shape_material_hcd))
+    assert d == {"floor": 20.0, "ball": 5.0, "cap": 20.0}
+
+
+@pytest.mark.parametrize("numerics, match", [
+    ('<numeric name="hunt_crossley_dissipation" data="-1"/>', r"custom numeric 'hunt_crossley_dissipation': data "
+                                                              r"must be one finite number >= 0 \[s/m\]"),
+    ('<numeric name="hunt_crossley_dissipation" data="1 2"/>', r"must be one finite number >= 0"),
+    ('<numeric name="hunt_crossley_dissipation:wheel" data="3"/>', r"no geom named 'wheel'"),
+])
+def test_bad_hunt_crossley_custom_data_is_refused(numerics, match):
+    with pytest.raises(ValueError, match=match):
+        _load(_HC_XML.format(numerics=numerics))

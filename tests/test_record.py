@@ -188,8 +188,8 @@ def test_recording_twice_gives_identical_files(tmp_path):
 
     for d in ("a", "b"):
         os.mkdir(tmp_path / d)
-        record_drake("sphere_slide", str(tmp_path / d), steps=50)
-    for name in ("sphere_slide.json", "sphere_slide.npz", "index.json"):
+        record_drake("sphere_slide", str(tmp_path / d), steps=50)  # lagged, the plant's default
+    for name in ("sphere_slide_lagged.json", "sphere_slide_lagged.npz", "index.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
@@ -212,7 +212,7 @@ def test_the_scene_library_regenerates_the_committed_trajectories(tmp_path, name
     from sap_tools.record.cli import record_drake
 
     committed, tol = LIBRARY_SCENES[name]
-    json_path, _ = record_drake(name, str(tmp_path))
+    json_path, _ = record_drake(name, str(tmp_path), approximation="sap")  # the committed files' approximation
     new, old = load_recording(json_path), load_recording(REFERENCE_DIR + f"/{committed}.json")
     for key in ("q", "v", "body_pose_W", "contact_count", "contact_f_Bc_W", "net_actuation"):
         assert new[key].shape == old[key].shape
@@ -227,8 +227,70 @@ def test_recorded_builtin_scene_validates(tmp_path):
     from sap_tools.validate.cli import validate
 
     json_path, _ = record_drake("sphere_on_sphere", str(tmp_path), steps=600)
+    assert json_path.endswith("sphere_on_sphere_lagged.json")  # the plant's default approximation
     r = validate(json_path, every=5)
     assert r["verdict"] == "pass" and r["one_step"]["failing_steps"] == 0, r["one_step"]
+
+
+@needs_pydrake
+@pytest.mark.parametrize("approximation, drake_name", [("lagged", "kLagged"), ("similar", "kSimilar"),
+                                                       ("sap", "kSap")])
+def test_record_under_each_approximation(tmp_path, approximation, drake_name):
+    """--approximation sets the plant's discrete contact approximation and names the recording;
+    the file carries it (plant, sap_internals), d per geometry and per pair where it is used, and
+    the per-contact Hunt–Crossley data that reproduce the recorded impulses (self-checks)."""
+    from sap_common.config import SapConfig
+    from sap_common.io import load_json, load_recording
+    from sap_tools.record.checks import HC_CHECK_KEYS, SELF_CHECK_LIMIT
+    from sap_tools.record.cli import record_drake
+
+    json_path, npz_path = record_drake("incline_stick_slip", str(tmp_path), steps=40, approximation=approximation)
+    name = "incline_stick_slip" + ("" if approximation == "sap" else f"_{approximation}")
+    assert json_path.endswith(f"{name}.json")
+    doc = json.loads(open(json_path).read())
+    assert doc["plant"]["discrete_contact_approximation"] == drake_name
+    contact = next(k for k in doc["sap_internals"] if k.startswith("contact_constraint"))
+    assert ("SapHuntCrossleyConstraint" in contact) == (approximation != "sap")
+    assert SapConfig.from_preset(**load_json(json_path).solver_kwargs).discrete_contact_approximation == approximation
+    arrays = load_recording(json_path)
+    checks = doc["convention_self_checks (all must be ~1e-12 or less)"]
+    if approximation == "sap":
+        assert "contact_hc_fe0" not in arrays and not set(HC_CHECK_KEYS) & set(checks)
+        return
+    assert [p["hunt_crossley_dissipation_combined"] for p in doc["collision_candidate_pairs"]] == [8.0] * 4
+    assert doc["geometries"][0]["hunt_crossley_dissipation"] == 20.0
+    assert doc["geometries"][0]["property_source"]["hunt_crossley_dissipation"] == "explicit"
+    assert all(checks[k] <= SELF_CHECK_LIMIT for k in HC_CHECK_KEYS)
+    n = arrays["contact_count"]
+    fe0, n0, eps = arrays["contact_hc_fe0"], arrays["contact_hc_n0"], arrays["contact_hc_eps"]
+    assert np.all(fe0[1:, :4][n[1:] == 4] > 0) and np.all(eps[1:, :4][n[1:] == 4] >= 1e-4)
+    assert np.all(n0 >= 0)
+
+
+def test_approximation_flag_errors(capsys):
+    assert main(["--reference", "--approximation", "lagged"]) == 2
+    assert "--approximation: --reference re-records" in capsys.readouterr().err
+    assert main(["ball.xml", "--engine", "mujoco", "--approximation", "lagged"]) == 2
+    assert "--approximation: a Drake setting" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sphere_drop", "--approximation", "tamsi"])
+    assert "invalid choice: 'tamsi'" in capsys.readouterr().err
+
+
+def test_recording_names_and_hydroelastic_refusal():
+    from sap_tools.record.spec import check_spec, recording_name, with_approximation
+
+    assert recording_name("sphere_slide", "lagged") == "sphere_slide_lagged"
+    assert recording_name("sphere_slide_lagged", "similar") == "sphere_slide_similar"
+    assert recording_name("sphere_slide_similar", "sap") == "sphere_slide"
+    spec = with_approximation(scene_to_spec(scenes.get("sphere_slide")), "similar")
+    assert spec["plant"]["discrete_contact_approximation"] == "kSimilar" and spec["scene"] == "sphere_slide_similar"
+    with pytest.raises(ValueError, match=r"plant\.contact_model: 'kHydroelasticWithFallback' is not supported; "
+                                         r"valid: kPoint \(this project implements point contact only"):
+        check_spec({**spec, "plant": {**spec["plant"], "contact_model": "kHydroelasticWithFallback"}})
+    with pytest.raises(ValueError, match=r"plant\.discrete_contact_approximation: 'lagged' is not valid; valid: "
+                                         r"kSap, kLagged, kSimilar"):
+        check_spec({**spec, "plant": {**spec["plant"], "discrete_contact_approximation": "lagged"}})
 
 
 def test_record_cli_writes_a_mujoco_trajectory(tmp_path, capsys):

@@ -177,3 +177,48 @@ def test_float32_objective_buffers(ls):
     r = solver.last_results[0]
     assert r.problem.A.dtype == np.float32 and r.solve.evaluation.grad.dtype == np.float32
     assert np.abs(state.joint_qd[0]).max() < 1e-4  # stopped, as with fp64 (anchor: stops at 0.22 s)
+
+
+# ----------------------------------------------------------------------------- Hunt–Crossley
+
+
+def test_lagged_creep_on_an_incline_is_the_regularized_friction_speed():
+    """Once stuck on a slope tan θ < μ, a lagged Hunt–Crossley contact creeps at the speed where its
+    smooth friction v/√(v² + ε_s²) carries the slope, tan θ/μ (ε_s = v_s here: μσwn₀ < v_s); Drake's
+    incline_stick_slip_lagged recording ends at that speed too
+    (docs/formulation.md § Hunt–Crossley contact)."""
+    scene = scenes.get("incline_stick_slip")
+    solver = SolverSAP(scene.sap_model, max_rigid_contact=4, contact_preset_variant="drake",
+                       discrete_contact_approximation="lagged")
+    pipeline = CollisionPipeline(scene.sap_model, 4, solver.config)
+    contacts, state = pipeline.contacts(), scene.state.copy()
+    for _ in range(scene.num_steps):
+        pipeline.collide(state, contacts)
+        solver.step(state, state, scene.control, contacts, scene.dt)
+    r = np.tan(0.3) / 0.5
+    creep = 1e-4 * r / np.sqrt(1 - r * r)
+    speed = np.linalg.norm(state.joint_qd[0, :3])
+    assert int(contacts.count[0]) == 4 and speed == pytest.approx(creep, rel=1e-4)
+    recorded = load_recording(DATA / "drake" / "incline_stick_slip_lagged.json")["v"][-1, 3:]
+    assert np.linalg.norm(recorded) == pytest.approx(creep, rel=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+def test_hunt_crossley_refuses_a_rigid_shape(backend, approximation, device):
+    """k = ∞ has no Hunt–Crossley counterpart (fₑ₀ = k·depth): the solver refuses it when built,
+    naming the field and what to do, under lagged and similar only."""
+    import sap_gpu
+
+    b = ModelBuilder()
+    box = b.add_body(1.0, inertia=solid_box_inertia(1.0, 0.1, 0.1, 0.1))
+    b.add_joint_free(-1, box)
+    b.add_ground_plane(ke=np.inf, name="floor")
+    b.add_shape_sphere(box, radius=0.1)
+    m = b.finalize()
+    make = (lambda **k: SolverSAP(m, max_rigid_contact=1, **k)) if backend == "ref" else \
+        (lambda **k: sap_gpu.SolverSAP(m, max_rigid_contact=1, device=device, **k))
+    make(discrete_contact_approximation="sap")
+    with pytest.raises(ValueError, match=r"shape_material_ke\[0\] \(floor\): inf \(rigid\) has no Hunt–Crossley "
+                                         rf"counterpart; with discrete_contact_approximation '{approximation}'"):
+        make(discrete_contact_approximation=approximation)

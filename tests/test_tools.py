@@ -153,6 +153,23 @@ def test_compare_presets_reports_deltas(capsys):
     assert len(row["rows"]) == 2 and row["summary"]["model"]["max"] > row["summary"]["precision"]["max"] > 0
 
 
+def test_compare_presets_takes_the_approximation_as_a_dimension(capsys):
+    from sap_tools.compare_presets import main as compare
+
+    assert compare(["incline_stick_slip", "--steps", "3", "--every", "2", "--quiet", "--json",
+                    "--approximations", "sap", "lagged", "similar"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    row = json.loads(lines[-1])
+    assert row["approximations"] == ["sap", "lagged", "similar"] and len(row["rows"]) == 2
+    s = row["summary"]
+    assert {"precision_lagged", "model_similar", "approximation_lagged", "approximation_similar"} <= set(s)
+    # The contact model moves the first step (sliding on four corners) far more than precision does.
+    assert s["approximation_lagged"]["max"] > 100 * s["precision_lagged"]["max"] > 0
+    assert "Δ lagged−sap" in " ".join(lines)
+    assert compare(["incline_stick_slip", "--approximations", "tamsi", "--quiet"]) == 2
+    assert "--approximations: 'tamsi' is not valid; valid: sap, lagged, similar" in capsys.readouterr().err
+
+
 def test_compare_backends_reports_every_stage(capsys):
     from sap_tools.compare_backends import main as compare
 

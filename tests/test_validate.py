@@ -27,8 +27,8 @@ from sap_tools.validate.diagnose import STAGE_RTOL
 # Recordings with a shape pair Drake computes with FCL's MPR (sap_tools.validate.diagnose.drake_uses_mpr): Drake's
 # contact point there is MPR's barycentric estimate, not a witness point, so their steps pass as
 # explained (the step with the recording's contact geometry within the bar), not within the bar.
-MPR_RECORDINGS = ("mesh_rock",)
 RECORDINGS = [p.stem for p in DRAKE_ANCHORS]
+MPR_RECORDINGS = tuple(n for n in RECORDINGS if n == "mesh_rock" or n.startswith("mesh_rock_"))  # every approximation
 EVERY = 20  # one-step checks per recording: every EVERY-th step, plus the onsets below
 
 
@@ -179,6 +179,27 @@ def test_wrong_friction_in_sap_gpu_is_diagnosed(monkeypatch, device):
     ctx, _ = V.make_context(DATA / "drake" / "sphere_slide.json", backend="gpu", device=device)
     d = V.one_step(ctx, [0])["diagnosis"]
     assert d["cause"] == "constraint_rows" and [s["stage"] for s in d["stages"] if not s["ok"]] == ["contact μ"]
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_arithmetic_mean_dissipation_is_diagnosed_at_the_constraint_rows(monkeypatch, backend, device):
+    """The plain mean of two d's instead of Drake's stiffness-weighted rule (incline_stick_slip: 12.5
+    instead of 8 s/m): caught as the contact's d, before any solve, on both backends."""
+    import sap_gpu.collision
+
+    def mean(model, a, b, config):
+        return 0.5 * (model.shape_material_hcd[a] + model.shape_material_hcd[b])
+
+    monkeypatch.setattr(sap_ref.collision, "combine_hc_dissipation", mean)
+    monkeypatch.setattr(sap_gpu.collision, "combine_hc_dissipation", mean)
+    ctx, _ = V.make_context(DATA / "drake" / "incline_stick_slip_lagged.json", backend=backend, device=device)
+    r = V.one_step(ctx, [0])
+    d = r["diagnosis"]
+    assert r["verdict"] == "FAIL" and d["cause"] == "constraint_rows", d
+    bad = [s["stage"] for s in d["stages"] if not s["ok"]]
+    assert bad[0] == "contact Hunt–Crossley d [s/m]", d["stages"]
+    rows = {s["stage"]: s for s in d["stages"]}
+    assert rows["Hunt–Crossley fₑ₀ [N]"]["ok"] and rows["Hunt–Crossley vₙ₀ [m/s]"]["ok"]  # fₑ₀, vₙ₀ do not read d
 
 
 def test_mutated_jacobian_sign_is_diagnosed_at_the_constraint_rows(monkeypatch):

@@ -13,9 +13,16 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
 * geometries ``sphere``, ``box``, ``half_space``, ``cylinder`` (``radius``, ``length`` along
   the geometry's z axis, as Drake's ``Cylinder``) and ``convex`` (``vertices``, a list of
   points whose convex hull is the shape, as Drake's ``Convex``; ``faces``, if present, is
-  read by the recorder only) with per-geometry stiffness, relaxation time and dynamic friction;
-  ``collision_candidate_pairs`` become exactly our candidate pairs;
-* gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings.
+  read by the recorder only) with per-geometry stiffness, relaxation time, Hunt–Crossley
+  dissipation (``hunt_crossley_dissipation``) and dynamic friction; ``collision_candidate_pairs``
+  become exactly our candidate pairs;
+* gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings,
+  including the plant's ``discrete_contact_approximation`` (``kSap``, ``kLagged``, ``kSimilar``;
+  ``kSap`` when absent) and ``stiction_tolerance``.
+
+Point contact only: a ``plant.contact_model`` other than ``kPoint`` (Drake's hydroelastic
+models, its default ``kHydroelasticWithFallback`` included) is refused with a ``ValueError``
+naming the field (docs/formulation.md § What is not implemented).
 
 Our joints are ordered by Drake's ``v_start``, so 1-DOF chains keep Drake's q/v order.
 
@@ -52,6 +59,15 @@ _JOINT_SIZES = {"quaternion_floating": (7, 6), "revolute": (1, 1), "prismatic": 
 _JOINT_TYPES = tuple(_JOINT_SIZES)
 _SHAPES = ("sphere", "box", "half_space", "cylinder", "convex")
 _LINE_SEARCHES = {"exact": "exact_root", "backtracking": "armijo_decay"}
+# Drake's DiscreteContactApproximation names → SapConfig.discrete_contact_approximation.
+_APPROXIMATIONS = {"kSap": "sap", "kLagged": "lagged", "kSimilar": "similar"}
+# Drake's ContactModel names; only point contact is implemented (docs/formulation.md § What is not implemented).
+_CONTACT_MODELS = ("kPoint",)
+HYDROELASTIC_LIMITATION = (
+    "this project implements point contact only: Drake's hydroelastic contact (its default contact model, "
+    "kHydroelasticWithFallback, and kHydroelastic) replaces a compliant geometry's point pair by a contact surface "
+    "with one Hunt–Crossley or friction-cone constraint per surface face (pressure field, face areas), which neither "
+    "backend computes; record the scene with contact_model kPoint (sap-record does)")
 
 
 # ----------------------------------------------------------------------------- typed reads
@@ -261,6 +277,10 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
 
     plant, pp = _obj(spec, "plant", "")
     dt = _num(plant, "time_step", pp, lo=0.0, lo_open=True, unit="s")
+    contact_model = _str(plant, "contact_model", pp, default="kPoint")
+    if contact_model not in _CONTACT_MODELS:
+        raise _SceneError(_join(pp, "contact_model"), f"{contact_model!r} is not supported; valid: "
+                                                      f"{', '.join(_CONTACT_MODELS)} ({HYDROELASTIC_LIMITATION})")
     gravity = _vec(plant, "gravity_W", pp, 3, default=np.array([0.0, 0.0, -9.81]), unit="m/s²")
     b = ModelBuilder(gravity=gravity)
     build = _Builder(b)
@@ -420,9 +440,14 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                                                        f"bodies: {', '.join(map(str, sorted(json_body)))}")
         body = json_body[body_index]
         X = _pose(g, "X_BG", gw)
+        for key in ("hydroelastic_modulus", "compliance_type"):
+            if key in g:
+                raise _SceneError(_join(gw, key),
+                                  f"hydroelastic properties are not supported ({HYDROELASTIC_LIMITATION})")
         material = dict(mu=_num(g, "dynamic_friction", gw, lo=0.0),
                         ke=_num(g, "point_contact_stiffness", gw, lo=0.0, lo_open=True, unit="N/m"),
                         tau=_num(g, "relaxation_time", gw, lo=0.0, unit="s"),
+                        hcd=_num(g, "hunt_crossley_dissipation", gw, default=None, lo=0.0, unit="s/m"),
                         name=_str(g, "name", gw, default=None))
         if kind == "sphere":
             s = build(gw, "add_shape_sphere", body, X,
@@ -531,7 +556,12 @@ def _solver_kwargs(spec: dict) -> dict:
         cost_rel_tol=_num(sp, "cost_rel_tolerance", spp, default=1e-15, lo=0.0),
         contact_beta=_num(plant, "sap_near_rigid_threshold", pp, default=1.0, lo=0.0, lo_open=True),
         contact_sigma=_num(contact, "sigma", cp, default=1e-3, lo=0.0, lo_open=True),
+        discrete_contact_approximation=_APPROXIMATIONS[_str(plant, "discrete_contact_approximation", pp,
+                                                            default="kSap", choices=tuple(_APPROXIMATIONS))],
     )
+    if kwargs["discrete_contact_approximation"] != "sap":
+        kwargs["stiction_tolerance"] = _num(plant, "stiction_tolerance", pp, default=1e-4, lo=0.0, lo_open=True,
+                                            unit="m/s")
     if ls == "exact_root":
         exact, ep = _obj(sp, "exact_line_search", spp, default={})
         kwargs["line_search_max_iterations"] = _int(exact, "max_iterations", ep, default=100, lo=1)

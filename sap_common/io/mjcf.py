@@ -31,6 +31,15 @@ inertia inference and URDF parsing apply. Mapping (MuJoCo → ours):
   contact stiffness and damping (``solref``/``solimp``), ``condim``, ``gap`` and its friction
   combination (max of the two geoms) are not mapped: shapes keep the solver fallbacks for k
   and τ_d and our combination rule (docs/formulation.md § Material combination).
+* **Hunt–Crossley dissipation d** (read by the ``lagged`` and ``similar`` contact
+  approximations). MJCF has no such parameter: MuJoCo's contact damping (``solref``'s time
+  constant and damping ratio) is a damper of its own soft-constraint model, not a dissipation
+  per unit penetration rate, so nothing of a geom maps to d and a geom keeps the solver's
+  ``fallback_hc_dissipation`` (50 s/m, what Drake gives a geometry its MuJoCo parser reads). A
+  model states d with MJCF's ``<custom>`` numeric data, which MuJoCo compiles and ignores:
+  ``<numeric name="hunt_crossley_dissipation" data="d"/>`` for every geom, and
+  ``<numeric name="hunt_crossley_dissipation:GEOM" data="d"/>`` for the geom named GEOM (it wins);
+  d must be finite and ≥ 0 [s/m], and GEOM a geom's name (``ValueError`` otherwise).
 * **Candidate pairs** = MuJoCo's: weld bodies, parent filter, bitmasks, ``<exclude>``
   (explicit filter pairs make up the difference to our own rules; ``<pair>`` is ignored).
 * **Actuators** with a joint transmission on a hinge/slide and no activation dynamics:
@@ -81,6 +90,9 @@ _GEOM_PLANE, _GEOM_HFIELD, _GEOM_SPHERE, _GEOM_CAPSULE, _GEOM_ELLIPSOID, _GEOM_C
 _GEOM_NAMES = {8: "sdf"}
 _TRN_JOINT, _DYN_NONE, _GAIN_FIXED, _BIAS_NONE, _BIAS_AFFINE = 0, 0, 0, 0, 1  # mjtTrn/Dyn/Gain/Bias
 _OBJ_BODY, _OBJ_JOINT, _OBJ_GEOM, _OBJ_TENDON, _OBJ_ACTUATOR, _OBJ_EQUALITY = 1, 3, 5, 18, 19, 17  # mjtObj
+_OBJ_NUMERIC = 21  # mjtObj
+# The <custom><numeric> names that state the Hunt–Crossley dissipation (module docstring).
+HC_NUMERIC = "hunt_crossley_dissipation"
 # mjtDisableBit
 _DSBL_CONSTRAINT, _DSBL_LIMIT, _DSBL_CONTACT, _DSBL_SPRING, _DSBL_DAMPER = 1, 8, 16, 32, 64
 _DSBL_GRAVITY, _DSBL_CLAMPCTRL, _DSBL_FILTERPARENT, _DSBL_ACTUATION = 128, 256, 1024, 2048
@@ -462,9 +474,34 @@ def _actuator_params(m, notes: list):
 # ----------------------------------------------------------------------------- geoms and pairs
 
 
+def _hunt_crossley_dissipations(m) -> dict:
+    """``{geom index or None (every geom): d}`` from the model's ``hunt_crossley_dissipation``
+    numeric custom data (module docstring); ``ValueError`` naming the element when d is not a
+    single finite number ≥ 0 or the geom does not exist."""
+    out = {}
+    for i in range(int(m.nnumeric)):
+        name = _mujoco().mj_id2name(m, _OBJ_NUMERIC, i) or ""
+        if name != HC_NUMERIC and not name.startswith(HC_NUMERIC + ":"):
+            continue
+        adr, size = int(m.numeric_adr[i]), int(m.numeric_size[i])
+        values = [float(x) for x in m.numeric_data[adr:adr + size]]
+        if len(values) != 1 or not (math.isfinite(values[0]) and values[0] >= 0):
+            raise ValueError(f"custom numeric {name!r}: data must be one finite number >= 0 [s/m] (the Hunt–Crossley "
+                             f"dissipation), got {values}")
+        geom = None
+        if name != HC_NUMERIC:
+            geom_name = name[len(HC_NUMERIC) + 1:]
+            geom = _mujoco().mj_name2id(m, _OBJ_GEOM, geom_name)
+            if geom < 0:
+                raise ValueError(f"custom numeric {name!r}: no geom named {geom_name!r}")
+        out[geom] = values[0]
+    return out
+
+
 def _add_geoms(b: ModelBuilder, m, data, body_of: list, notes: list) -> list:
     """Our shape for every supported geom; returns MuJoCo geom → our shape (−1 skipped)."""
     shape_of, skipped = [-1] * m.ngeom, []
+    hcd = _hunt_crossley_dissipations(m)
     for g in range(m.ngeom):
         gtype, body = int(m.geom_type[g]), int(m.geom_bodyid[g])
         gname = _name(m, _OBJ_GEOM, g, "geom")
@@ -479,7 +516,8 @@ def _add_geoms(b: ModelBuilder, m, data, body_of: list, notes: list) -> list:
         else:
             X, ours = X_BG, body_of[body]
         mat = dict(mu=float(m.geom_friction[g, 0]), margin=float(m.geom_margin[g]),
-                   contype=int(m.geom_contype[g]), conaffinity=int(m.geom_conaffinity[g]), name=gname)
+                   contype=int(m.geom_contype[g]), conaffinity=int(m.geom_conaffinity[g]), name=gname,
+                   hcd=hcd.get(g, hcd.get(None)))
         size = [float(s) for s in m.geom_size[g]]
         if gtype == _GEOM_PLANE:
             shape_of[g] = b.add_shape_plane(-1, X, **mat)

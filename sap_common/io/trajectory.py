@@ -35,13 +35,16 @@ q_{n−1}; row 0 is empty): ``contact_count (N+1,)``, ``contact_shape0``,
 (signed distance [m], < 0 in penetration), and optionally ``contact_point (N+1, C, 3)``
 (the point the constraint acts at, world [m]), ``contact_normal (N+1, C, 3)`` (unit, from
 shape 0 into shape 1), ``contact_force (N+1, C, 3)`` (force on shape 1's body, world [N]),
-``contact_mu``, ``contact_ke`` [N/m], ``contact_tau_d`` [s] (combined parameters, (N+1, C)).
+``contact_mu``, ``contact_ke`` [N/m], ``contact_tau_d`` [s], ``contact_hcd`` [s/m] (combined
+parameters, (N+1, C); ``contact_hcd`` is the Hunt–Crossley dissipation).
 
 Files are ``.npz`` (``np.savez`` with the strings as 0-d arrays) or ``.json`` (one object,
 arrays as nested lists). :func:`write_trajectory` writes either; :func:`load_trajectory` reads
 them and also reads a Drake recording (``tests/data/drake/<scene>.json`` with its NPZ) as a
 trajectory in the ``drake`` convention, with Drake's contacts converted to the fields above and
-its other per-step arrays kept in ``Trajectory.extra``.
+its other per-step arrays kept in ``Trajectory.extra`` (a ``kLagged``/``kSimilar`` recording's
+per-contact Hunt–Crossley data ``contact_hc_fe0``, ``contact_hc_vn0``, ``contact_hc_n0``,
+``contact_hc_eps`` among them).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ CONTACT_FIELDS = {
     "contact_shape0": ((), np.int64), "contact_shape1": ((), np.int64), "contact_phi": ((), np.float64),
     "contact_point": ((3,), np.float64), "contact_normal": ((3,), np.float64), "contact_force": ((3,), np.float64),
     "contact_mu": ((), np.float64), "contact_ke": ((), np.float64), "contact_tau_d": ((), np.float64),
+    "contact_hcd": ((), np.float64),
 }
 _REQUIRED_CONTACT = ("contact_shape0", "contact_shape1", "contact_phi")
 
@@ -217,7 +221,7 @@ def _drake_recording(path: str, spec: dict) -> Trajectory:
     gA, gB = rec["contact_geom_A"], rec["contact_geom_B"]
     swap = np.zeros((rows, C), bool)
     s0, s1 = np.full((rows, C), -1, np.int64), np.full((rows, C), -1, np.int64)
-    mu, ke, tau = (np.zeros((rows, C)) for _ in range(3))
+    mu, ke, tau, hcd = (np.zeros((rows, C)) for _ in range(4))
     for n in range(rows):
         for c in range(int(count[n])):
             a, b = shape_of[int(gA[n, c])], shape_of[int(gB[n, c])]
@@ -227,14 +231,18 @@ def _drake_recording(path: str, spec: dict) -> Trajectory:
             mu[n, c] = float(p.get("mu_dynamic_combined", math.nan))
             ke[n, c] = float(p.get("k_combined", math.nan))
             tau[n, c] = float(p.get("tau_d_combined", math.nan))
+            hcd[n, c] = float(p.get("hunt_crossley_dissipation_combined", math.nan))
     sign = np.where(swap, -1.0, 1.0)[..., None]  # +1: shape 0 = B, shape 1 = A
     contacts = {
         "contact_count": count, "contact_shape0": s0, "contact_shape1": s1, "contact_phi": -rec["contact_depth"],
         "contact_point": rec["contact_p_WC"], "contact_normal": sign * rec["contact_nhat_BA_W"],
         "contact_force": -sign * rec["contact_f_Bc_W"], "contact_mu": mu, "contact_ke": ke, "contact_tau_d": tau,
     }
+    if spec.get("plant", {}).get("discrete_contact_approximation", "kSap") != "kSap":
+        contacts["contact_hcd"] = hcd
     extra = {k: rec[k] for k in ("generalized_contact_forces", "net_actuation", "dynamics_residual",
-                                 "contact_separation_speed", "contact_slip_speed") if k in rec}
+                                 "contact_separation_speed", "contact_slip_speed", "contact_hc_fe0",
+                                 "contact_hc_vn0", "contact_hc_n0", "contact_hc_eps") if k in rec}
     h = float(spec["plant"]["time_step"])
     return Trajectory(scene=os.path.basename(path), scene_path=path, dt=h, convention="drake",
                       q=rec["q"].astype(np.float64), v=rec["v"].astype(np.float64), engine="drake",

@@ -21,7 +21,8 @@ import numpy as np
 
 from sap_common import spatial
 
-__all__ = ["SELF_CHECK_LIMIT", "RESIDUAL_REPORT_LEVEL", "convention_self_checks", "scene_checks"]
+__all__ = ["SELF_CHECK_LIMIT", "RESIDUAL_REPORT_LEVEL", "convention_self_checks", "scene_checks",
+           "hunt_crossley_arrays", "HC_CHECK_KEYS"]
 
 # The conventions hold to round-off (observed ≤ 1e-15 on every reference scene); 1e-9 leaves
 # six orders of magnitude for long recordings while any real convention error (a swapped
@@ -141,6 +142,86 @@ def convention_self_checks(ds, doc: dict, arrays: dict) -> dict:
             p = (kA * arrays["contact_p_WCa"][n, c] + kB * arrays["contact_p_WCb"][n, c]) / (kA + kB)
             point = max(point, float(np.abs(arrays["contact_p_WC"][n, c] - p).max()))
     return dict(zip(SELF_CHECK_KEYS, (update, formula, pose, omega, point)))
+
+
+# ----------------------------------------------------------------------------- Hunt–Crossley data
+
+# Self-checks of a kLagged / kSimilar recording: the recorded impulses against the Hunt–Crossley
+# law evaluated at the recorded contact velocities with the recorder's own fe0, n0 and eps_s.
+HC_CHECK_KEYS = ("max_abs(h f_n - n(z)) [N s] (Hunt-Crossley normal impulse at the recorded velocities)",
+                 "max_abs(h |f_t| - mu n_f |vt|/sqrt(|vt|^2 + eps_s^2)) [N s] (regularized friction)")
+
+
+def _hc_impulse(z, h, k, d, fe0):
+    fe = fe0 + h * k * -z
+    damping = 1.0 + d * -z
+    return h * fe * damping if fe > 0 and damping > 0 else 0.0
+
+
+def hunt_crossley_arrays(ds, doc: dict, arrays: dict) -> tuple[dict, dict]:
+    """``(arrays, checks)`` of a kLagged / kSimilar recording: each contact's Hunt–Crossley data,
+    which pydrake does not expose, computed as Drake's constraint does at the start of the step
+    (q_{n−1}, v_{n−1}), and the largest differences between the recorded impulses and the law.
+
+    fe0 = k·depth; vn0 = (J v_{n−1})_z in the contact frame (z from A into B); the Delassus
+    estimate w = ‖J diag(A)⁻¹ Jᵀ‖_F/3 with A = M + h diag(D); n0 = (h fe0)₊(1 − d vn0)₊;
+    eps_s = max(v_s, μ σ w n0) (σ = 1e-3). The checks evaluate n at z = vₙ (lagged) or
+    z = vₙ − μ‖v_t‖_s (similar) with the recorded separation and slip speeds of v_n.
+    """
+    from pydrake.multibody.tree import BodyIndex, JacobianWrtVariable
+
+    from sap_tools.record.drake import damping_vector
+
+    plant = ds.plant
+    h = plant.time_step()
+    similar = ds.approximation == "similar"
+    sigma = 1e-3
+    pairs = {tuple(p["geometries"]): p for p in doc["collision_candidate_pairs"]}
+    D = damping_vector(ds)
+    N1, C = arrays["contact_depth"].shape
+    out = {k: np.zeros((N1, C)) for k in ("contact_hc_fe0", "contact_hc_vn0", "contact_hc_n0", "contact_hc_eps")}
+    normal_err = friction_err = 0.0
+    ctx = plant.CreateDefaultContext()
+    for n in range(1, N1):
+        count = int(arrays["contact_count"][n])
+        if not count:
+            continue
+        plant.SetPositions(ctx, arrays["q"][n - 1])
+        plant.SetVelocities(ctx, arrays["v"][n - 1])
+        inv_a = 1.0 / (np.diag(plant.CalcMassMatrix(ctx)) + h * D)
+        for c in range(count):
+            pair = pairs[tuple(sorted((int(arrays["contact_geom_A"][n, c]), int(arrays["contact_geom_B"][n, c]))))]
+            k, d, mu = pair["k_combined"], pair["hunt_crossley_dissipation_combined"], pair["mu_dynamic_combined"]
+            p_WC = arrays["contact_p_WC"][n, c]
+            Jv = np.zeros((3, plant.num_velocities()))
+            for key, sign in (("contact_body_B", 1.0), ("contact_body_A", -1.0)):
+                body = plant.get_body(BodyIndex(int(arrays[key][n, c])))
+                if int(body.index()) == 0:
+                    continue
+                p_BC = plant.CalcPointsPositions(ctx, plant.world_frame(), p_WC, body.body_frame()).ravel()
+                Jv += sign * plant.CalcJacobianTranslationalVelocity(ctx, JacobianWrtVariable.kV, body.body_frame(),
+                                                                     p_BC, plant.world_frame(), plant.world_frame())
+            nhat = -arrays["contact_nhat_BA_W"][n, c]  # the frame's z axis, from A into B
+            W = Jv @ (inv_a[:, None] * Jv.T)  # ‖·‖_F is the same in any frame with this z axis
+            w = float(np.linalg.norm(W) / 3.0)
+            vn0 = float(nhat @ (Jv @ arrays["v"][n - 1]))
+            fe0 = k * arrays["contact_depth"][n, c]
+            n0 = max(0.0, h * fe0) * max(0.0, 1.0 - d * vn0)
+            w_t = max(0.5 * (w + w), np.sqrt(3 * w * w) / np.sqrt(3.0))
+            eps = max(ds.stiction_tolerance, mu * (sigma * w_t) * n0)
+            for key, value in zip(out, (fe0, vn0, n0, eps)):
+                out[key][n, c] = value
+            f = arrays["contact_f_Bc_W"][n, c]
+            vn, slip = arrays["contact_separation_speed"][n, c], arrays["contact_slip_speed"][n, c]
+            soft = np.sqrt(slip * slip + eps * eps) - eps
+            z = vn - mu * soft if similar else vn
+            nz = _hc_impulse(z, h, k, d, fe0)
+            n_friction = nz if similar else n0
+            f_n = float(nhat @ f)
+            normal_err = max(normal_err, abs(h * f_n - nz))
+            friction_err = max(friction_err, abs(h * float(np.linalg.norm(f - f_n * nhat))
+                                                 - mu * n_friction * slip / (soft + eps)))
+    return out, dict(zip(HC_CHECK_KEYS, (normal_err, friction_err)))
 
 
 # ----------------------------------------------------------------------------- scene physics

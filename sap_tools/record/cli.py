@@ -2,17 +2,25 @@
 
     sap-record --reference --timing                       # regenerate tests/data/drake/ (needs [drake])
     sap-record --reference --check                        # regenerate into a temporary folder, compare
-    sap-record sphere_on_sphere --out recordings/         # a built-in scene, recorded by Drake
+    sap-record sphere_on_sphere --out recordings/         # a built-in scene, recorded by Drake (lagged)
+    sap-record sphere_slide --approximation similar --out recordings/   # → recordings/sphere_slide_similar.json
     sap-record model.xml --engine mujoco --steps 500 --out recordings/
 
 Drake (``--engine drake``, the default; ``pip install -e ".[drake]"``): the scene becomes a
-``MultibodyPlant`` with SAP and point contact, Drake's simulator steps it, and the recording is
+``MultibodyPlant`` with SAP and point contact under the discrete contact approximation
+``--approximation`` (``lagged``, ``similar`` or ``sap``; default: a Drake scene file's own,
+else ``lagged``, the plant's default), Drake's simulator steps it, and the recording is
 written in the format of ``tests/data/drake/README.md``: ``<scene>.json`` (the scene read back
 from the plant, conventions, checks) and ``<scene>.npz`` (q, v, body poses and velocities,
 energies, contacts with depth, witness points and forces, actuation, dynamics residuals, M and
 the bias terms at the start and the end), and the scene's entry in ``index.json``. A scene is a
 built-in scene name (``sap-scenes``) or a Drake scene file, which re-records itself; features
 with no Drake counterpart are refused with a message naming them (sap_tools/record/spec.py).
+The scene file carries the approximation (``plant.discrete_contact_approximation``), which
+``sap-validate`` follows; a recording under ``lagged`` or ``similar`` is named
+``<scene>_lagged`` / ``<scene>_similar`` (``sap`` keeps the scene's name) and also holds each
+contact's Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s), computed here because pydrake exposes none of
+them, checked against the recorded impulses.
 Recording twice gives identical files (byte for byte; with ``--timing`` the ``performance``
 block measures Drake's own speed and differs from run to run).
 
@@ -70,9 +78,23 @@ def _repo_relative(path: str) -> str:
     return os.path.relpath(full, _ROOT) if full.startswith(_ROOT + os.sep) else os.path.basename(full)
 
 
-def _spec(scene_arg: str) -> dict:
+DEFAULT_APPROXIMATION = "lagged"  # MultibodyPlantConfig's default discrete_contact_approximation
+
+
+def _spec(scene_arg: str, approximation: str | None = None) -> dict:
     """The Drake scene specification of a scene argument: a Drake scene file as it is, a
-    built-in scene converted (or refused)."""
+    built-in scene converted (or refused); ``approximation`` (None: a file's own
+    ``plant.discrete_contact_approximation``, else :data:`DEFAULT_APPROXIMATION`) sets the plant's
+    approximation and the recording's name."""
+    from sap_tools.record.spec import with_approximation
+
+    spec = _scene_spec(scene_arg)
+    if approximation is None and "discrete_contact_approximation" not in spec["plant"]:
+        approximation = DEFAULT_APPROXIMATION
+    return spec if approximation is None else with_approximation(spec, approximation)
+
+
+def _scene_spec(scene_arg: str) -> dict:
     from sap_tools.record.spec import scene_to_spec
 
     if scene_arg.lower().endswith(".json"):
@@ -92,13 +114,15 @@ def _spec(scene_arg: str) -> dict:
     return scene_to_spec(load_scene_arg(scene_arg, 1))
 
 
-def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> tuple[str, str]:
-    """Record a scene with Drake into ``out_dir``; returns ``(json path, npz path)``."""
-    from sap_tools.record.checks import SELF_CHECK_LIMIT, convention_self_checks, scene_checks
+def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False,
+                 approximation: str | None = None) -> tuple[str, str]:
+    """Record a scene with Drake into ``out_dir`` under ``approximation`` (None: a Drake scene
+    file's own, else lagged); returns ``(json path, npz path)``."""
+    from sap_tools.record.checks import SELF_CHECK_LIMIT, convention_self_checks, hunt_crossley_arrays, scene_checks
     from sap_tools.record.document import drake_document, index_entry, jsonable
     from sap_tools.record.drake import record
 
-    spec = _spec(scene_arg)
+    spec = _spec(scene_arg, approximation)
     ds, sim, perf = record(spec, num_steps=steps, with_timing=timing)
     name = spec.get("scene", "scene")
     json_path, npz_path = os.path.join(out_dir, f"{name}.json"), os.path.join(out_dir, f"{name}.npz")
@@ -106,6 +130,10 @@ def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False) -> t
     arrays = sim["arrays"]
     doc["checks"] = jsonable(scene_checks(ds, doc, arrays))
     self_checks = convention_self_checks(ds, doc, arrays)
+    if ds.approximation != "sap":  # per-contact Hunt–Crossley data, checked against the impulses
+        hc_arrays, hc_checks = hunt_crossley_arrays(ds, doc, arrays)
+        arrays.update(hc_arrays)
+        self_checks.update(hc_checks)
     bad = {k: v for k, v in self_checks.items() if not v <= SELF_CHECK_LIMIT}
     if bad:
         raise RuntimeError(f"scene {name!r}: convention self-checks above {SELF_CHECK_LIMIT:g}: {bad}; not written")
@@ -327,6 +355,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="steps to record (default: the scene's)")
     p.add_argument("--integrator", default=None, help="MuJoCo: euler or implicitfast instead of the model's own "
                                                       "integrator (sap-validate judges these two)")
+    p.add_argument("--approximation", default=None, choices=("lagged", "similar", "sap"),
+                   help="Drake: the plant's discrete contact approximation (default: a Drake scene file's own, else "
+                        "lagged, the plant's default); lagged/similar recordings are named <scene>_lagged/_similar")
     p.add_argument("--timing", action="store_true", help="Drake: also measure Drake's time per step (7 runs)")
     p.add_argument("--reference", action="store_true", help="Drake: every scene of tests/data/drake/index.json")
     p.add_argument("--check", action="store_true", help="with --reference: record into a temporary folder and compare "
@@ -340,6 +371,11 @@ def main(argv=None) -> int:
             raise ValueError("--check: compares with the committed files, so it needs --reference")
         if args.reference and (args.scenes or args.engine != "drake"):
             raise ValueError("--reference: records the committed Drake scenes; give no scenes and no --engine mujoco")
+        if args.reference and args.approximation is not None:
+            raise ValueError("--approximation: --reference re-records every committed scene under its own "
+                             "approximation")
+        if args.engine == "mujoco" and args.approximation is not None:
+            raise ValueError("--approximation: a Drake setting; MuJoCo (--engine mujoco) has its own contact model")
         if not args.reference and not args.scenes:
             raise ValueError("scenes: give at least one scene (or --reference)")
         mjcf = [s for s in args.scenes if s.lower().endswith((".xml", ".urdf"))]
@@ -362,7 +398,7 @@ def main(argv=None) -> int:
             out = tempfile.mkdtemp(prefix="sap-record-check-")
         check_out_dir("--out", out)
         if args.engine == "drake":
-            specs = [_spec(s) for s in scenes]  # refusals before any simulation
+            specs = [_spec(s, args.approximation) for s in scenes]  # refusals before any simulation
             del specs
     except ValueError as e:
         return fail("sap-record", e)
@@ -374,7 +410,8 @@ def main(argv=None) -> int:
                 print(f"{s}: wrote {path}")
                 results.append({"scene": s, "trajectory": path})
                 continue
-            json_path, npz_path = record_drake(s, out, steps=args.steps, timing=args.timing)
+            json_path, npz_path = record_drake(s, out, steps=args.steps, timing=args.timing,
+                                               approximation=args.approximation)
         except ValueError as e:
             return fail("sap-record", e)
         entry = {"scene": s, "json": json_path, "npz": npz_path}

@@ -116,6 +116,41 @@ SAP_INTERNALS = {
     },
 }
 
+# The contact constraint of a lagged / similar recording (replaces the friction cone's entry).
+HUNT_CROSSLEY_CONSTRAINT = {
+    "sigma": 0.001,
+    "model": ("normal impulse n(v) = h (fe0 - h k v)_+ (1 - d v)_+ with v the normal contact velocity (> 0 "
+        "separating), fe0 = k * depth at q0 (phi0 and relaxation_time are not used); cost -N(z) with N the "
+        "antiderivative of n, constant for v >= min(fe0/(h k), 1/d)"),
+    "friction": ("smooth Coulomb: gamma_t = -mu n_f vt/sqrt(|vt|^2 + eps_s^2), cost mu n_f |vt|_s with |vt|_s = "
+        "sqrt(|vt|^2 + eps_s^2) - eps_s"),
+    "kLagged": "z = vn, n_f = n0 (the previous step's normal impulse): friction does not change n within the step",
+    "kSimilar": "z = vn - mu |vt|_s, n_f = n(z): friction and normal impulse coupled",
+    "n0": "max(0, h fe0) * max(0, 1 - d vn0), vn0 = normal contact velocity at v0 (start of the step)",
+    "eps_s": ("max(stiction_tolerance, mu * Rt * n0), Rt = sigma * max((w0 + w1)/2, |w|/sqrt(3)) with w the "
+        "Delassus estimate of the friction cone (||J diag(A)^-1 J^T||_F / 3 on every row)"),
+    "per_contact_arrays": ("contact_hc_fe0, contact_hc_vn0, contact_hc_n0, contact_hc_eps: computed by the recorder "
+        "(pydrake exposes none of them) and checked against the recorded impulses"),
+    "contact_frame": "z axis = nhat_AB_W = -nhat_BA_W (from A into B), vc = v_Bc - v_Ac at contact point C",
+    "contact_point": ("p_WC = wA*p_WCa + wB*p_WCb, wA = kA/(kA+kB), wB = kB/(kA+kB) (per-geometry stiffnesses; 0.5/0.5 "
+        "if both zero)"),
+    "kinematics_time": ("geometry query, Jacobian, fe0 and vn0 evaluated at the previous state (q0, v0)"),
+}
+HUNT_CROSSLEY_COMBINATION = {
+    "stiffness": "k = kA kB / (kA + kB)",
+    "relaxation_time (ignored by kLagged/kSimilar)": "tau_d = tauA + tauB",
+    "friction": "mu = 2 muA muB / (muA + muB) (applied to dynamic mu)",
+    "hunt_crossley": "d = (kB dA + kA dB)/(kA + kB): each geometry's d weighted by the OTHER stiffness",
+}
+HC_ARRAY_MEANINGS = {
+    "contact_hc_fe0": {"shape": "(N+1, C)", "meaning": "elastic force fe0 = k * depth at q_{n-1} [N]"},
+    "contact_hc_vn0": {"shape": "(N+1, C)",
+                       "meaning": ("normal contact velocity (J v_{n-1})_z at the start of the step [m/s], "
+                                   "+ = separating")},
+    "contact_hc_n0": {"shape": "(N+1, C)", "meaning": "n0 = max(0, h fe0) max(0, 1 - d vn0) [N s]"},
+    "contact_hc_eps": {"shape": "(N+1, C)", "meaning": "friction regularization velocity eps_s [m/s]"},
+}
+
 COLLISION_FILTER_NOTE = ("none beyond Drake defaults; geometries on the same body never collide; pairs listed in "
     "collision_candidate_pairs are the only ones Drake tests")
 
@@ -454,6 +489,10 @@ def _convex(shape, name: str) -> dict:
 
 
 def _geometries(ds, context) -> tuple[list, list]:
+    """The geometries and candidate pairs, read back from SceneGraph's context inspector. Under
+    kLagged/kSimilar the Hunt–Crossley dissipation is a used property (its own key, a
+    ``property_source`` entry, the pair's combined d); under kSap the format's first layout."""
+    hc = ds.approximation != "sap"
     from pydrake.geometry import Box, Convex, Cylinder, HalfSpace, Sphere
 
     sg = ds.scene_graph
@@ -488,6 +527,9 @@ def _geometries(ds, context) -> tuple[list, list]:
              "property_source": {"point_contact_stiffness": src("point_contact_stiffness"),
                                  "relaxation_time": src("relaxation_time"),
                                  "coulomb_friction": src("coulomb_friction")}}
+        if hc:
+            d["hunt_crossley_dissipation"] = d.pop("hunt_crossley_dissipation (ignored by SAP)")
+            d["property_source"]["hunt_crossley_dissipation"] = src("hunt_crossley_dissipation")
         out.append(d)
     index = {gid: i for i, gid in enumerate(ds.geometry_ids)}
     pairs = []
@@ -498,6 +540,9 @@ def _geometries(ds, context) -> tuple[list, list]:
         pairs.append({"geometries": [a, b], "names": [ga["name"], gb["name"]], "k_combined": kA * kB / (kA + kB),
                       "tau_d_combined": ga["relaxation_time"] + gb["relaxation_time"],
                       "mu_dynamic_combined": 2 * mA * mB / (mA + mB)})
+        if hc:  # Drake's GetCombinedHuntCrossleyDissipation (both stiffnesses finite here)
+            dA, dB = ga["hunt_crossley_dissipation"], gb["hunt_crossley_dissipation"]
+            pairs[-1]["hunt_crossley_dissipation_combined"] = (kB / (kA + kB)) * dA + (kA / (kA + kB)) * dB
     return out, pairs
 
 
@@ -531,10 +576,11 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
                   "use_sampled_output_ports": True,
                   "adjacent_bodies_collision_filters": plant.get_adjacent_bodies_collision_filters(),
                   "penetration_allowance (unused: every geometry gets SceneGraph default stiffness)": 1e-3,
-                  "stiction_tolerance (unused by SAP)": 1e-4,
+                  **({"stiction_tolerance (unused by SAP)": 1e-4} if ds.approximation == "sap" else
+                     {"stiction_tolerance": ds.stiction_tolerance}),
                   "num_bodies_incl_world": plant.num_bodies(), "nq": plant.num_positions(),
                   "nv": plant.num_velocities(), "nu": plant.num_actuators()},
-        "sap_internals": SAP_INTERNALS,
+        "sap_internals": _sap_internals(ds),
         "bodies": _bodies(ds, pc),
         "joints": _joints(ds, q0, v0),
         "actuation": _actuation(ds),
@@ -547,7 +593,9 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
                   "q0": q0, "v0": v0, **STATE_NOTES},
         "recording": {"file": npz_file, "num_steps": N, "record_every": 1, "duration_s": N * h,
                       "bodies": [b["name"] for b in _bodies(ds, pc)[1:]], "max_contacts_C": sim["contacts_max"],
-                      "row_semantics": ROW_SEMANTICS, "arrays": ARRAY_MEANINGS},
+                      "row_semantics": ROW_SEMANTICS,
+                      "arrays": (ARRAY_MEANINGS if ds.approximation == "sap" else
+                                 {**ARRAY_MEANINGS, **HC_ARRAY_MEANINGS})},
         "solver_statistics": SOLVER_STATISTICS,
     }
     if perf is not None:
@@ -557,6 +605,23 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
     doc["checks"] = checks
     doc["convention_self_checks (all must be ~1e-12 or less)"] = self_checks
     return jsonable(doc)
+
+
+def _sap_internals(ds) -> dict:
+    """The format's SAP internals; under kLagged/kSimilar the contact constraint's entry is the
+    Hunt–Crossley constraint's and the combination rules say which properties it reads."""
+    if ds.approximation == "sap":
+        return SAP_INTERNALS
+    out = {}
+    for key, value in SAP_INTERNALS.items():
+        if key.startswith("contact_constraint"):
+            name = {"lagged": "kLagged", "similar": "kSimilar"}[ds.approximation]
+            out[f"contact_constraint (SapHuntCrossleyConstraint, point contact, {name})"] = HUNT_CROSSLEY_CONSTRAINT
+        elif key == "combination_rules":
+            out[key] = HUNT_CROSSLEY_COMBINATION
+        else:
+            out[key] = value
+    return out
 
 
 def _drake_version() -> str:

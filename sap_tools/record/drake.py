@@ -1,5 +1,11 @@
 """Record a scene specification with Drake (pydrake 1.51.1): MultibodyPlant, SAP, point contact.
 
+The plant's discrete contact approximation is the specification's
+``plant.discrete_contact_approximation`` (``kSap``, ``kLagged`` or ``kSimilar``; a specification
+without one is recorded with ``kSap``, the approximation of the first recordings), its stiction
+tolerance ``plant.stiction_tolerance`` (default 1e-4 m/s, the plant's), and a geometry's
+``hunt_crossley_dissipation`` is set when the specification gives it (else SceneGraph's 50 s/m).
+
 ``record(spec)`` builds the plant from a scene specification (sap_tools/record/spec.py), runs
 Drake's simulator step by step, and returns ``(document, arrays)``: the JSON document and the
 NPZ arrays of the format in ``tests/data/drake/README.md``. Everything in the document that
@@ -24,10 +30,34 @@ import numpy as np
 from sap_tools.cli import cpu_model
 from sap_tools.record.spec import check_spec
 
-__all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS"]
+__all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS", "spec_approximation",
+           "spec_stiction_tolerance", "DRAKE_APPROXIMATIONS"]
 
 PYDRAKE_VERSION = "1.51.1"
 TIMING_RUNS = 7  # Simulator.AdvanceTo(T) runs whose median gives Drake's time per step
+# Drake's DiscreteContactApproximation names and MultibodyPlantConfig's strings for them.
+DRAKE_APPROXIMATIONS = {"kSap": "sap", "kLagged": "lagged", "kSimilar": "similar"}
+DEFAULT_STICTION_TOLERANCE = 1e-4  # [m/s] MultibodyPlantConfig::stiction_tolerance
+
+
+def spec_approximation(spec: dict) -> str:
+    """The specification's approximation as MultibodyPlantConfig's string (``sap``, ``lagged``,
+    ``similar``): ``plant.discrete_contact_approximation``, ``sap`` when absent."""
+    value = spec.get("plant", {}).get("discrete_contact_approximation", "kSap")
+    names = {**DRAKE_APPROXIMATIONS, **{v: v for v in DRAKE_APPROXIMATIONS.values()}}
+    if value not in names:
+        raise ValueError(f"scene {spec.get('scene', 'scene')!r}: plant.discrete_contact_approximation: {value!r} is "
+                         f"not valid; valid: {', '.join(DRAKE_APPROXIMATIONS)}")
+    return names[value]
+
+
+def spec_stiction_tolerance(spec: dict) -> float:
+    """``plant.stiction_tolerance`` [m/s] of the specification (the plant's 1e-4 when absent)."""
+    value = float(spec.get("plant", {}).get("stiction_tolerance", DEFAULT_STICTION_TOLERANCE))
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"scene {spec.get('scene', 'scene')!r}: plant.stiction_tolerance: must be finite and > 0 "
+                         f"m/s, got {value}")
+    return value
 
 
 def pydrake_available() -> tuple[bool, str]:
@@ -94,6 +124,7 @@ class DrakeScene:
         geometry_ids: GeometryId of every ``spec["geometries"]`` entry, in order.
         auto_floating: names of the bodies Drake gave a floating joint.
         u_ff: feed-forward actuation [N or N·m], (nu,).  xd: desired state ``[qd, vd]``, (2 nu,).
+        approximation: ``sap``, ``lagged`` or ``similar``.  stiction_tolerance: v_s [m/s].
     """
 
     def __init__(self, spec: dict):
@@ -120,13 +151,14 @@ class DrakeScene:
 
         check_spec(spec)
         self.spec = spec
+        self.approximation, self.stiction_tolerance = spec_approximation(spec), spec_stiction_tolerance(spec)
         name = spec.get("scene", "scene")
         h = float(spec["plant"]["time_step"])
         builder = DiagramBuilder()
-        config = MultibodyPlantConfig(time_step=h, discrete_contact_approximation="sap", contact_model="point",
-                                      sap_near_rigid_threshold=1.0, use_sampled_output_ports=True,
-                                      adjacent_bodies_collision_filters=True, penetration_allowance=1e-3,
-                                      stiction_tolerance=1e-4)
+        config = MultibodyPlantConfig(time_step=h, discrete_contact_approximation=self.approximation,
+                                      contact_model="point", sap_near_rigid_threshold=1.0,
+                                      use_sampled_output_ports=True, adjacent_bodies_collision_filters=True,
+                                      penetration_allowance=1e-3, stiction_tolerance=self.stiction_tolerance)
         plant, scene_graph = AddMultibodyPlant(config, builder)
         plant.mutable_gravity_field().set_gravity_vector(np.asarray(spec["plant"].get("gravity_W", [0, 0, -9.81]),
                                                                     float))
@@ -206,12 +238,15 @@ class DrakeScene:
             if explicit("dynamic_friction", "coulomb_friction"):
                 mu_d = float(g["dynamic_friction"])
                 friction = CoulombFriction(float(g.get("static_friction", mu_d)), mu_d)
-            if k is not None or friction is not None:
-                AddContactMaterial(dissipation=None, point_stiffness=k, friction=friction, properties=props)
+            d = float(g["hunt_crossley_dissipation"]) if explicit("hunt_crossley_dissipation",
+                                                                   "hunt_crossley_dissipation") else None
+            if k is not None or friction is not None or d is not None:
+                AddContactMaterial(dissipation=d, point_stiffness=k, friction=friction, properties=props)
             if explicit("relaxation_time", "relaxation_time"):
                 props.AddProperty("material", "relaxation_time", float(g["relaxation_time"]))
             body = bodies[g["body"]]
-            self.geometry_ids[i] = plant.RegisterCollisionGeometry(body, X(g["X_BG"]), geometry, g["name"], props)
+            X_BG = RigidTransform(canonical_rotation(g["X_BG"]["quat_xyzw"]), np.asarray(g["X_BG"]["p"], float))
+            self.geometry_ids[i] = plant.RegisterCollisionGeometry(body, X_BG, geometry, g["name"], props)
 
         plant.Finalize()
         wanted = {tuple(sorted(map(int, c["geometries"]))) for c in spec.get("collision_candidate_pairs", [])}
@@ -281,6 +316,31 @@ def spatial_inertia(b: dict):
                 and np.array_equal(M.Shift(com).CalcRotationalInertia().CopyToFullMatrix3(), I)):
             return M
     return central
+
+
+def canonical_rotation(xyzw):
+    """The rotation a geometry is registered with, for a pose's quaternion ``xyzw``: one that
+    recording the scene again from its own file reproduces bit for bit.
+
+    Drake stores a RotationMatrix and the recording reads it back as a quaternion (canonical sign
+    qw ≥ 0). For a general rotation that round trip q → R(q) → q' is not the identity in the last
+    bits, and repeated it falls into a short cycle; so the rotation used is R of the cycle's least
+    quaternion, the same whether one starts from the scene's quaternion or from one read back
+    (the recorded file). Identity and axis-aligned rotations are their own cycle: unchanged.
+    """
+    from pydrake.common.eigen_geometry import Quaternion
+    from pydrake.math import RotationMatrix
+
+    x, y, z, w = map(float, xyzw)
+    seen, cur = [], (w, x, y, z)
+    while cur not in seen and len(seen) < 64:
+        seen.append(cur)
+        q = RotationMatrix(Quaternion(*cur)).ToQuaternion()
+        cur = tuple(float(c) for c in (q.w(), q.x(), q.y(), q.z()))
+        if cur[0] < 0:
+            cur = tuple(-c for c in cur)
+    cycle = seen[seen.index(cur):] if cur in seen else seen
+    return RotationMatrix(Quaternion(*min(cycle)))
 
 
 def _quaternion(xyzw):

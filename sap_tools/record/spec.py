@@ -1,10 +1,12 @@
 """Scenes as Drake scene specifications: what ``sap-record`` builds a Drake plant from.
 
 A *scene specification* is the input part of the JSON scene format of
-``tests/data/drake/README.md``: ``plant`` (time step, gravity), ``bodies`` (mass, COM,
+``tests/data/drake/README.md``: ``plant`` (time step, gravity, the discrete contact
+approximation and the stiction tolerance), ``bodies`` (mass, COM,
 inertia), ``joints`` (type, frames, axis, damping, limits, initial q and v in Drake's
 coordinates), ``actuation`` (actuators, PD gains, desired state, feed-forward), ``geometries``
-(shape, pose, contact properties, or none for SceneGraph's defaults) and
+(shape, pose, contact properties — stiffness, relaxation time, Hunt–Crossley dissipation,
+friction — or none for SceneGraph's defaults) and
 ``collision_candidate_pairs``. A recorded scene file is itself a specification, so
 ``sap-record`` re-records it from its own file; a built-in scene is converted by
 :func:`scene_to_spec`.
@@ -26,7 +28,8 @@ from sap_common.io.json_scene import DRAKE_LIMIT_STIFFNESS
 from sap_common.io.scene import LoadedScene
 from sap_common.model import JointType, ShapeType
 
-__all__ = ["NO_DRAKE_COUNTERPART", "SPEC_JOINT_TYPES", "SPEC_SHAPES", "scene_to_spec", "check_spec"]
+__all__ = ["NO_DRAKE_COUNTERPART", "SPEC_JOINT_TYPES", "SPEC_SHAPES", "APPROXIMATION_NAMES", "scene_to_spec",
+           "check_spec", "recording_name", "with_approximation"]
 
 # What a scene may contain that pydrake 1.51.1 (SAP, point contact) cannot express, and why.
 NO_DRAKE_COUNTERPART = {
@@ -60,6 +63,31 @@ SPEC_SHAPES = ("sphere", "half_space", "cylinder", "convex")
 # A limit time scale τ = kd/ke equal to h within this relative difference is Drake's τ = h
 # (kd is stored as ke·h, one rounding).
 LIMIT_TAU_RTOL = 1e-12
+# sap-record's --approximation → Drake's DiscreteContactApproximation name in the scene file.
+APPROXIMATION_NAMES = {"sap": "kSap", "lagged": "kLagged", "similar": "kSimilar"}
+_SUFFIXES = tuple(f"_{a}" for a in APPROXIMATION_NAMES if a != "sap")
+
+
+def recording_name(scene: str, approximation: str) -> str:
+    """The recording's name: the scene's for ``sap`` (the first recordings' names), else the scene's
+    with ``_lagged`` / ``_similar`` (a suffix of another approximation replaced), so that one folder
+    holds a scene under every approximation."""
+    base = next((scene[:-len(s)] for s in _SUFFIXES if scene.endswith(s)), scene)
+    return base if approximation == "sap" else f"{base}_{approximation}"
+
+
+def with_approximation(spec: dict, approximation: str) -> dict:
+    """``spec`` recorded under ``approximation`` (``sap``, ``lagged``, ``similar``): the plant's
+    ``discrete_contact_approximation`` and the recording's name (:func:`recording_name`)."""
+    if approximation not in APPROXIMATION_NAMES:
+        raise ValueError(f"--approximation: {approximation!r} is not valid; valid: {', '.join(APPROXIMATION_NAMES)}")
+    name = APPROXIMATION_NAMES[approximation]
+    out = {**spec, "plant": {**spec["plant"], "discrete_contact_approximation": name}}
+    out["scene"] = recording_name(spec.get("scene", "scene"), approximation)
+    if out["scene"] != spec.get("scene") and approximation != "sap":
+        note = f"Recorded under Drake's {name} contact approximation (Hunt–Crossley)."
+        out["description"] = f"{spec.get('description', '')} {note}".strip()
+    return out
 
 
 def _refuse(scene: str, feature: str, what: str) -> ValueError:
@@ -180,7 +208,8 @@ def scene_to_spec(scene: LoadedScene) -> dict:
         g = {"index": s, "name": m.shape_name[s], "body": body_name(int(m.shape_body[s])),
              "body_index": int(m.shape_body[s]) + 1, "shape": shape, "X_BG": _pose(m.shape_transform[s])}
         for key, value in (("point_contact_stiffness", m.shape_material_ke[s]),
-                           ("relaxation_time", m.shape_material_tau[s]), ("dynamic_friction", m.shape_material_mu[s])):
+                           ("relaxation_time", m.shape_material_tau[s]), ("dynamic_friction", m.shape_material_mu[s]),
+                           ("hunt_crossley_dissipation", m.shape_material_hcd[s])):
             if not np.isnan(value):
                 g[key] = float(value)
         if "dynamic_friction" in g:  # SAP uses only the dynamic coefficient; Drake needs static ≥ dynamic
@@ -213,6 +242,16 @@ def check_spec(spec: dict) -> None:
     h = float(spec["plant"].get("time_step", 0))
     if not (math.isfinite(h) and h > 0):
         raise ValueError(f"scene {name!r}: plant.time_step must be > 0 s, got {h}")
+    approximation = spec["plant"].get("discrete_contact_approximation", "kSap")
+    if approximation not in APPROXIMATION_NAMES.values():
+        raise ValueError(f"scene {name!r}: plant.discrete_contact_approximation: {approximation!r} is not valid; "
+                         f"valid: {', '.join(APPROXIMATION_NAMES.values())}")
+    contact_model = spec["plant"].get("contact_model", "kPoint")
+    if contact_model != "kPoint":
+        from sap_common.io.json_scene import HYDROELASTIC_LIMITATION
+
+        raise ValueError(f"scene {name!r}: plant.contact_model: {contact_model!r} is not supported; valid: kPoint "
+                         f"({HYDROELASTIC_LIMITATION})")
     for j in spec["joints"]:
         if j.get("type") not in SPEC_JOINT_TYPES:
             raise ValueError(f"scene {name!r}: joint {j.get('name')!r}: type {j.get('type')!r} is not supported; "

@@ -63,6 +63,14 @@ class RefBackend:
         r = self.solver.last_results[0]
         return np.zeros((0, 3, self.scene.sap_model.joint_dof_count)) if r.contacts is None else r.contacts.J
 
+    def hunt_crossley(self) -> dict | None:
+        """The last step's Hunt–Crossley data ``{fe0, vn0, n0, eps}`` per contact, (C,) each (None
+        under the ``sap`` approximation)."""
+        hc = self.solver.last_results[0].hunt_crossley
+        if hc is None:
+            return None
+        return {k: np.asarray(getattr(hc, k), np.float64) for k in ("fe0", "vn0", "n0", "eps")}
+
     def rollout(self, state: SapState, steps: int, dt: float, on_step=None):
         """Free run of ``steps`` steps: ``(joint_q (steps+1, nq), joint_qd SAP (steps+1, nv), statuses)``."""
         s = state.copy()
@@ -114,6 +122,15 @@ class GpuBackend:
         C = 0 if self._last_contacts is None else int(self._last_contacts.count[0])
         nv = self.scene.sap_model.joint_dof_count
         return self.solver.work.contact_J.numpy()[0, :3 * C].reshape(C, 3, nv)
+
+    def hunt_crossley(self) -> dict | None:
+        """As :meth:`RefBackend.hunt_crossley`, from the device's ``contact_hc`` and ``contact_vn0``."""
+        if self.config.discrete_contact_approximation == "sap":
+            return None
+        C = 0 if self._last_contacts is None else int(self._last_contacts.count[0])
+        data = self.solver.work.contact_hc.numpy()[0, :C]
+        return {"fe0": data[:, 2].copy(), "vn0": self.solver.work.contact_vn0.numpy()[0, :C].copy(),
+                "n0": data[:, 3].copy(), "eps": data[:, 4].copy()}
 
     def rollout(self, state: SapState, steps: int, dt: float, on_step=None):
         g = self._gpu

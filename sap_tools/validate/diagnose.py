@@ -127,7 +127,8 @@ def _recorded_contacts(traj, row: int) -> list[dict]:
     for k in range(int(c["contact_count"][row])):
         d = {"shape0": int(c["contact_shape0"][row, k]), "shape1": int(c["contact_shape1"][row, k]),
              "phi": float(c["contact_phi"][row, k]), "slot": k}
-        for key in ("contact_point", "contact_normal", "contact_force", "contact_mu", "contact_ke", "contact_tau_d"):
+        for key in ("contact_point", "contact_normal", "contact_force", "contact_mu", "contact_ke", "contact_tau_d",
+                    "contact_hcd"):
             if key in c:
                 d[key[8:]] = np.asarray(c[key][row, k], np.float64)
         out.append(d)
@@ -202,13 +203,14 @@ def _edited_contacts(model, config, contacts, drop=(), add=()):
     out = contacts.copy()
     keep = [k for k in range(int(contacts.count[0])) if k not in set(drop)]
     fields = ("shape0", "shape1", "body0", "body1", "x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke",
-              "ke0", "ke1", "tau_d")
+              "ke0", "ke1", "tau_d", "hcd")
     rows = [{f: getattr(contacts, f)[0, k].copy() for f in fields} for k in keep]
     for (a, b), x0, x1, n, phi in add:
         mu, ke, k0, k1, tau = ref_collision.combine_materials(model, a, b, config)
+        hcd = ref_collision.combine_hc_dissipation(model, a, b, config)
         rows.append(dict(shape0=a, shape1=b, body0=model.shape_body[a], body1=model.shape_body[b], x0=x0, x1=x1,
                          normal=n, phi0=phi, margin0=model.shape_margin[a], margin1=model.shape_margin[b], mu=mu,
-                         ke=ke, ke0=k0, ke1=k1, tau_d=tau))
+                         ke=ke, ke0=k0, ke1=k1, tau_d=tau, hcd=hcd))
     if len(rows) > out.capacity:
         return None
     out.count[0] = len(rows)
@@ -394,10 +396,20 @@ def _constraint_rows(ctx, n, state, ours, pairs, recorded, J):
                                GEOMETRY_TOL, L))
     if any(mpr):
         rows += _mpr_rows(ctx, state, ours, [p for p, m in zip(pairs, mpr) if m], recorded, L)
-    for key, label in (("mu", "contact μ"), ("ke", "contact k [N/m]"), ("tau_d", "contact τ_d [s]")):
+    for key, label in (("mu", "contact μ"), ("ke", "contact k [N/m]"), ("tau_d", "contact τ_d [s]"),
+                       ("hcd", "contact Hunt–Crossley d [s/m]")):
         if key in rec[0] and np.all(np.isfinite([r[key] for r in rec])):
             rows.append(_stage(label, getattr(ours, key)[0, i], [r[key] for r in rec], TOL["fp64"], 0.0))
     extra = ctx.traj.extra
+    hc = ctx.backend.hunt_crossley()
+    if exact and hc is not None and "contact_hc_fe0" in extra:
+        # The Hunt–Crossley data of the step (fixed at q₀, v₀) against the recorder's.
+        ie = np.array([p[0] for p in exact])
+        slots = [recorded[p[1]]["slot"] for p in exact]
+        vscale = max(1.0, float(np.abs(ctx.v_rows[n]).max()))
+        for key, label, floor in (("fe0", "Hunt–Crossley fₑ₀ [N]", 0.0), ("vn0", "Hunt–Crossley vₙ₀ [m/s]", vscale),
+                                  ("n0", "Hunt–Crossley n₀ [N·s]", 0.0), ("eps", "Hunt–Crossley ε_s [m/s]", 0.0)):
+            rows.append(_stage(label, hc[key][ie], extra[f"contact_hc_{key}"][n + 1, slots], TOL["fp64"], floor))
     if exact and "contact_separation_speed" in extra and J is not None and len(J) >= len(i):
         ie = np.array([p[0] for p in exact])
         vc = np.einsum("cjn,n->cj", J[ie], ctx.v_rows[n + 1])
