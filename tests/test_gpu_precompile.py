@@ -34,8 +34,8 @@ BUDGET_EXCEPTIONS = {
                                     "loop state and the inlined friction-cone branches"),
     "_forward_kinematics": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK,
                             "float64 sin/cos of a joint angle: CUDA's double-precision sin/cos reserve 40 B of "
-                            "local memory for the argument reduction of |x| > 2^20 (Payne-Hanek), touched only "
-                            "for such angles; MuJoCo Warp computes in float32"),
+                            "local memory for their slow path (Payne-Hanek reduction of very large arguments), "
+                            "which joint angles never take; MuJoCo Warp computes in float32"),
     "_motion_subspaces": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK, "float64 sin/cos, as _forward_kinematics"),
     "_integrate": (MJWARP_MAX_REG, FLOAT64_SINCOS_STACK,
                    "float64 sin/cos of the quaternion increment, as _forward_kinematics"),
