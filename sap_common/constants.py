@@ -17,7 +17,7 @@ __all__ = [
     "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
     "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS",
-    "REFINE_STEP", "REFINE_HALVINGS",
+    "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
     "HC_VELOCITY_GUARD",
@@ -124,6 +124,12 @@ SUPPORT_TIE = 1e-8
 REFINE_MIN_GAIN = 1e-14
 # A refinement step that does not raise σ is halved up to this many times, then refinement stops.
 REFINE_HALVINGS = 8
+# Rounds of the refinement (Newton steps, then moves onto a kink of a support function or a crossing
+# of two and Newton steps along the kink) until a round's moves gain nothing. An optimum is a smooth
+# point (reached by the first round's steps), on one kink (its move and steps along it), or on a
+# crossing (a second move, from next to the crossing where the steps along one kink stall); one more
+# round finds nothing left to gain. 4 bounds the cost.
+REFINE_ROUNDS = 4
 # A face (of a box, mesh or cylinder cap) is a reference face of a multi-point contact when its
 # outward normal is within this of the contact normal (1 − cos θ, θ ≤ 4.5e-5 rad). A polytope's
 # contact normal is a face normal to rounding (~1e-15) whenever a face touches; an edge–edge

@@ -23,6 +23,7 @@ from sap_common.constants import (
     REFINE_HALVINGS,
     REFINE_ITERATIONS,
     REFINE_MIN_GAIN,
+    REFINE_ROUNDS,
     REFINE_STEP,
     SUPPORT_TIE,
 )
@@ -400,6 +401,20 @@ def refine_penetration(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
     """sap_ref.collision_convex.refine_penetration: (n, sigma, a, b, moved)."""
     n_start = n
     sigma, a, b = separation(G, A, B, n)
+    for r in range(REFINE_ROUNDS):
+        n, sigma, a, b = newton(G, A, B, n, sigma, a, b)
+        n, sigma, a, b, kink_moved = refine_on_kinks(G, A, B, n, sigma, a, b)
+        if kink_moved == 0:
+            break
+    moved = int(0)
+    if n[0] != n_start[0] or n[1] != n_start[1] or n[2] != n_start[2]:
+        moved = 1
+    return n, sigma, a, b, moved
+
+
+@wp.func
+def newton(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a: wp.vec3d, b: wp.vec3d):
+    """sap_ref.collision_convex._newton: (n, sigma, a, b)."""
     h = wp.float64(REFINE_STEP)
     gain = wp.float64(REFINE_MIN_GAIN)
     for it in range(REFINE_ITERATIONS):
@@ -460,11 +475,7 @@ def refine_penetration(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
                     th1 = wp.float64(0.5) * th1
         if improved == 0:
             break
-    n, sigma, a, b = refine_on_kinks(G, A, B, n, sigma, a, b)
-    moved = int(0)
-    if n[0] != n_start[0] or n[1] != n_start[1] or n[2] != n_start[2]:
-        moved = 1
-    return n, sigma, a, b, moved
+    return n, sigma, a, b
 
 
 @wp.func
@@ -477,49 +488,149 @@ def axis_of(s: Convex):
 
 
 @wp.func
+def box_point(s: Convex, i: int) -> wp.vec3d:
+    """Corner i of a box in sap_ref's order (x slowest, z fastest, − before +)."""
+    return box_corner_local(s.size, i)
+
+
+@wp.func
+def polytope_point(G: Geometry, s: Convex, i: int) -> wp.vec3d:
+    if s.kind == BOX:
+        return box_point(s, i)
+    if s.kind == PRISM:
+        return prism_point(s, i)
+    return G.mesh_vertex[s.v0 + i]
+
+
+@wp.func
+def polytope_count(s: Convex) -> int:
+    if s.kind == BOX:
+        return 8
+    if s.kind == PRISM:
+        return 6
+    return s.v1 - s.v0
+
+
+@wp.func
+def kink_vertex(G: Geometry, s: Convex, d: wp.vec3d) -> int:
+    """The support vertex along d of a mesh or prism (support_local's: the first of largest v·d), else 0."""
+    if s.kind != CONVEX_MESH and s.kind != PRISM:
+        return 0
+    dl = wp.transpose(s.R) * d
+    best = int(0)
+    bd = wp.dot(polytope_point(G, s, 0), dl)
+    for i in range(1, polytope_count(s)):
+        dv = wp.dot(polytope_point(G, s, i), dl)
+        if dv > bd:
+            best = i
+            bd = dv
+    return best
+
+
+@wp.func
+def kink_count(G: Geometry, s: Convex, v: int) -> int:
+    """How many axes sap_ref._kink_axes gives (v: the support vertex of a mesh or prism)."""
+    if s.kind == CYLINDER or s.kind == CAPSULE:
+        return 1
+    if s.kind == BOX or s.kind == PRISM:
+        return 3
+    if s.kind != CONVEX_MESH:
+        return 0
+    count = int(0)
+    for f in range(s.f0, s.f1):
+        for p in range(G.mesh_face_vertex_start[f], G.mesh_face_vertex_start[f + 1]):
+            if G.mesh_face_vertex[p] == s.v0 + v:
+                count += 1
+    return count
+
+
+@wp.func
+def kink_axis(G: Geometry, s: Convex, v: int, k: int) -> wp.vec3d:
+    """Axis k of sap_ref._kink_axes (v: the support vertex of a mesh or prism), world frame."""
+    if s.kind == CYLINDER or s.kind == CAPSULE:
+        return wp.vec3d(s.R[0, 2], s.R[1, 2], s.R[2, 2])
+    if s.kind == BOX:
+        return wp.vec3d(s.R[0, k], s.R[1, k], s.R[2, k])
+    other = int(0)
+    if s.kind == PRISM:  # sap_ref._prism_neighbours
+        base = int(0)
+        if v >= 3:
+            base = 3
+        if k == 0:
+            other = base + (v - base + 1) % 3
+        elif k == 1:
+            other = base + (v - base + 2) % 3
+        else:
+            other = (v + 3) % 6
+    else:  # the vertex after v in the k-th face holding it
+        seen = int(0)
+        for f in range(s.f0, s.f1):
+            start = G.mesh_face_vertex_start[f]
+            size = G.mesh_face_vertex_start[f + 1] - start
+            for p in range(size):
+                if G.mesh_face_vertex[start + p] == s.v0 + v:
+                    if seen == k:
+                        other = G.mesh_face_vertex[start + (p + 1) % size] - s.v0
+                    seen += 1
+    return unit(s.R * (polytope_point(G, s, other) - polytope_point(G, s, v)))
+
+
+@wp.func
+def pair_kink_axis(G: Geometry, A: Convex, B: Convex, vA: int, vB: int, countA: int, k: int) -> wp.vec3d:
+    """Axis k of sap_ref's list _kink_axes(A, n) + _kink_axes(B, −n) (one call site: one copy of kink_axis)."""
+    s = A
+    v = vA
+    i = k
+    if k >= countA:
+        s = B
+        v = vB
+        i = k - countA
+    return kink_axis(G, s, v, i)
+
+
+@wp.func
 def refine_on_kinks(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a: wp.vec3d, b: wp.vec3d):
-    """sap_ref.collision_convex._refine_on_kinks."""
+    """sap_ref.collision_convex._refine_on_kinks: (n, sigma, a, b, moved)."""
     gain = wp.float64(REFINE_MIN_GAIN)
-    hasA, axA = axis_of(A)
-    hasB, axB = axis_of(B)
+    vA = kink_vertex(G, A, n)
+    vB = kink_vertex(G, B, -n)
+    countA = kink_count(G, A, vA)
+    count = countA + kink_count(G, B, vB)
+    n0 = n
     have_kink = int(0)
+    moved = int(0)
     kink = zero3()
-    for c in range(3):
-        ok = int(0)
-        trial = zero3()
-        ax = axA
-        if c == 0 and hasA == 1:
-            v = n - wp.dot(n, axA) * axA
-            if wp.dot(v, v) > wp.float64(0.0):
-                ok = 1
-                trial = unit(v)
-        if c == 1 and hasB == 1:
-            ax = axB
-            v = n - wp.dot(n, axB) * axB
-            if wp.dot(v, v) > wp.float64(0.0):
-                ok = 1
-                trial = unit(v)
-        if c == 2 and hasA == 1 and hasB == 1:
-            cr = wp.cross(axA, axB)
-            if wp.dot(cr, cr) > wp.float64(0.0):
-                ok = 1
-                trial = unit(cr)
-                if wp.dot(trial, n) < wp.float64(0.0):
-                    trial = -trial
-        if ok == 1:
-            s_new, a_new, b_new = separation(G, A, B, trial)
-            if s_new > sigma + gain:
-                n = trial
-                sigma = s_new
-                a = a_new
-                b = b_new
-                if c == 2:
+    for i in range(count):  # onto kink i, then onto its crossing with each later one
+        ai = pair_kink_axis(G, A, B, vA, vB, countA, i)
+        for j in range(i, count):
+            ok = int(0)
+            trial = zero3()
+            if j == i:
+                v = n0 - wp.dot(n0, ai) * ai
+                if wp.dot(v, v) > wp.float64(0.0):
+                    ok = 1
+                    trial = unit(v)
+            else:
+                cr = wp.cross(ai, pair_kink_axis(G, A, B, vA, vB, countA, j))
+                if wp.dot(cr, cr) > wp.float64(0.0):
+                    ok = 1
+                    trial = unit(cr)
+                    if wp.dot(trial, n0) < wp.float64(0.0):
+                        trial = -trial
+            if ok == 1:
+                s_new, a_new, b_new = separation(G, A, B, trial)
+                if s_new > sigma + gain:
+                    n = trial
+                    sigma = s_new
+                    a = a_new
+                    b = b_new
+                    moved = 1
                     have_kink = 0
-                else:
-                    have_kink = 1
-                    kink = ax
+                    if j == i:
+                        have_kink = 1
+                        kink = ai
     if have_kink == 0:
-        return n, sigma, a, b
+        return n, sigma, a, b, moved
     h = wp.float64(REFINE_STEP)
     for it in range(REFINE_ITERATIONS):
         t = wp.cross(kink, n)
@@ -552,31 +663,7 @@ def refine_on_kinks(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.fl
                     theta = wp.float64(0.5) * theta
         if improved == 0:
             break
-    return n, sigma, a, b
-
-
-@wp.func
-def box_point(s: Convex, i: int) -> wp.vec3d:
-    """Corner i of a box in sap_ref's order (x slowest, z fastest, − before +)."""
-    return box_corner_local(s.size, i)
-
-
-@wp.func
-def polytope_point(G: Geometry, s: Convex, i: int) -> wp.vec3d:
-    if s.kind == BOX:
-        return box_point(s, i)
-    if s.kind == PRISM:
-        return prism_point(s, i)
-    return G.mesh_vertex[s.v0 + i]
-
-
-@wp.func
-def polytope_count(s: Convex) -> int:
-    if s.kind == BOX:
-        return 8
-    if s.kind == PRISM:
-        return 6
-    return s.v1 - s.v0
+    return n, sigma, a, b, moved
 
 
 @wp.func

@@ -25,8 +25,11 @@ s_D(d) = s_A(d) − s_B(−d):
   separates the shapes), witness points from the barycentric coordinates of δn in that face.
   Polytope pairs end exactly; a curved pair (ellipsoid, cylinder side) stops at
   ``EPA_MAX_VERTICES`` or when its depth meets ``EPA_TOL`` — with a normal good only to
-  ~√(2·EPA_TOL/radius), the depth being stationary in the normal — and is then refined by Newton
-  steps on the separation σ(n) (:func:`refine_penetration`), which fixes the normal to ~1e-8.
+  ~√(2·EPA_TOL/radius), the depth being stationary in the normal — and is then refined by
+  maximizing the separation σ(n) (:func:`refine_penetration`): Newton steps where σ is smooth, and
+  moves onto the kinks of the support functions (a box's or mesh's edges, a cylinder's or
+  capsule's axis), where the optimum of a curved surface against an edge or a side line lies and
+  the Newton steps stall. That fixes the normal to ~1e-8.
 
 Result: ``(x0, x1, normal, phi)`` on the inflated shapes, x0 = a + r_A n̂, x1 = b − r_B n̂, then
 made to satisfy x1 − x0 = φn̂ exactly by moving both symmetrically about their midpoint.
@@ -52,6 +55,7 @@ from sap_common.constants import (
     REFINE_HALVINGS,
     REFINE_ITERATIONS,
     REFINE_MIN_GAIN,
+    REFINE_ROUNDS,
     REFINE_STEP,
     SUPPORT_TIE,
 )
@@ -267,16 +271,33 @@ def _tangents(n):
 
 
 def refine_penetration(A: Convex, B: Convex, n):
-    """Newton on the separation σ(n) over unit normals, from EPA's n (which stopped at its vertex
+    """Maximize the separation σ(n) over unit normals, from EPA's n (which stopped at its vertex
     cap, ~1e-6 m short on curved cores): the signed distance is max σ(n) and its normal the
-    maximizer. In the tangent basis (t₁, t₂) of n: gradient gᵢ = −tᵢ·x, x = s_A(n) − s_B(−n), and
-    Hessian Hᵢⱼ = −tᵢ·∂x/∂θⱼ + δᵢⱼ n·x, ∂x/∂θⱼ by central differences (step
-    ``REFINE_STEP``); a step θ = −H⁻¹g (or, where −H is not positive definite, a gradient step of
-    length ``REFINE_STEP``) is taken when it raises σ by more than ``REFINE_MIN_GAIN``, halved up
-    to ``REFINE_HALVINGS`` times.
+    maximizer. σ is smooth except across the kinks of the cores' support functions
+    (:func:`_kink_axes`: a box's or mesh's edges, a cylinder's or capsule's axis), where the
+    maximum often sits (an edge or a side line against the other shape). So up to
+    ``REFINE_ROUNDS`` rounds of: Newton steps on the smooth σ (:func:`_newton`), then moves onto a
+    kink or a crossing of two and Newton steps along a kink (:func:`_refine_on_kinks`); the rounds
+    stop when the kink moves gain nothing. A round's Newton steps leave a kink the optimum is not
+    on; its kink moves reach a crossing that the steps along one kink stalled next to.
     Returns ``(n, σ, a, b, moved)``: a and b the support points at n, moved whether n changed."""
     n_start = n
     sigma, a, b = _separation(A, B, n)
+    for _ in range(REFINE_ROUNDS):
+        n, sigma, a, b = _newton(A, B, n, sigma, a, b)
+        n, sigma, a, b, moved = _refine_on_kinks(A, B, n, sigma, a, b)
+        if not moved:
+            break
+    return n, sigma, a, b, not np.array_equal(n, n_start)
+
+
+def _newton(A: Convex, B: Convex, n, sigma, a, b):
+    """Newton steps on σ(n) where it is smooth. In the tangent basis (t₁, t₂) of n: gradient
+    gᵢ = −tᵢ·x, x = s_A(n) − s_B(−n), and Hessian Hᵢⱼ = −tᵢ·∂x/∂θⱼ + δᵢⱼ n·x, ∂x/∂θⱼ by central
+    differences (step ``REFINE_STEP``); a step θ = −H⁻¹g (or, where −H is not positive definite,
+    a gradient step of length ``REFINE_STEP``) is taken when it raises σ by more than
+    ``REFINE_MIN_GAIN``, halved up to ``REFINE_HALVINGS`` times. Within ``REFINE_STEP`` of a kink
+    the differences straddle it and the steps stall. Returns ``(n, σ, a, b)``."""
     for _ in range(REFINE_ITERATIONS):
         t1, t2 = _tangents(n)
         x = a - b
@@ -305,8 +326,7 @@ def refine_penetration(A: Convex, B: Convex, n):
             theta = 0.5 * theta
         if not improved:
             break
-    n, sigma, a, b = _refine_on_kinks(A, B, n, sigma, a, b)
-    return n, sigma, a, b, not np.array_equal(n, n_start)
+    return n, sigma, a, b
 
 
 def _axis_of(shape: Convex):
@@ -315,30 +335,67 @@ def _axis_of(shape: Convex):
     return shape.R[:, 2] if shape.kind in (ShapeType.CYLINDER, ShapeType.CAPSULE) else None
 
 
+def _prism_neighbours(i):
+    """The three vertices joined to vertex i of a height-field prism (0–2 the top triangle, 3–5
+    the bottom one, i and i + 3 one wall edge): the next and previous of its triangle, then the
+    other triangle's copy."""
+    base = 0 if i < 3 else 3
+    return [base + (i - base + 1) % 3, base + (i - base + 2) % 3, (i + 3) % 6]
+
+
+def _kink_axes(shape: Convex, d):
+    """World unit axes â across whose great circle (d·â = 0) the core's support function h has a
+    kink near the direction d, in a fixed order: a cylinder's or capsule's axis (h has a |d·â|
+    term); a box's three axes (h = Σᵢ hᵢ|d·Rᵢ|); a mesh's or prism's edges at its support vertex
+    along d (h is smooth inside the normal cone of each vertex and kinks across the cone's sides,
+    one per edge at the vertex; a mesh's in face order, each edge as the one leaving the vertex
+    in its face). Other cores: none."""
+    if shape.kind in (ShapeType.CYLINDER, ShapeType.CAPSULE):
+        return [shape.R[:, 2]]
+    if shape.kind == ShapeType.BOX:
+        return [shape.R[:, 0], shape.R[:, 1], shape.R[:, 2]]
+    if shape.kind not in (ShapeType.CONVEX_MESH, PRISM):
+        return []
+    i = int(np.argmax(shape.verts @ (shape.R.T @ d)))  # support_local's vertex
+    if shape.kind == PRISM:
+        others = _prism_neighbours(i)
+    else:
+        others = []
+        for _, _, idx in shape.faces:
+            idx = [int(v) for v in idx]
+            if i in idx:
+                others.append(idx[(idx.index(i) + 1) % len(idx)])
+    return [_unit(shape.R @ (shape.verts[j] - shape.verts[i])) for j in others]
+
+
 def _refine_on_kinks(A: Convex, B: Convex, n, sigma, a, b):
-    """Where a core's support has a kink (:func:`_axis_of`), the separation σ is not smooth across
-    n ⊥ axis, and its maximum usually sits on that kink: a cylinder or capsule lying against
-    another shape. Newton steps stall there with the normal tilted by ~1e-5 rad. So also try n
-    moved onto each kink (n − (n·â)â, normalized) and, with two axes, onto both (±â₀ × â₁); keep
-    the best σ; then Newton along the kink (rotation about its axis, t = â × n) with the same rules."""
-    axes = [x for x in (_axis_of(A), _axis_of(B)) if x is not None]
-    kink = None
+    """Where a core's support has a kink (:func:`_kink_axes` of A along n and of B along −n), σ is
+    not smooth across n ⊥ axis, and its maximum usually sits on that kink or on the crossing of
+    two: a box's or mesh's edge, a cylinder or capsule lying against the other shape, a face
+    (the crossing of two of its edges), an edge across a side line. Newton steps stall there
+    with the normal tilted by up to ~``REFINE_STEP``. So also try n moved onto each kink i
+    (n − (n·â)â, normalized), each followed by its crossings with the later ones (±âᵢ × âⱼ, toward
+    n); keep the best σ (a later candidate must beat it by ``REFINE_MIN_GAIN``); then, on a kink,
+    Newton along it (rotation about its axis, t = â × n) with the same rules.
+    Returns ``(n, σ, a, b, moved)``."""
+    axes = _kink_axes(A, n) + _kink_axes(B, -n)
+    kink, moved = None, False
     candidates = []
-    for ax in axes:
+    for i, ax in enumerate(axes):  # onto kink i, then onto its crossing with each later one
         v = n - (n @ ax) * ax
         if v @ v > 0.0:
             candidates.append((_unit(v), ax))
-    if len(axes) == 2:
-        c = np.cross(axes[0], axes[1])
-        if c @ c > 0.0:
-            c = _unit(c)
-            candidates += [(c if c @ n >= 0.0 else -c, None)]
+        for other in axes[i + 1:]:
+            c = np.cross(ax, other)
+            if c @ c > 0.0:
+                c = _unit(c)
+                candidates.append((c if c @ n >= 0.0 else -c, None))
     for trial, ax in candidates:
         s_new, a_new, b_new = _separation(A, B, trial)
         if s_new > sigma + REFINE_MIN_GAIN:
-            n, sigma, a, b, kink = trial, s_new, a_new, b_new, ax
+            n, sigma, a, b, kink, moved = trial, s_new, a_new, b_new, ax, True
     if kink is None:
-        return n, sigma, a, b
+        return n, sigma, a, b, moved
     for _ in range(REFINE_ITERATIONS):
         t = np.cross(kink, n)
         t = t / math.sqrt(t @ t)
@@ -359,7 +416,7 @@ def _refine_on_kinks(A: Convex, B: Convex, n, sigma, a, b):
             theta = 0.5 * theta
         if not improved:
             break
-    return n, sigma, a, b
+    return n, sigma, a, b, moved
 
 
 def _unit(v):
