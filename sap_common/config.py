@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
+import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -40,6 +43,7 @@ __all__ = [
     "DEFAULT_CONTACT_APPROXIMATION",
     "precision_dtype",
     "normalize_preset",
+    "SapConfigWarning",
 ]
 
 PRECISIONS = ("fp32", "fp64")
@@ -129,6 +133,63 @@ PCR_RTOL_DEFAULTS = MappingProxyType({"fp64": 1e-10, "fp32": 1e-6})
 
 def _key(value) -> str:
     return str(value).strip().lower().replace("-", "_")
+
+
+class SapConfigWarning(UserWarning):
+    """A knob was set explicitly that the rest of the configuration never reads (it has no effect)."""
+
+
+def _reads_line_search_decay(c) -> bool:
+    return c.line_search_variant == "armijo_decay"
+
+
+def _reads_pcr(c) -> bool:
+    return c.contact_linear_solver == "pcr" or c.matrixfree_representation
+
+
+def _reads_hunt_crossley(c) -> bool:
+    return c.discrete_contact_approximation != "sap"
+
+
+def _reads_sap_contact(c) -> bool:
+    return c.discrete_contact_approximation == "sap"
+
+
+# Knobs that only some configurations read: knob -> (does this config read it?, the setting that does).
+_CONDITIONAL_KNOBS = MappingProxyType({
+    "rho": (_reads_line_search_decay, "line_search_variant='armijo_decay'"),
+    "armijo_c": (_reads_line_search_decay, "line_search_variant='armijo_decay'"),
+    **{k: (_reads_pcr, "contact_linear_solver='pcr' or matrixfree_representation=True")
+       for k in ("pcr_max_iterations", "pcr_rtol", "pcr_atol", "pcr_regularization")},
+    **{k: (_reads_hunt_crossley, "discrete_contact_approximation='lagged' or 'similar'")
+       for k in ("stiction_tolerance", "fallback_hc_dissipation")},
+    **{k: (_reads_sap_contact, "discrete_contact_approximation='sap'") for k in ("contact_tau_d", "contact_beta")},
+})
+_WARNED: set = set()  # (knob, reader): each unused-knob warning once per process
+
+
+def _warn_unused_knobs(config) -> None:
+    """Warn once per knob and process when an explicitly set knob has no effect in ``config``."""
+    for knob in sorted(config._explicit & _CONDITIONAL_KNOBS.keys()):
+        reads, reader = _CONDITIONAL_KNOBS[knob]
+        if reads(config) or (knob, reader) in _WARNED:
+            continue
+        _WARNED.add((knob, reader))
+        warnings.warn(f"SapConfig: {knob}={getattr(config, knob)!r} has no effect: only {reader} reads it",
+                      SapConfigWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside the sap packages (and dataclass ``__init__``),
+    so a warning points at the user's line whichever constructor or solver they called."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == "<string>"
+                                 or frame.f_code.co_filename.startswith(_PACKAGES_ROOT)):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+_PACKAGES_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sap_")
 
 
 def _choice(field_name: str, value, aliases: dict, valid: tuple) -> str:
@@ -364,6 +425,7 @@ class SapConfig:
                                          note=" m/s"))
         set_("fallback_hc_dissipation", _real("fallback_hc_dissipation", self.fallback_hc_dissipation, low=0.0,
                                               low_open=False, note=" s/m"))
+        _warn_unused_knobs(self)
 
     # ------------------------------------------------------------------ constructors
 

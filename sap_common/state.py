@@ -16,7 +16,7 @@ import numpy as np
 from .conventions import check_order
 
 __all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "FAILURE_BITS", "check_state", "check_control",
-           "check_contacts", "check_dtypes", "field_dtype", "INDEX_FIELDS"]
+           "check_contacts", "check_type", "check_dtypes", "field_dtype", "INDEX_FIELDS"]
 
 
 class StepStatus(enum.IntFlag):
@@ -249,8 +249,15 @@ def _check_shape(name: str, a, shape: tuple) -> None:
     _check_dtype(name, a)
 
 
+def check_type(name: str, obj, cls) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``obj`` is not a ``cls`` (e.g. ``step(None, ...)``)."""
+    if not isinstance(obj, cls):
+        raise ValueError(f"{name}: expected a {cls.__name__}, got {type(obj).__name__}")
+
+
 def check_state(model, state: SapState, name: str = "state") -> None:
     """Raise ``ValueError`` if ``state``'s arrays do not match ``model`` (docs/design.md § Bad input)."""
+    check_type(name, state, SapState)
     W, B = model.num_worlds, model.body_count
     _check_shape(f"{name}.joint_q", state.joint_q, (W, model.joint_coord_count))
     _check_shape(f"{name}.joint_qd", state.joint_qd, (W, model.joint_dof_count))
@@ -263,6 +270,7 @@ def check_state(model, state: SapState, name: str = "state") -> None:
 
 def check_control(model, control: SapControl, name: str = "control") -> None:
     """Raise ``ValueError`` if ``control``'s arrays do not match ``model``."""
+    check_type(name, control, SapControl)
     shape = (model.num_worlds, model.joint_dof_count)
     for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
         _check_shape(f"{name}.{f}", getattr(control, f), shape)

@@ -17,7 +17,7 @@ import warp as wp
 
 from sap_common.conventions import check_order, quaternion_coords
 from sap_common.model import JointType, SapModel
-from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes, keep_stamp
+from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes, check_type, keep_stamp
 
 from .device import get_device
 
@@ -179,6 +179,7 @@ def check_array(name, a, shape, dtype, device):
 
 def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> None:
     """``ValueError`` naming the field if a device state does not match the model (docs/design.md § Bad input)."""
+    check_type(name, state, SapState)
     W, B = m.num_worlds, m.body_count
     check_array(f"{name}.joint_q", state.joint_q, (W, m.nq), wp.float64, m.device)
     check_array(f"{name}.joint_qd", state.joint_qd, (W, m.nv), wp.float64, m.device)
@@ -191,6 +192,7 @@ def check_device_state(m: GpuModel, state: SapState, name: str = "state") -> Non
 
 def check_device_control(m: GpuModel, control: SapControl, name: str = "control") -> None:
     """``ValueError`` naming the field if a device control does not match the model."""
+    check_type(name, control, SapControl)
     for f in ("joint_f", "joint_target_pos", "joint_target_vel", "joint_act"):
         check_array(f"{name}.{f}", getattr(control, f), (m.num_worlds, m.nv), wp.float64, m.device)
     check_order(f"{name}.joint_f_order", control.joint_f_order)

@@ -156,6 +156,7 @@ class SolverSAP:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
         model, cfg = self.model, self.config
         x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose, self.dt_bound)
+        check_state(model, state_out, "state_out")  # before any work, not at the write
         if contacts is None:
             contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
         self._check_contacts(contacts)

@@ -1,6 +1,7 @@
 """sap_common.config: the preset table of docs/presets.md, aliases, overrides, defaults and validation."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -247,3 +248,61 @@ def test_contact_approximation_is_orthogonal_to_the_presets(preset):
             {k: v for k, v in cfg.as_dict().items() if k != "discrete_contact_approximation"}
     assert cfg.replace(contact_preset_variant="drake", discrete_contact_approximation="lagged").replace(
         contact_preset_variant="approx32").discrete_contact_approximation == "lagged"  # an explicit choice is kept
+
+
+# ----------------------------------------------------------------------------- knobs without effect
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Each test sees every unused-knob warning again (they are once per process otherwise)."""
+    import sap_common.config as config_module
+
+    monkeypatch.setattr(config_module, "_WARNED", set())
+
+
+@pytest.mark.parametrize("kwargs, knob, reader", [
+    (dict(rho=0.5), "rho", "armijo_decay"),
+    (dict(armijo_c=0.3, line_search_variant="exact_root"), "armijo_c", "armijo_decay"),
+    (dict(pcr_rtol=1e-8), "pcr_rtol", "pcr"),
+    (dict(pcr_max_iterations=7), "pcr_max_iterations", "pcr"),
+    (dict(stiction_tolerance=1e-3), "stiction_tolerance", "lagged"),
+    (dict(fallback_hc_dissipation=3.0), "fallback_hc_dissipation", "lagged"),
+    (dict(contact_tau_d=0.3, discrete_contact_approximation="lagged"), "contact_tau_d", "'sap'"),
+    (dict(contact_beta=0.5, discrete_contact_approximation="similar"), "contact_beta", "'sap'"),
+])
+def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs, knob, reader):
+    from sap_common.config import SapConfigWarning
+
+    with pytest.warns(SapConfigWarning, match=rf"{knob}=.* has no effect: only .*{reader}") as record:
+        cfg = SapConfig(**kwargs)
+    assert len(record) == 1 and record[0].filename == __file__  # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg.replace(max_iterations=50)  # once per process: the same knob does not warn again
+        SapConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(rho=0.5, armijo_c=0.3, line_search_variant="armijo_decay"),
+    dict(pcr_rtol=1e-8, pcr_atol=1e-12, pcr_regularization=1e-9, pcr_max_iterations=7, contact_linear_solver="pcr"),
+    dict(pcr_rtol=1e-8, matrixfree_representation=True),
+    dict(stiction_tolerance=1e-3, fallback_hc_dissipation=3.0, discrete_contact_approximation="lagged"),
+    dict(contact_tau_d=0.3, contact_beta=0.5),
+    dict(rho=0.8, pcr_atol=0.0),  # the defaults, unchanged, are not "set"
+])
+def test_a_knob_the_configuration_reads_does_not_warn(fresh_warnings, kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for preset in PRESETS:
+            SapConfig.from_preset(preset, **kwargs)
+
+
+def test_every_preset_and_line_search_with_its_defaults_is_silent(fresh_warnings):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for preset in PRESETS:
+            for ls in ("monotone_decay", "armijo_decay", "exact_root"):
+                for solver in ("cholesky", "pcr"):
+                    for approx in ("sap", "lagged", "similar"):
+                        SapConfig.from_preset(preset, line_search_variant=ls, contact_linear_solver=solver,
+                                              discrete_contact_approximation=approx)

@@ -205,6 +205,31 @@ def test_every_dotted_code_name_imports():
     assert not problems, "code names that do not exist:\n" + "\n".join(problems)
 
 
+def unlisted_modules(layout: str, files) -> list[str]:
+    """Package and script files the layout block does not name (by file name or module name). A
+    sap_gpu file named under sap_ref counts: the layout says sap_gpu has sap_ref's stage files."""
+    packages = ("sap_common/", "sap_ref/", "sap_gpu/", "sap_newton/", "sap_tools/", "scripts/", "examples/")
+    return [n for n in files if n.startswith(packages) and n.endswith((".py", ".sh"))
+            and pathlib.PurePosixPath(n).name not in ("__init__.py", "__main__.py")
+            and not re.search(rf"\b{re.escape(pathlib.PurePosixPath(n).stem)}\b", layout)]
+
+
+def design_layout() -> str:
+    text = (ROOT / "docs" / "design.md").read_text()
+    start = text.index("## Layout")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_design_layout_names_every_module():
+    missing = unlisted_modules(design_layout(), tracked_files())
+    assert not missing, "docs/design.md § Layout does not name:\n" + "\n".join(missing)
+
+
+def test_an_unlisted_module_is_flagged():
+    assert unlisted_modules("  solver.py  the step\n", ["sap_ref/solver.py", "sap_gpu/new_stage.py"]) == \
+        ["sap_gpu/new_stage.py"]
+
+
 # The checks themselves must be able to fail: each bad text below is flagged. The strings are
 # assembled from pieces so that this file does not match its own patterns.
 SECTION = "\u00a7"

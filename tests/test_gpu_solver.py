@@ -277,6 +277,10 @@ def test_bad_step_arguments_are_refused_before_any_launch(device, small):
         solver.step(state, state, control, sap_gpu.contacts(2, 3, device), 1e-3)
     with pytest.raises(ValueError, match="contacts: expected SapContacts or None"):
         solver.step(state, state, control, "none", 1e-3)
+    for args, name in (((None, state, control), "state_in"), ((state, None, control), "state_out"),
+                       ((state, state, None), "control")):
+        with pytest.raises(ValueError, match=rf"{name}: expected a Sap(State|Control), got NoneType"):
+            solver.step(*args, contacts, 1e-3)
     tagged = dataclasses.replace(state)
     tagged.joint_qd_order = "drake"  # set after construction, past SapState's own check
     with pytest.raises(ValueError, match="state_in.joint_qd_order: must be one of"):

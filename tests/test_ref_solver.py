@@ -198,3 +198,10 @@ def test_bad_control_and_contacts():
         solver.step(scene.state, scene.state, scene.control, bad, 1e-3)
     with pytest.raises(ValueError, match=r"contacts: expected SapContacts or None"):
         solver.step(scene.state, scene.state, scene.control, {}, 1e-3)
+    before = scene.state.joint_q.copy()
+    for args, name in (((None, scene.state, scene.control), "state_in"),
+                       ((scene.state, None, scene.control), "state_out"),
+                       ((scene.state, scene.state, None), "control")):
+        with pytest.raises(ValueError, match=rf"{name}: expected a Sap(State|Control), got NoneType"):
+            solver.step(*args, None, 1e-3)
+    assert np.array_equal(scene.state.joint_q, before)  # refused before any work
