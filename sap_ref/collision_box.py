@@ -21,7 +21,9 @@ generation on the axis of largest separation (least penetration):
 Same output convention as :mod:`sap_ref.collision` (docs/formulation.md § Contact frame and Jacobian):
 ``[(x0, x1, normal, phi0)]``,
 normal n̂ from box 0 into box 1, x0 on box 0's surface, x1 on box 1's, x1 − x0 = φ₀ n̂.
-Penetrating pairs report φ₀ = the SAT penetration depth (negative) on the deepest point; a
+Penetrating pairs report φ₀ = the SAT penetration depth (negative) on the deepest point, except
+where an edge axis wins by less than ``EDGE_AXIS_BIAS``: the face contact used instead has its
+deepest point between that face's separation and the SAT depth, within the bias of the latter; a
 separated pair reports a lower bound of its distance (the largest SAT separation), which is all
 a speculative (margin) contact needs.
 
