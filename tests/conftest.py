@@ -28,6 +28,25 @@ if _profile not in PROFILES:
                             f"{', '.join(PROFILES)}")
 settings.load_profile(_profile)
 
+
+def _without_local_constants() -> None:
+    """Derandomized draws that depend on the test alone. Hypothesis (6.131 and later) also draws
+    literals it harvests from the project's modules loaded so far in the process, so the examples
+    of a derandomized test would change with the modules a worker happened to import first (the
+    pytest-xdist schedule) and with any constant edited anywhere. The repeatable profile draws
+    without them; ``explore`` keeps them (they find edge cases)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - an older Hypothesis without the harvest
+        return
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants"):
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+
+
+if _profile != "explore":
+    _without_local_constants()
+
 DATA = pathlib.Path(__file__).parent / "data"
 
 
