@@ -87,9 +87,10 @@ def _limit_constraints(
     active_out: wp.array2d(dtype=int), J_out: wp.array3d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.float64),
     v_hat_out: wp.array2d(dtype=wp.float64),
 ):
-    world = wp.tid()
+    """One thread per (world, limit row): each row reads the step's poses and writes only its own row."""
+    world, r = wp.tid()
     zero = wp.float64(0.0)
-    for r in range(row_count):
+    if r < row_count:
         for k in range(nv):
             J_out[world, r, k] = zero
         side = row_side[r]
@@ -162,9 +163,10 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
                 dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                 q0_out: wp.array2d(dtype=wp.float64), Kp_out: wp.array2d(dtype=wp.float64),
                 Kd_out: wp.array2d(dtype=wp.float64)):
-    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr."""
-    world = wp.tid()
-    for i in range(drive_count):
+    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr. One
+    thread per (world, drive)."""
+    world, i = wp.tid()
+    if i < drive_count:
         dof = drive_dof[i]
         Kp = target_ke[dof]
         Kd = target_kd[dof]
@@ -275,7 +277,8 @@ def limit_constraints(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, acti
     """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
-    launch_threads(_limit_constraints, dim=m.num_worlds, device=m.device, inputs=[m.joint_parent, m.joint_child,
+    launch_threads(_limit_constraints, dim=(m.num_worlds, layout.count), device=m.device,
+                   inputs=[m.joint_parent, m.joint_child,
                    m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint, m.dof_coord,
                    m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
                    layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X,
@@ -286,7 +289,8 @@ def drive_constraints(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> 
     """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
-    launch_threads(_drive_constraints, dim=m.num_worlds, device=m.device, inputs=[m.dof_coord, m.joint_target_ke,
+    launch_threads(_drive_constraints, dim=(m.num_worlds, drive_count), device=m.device,
+                   inputs=[m.dof_coord, m.joint_target_ke,
                    m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd])
 
 

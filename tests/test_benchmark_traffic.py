@@ -124,7 +124,7 @@ def test_setup_traffic_counts_launches_and_bytes_independently(device):
     s, m = run.solver, run.solver.m
     fk = next(c for c in t["stages"]["boundary_in"]["calls"] if c["kernel"] == "_forward_kinematics")
     model_in = [m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start,
-                m.joint_qd_start, m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order]
+                m.joint_qd_start, m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.level_start]
     assert fk["bytes_in"] == sum(_array_bytes(a) for a in model_in + [s.work.q0, s.work.v0])
     assert fk["bytes_out"] == sum(_array_bytes(a) for a in (s.work.body_X, s.work.body_V, s.work.dof_S))
     assert fk["bytes"] == fk["bytes_in"] + fk["bytes_out"]
