@@ -80,7 +80,21 @@ def shift_matrix(r: wp.vec3d) -> wp.spatial_matrixd:
     return T
 
 
-@wp.kernel(module="unique")
+@wp.func(inline=False)
+def add_child_inertia(Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), body_X_in: wp.array2d(dtype=wp.transformd),
+                      world: int, c: int, ch: int):
+    """Ic_c ← Ic_c + Tᵀ Ic_ch T (child ch's composite inertia moved to c's origin).
+
+    Out of line on purpose: inlined into the loop over c's children, the compiler keeps Ic_c (36
+    float64) in registers from one child to the next beside the product's operands, and the
+    kernel needs 214 registers on sm_90 instead of 128 (measured with ``sap-precompile
+    --resources``)."""
+    T = shift_matrix(wp.transform_get_translation(body_X_in[world, ch])
+                     - wp.transform_get_translation(body_X_in[world, c]))
+    Ic_scratch[world, c] = Ic_scratch[world, c] + wp.transpose(T) * Ic_scratch[world, ch] * T
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def _mass_matrix(
     body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
     body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
@@ -111,10 +125,7 @@ def _mass_matrix(
         for k in range(level_start[level] + lane, level_start[level + 1], bd):
             c = joint_child[joint_order[k]]
             for u in range(body_child_start[c], body_child_start[c + 1]):
-                ch = body_children[u]
-                T = shift_matrix(wp.transform_get_translation(body_X_in[world, ch])
-                                 - wp.transform_get_translation(body_X_in[world, c]))
-                Ic_scratch[world, c] = Ic_scratch[world, c] + wp.transpose(T) * Ic_scratch[world, ch] * T
+                add_child_inertia(Ic_scratch, body_X_in, world, c, body_children[u])
         block_sync(lane)
     for kd in range(lane, nv, bd):  # column kd of M: its own joint's DOFs from kd on, then up the tree
         j = dof_joint[kd]
@@ -142,7 +153,7 @@ def _mass_matrix(
         A_out[world, i, i] = wp.float64(1.0)
 
 
-@wp.kernel(module="unique")
+@wp.kernel(enable_backward=False, module="unique")
 def _generalized_forces(
     body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
     body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int),

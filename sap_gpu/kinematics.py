@@ -149,7 +149,7 @@ def dof_subspace(jt: int, i: int, ds: int, nl: int, qs: int, q: wp.array(dtype=w
     return twist(a, wp.cross(a, d))
 
 
-@wp.kernel(module="unique")
+@wp.kernel(enable_backward=False, module="unique")
 def _forward_kinematics(
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
