@@ -12,7 +12,7 @@ Counterpart of :mod:`sap_ref.boundary` (docs/conventions.md, docs/design.md § B
   world its input state back, bit for bit.
 
 The checks and the selection of outputs run one thread per world; the conversions one thread per
-(world, joint) or (world, body).
+(world, joint) or (world, body), the restoring of rejected worlds one per (world, element).
 
 With r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
 (``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
@@ -233,17 +233,16 @@ def _keep_rejected_worlds(same_qd_order: int, nq: int, nv: int, body_count: int,
                           body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
     """A NON_FINITE or INVALID_QUATERNION world gets state_in's values back, bit for bit (joint_qd
     only when both states use the same order; otherwise it keeps the converted v₀)."""
-    world = wp.tid()
+    world, k = wp.tid()  # k: a coordinate, a velocity and a body (one thread per the largest count)
     if (status[world] & REJECTED) == 0:
         return
-    for i in range(nq):
-        joint_q_out[world, i] = q_in[world, i]
-    if same_qd_order != 0:
-        for i in range(nv):
-            joint_qd_out[world, i] = qd_in[world, i]
-    for b in range(body_count):
-        body_q_out[world, b] = body_q_in[world, b]
-        body_qd_out[world, b] = body_qd_in[world, b]
+    if k < nq:
+        joint_q_out[world, k] = q_in[world, k]
+    if same_qd_order != 0 and k < nv:
+        joint_qd_out[world, k] = qd_in[world, k]
+    if k < body_count:
+        body_q_out[world, k] = body_q_in[world, k]
+        body_qd_out[world, k] = body_qd_in[world, k]
 
 
 def check_inputs(m, state, control, status, done) -> None:
@@ -266,7 +265,7 @@ def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in,
     """Launch: a rejected world of ``state_out`` gets state_in's values back, bit for bit, from the
     copies ``q_in``, ``qd_in``, ``body_q_in``, ``body_qd_in`` taken before the step (sap_ref:
     ``write_state``'s ``keep``)."""
-    launch_threads(_keep_rejected_worlds, dim=m.num_worlds, device=m.device,
+    launch_threads(_keep_rejected_worlds, dim=(m.num_worlds, max(m.nq, m.nv, m.body_count)), device=m.device,
                    inputs=[int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, status,
                    q_in, qd_in, body_q_in, body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd,
                    state_out.body_q, state_out.body_qd])
