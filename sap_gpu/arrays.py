@@ -124,6 +124,9 @@ def tree_levels(m: SapModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         p = int(m.body_parent[c])
         depth[c] = depth[p] + 1 if p >= 0 else 0
     d = depth[m.joint_child[m.joint_order]] if m.joint_count else np.zeros(0, np.int64)
+    if np.any(np.diff(d) < 0):  # SapModel sorts joint_order by depth; the levels rely on it
+        raise ValueError("joint_order: expected the joints sorted by the depth of their child body (parents "
+                         f"first, level by level), got depths {d.tolist()}")
     level_start = np.concatenate([[0], np.flatnonzero(np.diff(d)) + 1, [len(d)]]).astype(np.int32)
     if m.joint_count == 0:
         level_start = np.zeros(1, np.int32)

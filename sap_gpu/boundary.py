@@ -55,8 +55,7 @@ def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
 @wp.kernel
 def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                          joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                         body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int,
-                         qd_public: int, f_public: int, pose32: int,
+                         body_com: wp.array(dtype=wp.vec3d), qd_public: int, f_public: int, pose32: int,
                          joint_q_in: wp.array2d(dtype=wp.float64), joint_qd_in: wp.array2d(dtype=wp.float64),
                          joint_f_in: wp.array2d(dtype=wp.float64),
                          v0_out: wp.array2d(dtype=wp.float64), joint_f_out: wp.array2d(dtype=wp.float64)):
@@ -96,7 +95,7 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
 
 
 @wp.kernel
-def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), body_count: int, is_public: int, pose32: int,
+def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), is_public: int, pose32: int,
                           body_X_in: wp.array2d(dtype=wp.transformd), body_f_in: wp.array2d(dtype=wp.spatial_vectord),
                           body_f_out: wp.array2d(dtype=wp.spatial_vectord)):
     """One thread per (world, body)."""
@@ -113,7 +112,7 @@ def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), body_count: int, i
 @wp.kernel
 def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                                 joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                                body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int, pose32: int,
+                                body_com: wp.array(dtype=wp.vec3d), pose32: int,
                                 joint_q_in: wp.array2d(dtype=wp.float64), v_in: wp.array2d(dtype=wp.float64),
                                 joint_qd_out: wp.array2d(dtype=wp.float64)):
     """One thread per (world, joint): the joint's DOFs copied, a FREE/DISTANCE segment converted."""
@@ -139,7 +138,7 @@ def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp
 
 
 @wp.kernel
-def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d), body_count: int,
+def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d),
                            body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
                            body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
     """One thread per (world, body)."""
@@ -274,26 +273,26 @@ def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in,
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
     launch_threads(_joint_arrays_to_sap, dim=(m.num_worlds, m.joint_count), device=m.device,
-                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count,
-                           m.nv, int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"),
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com,
+                           int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"),
                            int(pose32), state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
 
 
 def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
     """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
     launch_threads(_body_wrenches_to_sap, dim=(m.num_worlds, m.body_count), device=m.device,
-                   inputs=[m.body_com, m.body_count, int(state.body_f_order == "public"), int(pose32), body_X,
+                   inputs=[m.body_com, int(state.body_f_order == "public"), int(pose32), body_X,
                            state.body_f], outputs=[body_f])
 
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
     launch_threads(_joint_velocities_to_public, dim=(m.num_worlds, m.joint_count), device=m.device,
-                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count,
-                           m.nv, int(pose32), joint_q, v], outputs=[joint_qd])
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, int(pose32),
+                           joint_q, v], outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
     launch_threads(_body_twists_to_public, dim=(m.num_worlds, m.body_count), device=m.device,
-                   inputs=[m.body_com, m.body_count, body_X, body_V], outputs=[body_qd])
+                   inputs=[m.body_com, body_X, body_V], outputs=[body_qd])

@@ -34,7 +34,7 @@ def quat_increment(q: wp.quatd, w: wp.vec3d, h: wp.float64, midpoint: int) -> wp
 
 @wp.kernel
 def _integrate(joint_type: wp.array(dtype=int), joint_q_start: wp.array(dtype=int),
-               joint_qd_start: wp.array(dtype=int), joint_count: int, dt: wp.float64, midpoint: int,
+               joint_qd_start: wp.array(dtype=int), dt: wp.float64, midpoint: int,
                joint_q_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
                v1_in: wp.array2d(dtype=wp.float64), joint_q_out: wp.array2d(dtype=wp.float64)):
     """One thread per (world, joint): a joint's coordinates from its own velocities (the joints'
@@ -73,5 +73,5 @@ def integrate_positions(m, joint_q, v0, v1, dt, mode: str, joint_q_out) -> None:
     if mode not in ("midpoint", "sap_euler"):
         raise ValueError(f"position_integration: {mode!r} is not valid; valid: midpoint, sap_euler")
     launch_threads(_integrate, dim=(m.num_worlds, m.joint_count), device=m.device,
-                   inputs=[m.joint_type, m.joint_q_start, m.joint_qd_start, m.joint_count, wp.float64(dt),
+                   inputs=[m.joint_type, m.joint_q_start, m.joint_qd_start, wp.float64(dt),
                            int(mode == "midpoint"), joint_q, v0, v1], outputs=[joint_q_out])
