@@ -21,8 +21,8 @@ from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, ch
 
 from .device import get_device
 
-__all__ = ["GpuModel", "to_device", "to_host", "state", "control", "contacts", "device_of", "check_device_state",
-           "check_device_control", "check_device_contacts", "check_array"]
+__all__ = ["GpuModel", "tree_levels", "to_device", "to_host", "state", "control", "contacts", "device_of",
+           "check_device_state", "check_device_control", "check_device_contacts", "check_array"]
 
 # Warp dtypes of the host arrays whose last axis is a transform / spatial vector / 3-vector.
 _VEC_FIELDS = {"body_q": wp.transformd, "body_qd": wp.spatial_vectord, "body_f": wp.spatial_vectord,
@@ -70,6 +70,11 @@ class GpuModel:
         self.joint_lin_count = _arr(m.joint_dof_dim[:, 0], i32, d)
         self.joint_ang_count = _arr(m.joint_dof_dim[:, 1], i32, d)
         self.joint_order = _arr(m.joint_order, i32, d)
+        level_start, children, child_start = tree_levels(m)
+        self.level_count = len(level_start) - 1
+        self.level_start = _arr(level_start, i32, d)
+        self.body_children = _arr(children if len(children) else np.zeros(1, np.int32), i32, d)
+        self.body_child_start = _arr(child_start, i32, d)
         dof_joint = np.zeros(m.joint_dof_count, np.int32)
         dof_is_linear = np.zeros(m.joint_dof_count, np.int32)
         dof_coord = np.full(m.joint_dof_count, -1, np.int32)
@@ -99,6 +104,41 @@ class GpuModel:
         self.quat_count = len(quats)
         self.quat_coord = _arr(quats if len(quats) else np.zeros(1, np.int32), i32, d)
         self.tree_count = m.tree_count
+
+
+def tree_levels(m: SapModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tree by levels, for kernels that walk it with one lane per body.
+
+    ``joint_order`` is sorted by the depth of each joint's child (roots, FREE/DISTANCE children
+    included, at depth 0), so each level is a contiguous range of it. Returns ``level_start``
+    (levels + 1,): level ℓ is ``joint_order[level_start[ℓ]:level_start[ℓ + 1]]``; and the children
+    of every body as ``body_children`` / ``body_child_start`` (B + 1,): the children of body b
+    are ``body_children[body_child_start[b]:body_child_start[b + 1]]``, in *decreasing* position
+    in ``joint_order``: the order in which a children-before-parents pass over ``joint_order``
+    reaches them, so a lane summing a body's children adds them in that pass's order.
+    """
+    B = m.body_count
+    depth = np.zeros(B, np.int64)
+    for j in m.joint_order:  # parents first
+        c = int(m.joint_child[j])
+        p = int(m.body_parent[c])
+        depth[c] = depth[p] + 1 if p >= 0 else 0
+    d = depth[m.joint_child[m.joint_order]] if m.joint_count else np.zeros(0, np.int64)
+    if np.any(np.diff(d) < 0):  # SapModel sorts joint_order by depth; the levels rely on it
+        raise ValueError("joint_order: expected the joints sorted by the depth of their child body (parents "
+                         f"first, level by level), got depths {d.tolist()}")
+    level_start = np.concatenate([[0], np.flatnonzero(np.diff(d)) + 1, [len(d)]]).astype(np.int32)
+    if m.joint_count == 0:
+        level_start = np.zeros(1, np.int32)
+    lists = [[] for _ in range(B)]
+    for j in m.joint_order[::-1]:
+        c = int(m.joint_child[j])
+        if m.body_parent[c] >= 0:
+            lists[int(m.body_parent[c])].append(c)
+    child_start = np.zeros(B + 1, np.int32)
+    child_start[1:] = np.cumsum([len(x) for x in lists])
+    children = np.array([c for x in lists for c in x], np.int32)
+    return level_start, children, child_start
 
 
 def device_of(array) -> wp.context.Device:

@@ -11,6 +11,9 @@ Counterpart of :mod:`sap_ref.boundary` (docs/conventions.md, docs/design.md § B
   :func:`body_twists_to_public` convert back; :func:`keep_rejected_worlds` gives every rejected
   world its input state back, bit for bit.
 
+The checks and the selection of outputs run one thread per world; the conversions one thread per
+(world, joint) or (world, body), the restoring of rejected worlds one per (world, element).
+
 With r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
 (``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
 """
@@ -52,19 +55,17 @@ def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
 @wp.kernel
 def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                          joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                         body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int,
-                         qd_public: int, f_public: int, pose32: int,
+                         body_com: wp.array(dtype=wp.vec3d), qd_public: int, f_public: int, pose32: int,
                          joint_q_in: wp.array2d(dtype=wp.float64), joint_qd_in: wp.array2d(dtype=wp.float64),
                          joint_f_in: wp.array2d(dtype=wp.float64),
                          v0_out: wp.array2d(dtype=wp.float64), joint_f_out: wp.array2d(dtype=wp.float64)):
-    world = wp.tid()
-    for i in range(nv):
+    """One thread per (world, joint): the joint's DOFs copied, a FREE/DISTANCE segment converted."""
+    world, j = wp.tid()
+    for i in range(joint_qd_start[j], joint_qd_start[j + 1]):
         v0_out[world, i] = joint_qd_in[world, i]
         joint_f_out[world, i] = joint_f_in[world, i]
-    for j in range(joint_count):
-        jt = joint_type[j]
-        if jt != FREE and jt != DISTANCE:
-            continue
+    jt = joint_type[j]
+    if jt == FREE or jt == DISTANCE:
         qs, ds = joint_q_start[j], joint_qd_start[j]
         quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
                         joint_q_in[world, qs + 6])
@@ -76,7 +77,7 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
                     v0_out[world, ds + i] = r_nan
                 if f_public != 0:
                     joint_f_out[world, ds + i] = r_nan
-            continue
+            return
         if qd_public != 0:  # [v_C, ω] -> [ω, v_O]
             v_C = wp.vec3d(joint_qd_in[world, ds], joint_qd_in[world, ds + 1], joint_qd_in[world, ds + 2])
             w = wp.vec3d(joint_qd_in[world, ds + 3], joint_qd_in[world, ds + 4], joint_qd_in[world, ds + 5])
@@ -94,59 +95,59 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
 
 
 @wp.kernel
-def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), body_count: int, is_public: int, pose32: int,
+def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), is_public: int, pose32: int,
                           body_X_in: wp.array2d(dtype=wp.transformd), body_f_in: wp.array2d(dtype=wp.spatial_vectord),
                           body_f_out: wp.array2d(dtype=wp.spatial_vectord)):
-    world = wp.tid()
-    for b in range(body_count):
-        F = body_f_in[world, b]
-        if is_public != 0:  # [f, τ_C] -> [τ_O, f]
-            r = com_offset(wp.transform_get_rotation(body_X_in[world, b]), body_com[b], pose32)
-            f = wp.vec3d(F[0], F[1], F[2])
-            t = wp.vec3d(F[3], F[4], F[5]) + wp.cross(r, f)
-            F = wp.spatial_vectord(t[0], t[1], t[2], f[0], f[1], f[2])
-        body_f_out[world, b] = F
+    """One thread per (world, body)."""
+    world, b = wp.tid()
+    F = body_f_in[world, b]
+    if is_public != 0:  # [f, τ_C] -> [τ_O, f]
+        r = com_offset(wp.transform_get_rotation(body_X_in[world, b]), body_com[b], pose32)
+        f = wp.vec3d(F[0], F[1], F[2])
+        t = wp.vec3d(F[3], F[4], F[5]) + wp.cross(r, f)
+        F = wp.spatial_vectord(t[0], t[1], t[2], f[0], f[1], f[2])
+    body_f_out[world, b] = F
 
 
 @wp.kernel
 def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                                 joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                                body_com: wp.array(dtype=wp.vec3d), joint_count: int, nv: int, pose32: int,
+                                body_com: wp.array(dtype=wp.vec3d), pose32: int,
                                 joint_q_in: wp.array2d(dtype=wp.float64), v_in: wp.array2d(dtype=wp.float64),
                                 joint_qd_out: wp.array2d(dtype=wp.float64)):
-    world = wp.tid()
-    for i in range(nv):
+    """One thread per (world, joint): the joint's DOFs copied, a FREE/DISTANCE segment converted."""
+    world, j = wp.tid()
+    for i in range(joint_qd_start[j], joint_qd_start[j + 1]):
         joint_qd_out[world, i] = v_in[world, i]
-    for j in range(joint_count):
-        jt = joint_type[j]
-        if jt != FREE and jt != DISTANCE:
-            continue
-        qs, ds = joint_q_start[j], joint_qd_start[j]
-        quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
-                        joint_q_in[world, qs + 6])
-        r = com_offset(quat, body_com[joint_child[j]], pose32)
-        if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
-            for i in range(6):
-                joint_qd_out[world, ds + i] = wp.float64(wp.nan)
-            continue
-        w = wp.vec3d(v_in[world, ds], v_in[world, ds + 1], v_in[world, ds + 2])
-        v_C = wp.vec3d(v_in[world, ds + 3], v_in[world, ds + 4], v_in[world, ds + 5]) + wp.cross(w, r)
-        for i in range(3):
-            joint_qd_out[world, ds + i] = v_C[i]
-            joint_qd_out[world, ds + 3 + i] = w[i]
+    jt = joint_type[j]
+    if jt != FREE and jt != DISTANCE:
+        return
+    qs, ds = joint_q_start[j], joint_qd_start[j]
+    quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
+                    joint_q_in[world, qs + 6])
+    r = com_offset(quat, body_com[joint_child[j]], pose32)
+    if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
+        for i in range(6):
+            joint_qd_out[world, ds + i] = wp.float64(wp.nan)
+        return
+    w = wp.vec3d(v_in[world, ds], v_in[world, ds + 1], v_in[world, ds + 2])
+    v_C = wp.vec3d(v_in[world, ds + 3], v_in[world, ds + 4], v_in[world, ds + 5]) + wp.cross(w, r)
+    for i in range(3):
+        joint_qd_out[world, ds + i] = v_C[i]
+        joint_qd_out[world, ds + 3 + i] = w[i]
 
 
 @wp.kernel
-def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d), body_count: int,
+def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d),
                            body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
                            body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
-    world = wp.tid()
-    for b in range(body_count):
-        V = body_V_in[world, b]
-        w = wp.vec3d(V[0], V[1], V[2])
-        r = wp.quat_rotate(wp.normalize(wp.transform_get_rotation(body_X_in[world, b])), body_com[b])
-        v_C = wp.vec3d(V[3], V[4], V[5]) + wp.cross(w, r)
-        body_qd_out[world, b] = wp.spatial_vectord(v_C[0], v_C[1], v_C[2], w[0], w[1], w[2])
+    """One thread per (world, body)."""
+    world, b = wp.tid()
+    V = body_V_in[world, b]
+    w = wp.vec3d(V[0], V[1], V[2])
+    r = wp.quat_rotate(wp.normalize(wp.transform_get_rotation(body_X_in[world, b])), body_com[b])
+    v_C = wp.vec3d(V[3], V[4], V[5]) + wp.cross(w, r)
+    body_qd_out[world, b] = wp.spatial_vectord(v_C[0], v_C[1], v_C[2], w[0], w[1], w[2])
 
 
 @wp.func
@@ -231,17 +232,16 @@ def _keep_rejected_worlds(same_qd_order: int, nq: int, nv: int, body_count: int,
                           body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
     """A NON_FINITE or INVALID_QUATERNION world gets state_in's values back, bit for bit (joint_qd
     only when both states use the same order; otherwise it keeps the converted v₀)."""
-    world = wp.tid()
+    world, k = wp.tid()  # k: a coordinate, a velocity and a body (one thread per the largest count)
     if (status[world] & REJECTED) == 0:
         return
-    for i in range(nq):
-        joint_q_out[world, i] = q_in[world, i]
-    if same_qd_order != 0:
-        for i in range(nv):
-            joint_qd_out[world, i] = qd_in[world, i]
-    for b in range(body_count):
-        body_q_out[world, b] = body_q_in[world, b]
-        body_qd_out[world, b] = body_qd_in[world, b]
+    if k < nq:
+        joint_q_out[world, k] = q_in[world, k]
+    if same_qd_order != 0 and k < nv:
+        joint_qd_out[world, k] = qd_in[world, k]
+    if k < body_count:
+        body_q_out[world, k] = body_q_in[world, k]
+        body_qd_out[world, k] = body_qd_in[world, k]
 
 
 def check_inputs(m, state, control, status, done) -> None:
@@ -264,7 +264,7 @@ def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in,
     """Launch: a rejected world of ``state_out`` gets state_in's values back, bit for bit, from the
     copies ``q_in``, ``qd_in``, ``body_q_in``, ``body_qd_in`` taken before the step (sap_ref:
     ``write_state``'s ``keep``)."""
-    launch_threads(_keep_rejected_worlds, dim=m.num_worlds, device=m.device,
+    launch_threads(_keep_rejected_worlds, dim=(m.num_worlds, max(m.nq, m.nv, m.body_count)), device=m.device,
                    inputs=[int(state_in.joint_qd_order == state_out.joint_qd_order), m.nq, m.nv, m.body_count, status,
                    q_in, qd_in, body_q_in, body_qd_in], outputs=[state_out.joint_q, state_out.joint_qd,
                    state_out.body_q, state_out.body_qd])
@@ -272,26 +272,27 @@ def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in,
 
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
-    launch_threads(_joint_arrays_to_sap, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_child,
-                   m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv,
-                   int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"), int(pose32),
-                   state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
+    launch_threads(_joint_arrays_to_sap, dim=(m.num_worlds, m.joint_count), device=m.device,
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com,
+                           int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"),
+                           int(pose32), state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
 
 
 def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
     """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
-    launch_threads(_body_wrenches_to_sap, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count,
-                   int(state.body_f_order == "public"), int(pose32), body_X, state.body_f], outputs=[body_f])
+    launch_threads(_body_wrenches_to_sap, dim=(m.num_worlds, m.body_count), device=m.device,
+                   inputs=[m.body_com, int(state.body_f_order == "public"), int(pose32), body_X,
+                           state.body_f], outputs=[body_f])
 
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
-    launch_threads(_joint_velocities_to_public, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_child,
-                   m.joint_q_start, m.joint_qd_start, m.body_com, m.joint_count, m.nv, int(pose32), joint_q, v],
-                   outputs=[joint_qd])
+    launch_threads(_joint_velocities_to_public, dim=(m.num_worlds, m.joint_count), device=m.device,
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, int(pose32),
+                           joint_q, v], outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
-    launch_threads(_body_twists_to_public, dim=m.num_worlds, device=m.device, inputs=[m.body_com, m.body_count, body_X,
-                   body_V], outputs=[body_qd])
+    launch_threads(_body_twists_to_public, dim=(m.num_worlds, m.body_count), device=m.device,
+                   inputs=[m.body_com, body_X, body_V], outputs=[body_qd])

@@ -20,8 +20,9 @@ from sap_common.constants import (
 )
 from sap_common.model import JointType, SapModel
 
+from .blocked_cholesky import block_sync
 from .contact_jacobian import add_point_jacobian_along
-from .launch import launch_threads
+from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -87,9 +88,10 @@ def _limit_constraints(
     active_out: wp.array2d(dtype=int), J_out: wp.array3d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.float64),
     v_hat_out: wp.array2d(dtype=wp.float64),
 ):
-    world = wp.tid()
+    """One thread per (world, limit row): each row reads the step's poses and writes only its own row."""
+    world, r = wp.tid()
     zero = wp.float64(0.0)
-    for r in range(row_count):
+    if r < row_count:
         for k in range(nv):
             J_out[world, r, k] = zero
         side = row_side[r]
@@ -162,9 +164,10 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
                 dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                 q0_out: wp.array2d(dtype=wp.float64), Kp_out: wp.array2d(dtype=wp.float64),
                 Kd_out: wp.array2d(dtype=wp.float64)):
-    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr."""
-    world = wp.tid()
-    for i in range(drive_count):
+    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr. One
+    thread per (world, drive)."""
+    world, i = wp.tid()
+    if i < drive_count:
         dof = drive_dof[i]
         Kp = target_ke[dof]
         Kd = target_kd[dof]
@@ -184,7 +187,7 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
         Kd_out[world, i] = Kd
 
 
-@wp.kernel
+@wp.kernel(enable_backward=False, module="unique")
 def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limit_count: int,
                    drive_dof: wp.array(dtype=int), drive_count: int, count_in: wp.array(dtype=int),
                    contact_J_in: wp.array3d(dtype=wp.float64), limit_active_in: wp.array2d(dtype=int),
@@ -193,12 +196,16 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
                    dof_mask_out: wp.array2d(dtype=int), v_out: wp.array2d(dtype=wp.float64)):
     """Trees touched by a constraint row; the Newton start: v₀ there, v* elsewhere.
 
-    docs/formulation.md § Participating DOFs.
+    One block per world: lanes over trees clear the marks; lanes over DOFs mark the tree of each
+    DOF a row touches (every writer writes 1); lanes over DOFs read their tree's mark. Block
+    barriers between the three. docs/formulation.md § Participating DOFs.
     """
-    world = wp.tid()
-    for t in range(tree_count):
+    world, lane = wp.tid()
+    bd = wp.block_dim()
+    for t in range(lane, tree_count, bd):
         tree_scratch[world, t] = 0
-    for k in range(nv):
+    block_sync(lane)
+    for k in range(lane, nv, bd):
         touched = int(0)
         for row in range(3 * count_in[world]):
             if contact_J_in[world, row, k] != wp.float64(0.0):
@@ -211,7 +218,8 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
                 touched = 1
         if touched == 1:
             tree_scratch[world, dof_tree[k]] = 1
-    for k in range(nv):
+    block_sync(lane)
+    for k in range(lane, nv, bd):
         m = tree_scratch[world, dof_tree[k]]
         dof_mask_out[world, k] = m
         if m == 1:
@@ -232,50 +240,59 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
     """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0,
     and the transposed lists: per DOF, the contacts and active limit rows that list it.
 
-    ``dense != 0`` lists every column (the plain path). A NaN entry counts as non-zero, so a
-    non-finite J or A still reaches the products and is flagged there.
+    One thread per (world, k): contact k's list, limit row k's, row k of A's and DOF k's lists
+    (each where k is in range); every list is built by one thread in ascending order from J and
+    A directly, so no thread waits for another. ``dense != 0`` lists every column (the plain
+    path). A NaN entry counts as non-zero, so a non-finite J or A still reaches the products and
+    is flagged there.
     """
-    world = wp.tid()
+    world, k = wp.tid()
     zero = wp.float64(0.0)
-    for k in range(nv):
-        dof_ncontacts_out[world, k] = 0
-        dof_nlimits_out[world, k] = 0
-    for c in range(count_in[world]):
+    C = count_in[world]
+    if k < C:
         n = int(0)
-        for k in range(nv):
+        for col in range(nv):
+            if (dense != 0 or contact_J_in[world, 3 * k, col] != zero or contact_J_in[world, 3 * k + 1, col] != zero
+                    or contact_J_in[world, 3 * k + 2, col] != zero):
+                contact_cols_out[world, k, n] = col
+                n = n + 1
+        contact_ncols_out[world, k] = n
+    if k < limit_count:
+        n = int(0)
+        if limit_active_in[world, k] != 0:
+            for col in range(nv):
+                if dense != 0 or limit_J_in[world, k, col] != zero:
+                    limit_cols_out[world, k, n] = col
+                    n = n + 1
+        limit_ncols_out[world, k] = n
+    if k < nv:
+        n = int(0)
+        for col in range(nv):
+            if dense != 0 or A_in[world, k, col] != zero:
+                A_cols_out[world, k, n] = col
+                n = n + 1
+        A_ncols_out[world, k] = n
+        m = int(0)
+        for c in range(C):
             if (dense != 0 or contact_J_in[world, 3 * c, k] != zero or contact_J_in[world, 3 * c + 1, k] != zero
                     or contact_J_in[world, 3 * c + 2, k] != zero):
-                contact_cols_out[world, c, n] = k
-                n = n + 1
-                m = dof_ncontacts_out[world, k]
                 dof_contacts_out[world, k, m] = c
-                dof_ncontacts_out[world, k] = m + 1
-        contact_ncols_out[world, c] = n
-    for r in range(limit_count):
-        n = int(0)
-        if limit_active_in[world, r] != 0:
-            for k in range(nv):
-                if dense != 0 or limit_J_in[world, r, k] != zero:
-                    limit_cols_out[world, r, n] = k
-                    n = n + 1
-                    m = dof_nlimits_out[world, k]
-                    dof_limits_out[world, k, m] = r
-                    dof_nlimits_out[world, k] = m + 1
-        limit_ncols_out[world, r] = n
-    for i in range(nv):
-        n = int(0)
-        for k in range(nv):
-            if dense != 0 or A_in[world, i, k] != zero:
-                A_cols_out[world, i, n] = k
-                n = n + 1
-        A_ncols_out[world, i] = n
+                m = m + 1
+        dof_ncontacts_out[world, k] = m
+        m = int(0)
+        for r in range(limit_count):
+            if limit_active_in[world, r] != 0 and (dense != 0 or limit_J_in[world, r, k] != zero):
+                dof_limits_out[world, k, m] = r
+                m = m + 1
+        dof_nlimits_out[world, k] = m
 
 
 def limit_constraints(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
     """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
     if layout.count == 0:
         return
-    launch_threads(_limit_constraints, dim=m.num_worlds, device=m.device, inputs=[m.joint_parent, m.joint_child,
+    launch_threads(_limit_constraints, dim=(m.num_worlds, layout.count), device=m.device,
+                   inputs=[m.joint_parent, m.joint_child,
                    m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint, m.dof_coord,
                    m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
                    layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X,
@@ -286,16 +303,17 @@ def drive_constraints(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> 
     """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
     if drive_count == 0:
         return
-    launch_threads(_drive_constraints, dim=m.num_worlds, device=m.device, inputs=[m.dof_coord, m.joint_target_ke,
+    launch_threads(_drive_constraints, dim=(m.num_worlds, drive_count), device=m.device,
+                   inputs=[m.dof_coord, m.joint_target_ke,
                    m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd])
 
 
 def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
                   v0, v_star, dof_mask, v) -> None:
     """Launch: participating DOFs and the Newton warm start."""
-    launch_threads(_participation, dim=m.num_worlds, device=m.device, inputs=[m.dof_tree, m.nv, m.tree_count,
-                   limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active, limit_J, tree_scratch,
-                   v0, v_star], outputs=[dof_mask, v])
+    launch_blocks(_participation, num_worlds=m.num_worlds, device=m.device, inputs=[m.dof_tree, m.nv,
+                  m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active, limit_J,
+                  tree_scratch, v0, v_star], outputs=[dof_mask, v])
 
 
 def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
@@ -308,7 +326,8 @@ def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_
     column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``). The
     per-DOF lists serve the fused Newton loop, whose lanes own DOFs (Jᵀγ and rows of H).
     """
-    launch_threads(_row_support, dim=m.num_worlds, device=m.device, inputs=[m.nv, limit_count, int(dense),
+    items = max(contact_J.shape[1] // 3, limit_count, m.nv)  # contact slots, limit rows, DOFs
+    launch_threads(_row_support, dim=(m.num_worlds, items), device=m.device, inputs=[m.nv, limit_count, int(dense),
                    contacts.count, contact_J, limit_active, limit_J, A], outputs=[contact_cols, contact_ncols,
                    limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits])
 

@@ -1,4 +1,10 @@
-"""Mass matrix (CRBA) and generalized forces (RNEA), one thread per world, float64.
+"""Mass matrix (CRBA) and generalized forces (RNEA), one block of lanes per world, float64.
+
+Each kernel walks the tree level by level (``GpuModel.level_start``), the bodies of a level
+over the block's lanes with a block barrier between levels; a body adds its children's
+composite inertias or wrenches itself, in the order the one-thread-per-world walk added them
+(``GpuModel.body_children``), and each entry of A is one lane's, so the results are the bits
+of that walk.
 
 Counterpart of :mod:`sap_ref.dynamics`. From the poses ``body_X``, twists ``body_V`` and motion
 subspaces ``dof_S`` of :mod:`sap_gpu.kinematics`:
@@ -19,8 +25,9 @@ from __future__ import annotations
 
 import warp as wp
 
+from .blocked_cholesky import block_sync
 from .kinematics import D6, DISTANCE, FREE, PRISMATIC, twist_v, twist_w
-from .launch import launch_threads
+from .launch import launch_blocks
 
 wp.set_module_options({"enable_backward": False})
 
@@ -73,118 +80,147 @@ def shift_matrix(r: wp.vec3d) -> wp.spatial_matrixd:
     return T
 
 
-@wp.kernel
+@wp.func(inline=False)
+def add_child_inertia(Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), body_X_in: wp.array2d(dtype=wp.transformd),
+                      world: int, c: int, ch: int):
+    """Ic_c ← Ic_c + Tᵀ Ic_ch T (child ch's composite inertia moved to c's origin).
+
+    Out of line on purpose: inlined into the loop over c's children, the compiler keeps Ic_c (36
+    float64) in registers from one child to the next beside the product's operands, and the
+    kernel needs 214 registers on sm_90 instead of 128 (measured with ``sap-precompile
+    --resources``)."""
+    T = shift_matrix(wp.transform_get_translation(body_X_in[world, ch])
+                     - wp.transform_get_translation(body_X_in[world, c]))
+    Ic_scratch[world, c] = Ic_scratch[world, c] + wp.transpose(T) * Ic_scratch[world, ch] * T
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def _mass_matrix(
     body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
     body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+    body_children: wp.array(dtype=int), body_child_start: wp.array(dtype=int),
     joint_child: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int), joint_order: wp.array(dtype=int),
+    level_start: wp.array(dtype=int), level_count: int, dof_joint: wp.array(dtype=int),
     joint_armature: wp.array(dtype=wp.float64), joint_damping: wp.array(dtype=wp.float64),
     joint_count: int, nv: int, n_pad: int, dt: wp.float64,
     body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
     Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), A_out: wp.array3d(dtype=wp.float64),
 ):
-    world = wp.tid()
+    """CRBA, one block per world: body inertias over the lanes; composite inertias level by level,
+    deepest first, each body adding its children in the order of a children-before-parents pass
+    over ``joint_order`` (``body_children``); then the entries of A, one lane per DOF."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
     zero = wp.float64(0.0)
-    for k in range(joint_count):
+    for k in range(lane, joint_count, bd):
         c = joint_child[joint_order[k]]
         R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, c]))
         Ic_scratch[world, c] = spatial_inertia(body_mass[c], R * body_com[c], R * body_inertia[c] * wp.transpose(R))
-    for k in range(joint_count):  # children before parents
-        c = joint_child[joint_order[joint_count - 1 - k]]
-        p = body_parent[c]
-        if p >= 0:
-            T = shift_matrix(wp.transform_get_translation(body_X_in[world, c])
-                             - wp.transform_get_translation(body_X_in[world, p]))
-            Ic_scratch[world, p] = Ic_scratch[world, p] + wp.transpose(T) * Ic_scratch[world, c] * T
-    for i in range(n_pad):
+    for i in range(lane, n_pad, bd):
         for j in range(n_pad):
             A_out[world, i, j] = zero
-    for j in range(joint_count):
+    block_sync(lane)
+    for level_up in range(level_count):  # deepest level first: a body's children are complete
+        level = level_count - 1 - level_up
+        for k in range(level_start[level] + lane, level_start[level + 1], bd):
+            c = joint_child[joint_order[k]]
+            for u in range(body_child_start[c], body_child_start[c + 1]):
+                add_child_inertia(Ic_scratch, body_X_in, world, c, body_children[u])
+        block_sync(lane)
+    for kd in range(lane, nv, bd):  # column kd of M: its own joint's DOFs from kd on, then up the tree
+        j = dof_joint[kd]
         c = joint_child[j]
-        for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
-            F = Ic_scratch[world, c] * dof_S_in[world, kd]
-            for ld in range(kd, joint_qd_start[j + 1]):
+        F = Ic_scratch[world, c] * dof_S_in[world, kd]
+        for ld in range(kd, joint_qd_start[j + 1]):
+            Mkl = wp.dot(dof_S_in[world, ld], F)
+            A_out[world, kd, ld] = Mkl
+            A_out[world, ld, kd] = Mkl
+        b = c
+        while body_parent[b] >= 0:
+            a = body_parent[b]
+            F = shift_wrench(F, wp.transform_get_translation(body_X_in[world, b])
+                             - wp.transform_get_translation(body_X_in[world, a]))
+            i = body_joint[a]
+            for ld in range(joint_qd_start[i], joint_qd_start[i + 1]):
                 Mkl = wp.dot(dof_S_in[world, ld], F)
                 A_out[world, kd, ld] = Mkl
                 A_out[world, ld, kd] = Mkl
-            b = c
-            while body_parent[b] >= 0:
-                a = body_parent[b]
-                F = shift_wrench(F, wp.transform_get_translation(body_X_in[world, b])
-                                 - wp.transform_get_translation(body_X_in[world, a]))
-                i = body_joint[a]
-                for ld in range(joint_qd_start[i], joint_qd_start[i + 1]):
-                    Mkl = wp.dot(dof_S_in[world, ld], F)
-                    A_out[world, kd, ld] = Mkl
-                    A_out[world, ld, kd] = Mkl
-                b = a
-    for i in range(nv):
+            b = a
+    block_sync(lane)
+    for i in range(lane, nv, bd):
         A_out[world, i, i] = A_out[world, i, i] + joint_armature[i] + dt * joint_damping[i]
-    for i in range(nv, n_pad):
+    for i in range(nv + lane, n_pad, bd):
         A_out[world, i, i] = wp.float64(1.0)
 
 
-@wp.kernel
+@wp.kernel(enable_backward=False, module="unique")
 def _generalized_forces(
     body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
     body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int),
+    body_children: wp.array(dtype=int), body_child_start: wp.array(dtype=int),
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
     joint_qd_start: wp.array(dtype=int), joint_lin_count: wp.array(dtype=int), joint_order: wp.array(dtype=int),
-    joint_count: int, body_count: int, gravity: wp.vec3d,
+    level_start: wp.array(dtype=int), level_count: int, body_count: int, gravity: wp.vec3d,
     body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
     dof_S_in: wp.array2d(dtype=wp.spatial_vectord), joint_qd_in: wp.array2d(dtype=wp.float64),
     body_f_in: wp.array2d(dtype=wp.spatial_vectord),
     acc_scratch: wp.array2d(dtype=wp.spatial_vectord), wrench_scratch: wp.array2d(dtype=wp.spatial_vectord),
     tau_out: wp.array2d(dtype=wp.float64),
 ):
-    """tau = C(q,v)v − τ_g − Σ J_bᵀ F_b for every DOF (RNEA, q̈ = 0, base acceleration −g)."""
-    world = wp.tid()
+    """tau = C(q,v)v − τ_g − Σ J_bᵀ F_b for every DOF (RNEA, q̈ = 0, base acceleration −g), one
+    block per world: accelerations level by level from the roots, body wrenches over the lanes,
+    then level by level from the leaves each body adds its children's wrenches (in the order of
+    a children-before-parents pass over ``joint_order``) and projects the sum on its joint's DOFs."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
     zero = wp.float64(0.0)
     zero3 = wp.vec3d(zero, zero, zero)
     qd = joint_qd_in[world]
-    for k in range(joint_count):
-        j = joint_order[k]
-        jt = joint_type[j]
-        c = joint_child[j]
-        p = joint_parent[j]
-        if jt == FREE or jt == DISTANCE:
-            acc_scratch[world, c] = wp.spatial_vectord(zero, zero, zero, -gravity[0], -gravity[1], -gravity[2])
-            continue
-        w_P = zero3
-        v_P = zero3
-        wd_P = zero3
-        a_P = -gravity
-        p_P = zero3
-        if p >= 0:
-            w_P = twist_w(body_V_in[world, p])
-            v_P = twist_v(body_V_in[world, p])
-            wd_P = twist_w(acc_scratch[world, p])
-            a_P = twist_v(acc_scratch[world, p])
-            p_P = wp.transform_get_translation(body_X_in[world, p])
-        p_C = wp.transform_get_translation(body_X_in[world, c])
-        p_Mo = wp.transform_point(body_X_in[world, c], wp.transform_get_translation(joint_X_c[j]))
-        d = p_C - p_Mo
-        w_C = twist_w(body_V_in[world, c])
-        v_C = twist_v(body_V_in[world, c])
-        wd_C = wd_P
-        a_C = a_P + wp.cross(wd_P, p_C - p_P) + wp.cross(w_P, v_C - v_P)
-        Omega = w_P
-        ds = joint_qd_start[j]
-        for kd in range(ds, joint_qd_start[j + 1]):
-            a = twist_w(dof_S_in[world, kd])
-            l = twist_v(dof_S_in[world, kd])
-            is_linear = jt == PRISMATIC or (jt == D6 and kd - ds < joint_lin_count[j])
-            if is_linear:
-                a_C = a_C + wp.cross(Omega, l) * qd[kd]
-            else:
-                a_dot = wp.cross(Omega, a)
-                wd_C = wd_C + a_dot * qd[kd]
-                a_C = a_C + (wp.cross(a_dot, d) + wp.cross(a, wp.cross(w_C, d))) * qd[kd]
-                if jt == D6:  # later D6 axes turn with this one
-                    Omega = Omega + a * qd[kd]
-        acc_scratch[world, c] = wp.spatial_vectord(wd_C[0], wd_C[1], wd_C[2], a_C[0], a_C[1], a_C[2])
-    for b in range(body_count):
+    for level in range(level_count):
+        for k in range(level_start[level] + lane, level_start[level + 1], bd):
+            j = joint_order[k]
+            jt = joint_type[j]
+            c = joint_child[j]
+            p = joint_parent[j]
+            if jt == FREE or jt == DISTANCE:
+                acc_scratch[world, c] = wp.spatial_vectord(zero, zero, zero, -gravity[0], -gravity[1], -gravity[2])
+                continue
+            w_P = zero3
+            v_P = zero3
+            wd_P = zero3
+            a_P = -gravity
+            p_P = zero3
+            if p >= 0:
+                w_P = twist_w(body_V_in[world, p])
+                v_P = twist_v(body_V_in[world, p])
+                wd_P = twist_w(acc_scratch[world, p])
+                a_P = twist_v(acc_scratch[world, p])
+                p_P = wp.transform_get_translation(body_X_in[world, p])
+            p_C = wp.transform_get_translation(body_X_in[world, c])
+            p_Mo = wp.transform_point(body_X_in[world, c], wp.transform_get_translation(joint_X_c[j]))
+            d = p_C - p_Mo
+            w_C = twist_w(body_V_in[world, c])
+            v_C = twist_v(body_V_in[world, c])
+            wd_C = wd_P
+            a_C = a_P + wp.cross(wd_P, p_C - p_P) + wp.cross(w_P, v_C - v_P)
+            Omega = w_P
+            ds = joint_qd_start[j]
+            for kd in range(ds, joint_qd_start[j + 1]):
+                a = twist_w(dof_S_in[world, kd])
+                l = twist_v(dof_S_in[world, kd])
+                is_linear = jt == PRISMATIC or (jt == D6 and kd - ds < joint_lin_count[j])
+                if is_linear:
+                    a_C = a_C + wp.cross(Omega, l) * qd[kd]
+                else:
+                    a_dot = wp.cross(Omega, a)
+                    wd_C = wd_C + a_dot * qd[kd]
+                    a_C = a_C + (wp.cross(a_dot, d) + wp.cross(a, wp.cross(w_C, d))) * qd[kd]
+                    if jt == D6:  # later D6 axes turn with this one
+                        Omega = Omega + a * qd[kd]
+            acc_scratch[world, c] = wp.spatial_vectord(wd_C[0], wd_C[1], wd_C[2], a_C[0], a_C[1], a_C[2])
+        block_sync(lane)  # this level's accelerations stored before the next level reads them
+    for b in range(lane, body_count, bd):
         R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, b]))
         c_W = R * body_com[b]
         I_C = R * body_inertia[b] * wp.transpose(R)
@@ -192,29 +228,35 @@ def _generalized_forces(
         wd = twist_w(acc_scratch[world, b])
         f = body_mass[b] * (twist_v(acc_scratch[world, b]) + wp.cross(wd, c_W) + wp.cross(w, wp.cross(w, c_W)))
         wrench_scratch[world, b] = wrench(I_C * wd + wp.cross(w, I_C * w) + wp.cross(c_W, f), f) - body_f_in[world, b]
-    for k in range(joint_count):  # children before parents
-        j = joint_order[joint_count - 1 - k]
-        c = joint_child[j]
-        for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
-            tau_out[world, kd] = wp.dot(dof_S_in[world, kd], wrench_scratch[world, c])
-        p = body_parent[c]
-        if p >= 0:
-            wrench_scratch[world, p] = wrench_scratch[world, p] + shift_wrench(
-                wrench_scratch[world, c], wp.transform_get_translation(body_X_in[world, c])
-                - wp.transform_get_translation(body_X_in[world, p]))
+    block_sync(lane)
+    for level_up in range(level_count):  # deepest level first: a body's children are complete
+        level = level_count - 1 - level_up
+        for k in range(level_start[level] + lane, level_start[level + 1], bd):
+            j = joint_order[k]
+            c = joint_child[j]
+            for u in range(body_child_start[c], body_child_start[c + 1]):
+                ch = body_children[u]
+                wrench_scratch[world, c] = wrench_scratch[world, c] + shift_wrench(
+                    wrench_scratch[world, ch], wp.transform_get_translation(body_X_in[world, ch])
+                    - wp.transform_get_translation(body_X_in[world, c]))
+            for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
+                tau_out[world, kd] = wp.dot(dof_S_in[world, kd], wrench_scratch[world, c])
+        block_sync(lane)
 
 
 def mass_matrix(m, dt, body_X, dof_S, Ic_scratch, A) -> None:
     """Launch: ``A = M(q) + diag(armature) + dt·diag(damping)`` padded to ``A.shape[1]`` (dt = 0: M)."""
-    launch_threads(_mass_matrix, dim=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com, m.body_inertia,
-                   m.body_parent, m.body_joint, m.joint_child, m.joint_qd_start, m.joint_order, m.joint_armature,
-                   m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt), body_X, dof_S],
-                   outputs=[Ic_scratch, A])
+    launch_blocks(_mass_matrix, num_worlds=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
+                  m.body_inertia, m.body_parent, m.body_joint, m.body_children, m.body_child_start, m.joint_child,
+                  m.joint_qd_start, m.joint_order, m.level_start, m.level_count, m.dof_joint, m.joint_armature,
+                  m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt), body_X, dof_S],
+                  outputs=[Ic_scratch, A])
 
 
 def generalized_forces(m, body_X, body_V, dof_S, joint_qd_sap, body_f_sap, acc_scratch, wrench_scratch, tau) -> None:
     """Launch: ``tau = C(q,v)v − τ_g − Σ_b J_bᵀ F_b`` (``bias_forces`` minus the body wrenches)."""
-    launch_threads(_generalized_forces, dim=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
-                   m.body_inertia, m.body_parent, m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c,
-                   m.joint_qd_start, m.joint_lin_count, m.joint_order, m.joint_count, m.body_count, m.gravity, body_X,
-                   body_V, dof_S, joint_qd_sap, body_f_sap], outputs=[acc_scratch, wrench_scratch, tau])
+    launch_blocks(_generalized_forces, num_worlds=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
+                  m.body_inertia, m.body_parent, m.body_children, m.body_child_start, m.joint_type, m.joint_parent,
+                  m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.joint_lin_count, m.joint_order,
+                  m.level_start, m.level_count, m.body_count, m.gravity, body_X, body_V, dof_S, joint_qd_sap,
+                  body_f_sap], outputs=[acc_scratch, wrench_scratch, tau])

@@ -25,15 +25,16 @@ def _free_motion_rhs(joint_damping: wp.array(dtype=wp.float64), joint_effort_lim
                      tau_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
                      joint_f_in: wp.array2d(dtype=wp.float64), joint_act_in: wp.array2d(dtype=wp.float64),
                      rhs_out: wp.array3d(dtype=wp.float64)):
-    world = wp.tid()
-    for i in range(nv):
+    """One thread per (world, row of the padded system): h·k_i, 0 on the padding."""
+    world, i = wp.tid()
+    if i < nv:
         u = wp.float64(0.0)
         if joint_target_ke[i] == wp.float64(0.0) and joint_target_kd[i] == wp.float64(0.0):
             e = joint_effort_limit[i]
             u = wp.clamp(joint_act_in[world, i], -e, e)
         k = -tau_in[world, i] - joint_damping[i] * v0_in[world, i] + joint_f_in[world, i] + u
         rhs_out[world, i, 0] = dt * k
-    for i in range(nv, n_pad):
+    else:
         rhs_out[world, i, 0] = wp.float64(0.0)
 
 
@@ -64,7 +65,8 @@ def cast_matrix(src, dst) -> None:
 
 def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
     """Launch: ``rhs = h·k`` padded, (W, n_pad, 1)."""
-    launch_threads(_free_motion_rhs, dim=m.num_worlds, device=m.device, inputs=[m.joint_damping, m.joint_effort_limit,
+    launch_threads(_free_motion_rhs, dim=(m.num_worlds, rhs.shape[1]), device=m.device,
+                   inputs=[m.joint_damping, m.joint_effort_limit,
                    m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1], wp.float64(dt), tau, v0, joint_f,
                    joint_act], outputs=[rhs])
 

@@ -1,4 +1,8 @@
-"""Forward kinematics, body twists and motion subspaces, one thread per world.
+"""Forward kinematics, body twists and motion subspaces.
+
+Forward kinematics runs one block of lanes per world, the tree level by level (the joints of a
+level over the lanes, a block barrier between levels); the motion subspaces at given poses one
+thread per (world, joint); :func:`body_poses` one thread per world.
 
 Counterpart of :mod:`sap_ref.kinematics` (same conventions: SAP order, world frame, body
 origins). Per world, joints parents first:
@@ -17,7 +21,8 @@ import warp as wp
 from sap_common.constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from sap_common.model import JointType
 
-from .launch import launch_threads
+from .blocked_cholesky import block_sync
+from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -144,70 +149,77 @@ def dof_subspace(jt: int, i: int, ds: int, nl: int, qs: int, q: wp.array(dtype=w
     return twist(a, wp.cross(a, d))
 
 
-@wp.kernel
+@wp.kernel(enable_backward=False, module="unique")
 def _forward_kinematics(
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
     joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
     joint_lin_count: wp.array(dtype=int), joint_ang_count: wp.array(dtype=int), joint_axis: wp.array(dtype=wp.vec3d),
-    joint_order: wp.array(dtype=int), joint_count: int,
+    joint_order: wp.array(dtype=int), level_start: wp.array(dtype=int), level_count: int,
     joint_q_in: wp.array2d(dtype=wp.float64), joint_qd_in: wp.array2d(dtype=wp.float64),
     body_X_out: wp.array2d(dtype=wp.transformd), body_V_out: wp.array2d(dtype=wp.spatial_vectord),
     dof_S_out: wp.array2d(dtype=wp.spatial_vectord),
 ):
-    world = wp.tid()
+    """One block per world: the tree level by level, the joints of a level over the lanes, a
+    block barrier between levels (a joint reads only its parent's pose and twist, one level up)."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
     q = joint_q_in[world]
     qd = joint_qd_in[world]
     zero = wp.float64(0.0)
     one = wp.float64(1.0)
-    for k in range(joint_count):
-        j = joint_order[k]
-        jt = joint_type[j]
-        c = joint_child[j]
-        p = joint_parent[j]
-        qs = joint_q_start[j]
-        ds = joint_qd_start[j]
-        nd = joint_qd_start[j + 1] - ds
-        nl = joint_lin_count[j]
-        na = joint_ang_count[j]
-        X_FM = joint_transform(jt, qs, ds, nl, na, q, joint_axis)
-        if jt == FREE or jt == DISTANCE:
-            body_X_out[world, c] = X_FM
-            V = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
-            for i in range(6):
-                unit6 = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
-                unit6[i] = one
-                dof_S_out[world, ds + i] = unit6
-                V[i] = qd[ds + i]
+    for level in range(level_count):
+        for k in range(level_start[level] + lane, level_start[level + 1], bd):
+            j = joint_order[k]
+            jt = joint_type[j]
+            c = joint_child[j]
+            p = joint_parent[j]
+            qs = joint_q_start[j]
+            ds = joint_qd_start[j]
+            nd = joint_qd_start[j + 1] - ds
+            nl = joint_lin_count[j]
+            na = joint_ang_count[j]
+            X_FM = joint_transform(jt, qs, ds, nl, na, q, joint_axis)
+            if jt == FREE or jt == DISTANCE:
+                body_X_out[world, c] = X_FM
+                V = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
+                for i in range(6):
+                    unit6 = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
+                    unit6[i] = one
+                    dof_S_out[world, ds + i] = unit6
+                    V[i] = qd[ds + i]
+                body_V_out[world, c] = V
+                continue
+            X_WF = joint_X_p[j]
+            V_P = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
+            p_P = wp.vec3d(zero, zero, zero)
+            if p >= 0:
+                X_WF = body_X_out[world, p] * joint_X_p[j]
+                V_P = body_V_out[world, p]
+                p_P = wp.transform_get_translation(body_X_out[world, p])
+            X_WC = X_WF * X_FM * wp.transform_inverse(joint_X_c[j])
+            body_X_out[world, c] = X_WC
+            V = shift_twist(V_P, wp.transform_get_translation(X_WC) - p_P)
+            for i in range(nd):
+                S = dof_subspace(jt, i, ds, nl, qs, q, joint_axis, X_WF, X_WC, joint_X_c[j])
+                dof_S_out[world, ds + i] = S
+                V = V + S * qd[ds + i]
             body_V_out[world, c] = V
-            continue
-        X_WF = joint_X_p[j]
-        V_P = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
-        p_P = wp.vec3d(zero, zero, zero)
-        if p >= 0:
-            X_WF = body_X_out[world, p] * joint_X_p[j]
-            V_P = body_V_out[world, p]
-            p_P = wp.transform_get_translation(body_X_out[world, p])
-        X_WC = X_WF * X_FM * wp.transform_inverse(joint_X_c[j])
-        body_X_out[world, c] = X_WC
-        V = shift_twist(V_P, wp.transform_get_translation(X_WC) - p_P)
-        for i in range(nd):
-            S = dof_subspace(jt, i, ds, nl, qs, q, joint_axis, X_WF, X_WC, joint_X_c[j])
-            dof_S_out[world, ds + i] = S
-            V = V + S * qd[ds + i]
-        body_V_out[world, c] = V
+        block_sync(lane)  # this level's poses and twists stored before the next level reads them
 
 
 def forward_kinematics(m, joint_q, joint_qd_sap, body_X, body_V, dof_S) -> None:
     """Launch: body poses ``body_X (W, B)``, twists ``body_V (W, B)`` and ``dof_S (W, nv)``.
 
     ``joint_qd_sap`` in SAP order. Counterpart of ``sap_ref.kinematics.forward_kinematics``,
-    ``body_velocities`` and ``motion_subspaces``.
+    ``body_velocities`` and ``motion_subspaces``. One block of lanes per world, the tree level
+    by level (``GpuModel.level_start``); each joint computes what the one-thread-per-world
+    walk computed, from the same inputs, so the results are the same bits.
     """
-    launch_threads(_forward_kinematics, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_parent,
-                   m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start, m.joint_lin_count,
-                   m.joint_ang_count, m.joint_axis, m.joint_order, m.joint_count, joint_q, joint_qd_sap, ],
-                   outputs=[body_X, body_V, dof_S])
+    launch_blocks(_forward_kinematics, num_worlds=m.num_worlds, device=m.device, inputs=[m.joint_type,
+                  m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
+                  m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.level_start, m.level_count,
+                  joint_q, joint_qd_sap], outputs=[body_X, body_V, dof_S])
 
 
 @wp.kernel
@@ -251,29 +263,29 @@ def _motion_subspaces(
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
     joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-    joint_lin_count: wp.array(dtype=int), joint_axis: wp.array(dtype=wp.vec3d), joint_count: int,
+    joint_lin_count: wp.array(dtype=int), joint_axis: wp.array(dtype=wp.vec3d),
     joint_q_in: wp.array2d(dtype=wp.float64), body_X_in: wp.array2d(dtype=wp.transformd),
     dof_S_out: wp.array2d(dtype=wp.spatial_vectord),
 ):
-    world = wp.tid()
+    """One thread per (world, joint): the joint's subspaces read only given poses."""
+    world, j = wp.tid()
     zero = wp.float64(0.0)
-    for j in range(joint_count):
-        jt = joint_type[j]
-        ds = joint_qd_start[j]
-        nd = joint_qd_start[j + 1] - ds
-        if jt == FREE or jt == DISTANCE:
-            for i in range(6):
-                unit6 = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
-                unit6[i] = wp.float64(1.0)
-                dof_S_out[world, ds + i] = unit6
-            continue
-        p = joint_parent[j]
-        X_WF = joint_X_p[j]
-        if p >= 0:
-            X_WF = body_X_in[world, p] * joint_X_p[j]
-        for i in range(nd):
-            dof_S_out[world, ds + i] = dof_subspace(jt, i, ds, joint_lin_count[j], joint_q_start[j], joint_q_in[world],
-                                                    joint_axis, X_WF, body_X_in[world, joint_child[j]], joint_X_c[j])
+    jt = joint_type[j]
+    ds = joint_qd_start[j]
+    nd = joint_qd_start[j + 1] - ds
+    if jt == FREE or jt == DISTANCE:
+        for i in range(6):
+            unit6 = wp.spatial_vectord(zero, zero, zero, zero, zero, zero)
+            unit6[i] = wp.float64(1.0)
+            dof_S_out[world, ds + i] = unit6
+        return
+    p = joint_parent[j]
+    X_WF = joint_X_p[j]
+    if p >= 0:
+        X_WF = body_X_in[world, p] * joint_X_p[j]
+    for i in range(nd):
+        dof_S_out[world, ds + i] = dof_subspace(jt, i, ds, joint_lin_count[j], joint_q_start[j], joint_q_in[world],
+                                                joint_axis, X_WF, body_X_in[world, joint_child[j]], joint_X_c[j])
 
 
 @wp.kernel
@@ -287,9 +299,11 @@ def _round_poses(body_X_in: wp.array2d(dtype=wp.transformd), body_X_out: wp.arra
 
 def motion_subspaces(m, joint_q, body_X, dof_S) -> None:
     """Launch: ``dof_S (W, nv)`` from given body poses (sap_ref: ``motion_subspaces(model, q, body_q)``)."""
-    launch_threads(_motion_subspaces, dim=m.num_worlds, device=m.device, inputs=[m.joint_type, m.joint_parent,
-                   m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start, m.joint_lin_count,
-                   m.joint_axis, m.joint_count, joint_q, body_X], outputs=[dof_S])
+    if m.joint_count == 0:
+        return
+    launch_threads(_motion_subspaces, dim=(m.num_worlds, m.joint_count), device=m.device, inputs=[m.joint_type,
+                   m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start, m.joint_qd_start,
+                   m.joint_lin_count, m.joint_axis, joint_q, body_X], outputs=[dof_S])
 
 
 def round_poses(body_X, body_X_out) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import warp as wp
 
 __all__ = ["WORLD_BLOCK_DIM", "TILE_BLOCK_DIM", "WARP_SIZE", "world_block_dim", "launch_threads", "launch_blocks",
-           "loop_while", "record_launches", "LaunchRecord"]
+           "loop_while", "record_launches", "LaunchRecord", "LaunchCall"]
 
 WORLD_BLOCK_DIM = 32  # threads (worlds) per block of a one-thread-per-index launch on CUDA
 TILE_BLOCK_DIM = 32  # threads (lanes) of one world's block: one warp
@@ -53,6 +53,8 @@ class LaunchRecord:
         variants: ``{(module name, CUDA block size): warp Module}``: what a GPU compiles.
         kernels: ``{(module name, CUDA block size): [kernel keys]}``.
         launches: the number of launches seen (a repeated launch counts each time).
+        calls: one :class:`LaunchCall` per launch, in order (what ``sap-benchmark --structure``
+            counts the bytes of).
         dry_run: launches were recorded, not run.
     """
 
@@ -60,14 +62,31 @@ class LaunchRecord:
     variants: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
     launches: int = 0
+    calls: list = field(default_factory=list)
 
-    def add(self, kernel, cuda_block_dim: int) -> None:
+    def add(self, kernel, cuda_block_dim: int, dim=None, inputs=(), outputs=(), lanes: int = 1) -> None:
         key = (kernel.module.name, int(cuda_block_dim))
         self.variants.setdefault(key, kernel.module)
         names = self.kernels.setdefault(key, [])
         if kernel.key not in names:
             names.append(kernel.key)
         self.launches += 1
+        self.calls.append(LaunchCall(kernel.key, kernel.module.name, dim, lanes, tuple(inputs), tuple(outputs)))
+
+
+@dataclass(frozen=True)
+class LaunchCall:
+    """One recorded launch: the kernel's key and module, its launch ``dim`` (the worlds for a
+    block-per-world launch), the threads each index of ``dim`` runs on (``lanes``: 1, or the
+    block size of a block-per-world launch) and the arguments it was given (``inputs``,
+    ``outputs``, as passed)."""
+
+    kernel: str
+    module: str
+    dim: object
+    lanes: int
+    inputs: tuple
+    outputs: tuple
 
 
 _RECORDS: list[LaunchRecord] = []  # the records open now, innermost last
@@ -90,10 +109,10 @@ def record_launches(dry_run: bool = False):
         _RECORDS.remove(record)
 
 
-def _record(kernel, cuda_block_dim: int) -> bool:
+def _record(kernel, cuda_block_dim: int, dim, inputs, outputs, lanes: int = 1) -> bool:
     """Add a launch to every open record; True if it must not run (a dry run is open)."""
     for record in _RECORDS:
-        record.add(kernel, cuda_block_dim)
+        record.add(kernel, cuda_block_dim, dim, inputs, outputs, lanes)
     return any(record.dry_run for record in _RECORDS)
 
 
@@ -101,7 +120,7 @@ def launch_threads(kernel, *, dim, device, inputs=(), outputs=()) -> None:
     """Launch ``kernel`` with one thread per index of ``dim`` on ``device``, in blocks of
     :func:`world_block_dim`."""
     device = wp.get_device(device)
-    if _RECORDS and _record(kernel, WORLD_BLOCK_DIM):
+    if _RECORDS and _record(kernel, WORLD_BLOCK_DIM, dim, inputs, outputs):
         return
     wp.launch(kernel, dim=dim, inputs=list(inputs), outputs=list(outputs), device=device,
               block_dim=world_block_dim(device))
@@ -116,7 +135,7 @@ def launch_blocks(kernel, *, num_worlds: int, device, inputs=(), outputs=(), blo
                          f"{WARP_SIZE}, got {block_dim!r}")
     if isinstance(num_worlds, bool) or not isinstance(num_worlds, int) or num_worlds < 0:
         raise ValueError(f"num_worlds: one block per world needs a world count >= 0, got {num_worlds!r}")
-    if _RECORDS and _record(kernel, block_dim):
+    if _RECORDS and _record(kernel, block_dim, num_worlds, inputs, outputs, block_dim):
         return
     wp.launch_tiled(kernel, dim=[num_worlds], inputs=list(inputs), outputs=list(outputs), block_dim=block_dim,
                     device=device)

@@ -2,7 +2,8 @@
 
 :mod:`~sap_tools.benchmark.cli` is the command line of ``sap-benchmark`` (also
 ``python -m sap_tools.benchmark``), :mod:`~sap_tools.benchmark.runs` the runs it times and
-:mod:`~sap_tools.benchmark.measure` their timing, structure counts, validity and report tables;
+:mod:`~sap_tools.benchmark.measure` their timing, structure counts, validity and report tables,
+:mod:`~sap_tools.benchmark.traffic` their memory traffic (``--structure``);
 :mod:`~sap_tools.benchmark.collision` is ``sap-benchmark-collision`` and
 :mod:`~sap_tools.benchmark.plot` is ``sap-plot-benchmark``.
 
@@ -21,7 +22,7 @@ _EXPORTS = {
     "load_scene": "runs", "noise_channels": "runs", "percentile_from_histogram": "runs", "SapRun": "runs",
     "MjwarpRun": "runs", "DEFAULT_NOISE_STD": "runs",
     "time_run": "measure", "breakdown": "measure", "structure": "measure", "validity": "measure",
-    "MIN_CONVERGED_FRACTION": "measure",
+    "MIN_CONVERGED_FRACTION": "measure", "newton_traffic": "traffic", "setup_traffic": "traffic",
 }
 
 __all__ = list(_EXPORTS)

@@ -47,6 +47,10 @@ prints the ratio sap_gpu/mjwarp of world-steps/s. ``--breakdown`` adds an eager 
 After the timed run, ``--structure-steps`` eager steps are counted (:func:`structure`): device
 operations per step (launches, copies, memsets: a CUDA graph's nodes) and, for sap_gpu, those
 of the Newton loop and the batch's trips through it against the per-world Newton iterations.
+``--structure`` adds the memory traffic (:mod:`sap_tools.benchmark.traffic`): the fused Newton
+kernel's global loads and stores per Newton iteration of a world, *derived* from its access
+pattern over the lists the step built, and the set-up kernels' launches, threads and bytes per
+step, *counted* from one recorded step.
 ``--newton-path fused staged`` runs both of ``SolverSAP``'s Newton paths and prints the
 speed-up (on the CPU device also by process CPU time, which other load disturbs less).
 ``--json`` prints one JSON object as the last line: with one sap_gpu run its fields sit at the
@@ -90,6 +94,7 @@ from sap_tools.benchmark.runs import (
     noise_channels,
     percentile_from_histogram,
 )
+from sap_tools.benchmark.traffic import newton_traffic, setup_traffic, traffic_lines
 from sap_tools.cli import (
     LINE_SEARCH_CHOICES,
     PRESET_CHOICES,
@@ -148,6 +153,10 @@ def _run_one(make, label: str, scene: LoadedScene, args, device, extra: dict) ->
     row.update(run.summary())
     row["valid"], row["invalid_reason"] = validity(row)
     row.update(structure(run, args.structure_steps))
+    if getattr(args, "structure", False) and run.backend == "sap_gpu":
+        setup = setup_traffic(run)  # one more step, recorded; the Newton figure is of that step
+        newton = newton_traffic(run.solver) if run.solver.work.fused else None
+        row["traffic"] = dict(setup=setup, newton=newton)
     if args.breakdown and run.backend == "sap_gpu":
         row["breakdown"] = breakdown(run, args.breakdown_steps)
     del run
@@ -200,6 +209,10 @@ def _parser():
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
+    p.add_argument("--structure", action="store_true",
+                   help="also the memory traffic of each sap_gpu run: the fused Newton loop's global loads and stores "
+                        "per iteration of a world (derived from its access pattern) and the set-up kernels' launches "
+                        "and bytes per step (counted from one recorded step); printed as traffic: lines")
     p.add_argument("--device", default=None, help="Warp device (default: cuda:0 where present, else cpu)")
     p.add_argument("--max-rigid-contact", type=int, default=None, help="contact slots per world (default: the scene's)")
     p.add_argument("--dt", type=float, default=None, help="time step [s] (default: the scene's; humanoid 5 ms)")
@@ -301,8 +314,8 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
 
 def _settings(args) -> dict:
     """What a run reads of the command line (plain values: they travel to Ray workers)."""
-    keys = ("steps", "warmup", "no_graph", "quiet", "structure_steps", "breakdown", "breakdown_steps", "dt",
-            "max_rigid_contact", "noise_std", "seed", "mjwarp_nconmax", "mjwarp_njmax", "cuda_output")
+    keys = ("steps", "warmup", "no_graph", "quiet", "structure_steps", "structure", "breakdown", "breakdown_steps",
+            "dt", "max_rigid_contact", "noise_std", "seed", "mjwarp_nconmax", "mjwarp_njmax", "cuda_output")
     return {k: getattr(args, k) for k in keys}
 
 
@@ -387,6 +400,9 @@ def main(argv=None) -> int:
     for r in rows:
         if r["backend"] == "sap_gpu":
             print(structure_line(r))
+            if "traffic" in r:
+                print("\n".join(traffic_lines(r["label"], r["num_worlds"], r["traffic"]["newton"],
+                                               r["traffic"]["setup"])))
     for r in rows:
         if "breakdown" in r:
             print(breakdown_table(r))

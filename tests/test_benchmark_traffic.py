@@ -1,0 +1,145 @@
+"""sap_tools.benchmark.traffic (``sap-benchmark --structure``): the derived Newton figure against a
+count by hand on a one-contact world, the counted set-up figure against an independent count of
+launches and array sizes, and the command line's traffic lines."""
+
+import json
+
+import numpy as np
+import pytest
+import warp as wp
+
+import sap_gpu
+from sap_common import scenes
+from sap_tools.benchmark.cli import main
+from sap_tools.benchmark.runs import SapRun, noise_channels
+from sap_tools.benchmark.traffic import SETUP_STAGES, newton_traffic, setup_traffic
+
+
+def _sphere_slide_step(device, newton_path="fused"):
+    """One step of sphere_slide (a free sphere on the ground: nv = 6, one contact) on ``device``."""
+    scene = scenes.get("sphere_slide", 1)
+    m = scene.sap_model
+    solver = sap_gpu.SolverSAP(m, max_rigid_contact=1, device=device, newton_path=newton_path)
+    pipe = sap_gpu.CollisionPipeline(m, 1, solver.config, device=device)
+    state, control, contacts = sap_gpu.state(m, device), sap_gpu.control(m, device), pipe.contacts()
+    pipe.collide(state, contacts)
+    solver.step(state, state, control, contacts, scene.dt)
+    return solver
+
+
+# sphere_slide's lists after its first step: A is diagonal (each row lists its own column), the
+# contact's 3 rows list every DOF but the spin about the normal (DOF 2), every DOF participates.
+CONTACT_COLS = (0, 1, 3, 4, 5)
+
+
+def _hand_count(lanes: int, probes_per_iteration: float):
+    """Loads and stores of one fused Newton iteration on sphere_slide, counted by hand from
+    sap_gpu/contact_problem.py: nv = 6, one column per row of A, one contact listing
+    :data:`CONTACT_COLS`, no limit or drive row, the system padded to n = 32 (approx32)."""
+    nv, n, nc = 6, 32, len(CONTACT_COLS)
+    bound = lanes  # every lane reads the contact count as its loop bound
+    momentum = nv * (1 + 1 + 4 + 2)  # A_ncols; the column's index, A, v*, v twice; v_i, v*_i
+    contact = (1 + nc + 3 * nc + nc) + 3  # J_c v over its columns; R, v̂, μ
+    touched = [1 if i in CONTACT_COLS else 0 for i in range(nv)]
+    gradient = sum(6 + 7 * k for k in touched)  # lists, Jᵀγ (index, 3 J, 3 γ), grad, mask, A_ii, dp
+    # H row i: ∇ℓ_i, A_i0..A_ii, the contact list's count, for the contact (index, 3 J_i, G, its
+    # column count, per listed column ≤ i: index, 3 J_k, H_ik; the first column > i, read to break),
+    # the limit list's count.
+    hessian, h_stores = 0, 0
+    for i in range(nv):
+        below = sum(1 for k in CONTACT_COLS if k <= i)
+        contact_part = (6 + 5 * below + (1 if max(CONTACT_COLS) > i else 0)) if touched[i] else 0
+        hessian += 1 + (i + 1) + 1 + contact_part + 1
+        h_stores += 1 + (i + 1) + (below if touched[i] else 0)
+    factor = n * n + n + n  # the H tile, the rhs tile, the pivot check's H_ii
+    direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
+    probe = 6 + bound + 9 + 3  # P.line (lane 0), bound, vc and Δvc, R, v̂, μ
+    loads = momentum + bound + contact + gradient + hessian + factor + nv + direction + 2 * nv
+    stores = (2 * nv + 7) + nv + h_stores + n + nv + (3 + 3) + nv
+    return loads + probes_per_iteration * probe, stores, hessian
+
+
+@pytest.mark.parametrize("lanes", [32, 1])
+def test_newton_traffic_equals_a_count_by_hand_on_one_contact(device, lanes):
+    solver = _sphere_slide_step(device)
+    d = solver.diagnostics()
+    its, probes = int(d["newton_iterations"][0]), int(d["line_search_iterations"][0])
+    assert its >= 1 and int(solver.work.P.contact_count.numpy()[0]) == 1
+    P = solver.work.P
+    assert tuple(P.contact_cols.numpy()[0, 0, :P.contact_ncols.numpy()[0, 0]]) == CONTACT_COLS
+    assert set(P.A_ncols.numpy()[0]) == {1} and P.dof_mask.numpy()[0].all()
+    t = newton_traffic(solver, lanes=lanes)
+    loads, stores, hessian = _hand_count(lanes, probes / its)
+    assert t["method"] == "derived" and t["iterations"] == its
+    assert t["loads"] == pytest.approx(loads, rel=1e-12) and t["stores"] == pytest.approx(stores, rel=1e-12)
+    assert t["phases"]["hessian"]["loads"] == hessian
+    assert t["load_bytes"] == pytest.approx(sum(p["load_bytes"] for p in t["phases"].values()))
+    if lanes == 1:  # one lane does everything: the busiest lane is the whole block
+        assert t["busiest_lane_loads"] == pytest.approx(t["loads"])
+    else:
+        assert t["busiest_lane_loads"] < t["loads"] / 4
+
+
+def test_newton_traffic_needs_the_fused_path(device):
+    solver = _sphere_slide_step(device, newton_path="staged")
+    with pytest.raises(ValueError, match="newton_path"):
+        newton_traffic(solver)
+
+
+def _array_bytes(a):
+    return a.size * wp.types.type_size_in_bytes(a.dtype)
+
+
+def test_setup_traffic_counts_launches_and_bytes_independently(device):
+    scene = scenes.get("sphere_slide", 3)
+    run = SapRun(scene, "approx32", {}, device, scene.dt, noise_channels(scene), 0.1, 0)
+    run.step()
+    # the independent count: every wp.launch / wp.launch_tiled between the stage marks
+    counted, stage_of = {}, []
+    original = wp.launch, wp.launch_tiled
+
+    def counting(fn):
+        def wrapped(*a, **k):
+            stage_of.append(None)
+            return fn(*a, **k)
+        return wrapped
+
+    def mark(stage):
+        counted[stage] = counted.get(stage, 0) + len(stage_of)
+        stage_of.clear()
+
+    wp.launch, wp.launch_tiled = counting(original[0]), counting(original[1])
+    try:
+        run.set_stage_hook(mark)
+        run.step(mark=mark)
+    finally:
+        wp.launch, wp.launch_tiled = original
+        run.set_stage_hook(None)
+    t = setup_traffic(run)
+    assert t["method"] == "counted" and t["num_worlds"] == 3
+    for stage in SETUP_STAGES:
+        assert t["stages"][stage]["launches"] == counted[stage], stage
+    assert t["setup"]["launches"] == sum(counted[s] for s in SETUP_STAGES)
+    # forward kinematics: the model's joint arrays, q₀, v₀ in; poses, twists, subspaces out
+    s, m = run.solver, run.solver.m
+    fk = next(c for c in t["stages"]["boundary_in"]["calls"] if c["kernel"] == "_forward_kinematics")
+    model_in = [m.joint_type, m.joint_parent, m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_q_start,
+                m.joint_qd_start, m.joint_lin_count, m.joint_ang_count, m.joint_axis, m.joint_order, m.level_start]
+    assert fk["bytes_in"] == sum(_array_bytes(a) for a in model_in + [s.work.q0, s.work.v0])
+    assert fk["bytes_out"] == sum(_array_bytes(a) for a in (s.work.body_X, s.work.body_V, s.work.dof_S))
+    assert fk["bytes"] == fk["bytes_in"] + fk["bytes_out"]
+    assert t["setup"]["bytes"] == sum(t["stages"][st]["bytes"] for st in SETUP_STAGES)
+
+
+@pytest.mark.skipif(not scenes.availability("humanoid")[0], reason="the humanoid MJCF needs mujoco-warp's files")
+def test_cli_structure_prints_and_writes_the_traffic(capsys, device):
+    assert main(["humanoid", "--num-worlds", "2", "--steps", "1", "--warmup", "1", "--structure",
+                 "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    row = json.loads(lines[-1])
+    tr = row["traffic"]
+    assert tr["newton"]["method"] == "derived" and tr["setup"]["method"] == "counted"
+    assert tr["newton"]["iterations"] > 0 and tr["newton"]["loads"] > 0 and tr["setup"]["setup"]["launches"] > 0
+    text = [line for line in lines if line.startswith("traffic: approx32 x2: ")]
+    assert len(text) == 2 and "derived" in text[0] and "counted" in text[1]
+    assert np.isfinite(tr["newton"]["busiest_lane_loads"])
