@@ -397,7 +397,7 @@ def _fourbar(num_worlds):
     # where the limit holds the whole linkage.
     b = ModelBuilder()
     a_len, b_len, c_len, d_len, z0 = 0.2, 0.45, 0.35, 0.4, 1.0
-    th1, th2, th3 = _fourbar_points(a_len, b_len, c_len, d_len, -0.6)
+    th1, th2, th3 = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
     crank = b.add_body(0.5, com=(a_len / 2, 0, 0), inertia=rod_inertia(0.5, a_len, axis=0), name="crank")
     coupler = b.add_body(1.0, com=(b_len / 2, 0, 0), inertia=rod_inertia(1.0, b_len, axis=0), name="coupler")
     rocker = b.add_body(0.7, com=(c_len / 2, 0, 0), inertia=rod_inertia(0.7, c_len, axis=0), name="rocker")
