@@ -330,3 +330,56 @@ def test_ball_pendulum_in_every_preset(preset):
     R = spatial.quat_to_matrix(state.body_q[0, bob, 3:])
     np.testing.assert_allclose(p + R @ np.array([-0.5, 0, 0]), [0, 0, 1], atol=2e-4)
     assert p[2] < 0.9  # it fell
+
+
+# ----------------------------------------------------------------------------- MJCF <equality>
+
+_MJCF_EQ = """<mujoco><worldbody>
+  <body name="base" pos="0 0 1"><geom size="0.05"/>
+    <body name="arm" pos="0.2 0 0"><joint name="hinge_a" type="hinge" axis="0 1 0" ref="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02"/></body>
+    <body name="arm2" pos="-0.2 0 0"><joint name="hinge_b" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 -0.3 0 0" size="0.02"/></body></body>
+  <body name="a" pos="0.3 0.1 0.5" quat="0.9 0.1 0.3 0.2"><freejoint/><geom size="0.1"/></body>
+  <body name="b" pos="0.5 0.2 0.8" quat="0.7 -0.2 0.1 0.4"><freejoint/><geom size="0.1"/></body>
+</worldbody>
+<equality>
+  <connect name="pin" body1="a" body2="arm" anchor="0.1 0.2 0.3"/>
+  <weld name="glue" body1="a" body2="b" anchor="0.05 0 0.1"/>
+  <joint name="gear" joint1="hinge_b" joint2="hinge_a" polycoef="0.2 -0.5 0 0 0"/>
+  <weld name="off" body1="b" body2="arm2" active="false"/>
+  EXTRA
+</equality></mujoco>"""
+
+
+def test_mjcf_equalities_map_to_ball_weld_and_coupler():
+    from sap_common.io.mjcf import load_mjcf
+
+    with pytest.warns(UserWarning, match=r"inactive equality constraints .* left out: \['off'\]"):
+        scene = load_mjcf(_MJCF_EQ.replace("EXTRA", ""))
+    m = scene.sap_model
+    assert m.constraint_name == ("pin", "glue", "gear")
+    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.WELD,
+                                                                   ConstraintType.COUPLER]
+    assert m.constraint_gear_ratio[2] == -0.5 and m.constraint_offset[2] == 0.2
+    assert m.joint_name[m.constraint_joint0[2]] == "hinge_b" and m.joint_name[m.constraint_joint1[2]] == "hinge_a"
+    # MuJoCo compiled the connect's and the weld's partners at qpos0: both hold there.
+    q = scene.state.joint_q[0]
+    for k in (0, 1):
+        np.testing.assert_allclose(_kinematics(m, q, k)[0], 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('<joint joint1="hinge_a" joint2="hinge_b" polycoef="0 1 0.3 0 0"/>', r"\(joint\): polycoef .* is not linear"),
+    ('<joint joint1="hinge_a"/>', r"\(joint\): a joint equality with one joint"),
+    ('<connect site1="s1" site2="s2"/>', r"\(connect\): site-based connect/weld is not supported"),
+])
+def test_mjcf_equalities_without_a_mapping_are_refused(extra, message):
+    from sap_common.io.mjcf import load_mjcf
+
+    xml = _MJCF_EQ.replace("EXTRA", extra).replace('<geom size="0.1"/></body>\n  <body name="b"',
+                                                   '<geom size="0.1"/><site name="s1"/></body>\n  <body name="b"')
+    xml = xml.replace('<body name="b" pos="0.5 0.2 0.8" quat="0.7 -0.2 0.1 0.4"><freejoint/>',
+                      '<body name="b" pos="0.5 0.2 0.8" quat="0.7 -0.2 0.1 0.4"><freejoint/><site name="s2"/>')
+    with pytest.raises(ValueError, match=r"load_mjcf: equality '.*' " + message):
+        load_mjcf(xml)
