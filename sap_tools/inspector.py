@@ -151,8 +151,8 @@ def _holonomic_table(cap: StepCapture) -> str:
               f"{r['v_hat']:.4g}", f"{r['R']:.3g}", r["regime"], f"{r['gamma']:.4g}"] for r in rows]
     return ("<h2>Holonomic constraints</h2><p>Each row's g₀ (its function at q₀) [m or rad], its rate ġ = J v₁ "
             "at the solution, the bias v̂ = −g₀/(h + τ), R and the regime it sets (near-rigid: "
-            "R = β²w/(4π²), τ = h) and the impulse γ = (v̂ − ġ)/R (docs/formulation.md § Holonomic "
-            "constraints).</p>"
+            "R = β²w/(4π²), τ = h) and the impulse γ = (v̂ − ġ)/R "
+            "(docs/formulation.md § Holonomic constraints).</p>"
             + _table(["row", "constraint", "type", "component", "g₀", "ġ = J v₁", "v̂", "R", "regime", "γ"], table,
                      left=3))
 

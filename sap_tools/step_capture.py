@@ -382,10 +382,10 @@ def summary(cap: StepCapture) -> list[str]:
 
 
 def holonomic_rows(cap: StepCapture) -> list[dict]:
-    """Per holonomic constraint row of the captured step (docs/formulation.md § Holonomic
-    constraints): the constraint's name and type, the row within it, g₀, its rate ġ = J v₁ at
-    the solution, v̂, R, the regime (near-rigid or compliant; "left out" for a distance row
-    without a direction) and the impulse γ."""
+    """Per holonomic constraint row of the captured step: the constraint's name and type, the row
+    within it, g₀, its rate ġ = J v₁ at the solution, v̂, R, the regime (near-rigid or compliant;
+    "left out" for a distance row without a direction) and the impulse γ
+    (docs/formulation.md § Holonomic constraints)."""
     r, m = cap.result, cap.model
     h = r.holonomic
     if h is None or r.solve is None or not len(h.R):
