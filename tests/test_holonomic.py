@@ -383,3 +383,30 @@ def test_mjcf_equalities_without_a_mapping_are_refused(extra, message):
                       '<body name="b" pos="0.5 0.2 0.8" quat="0.7 -0.2 0.1 0.4"><freejoint/><site name="s2"/>')
     with pytest.raises(ValueError, match=r"load_mjcf: equality '.*' " + message):
         load_mjcf(xml)
+
+
+# The geared_pair scene written as MJCF: the same bodies, hinges, motor (a velocity actuator,
+# kv = 5 N·m·s, force range ±2 N·m) and the gear as a joint equality y = 0.1 − 0.5·x.
+_GEARED_PAIR_MJCF = """<mujoco><option timestep="0.002"/><worldbody>
+  <body name="motor_gear" pos="0 0 1"><inertial pos="0 0 0" mass="0.3" diaginertia="0.00075 0.0015 0.00075"/>
+    <joint name="motor" type="hinge" axis="0 1 0" damping="0.01" armature="0.002"/></body>
+  <body name="output_gear" pos="0.3 0 1"><inertial pos="0.05 0 0" mass="1.5" diaginertia="0.01 0.0275 0.0175"/>
+    <joint name="output" type="hinge" axis="0 1 0" damping="0.01"/></body>
+</worldbody>
+<actuator><velocity joint="motor" kv="5" forcelimited="true" forcerange="-2 2"/></actuator>
+<equality><joint name="gear_mesh" joint1="output" joint2="motor" polycoef="0.1 -0.5 0 0 0"/></equality>
+</mujoco>"""
+
+
+def test_mjcf_twin_of_geared_pair_gives_the_same_model():
+    """The built-in geared_pair and its MJCF twin (MuJoCo compiles the inertias in float64 from
+    the same numbers) describe the same model, coupler included."""
+    from sap_common.io.mjcf import load_mjcf
+
+    a, b = scenes.get("geared_pair").sap_model, load_mjcf(_GEARED_PAIR_MJCF).sap_model
+    for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+              "joint_X_c", "joint_axis", "joint_armature", "joint_damping", "joint_target_kd", "joint_effort_limit",
+              "constraint_type", "constraint_joint0", "constraint_joint1", "constraint_gear_ratio",
+              "constraint_offset", "constraint_stiffness", "constraint_row_start"):
+        np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-15, atol=1e-15, err_msg=f)
+    assert a.constraint_name == b.constraint_name == ("gear_mesh",)
