@@ -417,10 +417,10 @@ def _fourbar(num_worlds):
 
 
 def _weld_drop(num_worlds):
-    # Two free bodies, a sphere (R 5 cm, 0.5 kg) and a capsule-like sphere pair… kept simple: two
-    # spheres of different sizes and masses welded 0.2 m apart through frames turned against each
-    # other, dropped from 0.4 m spinning at (2, 6, 9) rad/s: the weld holds the pair rigid through
-    # the bounces and the rolling on the ground.
+    # Two free spheres of different sizes and masses (R 5 and 4 cm, 0.5 and 0.3 kg, the first with
+    # an unequal inertia) welded 0.2 m apart through frames turned against each other, dropped
+    # from 0.4 m spinning at (2, 6, 9) rad/s: the weld holds the pair rigid through the landing
+    # and the rolling on the ground.
     b = ModelBuilder()
     ra, rb, ma, mb = 0.05, 0.04, 0.5, 0.3
     A = b.add_body(ma, inertia=np.diag([0.4 * ma * ra * ra, 0.45 * ma * ra * ra, 0.5 * ma * ra * ra]), name="left")

@@ -58,7 +58,7 @@ import newton
 import numpy as np
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
-from sap_common.model import JointType, SapModel, ShapeType
+from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
 
 __all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
            "to_sap_model"]
@@ -173,7 +173,9 @@ def _host(model) -> dict:
              "joint_qd_start", "joint_world", "joint_armature", "joint_damping", "joint_stiffness",
              "joint_friction", "joint_target_ke", "joint_target_kd", "joint_target_mode", "joint_effort_limit",
              "joint_limit_lower", "joint_limit_upper", "joint_limit_ke", "joint_limit_kd", "joint_enabled",
-             "joint_mimic_joint", "joint_q", "joint_qd", "shape_type", "shape_body", "shape_transform",
+             "joint_mimic_joint", "joint_mimic_coeffs", "constraint_mimic_joint0", "constraint_mimic_joint1",
+             "constraint_mimic_coef0", "constraint_mimic_coef1", "constraint_mimic_enabled", "joint_q", "joint_qd",
+             "shape_type", "shape_body", "shape_transform",
              "shape_scale", "shape_margin", "shape_gap", "shape_flags", "shape_world", "shape_material_mu",
              "shape_material_ke", "shape_material_kd", "gravity")
     out = {}
@@ -194,9 +196,13 @@ def _refuse_unsupported(model, n: dict) -> None:
     if int(model.particle_count) > 0:
         raise ValueError(f"model: {model.particle_count} particles; SAP simulates rigid bodies only "
                          "(particles, cloth and soft bodies are not supported)")
-    if int(model.constraint_mimic_count) > 0 or (n["joint_mimic_joint"] is not None
-                                                 and np.any(n["joint_mimic_joint"] >= 0)):
-        raise ValueError("model: mimic joints couple coordinates; SAP has no mimic constraint")
+    for follower, reference, _, _ in _mimics(model, n):
+        for j in (follower, reference):
+            t, dims = int(n["joint_type"][j]), n["joint_dof_dim"][j]
+            if t not in (int(newton.JointType.REVOLUTE), int(newton.JointType.PRISMATIC)) and not (
+                    t == int(newton.JointType.D6) and int(dims[0]) + int(dims[1]) == 1):
+                raise ValueError(f"joint {model.joint_label[j]!r} (index {j}): a mimic joint maps to SAP's coupler, "
+                                 "which couples single-DOF joints (REVOLUTE, PRISMATIC, a one-axis D6)")
     if int(getattr(model, "tendon_count", 0)) > 0:
         raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
     for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
@@ -226,6 +232,42 @@ def _refuse_unsupported(model, n: dict) -> None:
                 raise ValueError(f"{label}: a D6 joint with two angular axes {a0.tolist()}, {a1.tolist()} that are "
                                  "not orthonormal (Newton orthonormalizes such a pair, SAP rotates about the "
                                  "axes as given)")
+
+
+def _mimics(model, n: dict) -> list:
+    """``(follower, reference, offset, ratio)`` of every mimic relation (Newton joint indices):
+    ``joint_mimic_joint``/``joint_mimic_coeffs`` and the enabled ``constraint_mimic_*`` entries,
+    each meaning q_follower = offset + ratio·q_reference (a coupler, docs/formulation.md
+    § Holonomic constraints)."""
+    out = []
+    if n["joint_mimic_joint"] is not None:
+        for j in np.flatnonzero(n["joint_mimic_joint"] >= 0):
+            c = n["joint_mimic_coeffs"][j]
+            out.append((int(j), int(n["joint_mimic_joint"][j]), float(c[0]), float(c[1])))
+    if int(getattr(model, "constraint_mimic_count", 0)) > 0:
+        for i in np.flatnonzero(n["constraint_mimic_enabled"]):
+            out.append((int(n["constraint_mimic_joint0"][i]), int(n["constraint_mimic_joint1"][i]),
+                        float(n["constraint_mimic_coef0"][i]), float(n["constraint_mimic_coef1"][i])))
+    return out
+
+
+def _couplers(model, n: dict, joints: np.ndarray) -> dict:
+    """SapModel keyword arguments of the mimic relations among a world's ``joints`` (empty: none)."""
+    local = {int(j): i for i, j in enumerate(joints)}
+    rows = [(f, r, off, ratio) for f, r, off, ratio in _mimics(model, n) if f in local]
+    for f, r, _, _ in rows:
+        if r not in local:
+            raise ValueError(f"joint {model.joint_label[f]!r} (index {f}) mimics joint {model.joint_label[r]!r} of "
+                             "another world")
+    if not rows:
+        return {}
+    K = len(rows)
+    return dict(constraint_type=np.full(K, int(ConstraintType.COUPLER), np.int32),
+                constraint_name=_unique(f"mimic:{model.joint_label[f]}" for f, *_ in rows),
+                constraint_joint0=np.array([local[f] for f, *_ in rows], np.int32),
+                constraint_joint1=np.array([local[r] for _, r, *_ in rows], np.int32),
+                constraint_gear_ratio=np.array([ratio for *_, ratio in rows]),
+                constraint_offset=np.array([off for _, _, off, _ in rows]))
 
 
 def _effective_worlds(model, n: dict):
@@ -438,6 +480,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
+    kwargs.update(_couplers(model, n, joints))
     maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
@@ -471,7 +514,7 @@ def _newton_filters(kwargs, wanted, notes, world_label):
     return np.array(sorted(ours - wanted), np.int32).reshape(-1, 2)
 
 
-_KEY_SKIP = ("body_name", "joint_name", "shape_name", "joint_q_init", "joint_qd_init")
+_KEY_SKIP = ("body_name", "joint_name", "shape_name", "constraint_name", "joint_q_init", "joint_qd_init")
 
 
 def _template_key(kwargs) -> bytes:

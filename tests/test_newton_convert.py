@@ -352,3 +352,41 @@ def test_free_joint_parameters_are_reordered_to_sap_order():
     with pytest.warns(UserWarning, match="FREE-joint armature/damping applied in SAP's"):
         m = sap_newton.to_sap_model(model)
     np.testing.assert_allclose(m.joint_armature[:6], np.array([4, 5, 6, 1, 2, 3]) * 1e-3, rtol=FLOAT32_RTOL)
+
+
+def test_mimic_joints_become_couplers():
+    """Newton's mimic relation q_follower = c₀ + c₁·q_reference is SAP's coupler (joint0 the
+    follower); stepping with SAP keeps it; a mimic on a BALL joint is refused by name."""
+    from sap_common.model import ConstraintType
+    from sap_ref.solver import SolverSAP
+
+    b = newton.ModelBuilder()
+    l0 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    l1 = b.add_link(mass=1.0, com=wp.vec3(0.2, 0.0, 0.0), inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, l0, axis=(0, 1, 0), label="leader")
+    j1 = b.add_joint_revolute(l0, l1, parent_xform=wp.transform((0.3, 0, 0), wp.quat_identity()), axis=(0, 1, 0),
+                              label="follower")
+    _articulate(b)
+    b.set_joint_mimic(j1, j0, coeffs=(0.1, -0.5))
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert m.constraint_count == 1 and ConstraintType(int(m.constraint_type[0])) == ConstraintType.COUPLER
+    assert m.joint_name[m.constraint_joint0[0]] == "follower" and m.joint_name[m.constraint_joint1[0]] == "leader"
+    assert m.constraint_gear_ratio[0] == -0.5 and m.constraint_offset[0] == pytest.approx(0.1, rel=1e-7)
+    state = m.state()
+    solver = SolverSAP(m, max_rigid_contact=0, contact_preset_variant="drake")
+    for _ in range(200):
+        solver.step(state, state, m.control(), None, 1e-3)
+    q = state.joint_q[0]
+    assert abs(q[1] - (m.constraint_offset[0] - 0.5 * q[0])) < 1e-6 and abs(q[0]) > 1e-3  # it moved
+
+    b = newton.ModelBuilder()
+    l0 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    l1 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, l0, axis=(0, 1, 0), label="leader")
+    j1 = b.add_joint_ball(l0, l1, label="ball_follower")
+    _articulate(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # add_constraint_mimic is deprecated in Newton 1.7
+        b.add_constraint_mimic(j1, j0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="'ball_follower'.*single-DOF joints"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
