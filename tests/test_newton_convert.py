@@ -468,3 +468,41 @@ def test_a_prismatic_loop_joint_is_refused():
 
     with pytest.raises(ValueError, match="'slider'.*closes a loop.*PRISMATIC"):
         sap_newton.to_sap_model(_newton_fourbar(add))
+
+
+def test_newton_twin_of_fourbar_gives_the_same_model():
+    """The built-in fourbar (a ball constraint closing the loop, the rocker's limit) built in
+    Newton with the loop as a second parent BALL joint of the rocker: the same model to Newton's
+    float32, the ball constraint included."""
+    from sap_common import scenes
+    from sap_common.builder import rod_inertia
+    from sap_common.scenes import _fourbar_points
+
+    ours = scenes.get("fourbar").sap_model
+    a_len, b_len, c_len, d_len, z0, h = 0.2, 0.45, 0.35, 0.4, 1.0, 2e-3
+    th = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
+    b = newton.ModelBuilder()
+    links = [b.add_link(mass=m, com=wp.vec3(length / 2, 0.0, 0.0), inertia=wp.mat33(rod_inertia(m, length, axis=0)),
+                        label=name) for m, length, name in ((0.5, a_len, "crank"), (1.0, b_len, "coupler"),
+                                                             (0.7, c_len, "rocker"))]
+    at = lambda x, z=0.0: wp.transform((x, 0, z), wp.quat_identity())  # noqa: E731
+    hinge = dict(axis=(0, 1, 0), damping=0.02)
+    j0 = b.add_joint_revolute(-1, links[0], parent_xform=at(0, z0), label="crank_hinge", **hinge)
+    j1 = b.add_joint_revolute(links[0], links[1], parent_xform=at(a_len), label="coupler_hinge", **hinge)
+    j2 = b.add_joint_revolute(-1, links[2], parent_xform=at(d_len, z0), limit_lower=-2.1, limit_upper=math.pi,
+                              limit_ke=1e12, limit_kd=1e12 * h, label="rocker_hinge", **hinge)
+    b.add_articulation([j0, j1])
+    b.add_articulation([j2])
+    b.add_joint_ball(links[1], links[2], parent_xform=at(b_len), child_xform=at(c_len), label="loop")
+    for j, q in enumerate(th):
+        b.joint_q[j] = q
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+              "joint_X_c", "joint_axis", "joint_damping", "joint_limit_lower", "joint_limit_upper", "gravity",
+              "constraint_type", "constraint_body_a", "constraint_body_b", "constraint_X_a", "constraint_X_b",
+              "constraint_row_start", "joint_q_init"):
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    _close("joint_limit_ke", theirs.joint_limit_ke[2], ours.joint_limit_ke[2])
+    _close("joint_limit_kd", theirs.joint_limit_kd[2], ours.joint_limit_kd[2])
