@@ -20,7 +20,8 @@ import math
 import numpy as np
 
 from . import geometry, spatial
-from .model import JointType, SapModel, ShapeType, check_inertia
+from .kinematics import forward_kinematics
+from .model import ConstraintType, JointType, SapModel, ShapeType, check_inertia, coupler_joint_ok
 
 __all__ = [
     "ModelBuilder",
@@ -119,6 +120,7 @@ class ModelBuilder:
         self._body_joint: dict[int, int] = {}
         self._meshes: list[np.ndarray] = []  # hull points (V, 3) per mesh
         self._hfields: list[np.ndarray] = []  # heights (nrow, ncol) per height field
+        self._constraints: list[dict] = []
 
     # ------------------------------------------------------------------ sizes
 
@@ -133,6 +135,10 @@ class ModelBuilder:
     @property
     def shape_count(self) -> int:
         return len(self._shapes)
+
+    @property
+    def constraint_count(self) -> int:
+        return len(self._constraints)
 
     @property
     def coord_count(self) -> int:
@@ -521,6 +527,117 @@ class ModelBuilder:
             raise ValueError("add_collision_filter_pair: shape_a and shape_b must differ")
         self._filter_pairs.append((int(shape_a), int(shape_b)))
 
+    # ------------------------------------------------------------------ holonomic constraints
+    # docs/formulation.md § Holonomic constraints. Bodies are indices (−1 = the world), joints
+    # indices; the model checks the whole again at finalize() (bodies not both welded to the
+    # world, coupler joints single-DOF).
+
+    def add_coupler(self, joint0: int, joint1: int, gear_ratio: float = 1.0, offset: float = 0.0, *,
+                    name: str | None = None) -> int:
+        """Couple two single-DOF joints: q₀ = ρ·q₁ + Δq (``gear_ratio`` ρ, ``offset`` Δq [m or rad]),
+        one near-rigid row (Drake's ``AddCouplerConstraint``). Returns the constraint index."""
+        name = self._name("constraint", name, self._constraints)
+        where = f"add_coupler(name={name!r})"
+        J = len(self._joints)
+        for arg, j in (("joint0", joint0), ("joint1", joint1)):
+            if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j < J:
+                raise ValueError(f"{where}: {arg} must be a joint index in [0, {J}), got {j!r}")
+            rec = self._joints[j]
+            if not coupler_joint_ok(rec["type"], rec["dof_dim"]):
+                raise ValueError(f"{where}: {arg} {rec['name']!r} is a {rec['type'].name} joint with {len(rec['qd0'])} "
+                                 "DOFs; a coupler needs single-DOF joints (prismatic, revolute, a one-axis D6)")
+        if joint0 == joint1:
+            raise ValueError(f"{where}: joint0 and joint1 must differ (joint {joint0})")
+        for arg, v in (("gear_ratio", gear_ratio), ("offset", offset)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+                raise ValueError(f"{where}: {arg} must be a finite number, got {v!r}")
+        return self._add_constraint(ConstraintType.COUPLER, name, joint0=int(joint0), joint1=int(joint1),
+                                    gear_ratio=float(gear_ratio), offset=float(offset))
+
+    def add_distance(self, body_a: int, p_ap, body_b: int, p_bq, distance: float, stiffness: float = _INF,
+                     damping: float = 0.0, *, name: str | None = None) -> int:
+        """Keep point P of body A (``p_ap`` in A) and point Q of body B (``p_bq`` in B) ``distance``
+        apart [m], with ``stiffness`` k [N/m] (inf: rigid, near-rigid regularization) and
+        ``damping`` c [N·s/m] (Drake's ``AddDistanceConstraint``). Returns the constraint index."""
+        name = self._name("constraint", name, self._constraints)
+        where = f"add_distance(name={name!r})"
+        self._check_bodies(where, body_a, body_b)
+        p_ap, p_bq = self._point("p_ap", p_ap, where), self._point("p_bq", p_bq, where)
+        for arg, v in (("distance", distance), ("stiffness", stiffness), ("damping", damping)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{where}: {arg} must be a number, got {v!r}")
+        if not (math.isfinite(distance) and distance > 0.0):
+            raise ValueError(f"{where}: distance must be finite and > 0 m, got {distance}")
+        if not stiffness > 0.0:
+            raise ValueError(f"{where}: stiffness must be > 0 N/m (inf = rigid), got {stiffness}")
+        if not (math.isfinite(damping) and damping >= 0.0):
+            raise ValueError(f"{where}: damping must be finite and >= 0 N·s/m, got {damping}")
+        return self._add_constraint(ConstraintType.DISTANCE, name, body_a=int(body_a), body_b=int(body_b),
+                                    X_a=spatial.transform(p_ap), X_b=spatial.transform(p_bq), length=float(distance),
+                                    stiffness=float(stiffness), damping=float(damping))
+
+    def add_ball(self, body_a: int, p_ap, body_b: int, p_bq=None, *, name: str | None = None) -> int:
+        """Make point P of body A (``p_ap`` in A) coincide with point Q of body B (``p_bq`` in B),
+        three near-rigid rows (Drake's ``AddBallConstraint``). ``p_bq=None`` takes the point of B
+        that coincides with P at the initial state (``joint_q_init``), as Drake does. Returns the
+        constraint index."""
+        name = self._name("constraint", name, self._constraints)
+        where = f"add_ball(name={name!r})"
+        self._check_bodies(where, body_a, body_b)
+        p_ap = self._point("p_ap", p_ap, where)
+        X_b = None if p_bq is None else spatial.transform(self._point("p_bq", p_bq, where))
+        return self._add_constraint(ConstraintType.BALL, name, body_a=int(body_a), body_b=int(body_b),
+                                    X_a=spatial.transform(p_ap), X_b=X_b)
+
+    def add_weld(self, body_a: int, X_ap, body_b: int, X_bq, *, name: str | None = None) -> int:
+        """Make frame P of body A (``X_ap``, a transform [p, quat xyzw] in A) coincide with frame Q of
+        body B (``X_bq`` in B), six near-rigid rows (Drake's ``AddWeldConstraint``). Returns the
+        constraint index."""
+        name = self._name("constraint", name, self._constraints)
+        where = f"add_weld(name={name!r})"
+        self._check_bodies(where, body_a, body_b)
+        return self._add_constraint(ConstraintType.WELD, name, body_a=int(body_a), body_b=int(body_b),
+                                    X_a=_xform("X_ap", X_ap, where), X_b=_xform("X_bq", X_bq, where))
+
+    def add_axis_alignment(self, body_a: int, X_ap, body_b: int, X_bq, axis=(0.0, 0.0, 1.0), *,
+                           name: str | None = None) -> int:
+        """Keep the unit ``axis`` of frame P (on A) parallel to the same axis of frame Q (on B): two
+        near-rigid rows; with :meth:`add_ball` at the frames' origins it is a revolute joint that
+        closes a loop (not a Drake constraint, docs/formulation.md § Holonomic constraints). Returns the
+        constraint index."""
+        name = self._name("constraint", name, self._constraints)
+        where = f"add_axis_alignment(name={name!r})"
+        self._check_bodies(where, body_a, body_b)
+        a = np.asarray(axis, dtype=np.float64)
+        if a.shape != (3,) or not np.all(np.isfinite(a)) or not np.linalg.norm(a) > 0.0:
+            raise ValueError(f"{where}: axis must be a non-zero finite 3-vector, got {np.asarray(axis).tolist()}")
+        return self._add_constraint(ConstraintType.AXIS_ALIGN, name, body_a=int(body_a), body_b=int(body_b),
+                                    X_a=_xform("X_ap", X_ap, where), X_b=_xform("X_bq", X_bq, where),
+                                    axis=a / np.linalg.norm(a))
+
+    def _check_bodies(self, where: str, body_a, body_b) -> None:
+        B = len(self._bodies)
+        for arg, b in (("body_a", body_a), ("body_b", body_b)):
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not -1 <= b < B:
+                raise ValueError(f"{where}: {arg} must be -1 (world) or a body index in [0, {B}), got {b!r}")
+        if body_a == body_b:
+            raise ValueError(f"{where}: body_a and body_b must differ (body {body_a})")
+
+    @staticmethod
+    def _point(arg: str, p, where: str) -> np.ndarray:
+        p = np.asarray(p, dtype=np.float64)
+        if p.shape != (3,) or not np.all(np.isfinite(p)):
+            raise ValueError(f"{where}: {arg} must be a finite 3-vector [m], got {np.asarray(p).tolist()}")
+        return p
+
+    def _add_constraint(self, ct: ConstraintType, name: str, **fields) -> int:
+        rec = dict(type=ct, name=name, body_a=-1, body_b=-1, X_a=spatial.transform_identity(),
+                   X_b=spatial.transform_identity(), axis=np.zeros(3), joint0=-1, joint1=-1, gear_ratio=1.0,
+                   offset=0.0, length=0.0, stiffness=_INF, damping=0.0)
+        rec.update(fields)
+        self._constraints.append(rec)
+        return len(self._constraints) - 1
+
     # ------------------------------------------------------------------ finish
 
     def replicate(self, num_worlds: int) -> "ModelBuilder":
@@ -532,7 +649,7 @@ class ModelBuilder:
 
     def finalize(self) -> SapModel:
         """The frozen, validated model."""
-        bodies, joints, shapes = self._bodies, self._joints, self._shapes
+        bodies, joints, shapes, cons = self._bodies, self._joints, self._shapes, self._constraints
         cat = lambda key, n=0: (np.concatenate([j[key] for j in joints]) if joints else np.zeros(n))  # noqa: E731
         return SapModel(
             num_worlds=self.num_worlds,
@@ -580,7 +697,42 @@ class ModelBuilder:
             hfield_start=np.concatenate([[0], np.cumsum([h.size for h in self._hfields])]).astype(np.int32),
             hfield_shape=np.array([h.shape for h in self._hfields], dtype=np.int32).reshape(-1, 2),
             shape_material_hcd=np.array([s["hcd"] for s in shapes]),
+            constraint_type=np.array([int(c["type"]) for c in cons], dtype=np.int32),
+            constraint_name=tuple(c["name"] for c in cons),
+            constraint_body_a=np.array([c["body_a"] for c in cons], dtype=np.int32),
+            constraint_body_b=np.array([c["body_b"] for c in cons], dtype=np.int32),
+            constraint_X_a=np.array([c["X_a"] for c in cons]).reshape(-1, 7),
+            constraint_X_b=np.array([self._ball_anchor(c) if c["X_b"] is None else c["X_b"] for c in cons]).reshape(
+                -1, 7),
+            constraint_axis=np.array([c["axis"] for c in cons]).reshape(-1, 3),
+            constraint_joint0=np.array([c["joint0"] for c in cons], dtype=np.int32),
+            constraint_joint1=np.array([c["joint1"] for c in cons], dtype=np.int32),
+            constraint_gear_ratio=np.array([c["gear_ratio"] for c in cons]),
+            constraint_offset=np.array([c["offset"] for c in cons]),
+            constraint_length=np.array([c["length"] for c in cons]),
+            constraint_stiffness=np.array([c["stiffness"] for c in cons]),
+            constraint_damping=np.array([c["damping"] for c in cons]),
         )
+
+    def _ball_anchor(self, c: dict) -> np.ndarray:
+        """X_BQ of a ball constraint added without ``p_bq``: the point of B at P's world position in
+        the initial state (the joints' ``q0``), identity rotation."""
+        poses = self._initial_poses()
+        X_WA = spatial.transform_identity() if c["body_a"] < 0 else poses[c["body_a"]]
+        p_WP = spatial.transform_point(X_WA, c["X_a"][:3])
+        if c["body_b"] < 0:
+            return spatial.transform(p_WP)
+        return spatial.transform(spatial.transform_point(spatial.transform_inverse(poses[c["body_b"]]), p_WP))
+
+    def _initial_poses(self) -> np.ndarray:
+        """Body poses of the joints' initial coordinates (a probe model without constraints)."""
+        saved = self._constraints
+        self._constraints = []
+        try:
+            probe = self.finalize().replicate(1)
+        finally:
+            self._constraints = saved
+        return forward_kinematics(probe, probe.joint_q_init[None, :])[0]
 
     @staticmethod
     def _name(kind: str, name, existing: list) -> str:

@@ -20,7 +20,7 @@ __all__ = [
     "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
-    "HC_VELOCITY_GUARD",
+    "HC_VELOCITY_GUARD", "HOLONOMIC_BETA", "CONSTRAINT_DISTANCE_MIN", "CONSTRAINT_DISTANCE_MIN_RELATIVE",
     # line searches
     "MONOTONE_ABS_SLOP", "MONOTONE_REL_SLOP", "MONOTONE_ALPHA_MIN", "EXACT_ALPHA_MAX", "EXACT_F_TOL",
     # state and model checks
@@ -183,6 +183,15 @@ WEIGHT_FLOOR = 1e-12
 # same 1e-20 (matching it keeps the antiderivative N bit for bit). For d or k above 1e-4 the guard
 # is below float64 resolution (a relative change of 1e-20/d), so it never alters a real material.
 HC_VELOCITY_GUARD = 1e-20
+# Near-rigid threshold β of the holonomic constraints (coupler, distance, ball, weld, axis
+# alignment; docs/formulation.md § Holonomic constraints): Drake hard-codes 0.1 in each of them.
+HOLONOMIC_BETA = 0.1
+# A distance constraint's direction p̂ = (p_Q − p_P)/‖p_Q − p_P‖ is taken only while the distance
+# is at least CONSTRAINT_DISTANCE_MIN + CONSTRAINT_DISTANCE_MIN_RELATIVE·ℓ₀ [m]; closer, the
+# direction is rounding noise and the row is left out of the step (Drake throws there, with
+# these two numbers).
+CONSTRAINT_DISTANCE_MIN = 1e-7
+CONSTRAINT_DISTANCE_MIN_RELATIVE = 1e-2
 
 # ----------------------------------------------------------------------------- line searches
 # (docs/formulation.md § Line searches)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["JointType", "ShapeType"]
+__all__ = ["JointType", "ShapeType", "ConstraintType", "CONSTRAINT_ROWS"]
 
 
 class JointType(enum.IntEnum):
@@ -48,3 +48,27 @@ class ShapeType(enum.IntEnum):
     ELLIPSOID = 5
     CONVEX_MESH = 6
     HEIGHTFIELD = 7
+
+
+class ConstraintType(enum.IntEnum):
+    """Holonomic (equality) constraint types; docs/formulation.md § Holonomic constraints.
+
+    * COUPLER: q₀ = ρ·q₁ + Δq between two single-DOF joints (Drake's coupler), 1 row.
+    * DISTANCE: ‖p_Q − p_P‖ = ℓ₀ between a point P of body A and a point Q of body B, with a
+      stiffness k (∞ = rigid) and a damping c (Drake's distance constraint), 1 row.
+    * BALL: point P of body A coincides with point Q of body B (Drake's ball constraint), 3 rows.
+    * WELD: frame P of body A coincides with frame Q of body B (Drake's weld constraint), 6 rows.
+    * AXIS_ALIGN: the axis â of frame P (on A) stays parallel to the axis â of frame Q (on B),
+      2 rows; with a BALL it closes a loop through a revolute joint (not a Drake constraint).
+    """
+
+    COUPLER = 0
+    DISTANCE = 1
+    BALL = 2
+    WELD = 3
+    AXIS_ALIGN = 4
+
+
+# Scalar rows of each constraint type.
+CONSTRAINT_ROWS = {ConstraintType.COUPLER: 1, ConstraintType.DISTANCE: 1, ConstraintType.BALL: 3,
+                   ConstraintType.WELD: 6, ConstraintType.AXIS_ALIGN: 2}

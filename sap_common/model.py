@@ -37,12 +37,13 @@ import numpy as np
 from . import geometry, spatial
 from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
 from .conventions import check_order, joint_qd_sap_to_public, quaternion_norm_ok
-from .enums import JointType, ShapeType
+from .enums import CONSTRAINT_ROWS, ConstraintType, JointType, ShapeType
 from .kinematics import body_state
 from .mass_check import check_mass_matrix
 from .state import SapControl, SapState
 
-__all__ = ["JointType", "ShapeType", "SapModel", "joint_coord_count", "joint_dof_count"]
+__all__ = ["JointType", "ShapeType", "ConstraintType", "SapModel", "joint_coord_count", "joint_dof_count",
+           "coupler_joint_ok"]
 
 
 _FLOATING = (JointType.FREE, JointType.DISTANCE)
@@ -81,6 +82,13 @@ def joint_dof_count(joint_type: int, dof_dim=(0, 0)) -> int:
     if jt in _FLOATING:
         return 6
     return joint_coord_count(jt, dof_dim)
+
+
+def coupler_joint_ok(joint_type: int, dof_dim=(0, 0)) -> bool:
+    """Whether a joint can take part in a coupler: one position and one velocity with q̇ = v
+    (PRISMATIC, REVOLUTE, a D6 with one axis), as Drake's single-DOF joints."""
+    jt = JointType(joint_type)
+    return jt in _AXIS_JOINTS and joint_coord_count(jt, dof_dim) == 1
 
 
 def _default_dof_dim(joint_type: JointType) -> tuple[int, int]:
@@ -203,6 +211,26 @@ class SapModel:
             fallback_hc_dissipation). Read by the ``lagged`` and ``similar`` contact
             approximations only. Optional (default: all unset).
 
+    Holonomic constraints, K of them (all optional, default none; docs/formulation.md
+    § Holonomic constraints, :class:`ConstraintType` for the types and their rows):
+        constraint_type: :class:`ConstraintType` value per constraint, (K,).
+        constraint_name: unique names, (K,).
+        constraint_body_a / constraint_body_b: bodies A and B (−1 = world) of a DISTANCE,
+            BALL, WELD or AXIS_ALIGN constraint, (K,); −1 for a COUPLER. A and B differ and
+            are not both welded to the world.
+        constraint_X_a / constraint_X_b: the frames X_AP on A and X_BQ on B [m, quat xyzw],
+            (K, 7); a DISTANCE or BALL constraint reads the points p_AP, p_BQ only.
+        constraint_axis: the unit axis â of an AXIS_ALIGN constraint, components in P and in Q,
+            (K, 3); zero for the other types.
+        constraint_joint0 / constraint_joint1: the joints of a COUPLER (single-DOF, q̇ = v;
+            :func:`coupler_joint_ok`), (K,); −1 for the other types.
+        constraint_gear_ratio / constraint_offset: a COUPLER's ρ and Δq [m or rad] in
+            q₀ = ρ·q₁ + Δq, (K,).
+        constraint_length: a DISTANCE constraint's free length ℓ₀ [m] (> 0), (K,).
+        constraint_stiffness: a DISTANCE constraint's stiffness k [N/m] (> 0, inf = rigid), (K,);
+            inf for the other types (all rigid).
+        constraint_damping: a DISTANCE constraint's damping c [N·s/m] (≥ 0), (K,).
+
     Derived (computed at construction, not passed in):
         joint_q_start / joint_qd_start: segment starts, (J + 1,) (last entry = nq / nv).
         body_joint: the joint whose child each body is, (B,).
@@ -220,6 +248,8 @@ class SapModel:
             (F, 4). Faces are the hull's, coplanar triangles merged (:mod:`sap_common.geometry`).
         shape_local_bounds: each shape's axis-aligned bounds in its own frame (lower, upper)
             [m], (S, 2, 3); a plane's are unbounded except its top z = 0.
+        constraint_row_start: first scalar row of each constraint, (K + 1,) (last = the number
+            of constraint rows, :attr:`constraint_row_count`).
     """
 
     num_worlds: int
@@ -267,6 +297,20 @@ class SapModel:
     hfield_start: np.ndarray | None = None
     hfield_shape: np.ndarray | None = None
     shape_material_hcd: np.ndarray | None = None
+    constraint_type: np.ndarray | None = None
+    constraint_name: tuple | None = None
+    constraint_body_a: np.ndarray | None = None
+    constraint_body_b: np.ndarray | None = None
+    constraint_X_a: np.ndarray | None = None
+    constraint_X_b: np.ndarray | None = None
+    constraint_axis: np.ndarray | None = None
+    constraint_joint0: np.ndarray | None = None
+    constraint_joint1: np.ndarray | None = None
+    constraint_gear_ratio: np.ndarray | None = None
+    constraint_offset: np.ndarray | None = None
+    constraint_length: np.ndarray | None = None
+    constraint_stiffness: np.ndarray | None = None
+    constraint_damping: np.ndarray | None = None
 
     joint_q_start: np.ndarray = field(init=False)
     joint_qd_start: np.ndarray = field(init=False)
@@ -283,6 +327,7 @@ class SapModel:
     mesh_face_vertex: np.ndarray = field(init=False)
     mesh_face_plane: np.ndarray = field(init=False)
     shape_local_bounds: np.ndarray = field(init=False)
+    constraint_row_start: np.ndarray = field(init=False)
 
     # ------------------------------------------------------------------ construction
 
@@ -460,6 +505,7 @@ class SapModel:
                         geometry.mesh_faces(mesh_v, mesh_vs)):
             set_(k, _ro(v))
         set_("shape_local_bounds", _ro(geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s)))
+        self._constraints(set_)
         check_mass_matrix(self)
 
     @staticmethod
@@ -682,6 +728,93 @@ class SapModel:
                 raise ValueError(f"{where}: must be -1 for a {st.name}, got {source[s]}")
         return source, mesh_v, mesh_vs, hf_h, hf_s, hf_shape
 
+    def _constraints(self, set_) -> None:
+        """Check the holonomic constraints (every field optional; none = no constraint) and store
+        them read-only, with ``constraint_row_start``."""
+        t = self.constraint_type
+        K = 0 if t is None else len(np.asarray(t).reshape(-1))
+        B, J = self.body_count, self.joint_count
+
+        def get(name, dtype, shape, default):
+            v = getattr(self, name)
+            return _arr(name, default if v is None else v, dtype, shape)
+
+        ctype = get("constraint_type", np.int64, (K,), np.zeros(K)).astype(np.int32)
+        names = self._names("constraint_name", [f"constraint_{k}" for k in range(K)]
+                            if self.constraint_name is None else self.constraint_name, K)
+        body_a = get("constraint_body_a", np.int64, (K,), np.full(K, -1)).astype(np.int32)
+        body_b = get("constraint_body_b", np.int64, (K,), np.full(K, -1)).astype(np.int32)
+        identity = np.tile(spatial.transform_identity(), (K, 1))
+        X_a = self._transforms("constraint_X_a", identity if self.constraint_X_a is None else self.constraint_X_a, K)
+        X_b = self._transforms("constraint_X_b", identity if self.constraint_X_b is None else self.constraint_X_b, K)
+        axis = get("constraint_axis", np.float64, (K, 3), np.zeros((K, 3))).copy()
+        joint0 = get("constraint_joint0", np.int64, (K,), np.full(K, -1)).astype(np.int32)
+        joint1 = get("constraint_joint1", np.int64, (K,), np.full(K, -1)).astype(np.int32)
+        ratio = get("constraint_gear_ratio", np.float64, (K,), np.ones(K))
+        offset = get("constraint_offset", np.float64, (K,), np.zeros(K))
+        length = get("constraint_length", np.float64, (K,), np.zeros(K))
+        stiffness = get("constraint_stiffness", np.float64, (K,), np.full(K, np.inf))
+        damping = get("constraint_damping", np.float64, (K,), np.zeros(K))
+        valid = {int(c) for c in ConstraintType}
+        rows = np.zeros(K, dtype=np.int32)
+        for k in range(K):
+            where = f"[{k}] ({names[k]})"
+            if int(ctype[k]) not in valid:
+                raise ValueError(f"constraint_type{where}: {int(ctype[k])} is not a ConstraintType; valid: "
+                                 + ", ".join(f"{c.name}={c.value}" for c in ConstraintType))
+            ct = ConstraintType(int(ctype[k]))
+            rows[k] = CONSTRAINT_ROWS[ct]
+            if ct == ConstraintType.COUPLER:
+                for nm, j in (("constraint_joint0", joint0[k]), ("constraint_joint1", joint1[k])):
+                    if not 0 <= j < J:
+                        raise ValueError(f"{nm}{where}: {int(j)} is not a joint index in [0, {J})")
+                    if not coupler_joint_ok(int(self.joint_type[j]), self.joint_dof_dim[j]):
+                        raise ValueError(
+                            f"{nm}{where}: joint {self.joint_name[j]!r} is a "
+                            f"{JointType(int(self.joint_type[j])).name} joint with "
+                            f"{int(self.joint_qd_start[j + 1] - self.joint_qd_start[j])} DOFs; a coupler needs two "
+                            "single-DOF joints (PRISMATIC, REVOLUTE, or a D6 with one axis)")
+                if joint0[k] == joint1[k]:
+                    raise ValueError(f"constraint_joint0/joint1{where}: a coupler needs two different joints, "
+                                     f"got {self.joint_name[joint0[k]]!r} twice")
+                for nm, v in (("constraint_gear_ratio", ratio[k]), ("constraint_offset", offset[k])):
+                    if not np.isfinite(v):
+                        raise ValueError(f"{nm}{where}: must be finite, got {v}")
+                continue
+            for nm, b in (("constraint_body_a", body_a[k]), ("constraint_body_b", body_b[k])):
+                if not -1 <= b < B:
+                    raise ValueError(f"{nm}{where}: {int(b)} is not a body index in [-1, {B}) (-1 = world)")
+            if body_a[k] == body_b[k]:
+                raise ValueError(f"constraint_body_a/body_b{where}: a {ct.name} constraint needs two different "
+                                 f"bodies, got {int(body_a[k])} twice")
+            static = [b < 0 or bool(self.body_static[b]) for b in (body_a[k], body_b[k])]
+            if all(static):
+                raise ValueError(f"constraint_body_a/body_b{where}: both bodies are the world or welded to it; a "
+                                 f"{ct.name} constraint needs at least one body that moves")
+            if ct == ConstraintType.DISTANCE:
+                if not (np.isfinite(length[k]) and length[k] > 0.0):
+                    raise ValueError(f"constraint_length{where}: the free length must be finite and > 0 m, "
+                                     f"got {length[k]}")
+                if not stiffness[k] > 0.0:
+                    raise ValueError(f"constraint_stiffness{where}: must be > 0 N/m (inf = rigid), got {stiffness[k]}")
+                if not (np.isfinite(damping[k]) and damping[k] >= 0.0):
+                    raise ValueError(f"constraint_damping{where}: must be finite and >= 0 N·s/m, got {damping[k]}")
+            elif ct == ConstraintType.AXIS_ALIGN:
+                n = np.linalg.norm(axis[k])
+                if not (np.all(np.isfinite(axis[k])) and n > 0.0):
+                    raise ValueError(f"constraint_axis{where}: must be a non-zero finite vector, "
+                                     f"got {axis[k].tolist()}")
+                axis[k] = axis[k] / n
+            if ct != ConstraintType.AXIS_ALIGN:
+                axis[k] = 0.0
+        for k, v in dict(constraint_type=ctype, constraint_name=names, constraint_body_a=body_a,
+                         constraint_body_b=body_b, constraint_X_a=X_a, constraint_X_b=X_b, constraint_axis=axis,
+                         constraint_joint0=joint0, constraint_joint1=joint1, constraint_gear_ratio=ratio,
+                         constraint_offset=offset, constraint_length=length, constraint_stiffness=stiffness,
+                         constraint_damping=damping).items():
+            set_(k, v if isinstance(v, tuple) else _ro(v))
+        set_("constraint_row_start", _ro(np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)))
+
     def _candidate_pairs(self) -> np.ndarray:
         """Shape pairs the narrow phase tests (the filters of docs/design.md § Collision), a < b, sorted."""
         S = len(self.shape_type)
@@ -733,6 +866,16 @@ class SapModel:
     def shape_count(self) -> int:
         return len(self.shape_type)
 
+    @property
+    def constraint_count(self) -> int:
+        """K, the number of holonomic constraints."""
+        return len(self.constraint_type)
+
+    @property
+    def constraint_row_count(self) -> int:
+        """The scalar rows of all holonomic constraints (``constraint_row_start[-1]``)."""
+        return int(self.constraint_row_start[-1])
+
     # ------------------------------------------------------------------ helpers
 
     def body_index(self, name: str) -> int:
@@ -744,6 +887,9 @@ class SapModel:
 
     def shape_index(self, name: str) -> int:
         return self._index("shape", self.shape_name, name)
+
+    def constraint_index(self, name: str) -> int:
+        return self._index("constraint", self.constraint_name, name)
 
     @staticmethod
     def _index(kind, names, name):
@@ -810,7 +956,7 @@ class SapModel:
             f"SapModel: {self.num_worlds} world(s); per world {self.body_count} bodies, "
             f"{self.joint_count} joints (nq={self.joint_coord_count}, nv={self.joint_dof_count}), "
             f"{self.shape_count} shapes, {len(self.shape_pair)} candidate shape pairs, "
-            f"{self.tree_count} trees; gravity {self.gravity.tolist()}",
+            f"{self.tree_count} trees, {self.constraint_count} holonomic constraints; gravity {self.gravity.tolist()}",
         ]
         for j in range(self.joint_count):
             p = self.joint_parent[j]
@@ -820,6 +966,18 @@ class SapModel:
                 f"(q {self.joint_q_start[j]}:{self.joint_q_start[j + 1]}, "
                 f"qd {self.joint_qd_start[j]}:{self.joint_qd_start[j + 1]})"
             )
+        for k in range(self.constraint_count):
+            ct = ConstraintType(int(self.constraint_type[k]))
+            if ct == ConstraintType.COUPLER:
+                what = (f"{self.joint_name[self.constraint_joint0[k]]} = {self.constraint_gear_ratio[k]:g}·"
+                        f"{self.joint_name[self.constraint_joint1[k]]} + {self.constraint_offset[k]:g}")
+            else:
+                name_of = lambda b: "world" if b < 0 else self.body_name[b]  # noqa: E731
+                what = f"{name_of(self.constraint_body_a[k])} - {name_of(self.constraint_body_b[k])}"
+                if ct == ConstraintType.DISTANCE:
+                    what += f", length {self.constraint_length[k]:g} m, k {self.constraint_stiffness[k]:g} N/m"
+            r0, r1 = self.constraint_row_start[k], self.constraint_row_start[k + 1]
+            lines.append(f"  constraint {k} {self.constraint_name[k]!r}: {ct.name} {what} (rows {r0}:{r1})")
         for s in range(self.shape_count):
             b = self.shape_body[s]
             lines.append(

@@ -305,6 +305,146 @@ def _arm_push_block(num_worlds):
                   num_worlds, control)
 
 
+# ----------------------------------------------------------------------------- holonomic constraints
+# One scene per constraint type, each where the constraint carries load (docs/formulation.md
+# § Holonomic constraints). Each can be recorded by Drake (sap-record): no
+# constraint touches the world body itself (pydrake 1.51.1 crashes on one), the anchors are
+# bodies welded to the world.
+
+
+def _geared_pair(num_worlds):
+    # Two gears in a vertical plane, axes along y, meshing 0.3 m apart: the output gear (R 0.2 m)
+    # turns at -1/2 the motor gear's (R 0.1 m) rate, q_out = -0.5·q_in + 0.1. A velocity-controlled
+    # motor (PD on the input joint: Kd only, 3 rad/s, effort limit 2 N·m, rotor inertia) drives
+    # the pair; the output gear carries an unbalanced 0.5 kg mass 0.15 m off its axis, so gravity
+    # loads the motor through the coupler and the motor saturates while lifting it. The pair starts
+    # 0.02 rad off the gear law: the first steps close it.
+    b = ModelBuilder()
+    r_in, r_out, m_in, m_out = 0.1, 0.2, 0.3, 1.0
+    disk = lambda m, r: np.diag([m * r * r / 4, m * r * r / 2, m * r * r / 4])  # noqa: E731 (axis y)
+    gin = b.add_body(m_in, inertia=disk(m_in, r_in), name="motor_gear")
+    com = np.array([0.15 * 0.5 / (m_out + 0.5), 0.0, 0.0])  # disk plus a 0.5 kg point mass at x = 0.15 m
+    I_out = disk(m_out, r_out) + np.diag([0.0, 0.5 * 0.15**2, 0.5 * 0.15**2]) - (m_out + 0.5) * np.diag(
+        [0.0, com[0] ** 2, com[0] ** 2])
+    gout = b.add_body(m_out + 0.5, com=com, inertia=I_out, name="output_gear")
+    ratio, offset, q_in0 = -r_in / r_out, 0.1, 0.3
+    b.add_joint_revolute(-1, gin, spatial.transform((0, 0, 1.0)), axis=(0, 1, 0), q0=q_in0, target_kd=5.0,
+                         effort_limit=2.0, armature=2e-3, damping=0.01, name="motor")
+    j_out = b.add_joint_revolute(-1, gout, spatial.transform((r_in + r_out, 0, 1.0)), axis=(0, 1, 0),
+                                 q0=ratio * q_in0 + offset + 0.02, damping=0.01, name="output")
+    b.add_coupler(j_out, 0, ratio, offset, name="gear_mesh")
+
+    def control(model, ctrl):
+        ctrl.joint_target_vel[:, 0] = 3.0
+
+    return _scene("geared_pair", b, 2e-3, 750, 0,
+                  "Two meshing gears (coupler q_out = -0.5·q_in + 0.1) driven by one velocity-controlled motor "
+                  "(3 rad/s, effort limit 2 N·m) against an unbalanced 0.5 kg mass on the output gear; starts 0.02 "
+                  "rad off the gear law.", num_worlds, control)
+
+
+def _rope_box(num_worlds):
+    # A 1 kg box hangs from a fixed anchor by a 1.115 m rope: a distance constraint of finite
+    # stiffness (5e3 N/m, 20 N·s/m; it also pushes, unlike a real rope) from the anchor to the
+    # box's top. Released 0.7 rad off the vertical it swings down; at the bottom of the swing the
+    # rope is 2 cm too long for the ground, so the box's corner spheres hit the ground and slide
+    # while the rope compresses.
+    b = ModelBuilder()
+    hx, hy, hz, r, m, L, theta = 0.1, 0.075, 0.05, 0.005, 1.0, 1.115, 0.7
+    anchor = b.add_body(0.1, inertia=solid_sphere_inertia(0.1, 0.02), name="anchor")
+    b.add_joint_fixed(-1, anchor, spatial.transform((0, 0, 1.2)), name="anchor_weld")
+    box = b.add_body(m, inertia=solid_box_inertia(m, hx, hy, hz), name="box")
+    q = spatial.quat_from_axis_angle((0, 1, 0), -theta)  # hanging along the rope, tilted with it
+    top = np.array([0.0, 0.0, 1.2]) + L * np.array([math.sin(theta), 0.0, -math.cos(theta)])
+    p0 = top - spatial.quat_to_matrix(q) @ np.array([0.0, 0.0, hz])
+    b.add_joint_free(-1, box, q0=(*p0, *q), name="box")
+    b.add_distance(anchor, (0, 0, 0), box, (0, 0, hz), L, stiffness=5e3, damping=20.0, name="rope")
+    b.add_ground_plane(mu=0.4, ke=1e5, tau=0.01, name="ground")
+    k = 0
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            for sz in (-1, 1):
+                b.add_shape_sphere(box, spatial.transform((sx * hx, sy * hy, sz * hz)), radius=r, mu=0.4, ke=1e5,
+                                   tau=0.01, name=f"box_corner{k}")
+                k += 1
+    return _scene("rope_box", b, 1e-3, 1000, 8,
+                  "A 1 kg box on a 1.115 m rope (distance constraint, k 5e3 N/m, c 20 N·s/m) from a fixed anchor, "
+                  "released 0.7 rad off the vertical: it swings down and its corner spheres hit the ground at the "
+                  "bottom of the swing.", num_worlds)
+
+
+def _fourbar_points(a, b, c, d, theta1):
+    """Joint angles (crank, coupler relative to crank, rocker) of a planar four-bar in the x–z plane
+    (rotations about +y) whose loop closes, for crank angle ``theta1``: crank a from (0, 0), rocker c
+    from (d, 0), coupler b between their tips (the elbow-up branch)."""
+    A = a * np.array([math.cos(theta1), -math.sin(theta1)])  # (x, z) of the crank tip
+    O2 = np.array([d, 0.0])
+    e = O2 - A
+    dist = float(np.linalg.norm(e))
+    along = (b * b - c * c + dist * dist) / (2 * dist)
+    h = math.sqrt(b * b - along * along)
+    B = A + along * e / dist + h * np.array([-e[1], e[0]]) / dist
+    phi2 = math.atan2(-(B - A)[1], (B - A)[0])  # absolute angle of the coupler (rotation about +y)
+    phi3 = math.atan2(-(B - O2)[1], (B - O2)[0])
+    return theta1, phi2 - theta1, phi3
+
+
+def _fourbar(num_worlds):
+    # A planar four-bar (crank 0.2 m, coupler 0.45 m, rocker 0.35 m, ground 0.4 m) in the x–z
+    # plane: crank and coupler form one tree, the rocker another, and a ball constraint joins the
+    # coupler's far end to the rocker's tip (three rows, one of them redundant with the parallel
+    # hinges). Released from rest, it falls until the rocker meets its lower limit (-2.1 rad),
+    # where the limit holds the whole linkage.
+    b = ModelBuilder()
+    a_len, b_len, c_len, d_len, z0 = 0.2, 0.45, 0.35, 0.4, 1.0
+    th1, th2, th3 = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
+    crank = b.add_body(0.5, com=(a_len / 2, 0, 0), inertia=rod_inertia(0.5, a_len, axis=0), name="crank")
+    coupler = b.add_body(1.0, com=(b_len / 2, 0, 0), inertia=rod_inertia(1.0, b_len, axis=0), name="coupler")
+    rocker = b.add_body(0.7, com=(c_len / 2, 0, 0), inertia=rod_inertia(0.7, c_len, axis=0), name="rocker")
+    h = 2e-3
+    limit = dict(limit_ke=1e12, limit_kd=1e12 * h)  # Drake's limit constraint: k = 1e12, τ = h
+    b.add_joint_revolute(-1, crank, spatial.transform((0, 0, z0)), axis=(0, 1, 0), q0=th1, damping=0.02,
+                         name="crank_hinge")
+    b.add_joint_revolute(crank, coupler, spatial.transform((a_len, 0, 0)), axis=(0, 1, 0), q0=th2, damping=0.02,
+                         name="coupler_hinge")
+    b.add_joint_revolute(-1, rocker, spatial.transform((d_len, 0, z0)), axis=(0, 1, 0), q0=th3, damping=0.02,
+                         limit_lower=-2.1, limit_upper=math.pi, name="rocker_hinge", **limit)
+    b.add_ball(coupler, (b_len, 0, 0), rocker, (c_len, 0, 0), name="loop")
+    return _scene("fourbar", b, h, 750, 0,
+                  "Planar four-bar (crank 0.2, coupler 0.45, rocker 0.35, ground 0.4 m) closed by a ball constraint "
+                  "between the coupler and the rocker; it falls until the rocker's lower limit (-2.1 rad) holds it.",
+                  num_worlds)
+
+
+def _weld_drop(num_worlds):
+    # Two free spheres of different sizes and masses (R 5 and 4 cm, 0.5 and 0.3 kg, the first with
+    # an unequal inertia) welded 0.2 m apart through frames turned against each other, dropped
+    # from 0.4 m spinning at (2, 6, 9) rad/s: the weld holds the pair rigid through the landing
+    # and the rolling on the ground.
+    b = ModelBuilder()
+    ra, rb, ma, mb = 0.05, 0.04, 0.5, 0.3
+    A = b.add_body(ma, inertia=np.diag([0.4 * ma * ra * ra, 0.45 * ma * ra * ra, 0.5 * ma * ra * ra]), name="left")
+    B = b.add_body(mb, inertia=solid_sphere_inertia(mb, rb), name="right")
+    X_AP = spatial.transform((0.1, 0.0, 0.0), spatial.quat_from_rpy((0.3, 0.0, 0.2)))
+    X_BQ = spatial.transform((-0.1, 0.0, 0.0), spatial.quat_from_rpy((0.0, -0.4, 0.1)))
+    X_WA = spatial.transform((0.0, 0.0, 0.4), spatial.quat_from_rpy((0.2, 0.5, -0.3)))
+    X_WB = spatial.transform_compose(spatial.transform_compose(X_WA, X_AP), spatial.transform_inverse(X_BQ))
+    w = np.array([2.0, 6.0, 9.0])
+    v_A = np.array([0.3, 0.0, 0.0])  # velocity of A's origin (its centre of mass)
+    v_B = v_A + np.cross(w, X_WB[:3] - X_WA[:3])
+    b.add_joint_free(-1, A, q0=X_WA, qd0=(*v_A, *w), name="left")
+    b.add_joint_free(-1, B, q0=X_WB, qd0=(*v_B, *w), name="right")
+    b.add_weld(A, X_AP, B, X_BQ, name="weld")
+    b.add_ground_plane(mu=0.6, ke=1e5, tau=0.01, name="ground")
+    b.add_shape_sphere(A, radius=ra, mu=0.6, ke=1e5, tau=0.01, name="left_sphere")
+    b.add_shape_sphere(B, radius=rb, mu=0.6, ke=1e5, tau=0.01, name="right_sphere")
+    b.add_collision_filter_pair(1, 2)  # the welded spheres never touch
+    return _scene("weld_drop", b, 1e-3, 1000, 2,
+                  "Two free spheres (R 5 and 4 cm, 0.5 and 0.3 kg) welded 0.2 m apart through turned frames, dropped "
+                  "from 0.4 m spinning at (2, 6, 9) rad/s: the weld keeps the pair rigid through the bounces and the "
+                  "rolling on the ground.", num_worlds)
+
+
 def _package_file(package: str, relative: str, hint: str) -> str:
     """A data file shipped inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
@@ -400,6 +540,10 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "arm_push_block": _arm_push_block,
     "cylinder_roll": _cylinder_roll,
     "mesh_rock": _mesh_rock,
+    "geared_pair": _geared_pair,
+    "rope_box": _rope_box,
+    "fourbar": _fourbar,
+    "weld_drop": _weld_drop,
     "humanoid": _humanoid,
     "humanoid3": _humanoid3,
     "mesh_quadruped": _mesh_quadruped,

@@ -383,13 +383,17 @@ def make_terms(T):
         return gamma, G, ell, mode
 
     @wp.func
-    def limit_term(vc: T, R: T, v_hat: T):
-        """γ = max(0, y), G = 1/R while y > 0, ℓ = ½Rγ² (y = (v̂ − vc)/R)."""
+    def limit_term(vc: T, R: T, v_hat: T, bilateral: int):
+        """γ = max(0, y), G = 1/R while y > 0, ℓ = ½Rγ² (y = (v̂ − vc)/R); a ``bilateral`` row
+        (a holonomic constraint's, docs/formulation.md § Holonomic constraints) drops the clamp:
+        γ = y, G = 1/R."""
         y = (v_hat - vc) / R
         gamma = wp.max(y, T(0.0))
         G = T(0.0)
-        if y > T(0.0):
+        if y > T(0.0) or bilateral != 0:
             G = T(1.0) / R
+        if bilateral != 0:
+            gamma = y
         return gamma, G, T(0.5) * R * gamma * gamma
 
     @wp.func

@@ -60,6 +60,7 @@ def problem_types(T):
         nv: int
         n_pad: int
         limit_count: int
+        bilateral_start: int  # limit rows from here on are holonomic constraint rows (no clamp)
         drive_count: int
         h: wp.float64
         A: wp.array3d(dtype=wp.float64)
@@ -158,6 +159,14 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     Problem, Newton = problem_types(T)
     V3 = wp.types.vector(3, T)
     friction_cone, limit_term, drive_term = make_terms(T)
+
+    @wp.func
+    def bilateral_row(P: Problem, r: int) -> int:
+        """1 for a holonomic constraint's row (the tail of the limit rows), else 0."""
+        b = int(0)
+        if r >= P.bilateral_start:
+            b = 1
+        return b
 
     @wp.func
     def contact_params(P: Problem, world: int, c: int):
@@ -263,7 +272,8 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
             P.gamma[world, o + r] = T(0.0)
             P.limit_G[world, r] = T(0.0)
             if P.limit_active[world, r] != 0:
-                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]),
+                                        bilateral_row(P, r))
                 ell = ell + ll
                 P.gamma[world, o + r] = gl
                 P.limit_G[world, r] = Gl
@@ -390,7 +400,8 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         for r in range(lane, P.limit_count, stride):
             if P.limit_active[world, r] != 0:
                 vcl = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
-                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]))
+                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]),
+                                        bilateral_row(P, r))
                 ell = ell + ll
                 dell = dell - P.dvc[world, o + r] * gl
                 d2ell = d2ell + P.dvc[world, o + r] * Gl * P.dvc[world, o + r]

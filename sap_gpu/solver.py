@@ -26,7 +26,17 @@ from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState
 from sap_common.time_step import check_time_step, time_step_bound
 
-from . import boundary, constraints, contact_jacobian, dynamics, free_motion, integration, kinematics, observables
+from . import (
+    boundary,
+    constraints,
+    contact_jacobian,
+    dynamics,
+    free_motion,
+    holonomic,
+    integration,
+    kinematics,
+    observables,
+)
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
 from .contact_solve_fused import fused_newton_kernel, launch_fused
@@ -225,14 +235,17 @@ class SolverSAP:
         return contacts
 
     def _constraint_rows(self, contacts: SapContacts, h: float, body_X, dof_S) -> None:
-        """Stage 2's rows besides the contacts: limits, drives, participation, non-zero columns."""
+        """Stage 2's rows besides the contacts: limits, holonomic constraints, drives, participation,
+        non-zero columns."""
         m, w, P = self.m, self.work, self.work.P
         constraints.limit_constraints(m, w.limits, h, w.q0, w.v0, w.v_star, w.A, body_X, dof_S, w.limit_active,
                                       w.limit_J, w.limit_R, w.limit_v_hat)
+        holonomic.holonomic_constraints(m, w.holonomic, w.limits.count, h, w.q0, w.A, body_X, dof_S, w.limit_active,
+                                        w.limit_J, w.limit_R, w.limit_v_hat, w.holonomic_g0)
         constraints.drive_constraints(m, w.drive_dof, w.drive_count, h, w.q0, w.A, w.drive_q0, w.drive_Kp, w.drive_Kd)
-        constraints.participation(m, w.limits.count, w.drive_dof, w.drive_count, contacts, w.contact_J,
+        constraints.participation(m, w.scalar_rows, w.drive_dof, w.drive_count, contacts, w.contact_J,
                                   w.limit_active, w.limit_J, w.tree_scratch, w.v0, w.v_star, w.dof_mask, w.v_init)
-        constraints.row_support(m, w.limits.count, not self.sparse_rows, contacts, w.contact_J, w.limit_active,
+        constraints.row_support(m, w.scalar_rows, not self.sparse_rows, contacts, w.contact_J, w.limit_active,
                                 w.limit_J, w.A, P.contact_cols, P.contact_ncols, P.limit_cols, P.limit_ncols,
                                 P.A_cols, P.A_ncols, P.dof_contacts, P.dof_ncontacts, P.dof_limits, P.dof_nlimits)
 
@@ -295,11 +308,13 @@ class SolverSAP:
         ``ell (W,)``, ``grad (W, nv)``, ``H (W, nv, nv)`` (symmetric, from the lower triangle the
         kernels form; None with PCR, which never forms it), ``H_diag (W, nv)``,
         ``contact_gamma (W, C, 3)`` (0 in unused slots), ``limit_gamma (W, L)``
-        (0 for inactive rows), ``drive_gamma (W, D)``.
+        (0 for inactive rows), ``holonomic_gamma (W, E)`` (the holonomic constraints' rows),
+        ``drive_gamma (W, D)``.
         """
         w, kk = self.work, self.kernels
         P, N = w.P, w.N
         W, nv, C, L = self.m.num_worlds, self.m.nv, self.config.max_rigid_contact, w.limits.count
+        E = w.holonomic.rows
         v = np.asarray(v, dtype=np.float64).reshape(W, nv)
         P.v.assign(v.astype(np.float32 if w.T == wp.float32 else np.float64))
         saved = (N.abs_tol, N.rel_tol, N.max_iterations)
@@ -327,7 +342,8 @@ class SolverSAP:
                        H_diag=(w.pcr_work.diag.numpy().astype(np.float64) if pcr else
                                np.diagonal(H, axis1=1, axis2=2).copy()),
                        contact_gamma=contact_gamma, limit_gamma=gamma[:, 3 * C:3 * C + L],
-                       drive_gamma=gamma[:, 3 * C + L:3 * C + L + w.drive_count])
+                       holonomic_gamma=gamma[:, 3 * C + L:3 * C + L + E],
+                       drive_gamma=gamma[:, 3 * C + L + E:3 * C + L + E + w.drive_count])
         finally:
             N.abs_tol, N.rel_tol, N.max_iterations = saved
             N.done.assign(done)

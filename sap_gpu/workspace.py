@@ -19,7 +19,7 @@ from sap_common.config import SapConfig
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import SapModel
 
-from . import blocked_cholesky, constraints
+from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_problem import HC_DATA, problem_types
@@ -154,14 +154,20 @@ class Workspace:
         """Stage 2, limit and drive rows and who takes part in the solve.
 
         limit_active: 1 where a limit row is inside its window this step, (W, L).  limit_J,
-        limit_R [s·…], limit_v_hat: the active rows' J (W, L, nv), R and v̂ (W, L).
+        limit_R [s·…], limit_v_hat: the active rows' J (W, L, nv), R and v̂ (W, L). Rows from
+        ``limits.count`` on are the holonomic constraints' (``holonomic``, their g₀ in
+        ``holonomic_g0 (W, E)``; docs/formulation.md § Holonomic constraints): L = limits + E.
         drive_q0, drive_Kp, drive_Kd: each drive's q₀ and near-rigid gains, (W, D).
         dof_mask: 1 for a DOF that takes part in the Newton solve (its tree has a row), (W, nv).
         tree_scratch: per tree, (W, trees).  v_init: the Newton warm start, (W, nv).
         """
         z, W, nv = self._zeros, m.num_worlds, m.nv
         self.limits = constraints.limit_layout(model, self.device)
-        L = max(self.limits.count, 1)
+        self.holonomic = holonomic.holonomic_layout(model, self.device)
+        # Scalar rows: the limits, then the holonomic constraints' rows (bilateral).
+        self.scalar_rows = self.limits.count + self.holonomic.rows
+        L = max(self.scalar_rows, 1)
+        self.holonomic_g0 = z((W, max(self.holonomic.rows, 1)))
         self.limit_active, self.limit_J = z((W, L), wp.int32), z((W, L, nv))
         self.limit_R, self.limit_v_hat = z((W, L)), z((W, L))
         driven = np.flatnonzero((model.joint_target_ke > 0) | (model.joint_target_kd > 0)).astype(np.int32)
@@ -187,7 +193,7 @@ class Workspace:
         ``n_pad``.
         """
         z, W, nv, C = self._zeros, m.num_worlds, m.nv, config.max_rigid_contact
-        L, D = self.limits.count, self.drive_count
+        L, D = self.scalar_rows, self.drive_count
         T = wp.float32 if config.contact_solve_precision == "fp32" else wp.float64
         TL = wp.float32 if config.contact_linear_solve_precision == "fp32" else wp.float64
         self.T, self.TL = T, TL
@@ -195,6 +201,7 @@ class Workspace:
         rows = max(3 * C + L + D, 1)
         P = Problem()
         P.nv, P.n_pad, P.limit_count, P.drive_count, P.h = nv, self.n_pad, L, D, wp.float64(0.0)
+        P.bilateral_start = self.limits.count
         P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)

@@ -20,6 +20,12 @@ Mapping (Newton → SAP):
 * **Joints**: FREE (parent = world, identity joint frames), REVOLUTE, PRISMATIC, BALL, FIXED,
   D6 (two angular axes only when orthonormal: Newton orthonormalizes such a pair). DISTANCE
   and ROD joints are refused with a ``ValueError`` naming the joint.
+* **Closed chains and mimics** (docs/formulation.md § Holonomic constraints): a loop joint (a
+  body's second parent joint, the one outside Newton's articulations) becomes a ball constraint
+  (BALL), a weld (FIXED) or a ball plus an axis alignment about the hinge axis (REVOLUTE)
+  between the joint's frames on its parent and child; its own coordinates are not simulated.
+  A mimic relation (``joint_mimic_*``, enabled ``constraint_mimic_*``), q_follower = c₀ +
+  c₁·q_reference, becomes a coupler between single-DOF joints.
 * **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
   ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
   (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
@@ -58,7 +64,7 @@ import newton
 import numpy as np
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
-from sap_common.model import JointType, SapModel, ShapeType
+from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
 
 __all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
            "to_sap_model"]
@@ -173,9 +179,11 @@ def _host(model) -> dict:
              "joint_qd_start", "joint_world", "joint_armature", "joint_damping", "joint_stiffness",
              "joint_friction", "joint_target_ke", "joint_target_kd", "joint_target_mode", "joint_effort_limit",
              "joint_limit_lower", "joint_limit_upper", "joint_limit_ke", "joint_limit_kd", "joint_enabled",
-             "joint_mimic_joint", "joint_q", "joint_qd", "shape_type", "shape_body", "shape_transform",
-             "shape_scale", "shape_margin", "shape_gap", "shape_flags", "shape_world", "shape_material_mu",
-             "shape_material_ke", "shape_material_kd", "gravity")
+             "joint_articulation", "joint_mimic_joint", "joint_mimic_coeffs", "constraint_mimic_joint0",
+             "constraint_mimic_joint1", "constraint_mimic_coef0", "constraint_mimic_coef1", "constraint_mimic_enabled",
+             "joint_q", "joint_qd", "shape_type", "shape_body", "shape_transform", "shape_scale", "shape_margin",
+             "shape_gap", "shape_flags", "shape_world", "shape_material_mu", "shape_material_ke", "shape_material_kd",
+             "gravity")
     out = {}
     for name in names:
         a = getattr(model, name, None)
@@ -194,9 +202,13 @@ def _refuse_unsupported(model, n: dict) -> None:
     if int(model.particle_count) > 0:
         raise ValueError(f"model: {model.particle_count} particles; SAP simulates rigid bodies only "
                          "(particles, cloth and soft bodies are not supported)")
-    if int(model.constraint_mimic_count) > 0 or (n["joint_mimic_joint"] is not None
-                                                 and np.any(n["joint_mimic_joint"] >= 0)):
-        raise ValueError("model: mimic joints couple coordinates; SAP has no mimic constraint")
+    for follower, reference, _, _ in _mimics(model, n):
+        for j in (follower, reference):
+            t, dims = int(n["joint_type"][j]), n["joint_dof_dim"][j]
+            if t not in (int(newton.JointType.REVOLUTE), int(newton.JointType.PRISMATIC)) and not (
+                    t == int(newton.JointType.D6) and int(dims[0]) + int(dims[1]) == 1):
+                raise ValueError(f"joint {model.joint_label[j]!r} (index {j}): a mimic joint maps to SAP's coupler, "
+                                 "which couples single-DOF joints (REVOLUTE, PRISMATIC, a one-axis D6)")
     if int(getattr(model, "tendon_count", 0)) > 0:
         raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
     for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
@@ -226,6 +238,87 @@ def _refuse_unsupported(model, n: dict) -> None:
                 raise ValueError(f"{label}: a D6 joint with two angular axes {a0.tolist()}, {a1.tolist()} that are "
                                  "not orthonormal (Newton orthonormalizes such a pair, SAP rotates about the "
                                  "axes as given)")
+
+
+def _mimics(model, n: dict) -> list:
+    """``(follower, reference, offset, ratio)`` of every mimic relation (Newton joint indices):
+    ``joint_mimic_joint``/``joint_mimic_coeffs`` and the enabled ``constraint_mimic_*`` entries,
+    each meaning q_follower = offset + ratio·q_reference (a coupler, docs/formulation.md
+    § Holonomic constraints)."""
+    out = []
+    if n["joint_mimic_joint"] is not None:
+        for j in np.flatnonzero(n["joint_mimic_joint"] >= 0):
+            c = n["joint_mimic_coeffs"][j]
+            out.append((int(j), int(n["joint_mimic_joint"][j]), float(c[0]), float(c[1])))
+    if int(getattr(model, "constraint_mimic_count", 0)) > 0:
+        for i in np.flatnonzero(n["constraint_mimic_enabled"]):
+            out.append((int(n["constraint_mimic_joint0"][i]), int(n["constraint_mimic_joint1"][i]),
+                        float(n["constraint_mimic_coef0"][i]), float(n["constraint_mimic_coef1"][i])))
+    return out
+
+
+def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(tree, loops)``: a world's joints split into the tree (one joint per child body) and the
+    loop joints, each a second joint of a body that already has one (the one outside Newton's
+    articulations, else the later one)."""
+    art = n.get("joint_articulation")
+    by_child: dict = {}
+    for j in joints:
+        by_child.setdefault(int(n["joint_child"][j]), []).append(int(j))
+    loops = set()
+    for js in by_child.values():
+        if len(js) > 1:
+            keep = next((j for j in js if art is not None and art[j] >= 0), js[0])
+            loops.update(j for j in js if j != keep)
+    tree = np.array([j for j in joints if int(j) not in loops], dtype=joints.dtype)
+    return tree, np.array(sorted(loops), dtype=joints.dtype)
+
+
+def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_local: np.ndarray) -> dict:
+    """SapModel keyword arguments of a world's holonomic constraints (empty: none): a coupler per
+    mimic relation among its ``joints``, and per loop joint a ball (BALL), a weld (FIXED) or a
+    ball plus an axis alignment about the hinge axis (REVOLUTE) between the joint's frames on
+    its parent and its child (docs/formulation.md § Holonomic constraints)."""
+    local = {int(j): i for i, j in enumerate(joints)}
+    rows = []
+    for f, r, off, ratio in _mimics(model, n):
+        if f not in local:
+            continue
+        if r not in local:
+            raise ValueError(f"joint {model.joint_label[f]!r} (index {f}) mimics joint {model.joint_label[r]!r} of "
+                             "another world or a loop joint")
+        rows.append(dict(type=ConstraintType.COUPLER, name=f"mimic:{model.joint_label[f]}", joint0=local[f],
+                         joint1=local[r], gear_ratio=ratio, offset=off))
+    for j in loops:
+        label, t = model.joint_label[j], int(n["joint_type"][j])
+        p, c = int(n["joint_parent"][j]), int(n["joint_child"][j])
+        frames = dict(body_a=int(body_local[p]) if p >= 0 else -1, body_b=int(body_local[c]),
+                      X_a=n["joint_X_p"][j], X_b=n["joint_X_c"][j])
+        if t == int(newton.JointType.FIXED):
+            rows.append(dict(type=ConstraintType.WELD, name=f"loop:{label}", **frames))
+        elif t in (int(newton.JointType.BALL), int(newton.JointType.REVOLUTE)):
+            rows.append(dict(type=ConstraintType.BALL, name=f"loop:{label}", **frames))
+            if t == int(newton.JointType.REVOLUTE):
+                rows.append(dict(type=ConstraintType.AXIS_ALIGN, name=f"loop:{label}:axis", axis=n["joint_axis"][
+                    int(n["joint_qd_start"][j])], **frames))
+        else:
+            raise ValueError(f"joint {label!r} (index {j}) closes a loop (its child already has a joint) as a "
+                             f"{newton.JointType(t).name} joint; SAP closes BALL, FIXED and REVOLUTE loop joints")
+    if not rows:
+        return {}
+    ident = np.array([0, 0, 0, 0, 0, 0, 1.0])
+    col = lambda key, default: [r.get(key, default) for r in rows]  # noqa: E731
+    return dict(constraint_type=np.array([int(r["type"]) for r in rows], np.int32),
+                constraint_name=_unique(r["name"] for r in rows),
+                constraint_body_a=np.array(col("body_a", -1), np.int32),
+                constraint_body_b=np.array(col("body_b", -1), np.int32),
+                constraint_X_a=np.array(col("X_a", ident), np.float64).reshape(-1, 7),
+                constraint_X_b=np.array(col("X_b", ident), np.float64).reshape(-1, 7),
+                constraint_axis=np.array(col("axis", np.zeros(3)), np.float64).reshape(-1, 3),
+                constraint_joint0=np.array(col("joint0", -1), np.int32),
+                constraint_joint1=np.array(col("joint1", -1), np.int32),
+                constraint_gear_ratio=np.array(col("gear_ratio", 1.0), np.float64),
+                constraint_offset=np.array(col("offset", 0.0), np.float64))
 
 
 def _effective_worlds(model, n: dict):
@@ -396,7 +489,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
     """SapModel keyword arguments and index maps of Newton world ``w``."""
     (b_order, b_bounds), (j_order, j_bounds), (s_order, s_bounds) = buckets
     bodies = b_order[b_bounds[w]:b_bounds[w + 1]]
-    joints = j_order[j_bounds[w]:j_bounds[w + 1]]
+    joints, loops = _loop_joints(n, j_order[j_bounds[w]:j_bounds[w + 1]])
     body_local[bodies] = np.arange(len(bodies))
     parent, child = n["joint_parent"][joints].astype(np.int64), n["joint_child"][joints].astype(np.int64)
     for b in np.setdiff1d(bodies, child):
@@ -438,6 +531,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
+    kwargs.update(_constraints(model, n, joints, loops, body_local))
     maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
@@ -471,7 +565,7 @@ def _newton_filters(kwargs, wanted, notes, world_label):
     return np.array(sorted(ours - wanted), np.int32).reshape(-1, 2)
 
 
-_KEY_SKIP = ("body_name", "joint_name", "shape_name", "joint_q_init", "joint_qd_init")
+_KEY_SKIP = ("body_name", "joint_name", "shape_name", "constraint_name", "joint_q_init", "joint_qd_init")
 
 
 def _template_key(kwargs) -> bytes:

@@ -46,6 +46,7 @@ from .contact_jacobian import (
 )
 from .contact_solve import SapProblem, SolveResult, make_problem, solve
 from .free_motion import FreeMotion, free_motion
+from .holonomic import HolonomicRows, holonomic_constraints
 from .integration import integrate_positions
 from .kinematics import body_jacobians, forward_kinematics, motion_subspaces
 from .linear_solve import PcrSettings
@@ -79,6 +80,7 @@ class WorldResult:
             ``use_f64_boundary_pose``), (B, 7), or None for a rejected world.
         hunt_crossley: the contacts' Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s) under ``lagged`` and
             ``similar``; None under ``sap``.
+        holonomic: the holonomic constraint rows of this step (g₀, J, w, R, v̂ and the regime).
     """
 
     free_motion: FreeMotion | None
@@ -95,6 +97,7 @@ class WorldResult:
     status: StepStatus
     body_q: np.ndarray | None = None
     hunt_crossley: HuntCrossley | None = None
+    holonomic: HolonomicRows | None = None
 
     @property
     def contact_impulses(self) -> np.ndarray:
@@ -276,8 +279,9 @@ class SolverSAP:
         limits = limit_constraints(model, q0, v0, fm.v_star, fm.A, dt, body_q, J_bodies)
         drives = drive_constraints(model, q0, fm.A, dt, x.joint_target_pos[w], x.joint_target_vel[w],
                                    x.joint_act[w])
+        holonomic = holonomic_constraints(model, q0, fm.A, dt, body_q, J_bodies)
         problem = make_problem(model, fm.A, fm.v_star, geo.J, R, v_hat, geo.mu, limits, drives,
-                               cfg.contact_solve_precision, hc)
+                               cfg.contact_solve_precision, hc, holonomic)
         sol = solve(problem, v0[problem.dofs], cfg)
         v1 = fm.v_star.copy()
         v1[problem.dofs] = sol.v
@@ -288,7 +292,7 @@ class SolverSAP:
         elif not joint_quaternions_ok(model, q1)[0]:  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
             status |= StepStatus.INVALID_QUATERNION
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
-                           limits, drives, problem, sol, v1, q1, status, body_q, hc)
+                           limits, drives, problem, sol, v1, q1, status, body_q, hc, holonomic)
 
     def _check_contacts(self, contacts: SapContacts) -> None:
         if not isinstance(contacts, SapContacts):

@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 
+from sap_common.constants import HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
@@ -68,9 +69,15 @@ STAGES = (
     ("limit_J", "limit J"),
     ("limit_R", "limit R"),
     ("limit_v_hat", "limit v̂"),
+    ("holonomic_rows", "holonomic constraint rows: taken (count differences)"),
+    ("holonomic_g0", "holonomic g₀ [m, rad]"),
+    ("holonomic_J", "holonomic J"),
+    ("holonomic_R", "holonomic R"),
+    ("holonomic_v_hat", "holonomic v̂"),
     ("drive_Kp", "drive Kp"),
     ("drive_Kd", "drive Kd"),
     ("gamma", "γ at v = ref v₁ [N·s]"),
+    ("holonomic_gamma", "holonomic γ at v = ref v₁"),
     ("ell", "ℓ at v = ref v₁ [J]"),
     ("grad", "∇ℓ at v = ref v₁"),
     ("H", "H (diag H with PCR) at v = ref v₁"),
@@ -79,7 +86,7 @@ STAGES = (
 )
 # Stages that count differences (unmatched contacts that are not ties, active limit rows): no
 # tolerance, any difference fails.
-COUNT_STAGES = ("contact_count", "limit_rows")
+COUNT_STAGES = ("contact_count", "limit_rows", "holonomic_rows")
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -263,6 +270,7 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
                                         np.where(distance, 2 * TOL["fp32_pose"], TOL["fp64"]) * np.abs(r.limits.R))
     else:
         limit_R = limit_v_hat = None
+    hol = _holonomic_rows(d, gpu, r, model, state, cfg, jtol, dt) if model.constraint_count else None
     if gpu.work.drive_count:
         d["drive_Kp"] = _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"])
         d["drive_Kd"] = _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"])
@@ -280,6 +288,9 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         if L and active.any() and limit_R is not None:
             p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
                                     limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
+        if hol is not None:
+            p = dataclasses.replace(p, hol_J=hol[0][:, dofs].astype(p.dtype), hol_R=hol[1].astype(p.dtype),
+                                    hol_v_hat=hol[2].astype(p.dtype))
         v = r.v1.copy()
         ev_gpu = gpu.evaluate_at(v[None])
         ev_ref = evaluate(p, v[dofs])
@@ -292,13 +303,15 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         elif cfg.contact_linear_solve_precision == "fp64":
             d["H"] = _close(ev_gpu["H_diag"][0, dofs], hessian_diagonal(p, ev_ref), TOL["fp64"])
         else:  # diag(H) accumulated in float32: each of the m + 1 terms and partial sums rounds once
-            m = 3 * C + len(p.limit_R) + len(p.drive.dof)
+            m = 3 * C + len(p.limit_R) + len(p.hol_R) + len(p.drive.dof)
             d["H"] = _close(ev_gpu["H_diag"][0, dofs], hessian_diagonal(p, ev_ref), TOL["fp32_sum_term"] * (m + 2))
         ell_err = abs(float(ev_gpu["ell"][0]) - float(ev_ref.ell))
         ell_allowed = max(TOL["fp64"] * abs(float(ev_ref.ell)), TOL["ell_abs"])
         d["ell"] = Check(ell_err, abs(float(ev_ref.ell)), ell_err / ell_allowed)
         if C:
             d["gamma"] = _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"])
+        if hol is not None:
+            d["holonomic_gamma"] = _close(ev_gpu["holonomic_gamma"][0], ev_ref.hol_gamma, TOL["fp64"])
         # v₁ by optimality: ‖v − v'‖_A ≤ ‖∇ℓ(v)‖_A⁻¹ + ‖∇ℓ(v')‖_A⁻¹ (ℓ is A-strongly convex).
         v_gpu = out_gpu.joint_qd.numpy()[0]
         ev = evaluate(p, v_gpu[dofs])
@@ -324,9 +337,46 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     return d
 
 
+def _holonomic_rows(d: dict, gpu, r, model, state, cfg, jtol, dt: float):
+    """The holonomic constraint rows (the tail of the device's limit rows) against sap_ref's, into
+    ``d``; returns the device's (J, R, v̂) of every row (a row left out: J = 0, R = 1, v̂ = 0, as
+    sap_ref's stand-in), or None when the rows taken differ."""
+    L, E, h = gpu.work.limits.count, gpu.work.holonomic.rows, r.holonomic
+    active = gpu.work.limit_active.numpy()[0, L:L + E].astype(bool)
+    differ = float(np.sum(active != h.active))
+    d["holonomic_rows"] = Check(differ, float(E), differ)
+    if differ:
+        return None
+    J, R = gpu.work.limit_J.numpy()[0, L:L + E], gpu.work.limit_R.numpy()[0, L:L + E]
+    v_hat, g0 = gpu.work.limit_v_hat.numpy()[0, L:L + E], gpu.work.holonomic_g0.numpy()[0, :E]
+    d["holonomic_J"] = _close(J[active], h.J[active], jtol)
+    if cfg.use_f64_boundary_pose:
+        d["holonomic_g0"] = _close(g0, h.g0, TOL["fp64"])
+        d["holonomic_R"] = _close_rel(R[active], h.R[active], TOL["fp64"])
+        d["holonomic_v_hat"] = _close(v_hat[active], h.v_hat[active], TOL["fp64"])
+    else:
+        # g₀ from float32 poses (a float32 ulp per coordinate, TOL["fp32_pose"]): |Δg₀| ≤
+        # 2ε₃₂·max(1, |position|), |Δv̂| ≤ |Δg₀|/h (τ ≥ 0); R = max(R_c, β²/(4π²)·w) with
+        # w = ‖J diag(A)⁻¹Jᵀ‖_F/n moves with J's entries (δ each) by ≤ ‖δ(|J|a1ᵀ + 1aᵀ|J|ᵀ)‖_F/n.
+        g0_tol = 2 * EPS32 * max(1.0, float(np.abs(state.body_q[0, :, :3]).max(initial=0.0)))
+        d["holonomic_g0"] = _bounded(g0, h.g0, np.full(E, g0_tol))
+        d["holonomic_v_hat"] = _bounded(v_hat[active], h.v_hat[active], np.full(int(active.sum()), g0_tol / dt))
+        a = 1.0 / np.diag(r.free_motion.A)
+        bound = np.zeros(E)
+        for k in range(model.constraint_count):
+            r0, r1 = model.constraint_row_start[k], model.constraint_row_start[k + 1]
+            Jk = np.abs(h.J[r0:r1])
+            delta = jtol * max(1.0, Jk.max(initial=0.0))
+            dW = delta * ((Jk @ a)[:, None] + (Jk @ a)[None, :])
+            bound[r0:r1] = HOLONOMIC_BETA**2 / (4 * np.pi**2) * np.linalg.norm(dW) / (r1 - r0)
+        d["holonomic_R"] = _bounded(R[active], h.R[active], (bound + TOL["fp64"] * h.R)[active])
+    return (np.where(active[:, None], J, 0.0), np.where(active, R, 1.0), np.where(active, v_hat, 0.0))
+
+
 # Stages that exist only where a contact, a limit row or any constraint is active at a compared step.
 CONTACT_ROW_STAGES = ("J", "w", "R", "v_hat", "gamma")
 LIMIT_ROW_STAGES = ("limit_J", "limit_R", "limit_v_hat")
+HOLONOMIC_ROW_STAGES = ("holonomic_g0", "holonomic_J", "holonomic_R", "holonomic_v_hat", "holonomic_gamma")
 CONSTRAINT_STAGES = ("ell", "grad", "H")
 
 
@@ -347,6 +397,8 @@ def absent_stages(worst: dict, model, compared_contacts: int, first_contact, ste
                        f"not a compared one (every {every}th step from 0: choose --every or --steps to include it)")
         elif k in LIMIT_ROW_STAGES and "limit_rows" in worst:
             why = "no limit row active at the compared steps"
+        elif k in HOLONOMIC_ROW_STAGES and "holonomic_rows" in worst:
+            why = "the backends took different holonomic rows (see holonomic_rows)"
         elif k in CONSTRAINT_STAGES:
             why = "no constraint (contact, limit or drive) active at the compared steps"
         else:

@@ -13,7 +13,8 @@ points, normals and impulses; Newton's convergence (ℓ, ‖D̃∇ℓ‖ against
 contact's friction-cone regime per iterate and γ against the cone; under the ``lagged`` and
 ``similar`` approximations each contact's Hunt–Crossley quantities (fₑ₀, vₙ₀, n₀, ε_s, the
 velocity v̂ where n vanishes, vₙ and n at the solution, the normal and friction regimes); H's
-structure and condition number and v* against v₁; and a text of what happened.
+structure and condition number and v* against v₁; each holonomic constraint row (g₀, its rate
+at the solution, v̂, R, the regime and the impulse); and a text of what happened.
 ``--approximation`` picks the contact approximation (default: the scene file's, else sap).
 
 ``--compare-presets A B`` solves the same step (same state, same contacts; rolled out with A)
@@ -54,6 +55,7 @@ from sap_tools.step_capture import (
     capture_step,
     compare_backends,
     gpu_step,
+    holonomic_rows,
     hunt_crossley_rows,
     rollout,
     status_text,
@@ -141,6 +143,20 @@ def _hunt_crossley_table(cap: StepCapture) -> str:
                      left=2))
 
 
+def _holonomic_table(cap: StepCapture) -> str:
+    rows = holonomic_rows(cap)
+    if not rows:
+        return ""
+    table = [[r["row"], r["constraint"], r["type"].lower(), r["component"], f"{r['g0']:.4g}", f"{r['rate']:.4g}",
+              f"{r['v_hat']:.4g}", f"{r['R']:.3g}", r["regime"], f"{r['gamma']:.4g}"] for r in rows]
+    return ("<h2>Holonomic constraints</h2><p>Each row's g₀ (its function at q₀) [m or rad], its rate ġ = J v₁ "
+            "at the solution, the bias v̂ = −g₀/(h + τ), R and the regime it sets (near-rigid: "
+            "R = β²w/(4π²), τ = h) and the impulse γ = (v̂ − ġ)/R "
+            "(docs/formulation.md § Holonomic constraints).</p>"
+            + _table(["row", "constraint", "type", "component", "g₀", "ġ = J v₁", "v̂", "R", "regime", "γ"], table,
+                     left=3))
+
+
 def _runs(seq) -> list[int]:
     """The sequence with repeats collapsed (sliding, sliding, sticking → sliding, sticking)."""
     out = []
@@ -178,6 +194,7 @@ def _capture_body(cap: StepCapture, dpi: int) -> str:
         if title.startswith("Friction"):
             parts.append(_contact_table(cap))
             parts.append(_hunt_crossley_table(cap))
+    parts.append(_holonomic_table(cap))
     return "\n".join(parts)
 
 
@@ -332,6 +349,7 @@ def main(argv=None) -> int:
                                            approximation=c.config.discrete_contact_approximation,
                                            newton_iterations=c.newton_iterations, status=int(c.result.status),
                                            contacts=c.contact_count, hunt_crossley=hunt_crossley_rows(c),
+                                           holonomic=holonomic_rows(c),
                                            summary=summary(c)) for c in caps],
                               backends=None if caps[0].backends is None else dict(
                                   device=caps[0].backends.device, distance_A=caps[0].backends.distance_A,

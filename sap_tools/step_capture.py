@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sap_common.config import SapConfig
-from sap_common.model import JointType, SapModel
+from sap_common.model import ConstraintType, JointType, SapModel
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.constraints import NO_CONTACT, SLIDING, STICTION
@@ -30,7 +30,7 @@ from sap_ref.solver import SolverSAP, WorldResult
 
 __all__ = ["REGIME_NAMES", "StepCapture", "BackendComparison", "world_slice", "dof_labels", "rollout",
            "capture_step", "gpu_step", "compare_backends", "regime_switches", "summary", "status_text",
-           "hunt_crossley_rows"]
+           "hunt_crossley_rows", "holonomic_rows"]
 
 # Friction-cone regions of sap_ref.constraints.friction_cone, as the report names them.
 REGIME_NAMES = {STICTION: "sticking", SLIDING: "sliding", NO_CONTACT: "separated"}
@@ -331,11 +331,12 @@ def summary(cap: StepCapture) -> list[str]:
         lines.append(f"The world's inputs were not finite: nothing was solved (status {status_text(int(r.status))}).")
         return lines
     C, p, sol = cap.contact_count, r.problem, r.solve
-    L, D = len(p.limit_R), len(p.drive.dof)
+    L, D, E = len(p.limit_R), len(p.drive.dof), len(p.hol_R)
     rows = [_plural(C, "contact")] + ([_plural(L, "joint-limit row")] if L else []) + (
-        [_plural(D, "drive row")] if D else [])
+        [_plural(E, "holonomic constraint row")] if E else []) + ([_plural(D, "drive row")] if D else [])
     if p.constraint_count == 0:
-        lines.append("No contact, limit or drive row: v₁ = v* (the free motion), no Newton iteration.")
+        lines.append("No contact, limit, holonomic constraint or drive row: v₁ = v* (the free motion), no Newton "
+                     "iteration.")
         return lines
     lines.append(f"{', '.join(rows)} on {_plural(len(p.dofs), 'participating DOF')} of {cap.model.joint_dof_count}.")
     ls_evals = sum(it.line_search.iterations for it in sol.history)
@@ -378,3 +379,23 @@ def summary(cap: StepCapture) -> list[str]:
                      f"{b.bound_A:.3e} set by both solutions' gradients; Newton iterations {b.gpu_newton} (gpu) "
                      f"vs {b.ref_newton} (ref).")
     return lines
+
+
+def holonomic_rows(cap: StepCapture) -> list[dict]:
+    """Per holonomic constraint row of the captured step: the constraint's name and type, the row
+    within it, g₀, its rate ġ = J v₁ at the solution, v̂, R, the regime (near-rigid or compliant;
+    "left out" for a distance row without a direction) and the impulse γ
+    (docs/formulation.md § Holonomic constraints)."""
+    r, m = cap.result, cap.model
+    h = r.holonomic
+    if h is None or r.solve is None or not len(h.R):
+        return []
+    ev = r.solve.evaluation
+    out = []
+    for i in range(len(h.R)):
+        k = int(h.constraint[i])
+        regime = "left out" if not h.active[i] else ("near-rigid" if h.near_rigid[i] else "compliant")
+        out.append(dict(row=i, constraint=m.constraint_name[k], type=ConstraintType(int(m.constraint_type[k])).name,
+                        component=i - int(m.constraint_row_start[k]), g0=float(h.g0[i]), rate=float(ev.hol_vc[i]),
+                        v_hat=float(h.v_hat[i]), R=float(h.R[i]), regime=regime, gamma=float(ev.hol_gamma[i])))
+    return out

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sap_common import spatial
 from sap_common.builder import ModelBuilder
-from sap_common.model import JointType
+from sap_common.model import ConstraintType, JointType
 
 finite = st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False)
 
@@ -114,20 +114,25 @@ def random_models(draw, max_bodies: int = 6, joint_types=JOINT_TYPES, num_worlds
 
 
 @st.composite
-def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1, hunt_crossley: bool = False):
+def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1, hunt_crossley: bool = False,
+                              holonomic: bool = False):
     """``(model, joint_q, joint_qd_public)``: a random tree whose scalar DOFs may carry limits and PD
     drives, with a sphere, capsule or box on every body and a ground plane (so states below z = 0
     make contacts). Every joint type appears. ``hunt_crossley``: materials for the Hunt–Crossley
     approximations — a finite ground stiffness, Hunt–Crossley dissipations (0 included) on the
-    ground and on some shapes."""
+    ground and on some shapes. ``holonomic``: also 1–4 holonomic constraints of random types
+    (:func:`add_random_holonomic`)."""
     n = draw(st.integers(1, max_bodies))
     b = ModelBuilder(gravity=(0.0, 0.0, -9.81))
     for i in range(n):
         mass = draw(st.floats(0.2, 3.0))
         b.add_body(mass, com=draw(vectors(3, -0.1, 0.1)), inertia=draw(inertias(mass)))
+    scalar_joints = []  # single-DOF joints (a coupler's)
     for i in range(n):
         jt = draw(st.sampled_from(JOINT_TYPES))
         parent = -1 if jt == JointType.FREE else draw(st.integers(-1, i - 1))
+        if jt in (JointType.PRISMATIC, JointType.REVOLUTE):
+            scalar_joints.append(i)
         xp, xc = draw(transforms(0.3)), draw(transforms(0.2))
         scalar = dict(
             limit_lower=draw(st.one_of(st.just(-np.inf), st.floats(-1.0, -0.05))),
@@ -170,8 +175,43 @@ def random_constrained_models(draw, max_bodies: int = 5, num_worlds: int = 1, hu
         else:
             hx, hy, hz = draw(vectors(3, 0.03, 0.15))
             b.add_shape_box(i, draw(transforms(0.05)), hx=hx, hy=hy, hz=hz, **material)
-    model = b.replicate(num_worlds).finalize()
+    if holonomic:
+        add_random_holonomic(draw, b, st.integers(1, 4), scalar_joints)
+    try:
+        model = b.replicate(num_worlds).finalize()
+    except ValueError as e:  # a drawn constraint between two bodies welded to the world
+        assume("welded to it" not in str(e))
+        raise
     q = _draw_joint_q(draw, model, 0.3, 0.9)
     qd = draw(vectors(model.joint_dof_count, -2.0, 2.0)) if model.joint_dof_count else np.zeros(0)
     assume(model.joint_dof_count >= 1)
     return model, q, qd
+
+
+def add_random_holonomic(draw, b: ModelBuilder, count, scalar: list) -> None:
+    """Add ``count`` (a strategy) random holonomic constraints of every :class:`ConstraintType` to
+    ``b``: couplers between two of the single-DOF joints ``scalar`` (when there are two), distance
+    constraints (rigid or compliant), ball constraints (some anchored at the initial state),
+    welds and axis alignments, between two random bodies or a body and the world."""
+    nb = b.body_count
+    for _ in range(draw(count)):
+        types = [ConstraintType.DISTANCE, ConstraintType.BALL, ConstraintType.WELD, ConstraintType.AXIS_ALIGN]
+        if len(scalar) >= 2:
+            types.append(ConstraintType.COUPLER)
+        ct = draw(st.sampled_from(types))
+        if ct == ConstraintType.COUPLER:
+            j0, j1 = draw(st.lists(st.sampled_from(scalar), min_size=2, max_size=2, unique=True))
+            b.add_coupler(j0, j1, draw(st.floats(-2.0, 2.0)), draw(st.floats(-0.5, 0.5)))
+            continue
+        a = draw(st.integers(-1, nb - 1))
+        c = draw(st.integers(-1, nb - 1).filter(lambda x: x != a))
+        if ct == ConstraintType.DISTANCE:
+            stiffness = draw(st.one_of(st.just(np.inf), st.floats(10.0, 1e5)))
+            b.add_distance(a, draw(vectors(3, -0.2, 0.2)), c, draw(vectors(3, -0.2, 0.2)), draw(st.floats(0.1, 1.0)),
+                           stiffness, draw(st.floats(0.0, 50.0)) if np.isfinite(stiffness) else 0.0)
+        elif ct == ConstraintType.BALL:
+            b.add_ball(a, draw(vectors(3, -0.2, 0.2)), c, draw(st.one_of(st.none(), vectors(3, -0.2, 0.2))))
+        elif ct == ConstraintType.WELD:
+            b.add_weld(a, draw(transforms(0.2)), c, draw(transforms(0.2)))
+        else:
+            b.add_axis_alignment(a, draw(transforms(0.2)), c, draw(transforms(0.2)), draw(unit_vectors()))

@@ -151,3 +151,15 @@ def test_no_contact_at_the_compared_steps_is_said_so(capsys, device):
     assert row["not_compared"]["drive_Kp"] == "not present in this scene"
     status, lines, row = _run(capsys, ["box_stack", "--steps", "3", "--every", "1", "--device", str(device)])
     assert row["compared_contacts"] > 0 and "J" in row["stages"] and lines[-2] == "verdict: pass"
+
+
+@pytest.mark.parametrize("scene, preset", [("fourbar", "drake"), ("weld_drop", "approx32")])
+def test_holonomic_rows_are_compared_stage_by_stage(capsys, device, scene, preset):
+    """A constraint scene: the rows taken, g₀, J, R, v̂ and γ of its holonomic constraints are
+    compared and pass."""
+    status, lines, row = _run(capsys, [scene, "--steps", "20", "--every", "5", "--preset", preset,
+                                       "--device", str(device)])
+    assert status == 0 and lines[-2].startswith("verdict: pass")
+    for key in ("holonomic_rows", "holonomic_g0", "holonomic_J", "holonomic_R", "holonomic_v_hat",
+                "holonomic_gamma"):
+        assert key in row["stages"], key

@@ -127,6 +127,14 @@ def test_one_lane_fused_equals_staged(device, case, preset, line_search):
         np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
+@settings(max_examples=8)
+@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+def test_one_lane_fused_equals_staged_with_holonomic_constraints(device, case, preset, line_search):
+    """Couplers, distance, ball, weld and axis-alignment rows (the tail of the limit rows, no
+    clamp) take the same sums on both paths: equal on one lane."""
+    test_one_lane_fused_equals_staged.hypothesis.inner_test(device, case, preset, line_search)
+
+
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
 @settings(max_examples=6)
 @given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),

@@ -107,6 +107,16 @@ def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_
             np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
+@settings(max_examples=8)
+@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
+       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+def test_sparse_rows_equal_dense_rows_with_holonomic_constraints(device, case, preset, line_search, linear_solver,
+                                                                  newton_path):
+    """The holonomic constraint rows' column lists: sparse and dense rows give equal steps."""
+    test_sparse_rows_equal_dense_rows.hypothesis.inner_test(device, case, preset, line_search, linear_solver,
+                                                            newton_path)
+
+
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
 @settings(max_examples=6)
 @given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),

@@ -3,9 +3,9 @@
 Hypothesis draws builder models (every joint type, limits, drives, spheres, capsules and boxes
 over a ground plane) and states; both solvers take one step from the same state with the same
 contacts (sap_ref's pipeline; the device pipeline is compared in test_gpu_collision). Compared: A, v*,
-contact J, w, R, v̂, the limit and drive rows, then γ, ℓ, ∇ℓ and H at the same v, and finally the
-full step: sap_gpu's v₁ must solve sap_ref's problem to the solver tolerance (docs/testing.md § Comparing solves:
-solves are compared on optimality and cost, not on iterates).
+contact J, w, R, v̂, the limit, holonomic-constraint and drive rows, then γ, ℓ, ∇ℓ and H at the same v,
+and finally the full step: sap_gpu's v₁ must solve sap_ref's problem to the solver tolerance
+(docs/testing.md § Comparing solves: solves are compared on optimality and cost, not on iterates).
 """
 
 import dataclasses
@@ -20,6 +20,7 @@ from strategies import random_constrained_models
 
 import sap_gpu
 from sap_common.config import NEWTON_PATHS, SapConfig
+from sap_common.constants import HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
@@ -90,11 +91,66 @@ def test_hunt_crossley_stages_match_sap_ref(device, approximation, newton_path, 
     _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation)
 
 
-def _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation):
+# Holonomic constraints of every type on random trees, both Newton paths: 10 examples per path per
+# run (SAP_STAGE_EXAMPLES scales them as above). The rows (g₀, J, w, R, v̂), then γ, ℓ, ∇ℓ, H at
+# the same v, then the full step, as for every other row.
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
+@settings(max_examples=max(1, int(os.environ.get("SAP_STAGE_EXAMPLES", "25")) * 2 // 5))
+@given(case=random_constrained_models(holonomic=True), preset=st.sampled_from(PRESETS),
+       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+       sparse=st.booleans())
+def test_holonomic_stages_match_sap_ref(device, newton_path, case, preset, line_search, linear_solver, sparse):
+    """Stage by stage with couplers, distance (rigid and compliant), ball, weld and axis-alignment
+    constraints, dense or sparse rows (docs/formulation.md § Holonomic constraints)."""
+    _check_stages(device, case, preset, line_search, linear_solver, newton_path, "sap", sparse_rows=sparse)
+
+
+def _check_holonomic_rows(gpu, r, model, state, cfg, jtol):
+    """The device's holonomic rows (the tail of its limit rows) against sap_ref's: the same rows
+    taken, J, g₀, R, v̂. Returns the device's (J, R, v̂) of every row."""
+    L, E = gpu.work.limits.count, gpu.work.holonomic.rows
+    h = r.holonomic
+    active = gpu.work.limit_active.numpy()[0, L:L + E].astype(bool)
+    np.testing.assert_array_equal(active, h.active)
+    J = gpu.work.limit_J.numpy()[0, L:L + E]
+    R = gpu.work.limit_R.numpy()[0, L:L + E]
+    v_hat = gpu.work.limit_v_hat.numpy()[0, L:L + E]
+    g0 = gpu.work.holonomic_g0.numpy()[0, :E]
+    _close(J[active], h.J[active], jtol, "holonomic J")
+    if cfg.use_f64_boundary_pose:
+        _close(g0, h.g0, TOL["fp64"], "holonomic g0")
+        _close_rel(R[active], h.R[active], TOL["fp64"], "holonomic R")
+        _close(v_hat[active], h.v_hat[active], TOL["fp64"], "holonomic v_hat", scale=np.abs(h.v_hat).max(initial=0.0))
+    else:
+        # g₀ from float32 poses that may differ by a float32 ulp per coordinate between the
+        # backends (TOL["fp32_pose"]): |Δg₀| ≤ 2 ε₃₂ max(1, |position|) (a point is a position plus
+        # a rotated offset, each rounded once); v̂ = −g₀/(h + τ) with τ ≥ 0, so |Δv̂| ≤ |Δg₀|/h.
+        g0_tol = 2 * np.finfo(np.float32).eps * max(1.0, np.abs(state.body_q[0, :, :3]).max(initial=0.0))
+        assert np.all(np.abs(g0 - h.g0) <= g0_tol), "holonomic g0 (fp32 pose)"
+        assert np.all(np.abs(v_hat - h.v_hat)[active] <= g0_tol / 1e-3), "holonomic v_hat (fp32 pose)"
+        # R = max(R_c, β²/(4π²)·w), w = ‖W‖_F/n with W = J diag(A)⁻¹ Jᵀ: J's entries may differ by
+        # δ = jtol·max(1, max|J|), so |ΔW| ≤ δ(|J|a 1ᵀ + 1 aᵀ|J|ᵀ) entrywise (a = 1/diag A, to first
+        # order) and |ΔR| ≤ β²/(4π²)·‖that‖_F/n, plus float64 rounding.
+        a = 1.0 / np.diag(r.free_motion.A)
+        for k in range(model.constraint_count):
+            r0, r1 = model.constraint_row_start[k], model.constraint_row_start[k + 1]
+            if not h.active[r0]:
+                continue
+            Jk = np.abs(h.J[r0:r1])
+            delta = jtol * max(1.0, Jk.max(initial=0.0))
+            dW = delta * ((Jk @ a)[:, None] + (Jk @ a)[None, :])
+            bound = HOLONOMIC_BETA**2 / (4 * np.pi**2) * np.linalg.norm(dW) / (r1 - r0)
+            assert np.all(np.abs(R[r0:r1] - h.R[r0:r1]) <= bound + TOL["fp64"] * h.R[r0:r1]), "holonomic R (fp32)"
+    R = np.where(active, R, 1.0)  # a row left out: sap_ref's stand-in (J = 0, R = 1, v̂ = 0)
+    return np.where(active[:, None], J, 0.0), R, np.where(active, v_hat, 0.0)
+
+
+def _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation, sparse_rows=True):
     model, state, control, contacts, ref, gpu = _setup(case, device, newton_path, contact_preset_variant=preset,
                                                        line_search_variant=line_search,
                                                        contact_linear_solver=linear_solver,
                                                        discrete_contact_approximation=approximation)
+    gpu.sparse_rows = sparse_rows
     out_gpu = sap_gpu.to_device(state, device)
     with cooperative_lanes(newton_path == "fused"):
         gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
@@ -172,6 +228,8 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
             assert np.all(np.abs(limit_v_hat - r.limits.v_hat) <= vtol), "limit v_hat (fp32 pose)"
             rtol = np.where(distance, 2 * TOL["fp32_pose"], TOL["fp64"])
             assert np.all(np.abs(limit_R - r.limits.R) <= rtol * np.abs(r.limits.R)), "limit R (fp32 pose)"
+    if model.constraint_count:
+        hol_J, hol_R, hol_v_hat = _check_holonomic_rows(gpu, r, model, state, cfg, jtol)
     if gpu.work.drive_count:
         _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"], "drive Kp")
         _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"], "drive Kd")
@@ -194,6 +252,9 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
         J_lim = gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs]
         p = dataclasses.replace(p, limit_J=J_lim.astype(p.dtype),
                                 limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
+    if model.constraint_count:
+        p = dataclasses.replace(p, hol_J=hol_J[:, dofs].astype(p.dtype), hol_R=hol_R.astype(p.dtype),
+                                hol_v_hat=hol_v_hat.astype(p.dtype))
     v = r.v1.copy()
     with cooperative_lanes(newton_path == "fused"):
         ev_gpu = gpu.evaluate_at(v[None])
@@ -211,11 +272,13 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
         else:
             # diag(H) is accumulated in float32 (A_kk plus one term per row): against the float64
             # diagonal, each of the m + 1 terms and partial sums may round once.
-            m = 3 * C + len(p.limit_R) + len(p.drive.dof)
+            m = 3 * C + len(p.limit_R) + len(p.hol_R) + len(p.drive.dof)
             _close(ev_gpu["H_diag"][0, dofs], hessian_diagonal(p, ev_ref), TOL["fp32_sum_term"] * (m + 2), "diag H")
     assert ev_gpu["ell"][0] == pytest.approx(ev_ref.ell, rel=TOL["fp64"], abs=TOL["ell_abs"])
     if C:
         _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"], "contact gamma")
+    if model.constraint_count:
+        _close(ev_gpu["holonomic_gamma"][0], ev_ref.hol_gamma, TOL["fp64"], "holonomic gamma")
     # Full step: sap_gpu's v₁ solves sap_ref's problem (optimality or cost criterion met) and is
     # as close to sap_ref's v₁ as the two residuals allow, when both converged.
     status = gpu.diagnostics()["status"][0]

@@ -190,7 +190,7 @@ def test_sap_gpu_world_is_rerun_in_sap_ref(tmp_path, capsys):
 def test_step_zero_without_contact_says_so(tmp_path, capsys):
     out = tmp_path / "free.html"
     assert main(["free_spin", "--step", "0", "--out", str(out), "--quiet"]) == 0
-    assert "No contact, limit or drive row: v₁ = v*" in capsys.readouterr().out
+    assert "No contact, limit, holonomic constraint or drive row: v₁ = v*" in capsys.readouterr().out
     assert len(_images(out.read_text(encoding="utf-8"))) == FIGURES  # each figure says there is nothing
 
 
@@ -236,3 +236,18 @@ def test_a_step_past_the_end_runs_when_asked(tmp_path, capsys, monkeypatch):
     assert main(["sphere_drop", "--step", "2", "--out", str(out), "--quiet"]) == 0  # the last step is within
     assert main(["sphere_drop", "--step", "5", "--past-end", "--out", str(out), "--quiet"]) == 0
     assert out.stat().st_size > 1000
+
+
+def test_holonomic_constraint_rows_are_shown(tmp_path, capsys):
+    """fourbar at step 5: the ball constraint's three rows (g₀, ġ, v̂, R, regime, γ) in the report
+    and in --json."""
+    out = tmp_path / "fourbar.html"
+    assert main(["fourbar", "--step", "5", "--preset", "drake", "--out", str(out), "--quiet", "--json"]) == 0
+    text = capsys.readouterr().out
+    row = json.loads(text.strip().splitlines()[-1])
+    hol = row["solves"][0]["holonomic"]
+    assert [r["type"] for r in hol] == ["BALL"] * 3 and {r["regime"] for r in hol} == {"near-rigid"}
+    assert any(abs(r["gamma"]) > 0 for r in hol)
+    assert "3 holonomic constraint rows" in text
+    html = out.read_text(encoding="utf-8")
+    assert "<h2>Holonomic constraints</h2>" in html and "loop" in html

@@ -127,6 +127,34 @@ def _pd_spec():
     return json.loads((DATA / "drake" / "prismatic_pd.json").read_text())
 
 
+def _dp_spec():
+    return json.loads((DATA / "drake" / "double_pendulum.json").read_text())
+
+
+def _dp_anchor_spec():
+    """The double pendulum with a body ``anchor`` welded to the world (joint ``anchor_weld``)."""
+    spec = _dp_spec()
+    spec["bodies"].append({"index": 3, "name": "anchor", "mass": 1.0, "com_B": [0, 0, 0],
+                           "inertia_about_com_B": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]})
+    last = max(spec["joints"], key=lambda j: j["v_start"])
+    spec["joints"].append({"name": "anchor_weld", "type": "weld", "parent_body": "world", "child_body": "anchor",
+                           "q_start": last["q_start"] + last["nq"], "v_start": last["v_start"] + last["nv"],
+                           "nq": 0, "nv": 0, "frame_on_parent_F": {"X_PF": _IDENTITY},
+                           "frame_on_child_M": {"X_CM": _IDENTITY}})
+    return spec
+
+
+_IDENTITY = {"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 1]}
+_DISTANCE = dict(type="distance", body_A="link1", p_AP=[0, 0, 0], body_B="link2", p_BQ=[0, 0, 0.1], distance=0.5,
+                 stiffness=100.0)
+
+
+def _with_constraint(spec=None, **c):
+    spec = _dp_spec() if spec is None else spec
+    spec["constraints"] = [c]
+    return spec
+
+
 def _set(path, value):
     """An edit that sets ``spec[path...] = value`` (path: keys and list indices)."""
     def edit(spec):
@@ -287,6 +315,47 @@ MALFORMED = {
                                    r"\(this project implements point contact only: Drake's hydroelastic contact"),
     "hydroelastic geometry": (lambda: _set(["geometries", 0, "hydroelastic_modulus"], 1e7)(_box_spec()),
                               r"geometries\[0\]\.hydroelastic_modulus: hydroelastic properties are not supported"),
+    # Holonomic constraints (double pendulum: bodies link1, link2; joints joint1, joint2).
+    "constraints an object": (lambda: _set(["constraints"], {"type": "ball"})(_dp_spec()),
+                              r"^constraints: expected a list, got an object"),
+    "constraint type hinge": (lambda: _with_constraint(type="hinge"),
+                              r"constraints\[0\]\.type: expected one of coupler, distance, ball, weld, "
+                              r"got the string 'hinge'"),
+    "coupler unknown joint": (lambda: _with_constraint(type="coupler", joint0="joint1", joint1="elbow", gear_ratio=2.0),
+                              r"constraints\[0\]\.joint1: unknown joint 'elbow'; joints: joint1, joint2"),
+    "coupler same joint": (lambda: _with_constraint(type="coupler", joint0="joint1", joint1="joint1", gear_ratio=2.0),
+                           r"constraints\[0\]: add_coupler\(name='constraint_0'\): joint0 and joint1 must differ"),
+    "coupler no ratio": (lambda: _with_constraint(type="coupler", joint0="joint1", joint1="joint2"),
+                         r"constraints\[0\]\.gear_ratio: missing; expected a finite number"),
+    "coupler on a weld": (lambda: _with_constraint(type="coupler", joint0="joint1", joint1="anchor_weld",
+                                                   gear_ratio=1.0, spec=_dp_anchor_spec()),
+                          r"constraints\[0\]: add_coupler\(name='constraint_0'\): joint1 'anchor_weld' is a FIXED "
+                          r"joint with 0 DOFs; a coupler needs single-DOF joints"),
+    "ball unknown body": (lambda: _with_constraint(type="ball", body_A="link1", p_AP=[0, 0, 0], body_B="moon",
+                                                   p_BQ=[0, 0, 0]),
+                          r"constraints\[0\]\.body_B: unknown body 'moon'; bodies: world, link1, link2"),
+    "ball point of 2": (lambda: _with_constraint(type="ball", body_A="link1", p_AP=[0, 0], body_B="link2",
+                                                 p_BQ=[0, 0, 0]),
+                        r"constraints\[0\]\.p_AP: expected a list of 3 numbers, got a list of 2"),
+    "ball one body": (lambda: _with_constraint(type="ball", body_A="link1", p_AP=[0, 0, 0], body_B="link1",
+                                               p_BQ=[0, 0, 0]),
+                      r"constraints\[0\]: add_ball\(name='constraint_0'\): body_a and body_b must differ"),
+    "weld no X_BQ": (lambda: _with_constraint(type="weld", body_A="link1", X_AP=_IDENTITY, body_B="link2"),
+                     r"constraints\[0\]\.X_BQ: missing; expected a pose"),
+    "weld zero quaternion": (lambda: _with_constraint(type="weld", body_A="link1", X_AP=_IDENTITY, body_B="link2",
+                                                      X_BQ={"p": [0, 0, 0], "quat_xyzw": [0, 0, 0, 0]}),
+                             r"constraints\[0\]\.X_BQ\.quat_xyzw: expected a non-zero quaternion"),
+    "distance negative stiffness": (lambda: _with_constraint(**{**_DISTANCE, "stiffness": -5.0}),
+                                    r"constraints\[0\]\.stiffness: expected a number > 0 \(or \"inf\"/\"-inf\"\) "
+                                    r"\[N/m\], got -5\.0"),
+    "distance zero length": (lambda: _with_constraint(**{**_DISTANCE, "distance": 0.0}),
+                             r"constraints\[0\]\.distance: expected a finite number > 0 \[m\], got 0\.0"),
+    "distance negative damping": (lambda: _with_constraint(**{**_DISTANCE, "damping": -1.0}),
+                                  r"constraints\[0\]\.damping: expected a finite number >= 0 \[N·s/m\], got -1\.0"),
+    "distance both on the world": (lambda: _with_constraint(**{**_DISTANCE, "body_A": "world", "body_B": "anchor"},
+                                                            spec=_dp_anchor_spec()),
+                                   r"^bodies: the model built .*constraint_body_a/body_b\[0\] \(constraint_0\): "
+                                   r"both bodies are the world or welded to it"),
 }
 
 
@@ -344,7 +413,7 @@ def test_every_committed_anchor_still_loads(drake_anchor_paths):
 
 # The top-level keys the loader reads; mutations elsewhere (versions, checks, …) cannot matter.
 READ_KEYS = ("scene", "description", "plant", "bodies", "joints", "actuation", "geometries",
-             "collision_candidate_pairs", "state", "recording", "sap_internals", "num_steps")
+             "collision_candidate_pairs", "state", "recording", "sap_internals", "num_steps", "constraints")
 MUTATION_SOURCES = ("pendulum_limit", "prismatic_pd", "box_corners_slide", "double_pendulum", "free_spin")
 _SPECS = {n: json.loads((DATA / "drake" / f"{n}.json").read_text()) for n in MUTATION_SOURCES}
 

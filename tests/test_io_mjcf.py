@@ -483,13 +483,13 @@ def test_unmapped_features_warn():
         warnings.simplefilter("always")
         scene = load_mjcf(xml)
     text = "\n".join(str(w.message) for w in caught)
-    for expected in ("equality constraints are ignored (the tree stays open): ['link']",
-                     "tendons are ignored: ['rope']", "joint friction loss is ignored: ['h']",
+    for expected in ("tendons are ignored: ['rope']", "joint friction loss is ignored: ['h']",
                      "gravity compensation is ignored: ['b']", "fluid forces", "geom gap is ignored: ['gb']",
                      "explicit <contact><pair> elements are ignored (1)"):
         assert expected in text
     assert all(str(w.message).startswith("load_mjcf: ") for w in caught)
-    assert scene.sap_model.joint_dof_count == 7
+    assert "equality" not in text  # the connect maps to a ball constraint (test_holonomic_mjcf_*)
+    assert scene.sap_model.joint_dof_count == 7 and scene.sap_model.constraint_count == 1
 
 
 def test_ball_limits_and_stiffness_are_dropped_with_a_warning():

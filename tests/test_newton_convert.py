@@ -352,3 +352,157 @@ def test_free_joint_parameters_are_reordered_to_sap_order():
     with pytest.warns(UserWarning, match="FREE-joint armature/damping applied in SAP's"):
         m = sap_newton.to_sap_model(model)
     np.testing.assert_allclose(m.joint_armature[:6], np.array([4, 5, 6, 1, 2, 3]) * 1e-3, rtol=FLOAT32_RTOL)
+
+
+def test_mimic_joints_become_couplers():
+    """Newton's mimic relation q_follower = c₀ + c₁·q_reference is SAP's coupler (joint0 the
+    follower); stepping with SAP keeps it; a mimic on a BALL joint is refused by name."""
+    from sap_common.model import ConstraintType
+    from sap_ref.solver import SolverSAP
+
+    b = newton.ModelBuilder()
+    l0 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    l1 = b.add_link(mass=1.0, com=wp.vec3(0.2, 0.0, 0.0), inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, l0, axis=(0, 1, 0), label="leader")
+    j1 = b.add_joint_revolute(l0, l1, parent_xform=wp.transform((0.3, 0, 0), wp.quat_identity()), axis=(0, 1, 0),
+                              label="follower")
+    _articulate(b)
+    b.set_joint_mimic(j1, j0, coeffs=(0.1, -0.5))
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert m.constraint_count == 1 and ConstraintType(int(m.constraint_type[0])) == ConstraintType.COUPLER
+    assert m.joint_name[m.constraint_joint0[0]] == "follower" and m.joint_name[m.constraint_joint1[0]] == "leader"
+    assert m.constraint_gear_ratio[0] == -0.5 and m.constraint_offset[0] == pytest.approx(0.1, rel=1e-7)
+    state = m.state()
+    solver = SolverSAP(m, max_rigid_contact=0, contact_preset_variant="drake")
+    for _ in range(200):
+        solver.step(state, state, m.control(), None, 1e-3)
+    q = state.joint_q[0]
+    assert abs(q[1] - (m.constraint_offset[0] - 0.5 * q[0])) < 1e-6 and abs(q[0]) > 1e-3  # it moved
+
+    b = newton.ModelBuilder()
+    l0 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    l1 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, l0, axis=(0, 1, 0), label="leader")
+    j1 = b.add_joint_ball(l0, l1, label="ball_follower")
+    _articulate(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # add_constraint_mimic is deprecated in Newton 1.7
+        b.add_constraint_mimic(j1, j0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="'ball_follower'.*single-DOF joints"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
+
+# The largest loop-closure gap [m] of the Newton four-bar after 200 SAP steps: 10× the 1.2e-4 m
+# measured, still 1/200 of the shortest link.
+LOOP_GAP_MAX = 1e-3
+
+
+def _newton_fourbar(loop_adder):
+    """A Newton four-bar (crank and coupler one articulation, the rocker another) whose loop is
+    closed by ``loop_adder(builder, coupler, rocker)``; released at crank angle −1 rad."""
+    from sap_common.scenes import _fourbar_points
+
+    a_len, b_len, c_len, d_len = 0.2, 0.45, 0.35, 0.4
+    th = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
+    b = newton.ModelBuilder()
+    inertia = wp.mat33(np.eye(3) * 0.01)
+    crank, coupler, rocker = (b.add_link(mass=m, inertia=inertia) for m in (0.5, 1.0, 0.7))
+    at = lambda x, z=0.0: wp.transform((x, 0, z), wp.quat_identity())  # noqa: E731
+    j0 = b.add_joint_revolute(-1, crank, parent_xform=at(0, 1), axis=(0, 1, 0), label="crank")
+    j1 = b.add_joint_revolute(crank, coupler, parent_xform=at(a_len), axis=(0, 1, 0), label="coupler")
+    j2 = b.add_joint_revolute(-1, rocker, parent_xform=at(d_len, 1), axis=(0, 1, 0), label="rocker")
+    b.add_articulation([j0, j1])
+    b.add_articulation([j2])
+    loop_adder(b, coupler, rocker, at(b_len), at(c_len))
+    for j, q in enumerate(th):
+        b.joint_q[j] = q
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return b.finalize(device="cpu")
+
+
+@pytest.mark.parametrize("kind, types", [
+    ("revolute", ("BALL", "AXIS_ALIGN")), ("ball", ("BALL",)), ("fixed", ("WELD",))])
+def test_loop_joints_become_constraints(kind, types):
+    """A body's second parent joint (outside Newton's articulations) closes a loop: a ball loop
+    joint maps to a ball constraint, a fixed one to a weld, a revolute one to a ball plus two
+    axis-alignment rows; the loop joint's coordinates are not SAP's. Stepped with SAP, the
+    revolute four-bar stays closed."""
+    from sap_common.model import ConstraintType
+    from sap_ref.holonomic import constraint_kinematics
+    from sap_ref.kinematics import body_jacobians, forward_kinematics, motion_subspaces
+    from sap_ref.solver import SolverSAP
+
+    def add(b, coupler, rocker, X_p, X_c):
+        adder = {"revolute": lambda **k: b.add_joint_revolute(axis=(0, 1, 0), **k), "ball": b.add_joint_ball,
+                 "fixed": b.add_joint_fixed}[kind]
+        adder(parent=coupler, child=rocker, parent_xform=X_p, child_xform=X_c, label="loop")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = sap_newton.to_sap_model(_newton_fourbar(add))
+    assert m.joint_count == 3 and m.joint_coord_count == 3
+    assert tuple(ConstraintType(int(t)).name for t in m.constraint_type) == types
+    assert m.constraint_body_a[0] == 1 and m.constraint_body_b[0] == 2
+    np.testing.assert_allclose(m.constraint_X_a[0, :3], [0.45, 0, 0], rtol=1e-7)
+    if kind != "revolute":
+        return
+    np.testing.assert_allclose(m.constraint_axis[1], [0, 1, 0])
+    state = m.state()
+    solver = SolverSAP(m, max_rigid_contact=0, contact_preset_variant="drake")
+    for _ in range(200):
+        solver.step(state, state, m.control(), None, 2e-3)
+    q = state.joint_q[0]
+    body_q = forward_kinematics(m, q)
+    J_b = body_jacobians(m, q, body_q, motion_subspaces(m, q, body_q))
+    gap = max(np.abs(constraint_kinematics(m, k, q, body_q, J_b)[0]).max() for k in range(m.constraint_count))
+    # Near-rigid rows are compliant by R = β²w/(4π²): the gap follows the load (1.2e-4 m here,
+    # swinging at 2 ms steps), and an open loop would drift by the links' lengths.
+    assert gap < LOOP_GAP_MAX and abs(q[0] - m.joint_q_init[0]) > 0.1  # it swung, the loop held
+
+
+def test_a_prismatic_loop_joint_is_refused():
+    def add(b, coupler, rocker, X_p, X_c):
+        b.add_joint_prismatic(parent=coupler, child=rocker, parent_xform=X_p, child_xform=X_c, axis=(1, 0, 0),
+                              label="slider")
+
+    with pytest.raises(ValueError, match="'slider'.*closes a loop.*PRISMATIC"):
+        sap_newton.to_sap_model(_newton_fourbar(add))
+
+
+def test_newton_twin_of_fourbar_gives_the_same_model():
+    """The built-in fourbar (a ball constraint closing the loop, the rocker's limit) built in
+    Newton with the loop as a second parent BALL joint of the rocker: the same model to Newton's
+    float32, the ball constraint included."""
+    from sap_common import scenes
+    from sap_common.builder import rod_inertia
+    from sap_common.scenes import _fourbar_points
+
+    ours = scenes.get("fourbar").sap_model
+    a_len, b_len, c_len, d_len, z0, h = 0.2, 0.45, 0.35, 0.4, 1.0, 2e-3
+    th = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
+    b = newton.ModelBuilder()
+    links = [b.add_link(mass=m, com=wp.vec3(length / 2, 0.0, 0.0), inertia=wp.mat33(rod_inertia(m, length, axis=0)),
+                        label=name) for m, length, name in ((0.5, a_len, "crank"), (1.0, b_len, "coupler"),
+                                                             (0.7, c_len, "rocker"))]
+    at = lambda x, z=0.0: wp.transform((x, 0, z), wp.quat_identity())  # noqa: E731
+    hinge = dict(axis=(0, 1, 0), damping=0.02)
+    j0 = b.add_joint_revolute(-1, links[0], parent_xform=at(0, z0), label="crank_hinge", **hinge)
+    j1 = b.add_joint_revolute(links[0], links[1], parent_xform=at(a_len), label="coupler_hinge", **hinge)
+    j2 = b.add_joint_revolute(-1, links[2], parent_xform=at(d_len, z0), limit_lower=-2.1, limit_upper=math.pi,
+                              limit_ke=1e12, limit_kd=1e12 * h, label="rocker_hinge", **hinge)
+    b.add_articulation([j0, j1])
+    b.add_articulation([j2])
+    b.add_joint_ball(links[1], links[2], parent_xform=at(b_len), child_xform=at(c_len), label="loop")
+    for j, q in enumerate(th):
+        b.joint_q[j] = q
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+              "joint_X_c", "joint_axis", "joint_damping", "joint_limit_lower", "joint_limit_upper", "gravity",
+              "constraint_type", "constraint_body_a", "constraint_body_b", "constraint_X_a", "constraint_X_b",
+              "constraint_row_start", "joint_q_init"):
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    _close("joint_limit_ke", theirs.joint_limit_ke[2], ours.joint_limit_ke[2])
+    _close("joint_limit_kd", theirs.joint_limit_kd[2], ours.joint_limit_kd[2])

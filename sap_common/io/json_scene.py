@@ -16,6 +16,12 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
   read by the recorder only) with per-geometry stiffness, relaxation time, Hunt–Crossley
   dissipation (``hunt_crossley_dissipation``) and dynamic friction; ``collision_candidate_pairs``
   become exactly our candidate pairs;
+* ``constraints`` (optional), Drake's holonomic constraints by body and joint name
+  (docs/formulation.md § Holonomic constraints): ``{"type": "coupler", "joint0", "joint1",
+  "gear_ratio", "offset"}``, ``{"type": "distance", "body_A", "p_AP", "body_B", "p_BQ",
+  "distance", "stiffness" (a number or "inf"), "damping"}``, ``{"type": "ball", "body_A",
+  "p_AP", "body_B", "p_BQ"}``, ``{"type": "weld", "body_A", "X_AP", "body_B", "X_BQ"}``, each
+  with an optional ``name``;
 * gravity, time step, number of steps, and ``solver_kwargs`` for Drake's solver settings,
   including the plant's ``discrete_contact_approximation`` (``kSap``, ``kLagged``, ``kSimilar``;
   ``kSap`` when absent) and ``stiction_tolerance``.
@@ -58,6 +64,7 @@ _JOINT_SIZES = {"quaternion_floating": (7, 6), "revolute": (1, 1), "prismatic": 
                 "weld": (0, 0)}
 _JOINT_TYPES = tuple(_JOINT_SIZES)
 _SHAPES = ("sphere", "box", "half_space", "cylinder", "convex")
+_CONSTRAINTS = ("coupler", "distance", "ball", "weld")
 _LINE_SEARCHES = {"exact": "exact_root", "backtracking": "armijo_decay"}
 # Drake's DiscreteContactApproximation names → SapConfig.discrete_contact_approximation.
 _APPROXIMATIONS = {"kSap": "sap", "kLagged": "lagged", "kSimilar": "similar"}
@@ -370,7 +377,7 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
             raise _SceneError(_join(sp, key), f"expected at least {total} numbers (the joints' q_start + nq, "
                                               f"v_start + nv), got {len(vec)}")
 
-    drake_joints, q_init, qd_init_sap = [], [], []
+    drake_joints, q_init, qd_init_sap, joint_index = [], [], [], {}
     for jd, jw, jtype, qs, nq, vs, nv in joints:
         jname = jd["name"]
         parent, child = body_of(jd, "parent_body", jw), body_of(jd, "child_body", jw)
@@ -417,6 +424,7 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
         else:  # weld
             j = build(jw, "add_joint_fixed", parent, child, X_PF, X_CM, name=jname)
         drake_joints.append(DrakeJoint(j, jtype, qs, nq, vs, nv))
+        joint_index[jname] = j
     jointed = {child for child in (body_of(jd, "child_body", jw) for jd, jw, *_ in joints)}
     for i, bd in enumerate(bodies):
         if bd["index"] != 0 and json_body[bd["index"]] not in jointed:
@@ -495,6 +503,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                 if (a, c) not in wanted:
                     b.add_collision_filter_pair(a, c)
 
+    _constraints(spec, build, body_of, joint_index)
+
     recording, rp = _obj(spec, "recording", "", default={})
     solver_kwargs = _solver_kwargs(spec)
     try:
@@ -536,6 +546,38 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
         body_names=model.body_name, description=description, source=source,
         drake_joints=tuple(drake_joints),
     )
+
+
+def _constraints(spec: dict, build: _Builder, body_of, joint_index: dict) -> None:
+    """The ``constraints`` list (module docstring) into the builder; bodies and joints by name."""
+    items, cp = _list(spec, "constraints", "", default=[])
+
+    def joint_of(c, key, path) -> int:
+        jname = _str(c, key, path)
+        if jname not in joint_index:
+            raise _SceneError(_join(path, key),
+                              f"unknown joint {jname!r}; joints: {', '.join(joint_index) or '(none)'}")
+        return joint_index[jname]
+
+    for i in range(len(items)):
+        c, cw = _obj(items, i, cp, expected="a constraint object {type, ...}")
+        kind = _str(c, "type", cw, choices=_CONSTRAINTS)
+        name = _str(c, "name", cw, default=None)
+        if kind == "coupler":
+            build(cw, "add_coupler", joint_of(c, "joint0", cw), joint_of(c, "joint1", cw),
+                  _num(c, "gear_ratio", cw), _num(c, "offset", cw, default=0.0), name=name)
+            continue
+        body_a, body_b = body_of(c, "body_A", cw), body_of(c, "body_B", cw)
+        if kind == "weld":
+            build(cw, "add_weld", body_a, _pose(c, "X_AP", cw), body_b, _pose(c, "X_BQ", cw), name=name)
+            continue
+        p_ap, p_bq = _vec(c, "p_AP", cw, 3, unit="m"), _vec(c, "p_BQ", cw, 3, unit="m")
+        if kind == "ball":
+            build(cw, "add_ball", body_a, p_ap, body_b, p_bq, name=name)
+            continue
+        stiffness = _num(c, "stiffness", cw, default=math.inf, lo=0.0, lo_open=True, allow_inf=True, unit="N/m")
+        build(cw, "add_distance", body_a, p_ap, body_b, p_bq, _num(c, "distance", cw, lo=0.0, lo_open=True, unit="m"),
+              stiffness, _num(c, "damping", cw, default=0.0, lo=0.0, unit="N·s/m"), name=name)
 
 
 def _solver_kwargs(spec: dict) -> dict:

@@ -46,9 +46,20 @@ inertia inference and URDF parsing apply. Mapping (MuJoCo → ours):
   ``motor`` (fixed gain, no bias) → feed-forward ``joint_act = gear·gain·ctrl`` with the effort
   limit from ctrlrange/forcerange; ``position`` → drive with ke = kp·gear², kd = kv·gear²;
   ``velocity`` → drive with kd = kv·gear²; anything else is skipped with a warning.
+* **Equality constraints** (``<equality>``, docs/formulation.md § Holonomic constraints):
+  ``connect`` → a ball constraint (MuJoCo's anchor on body1 and its compiled partner point on
+  body2); ``weld`` → a weld constraint, frame P on body1 at ``relpose`` (MuJoCo's compiled
+  pose of body2's anchor in body1) and frame Q on body2 at ``anchor`` with body2's axes;
+  ``joint`` with a linear polynomial (``polycoef`` a0 a1 0 0 0) → a coupler
+  q₁ = a1·q₂ + a0 in our coordinates (MuJoCo's y − y₀ = a0 + a1·(x − x₀), both relative to
+  ``qpos0`` as ours are). ``active="false"`` leaves the equality out (our constraints are always
+  on; a note names it). ``solref``/``solimp`` are not mapped: every constraint takes Drake's
+  near-rigid regularization; a weld's ``torquescale`` other than 1 is ignored with a note.
+  Anything else (``tendon``, ``flex``, ``distance``, site-based connect/weld, a joint
+  equality with one joint or a nonlinear polynomial) raises a ``ValueError`` naming it.
 * **Options.** ``timestep`` → dt; ``gravity`` (zero if MuJoCo's gravity flag is disabled);
   disabled contact/limit/damper/actuation flags remove pairs, limits, damping, actuators.
-  Other features with no counterpart (equality constraints, tendons, joint friction loss,
+  Other features with no counterpart (tendons, joint friction loss,
   gravity compensation, fluid forces, mocap motion) are ignored with one warning.
 
 :func:`mujoco_qpos_to_joint_q` and :func:`mujoco_qvel_to_joint_qd` are the one place where
@@ -252,6 +263,7 @@ def load_mjcf(path_or_xml, num_worlds: int = 1) -> LoadedScene:
     mujoco.mj_kinematics(m, data)  # world poses of static geoms (qpos = qpos0)
     shape_of = _add_geoms(b, m, data, body_of, notes)
     _match_mujoco_pairs(b, m, shape_of, notes)
+    _add_equalities(b, m, body_of, joints, notes)
     notes += _unmapped_features(m)
     for note in notes:
         warnings.warn(f"load_mjcf: {note}", stacklevel=2)
@@ -596,13 +608,58 @@ def _match_mujoco_pairs(b: ModelBuilder, m, shape_of: list, notes: list) -> None
                      "MuJoCo's automatic filter only")
 
 
+_EQ_NAMES = {0: "connect", 1: "weld", 2: "joint", 3: "tendon", 4: "flex", 5: "flexvert", 6: "flexstrain",
+             7: "distance"}
+_OBJ_SITE = 6  # mjtObj
+
+
+def _add_equalities(b: ModelBuilder, m, body_of: list, joints: list, notes: list) -> None:
+    """MuJoCo's ``<equality>`` elements as our holonomic constraints (module docstring)."""
+    our_joint = {mj.mj_joint: mj.joint for mj in joints}
+    inactive, torquescale = [], []
+    objtype = _field(m, "eq_objtype", m.neq)
+    for e in range(m.neq):
+        name = _name(m, _OBJ_EQUALITY, e, "equality")
+        kind = int(m.eq_type[e])
+        what = f"equality {name!r} ({_EQ_NAMES.get(kind, kind)})"
+        if kind not in (0, 1, 2):
+            raise ValueError(f"load_mjcf: {what}: not supported; supported: connect (→ ball constraint), weld "
+                             "(→ weld constraint), joint with a linear polynomial (→ coupler)")
+        if not m.eq_active0[e]:
+            inactive.append(name)
+            continue
+        data = np.array(m.eq_data[e], dtype=np.float64)
+        o1, o2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+        try:
+            if kind == 2:
+                if o2 < 0:
+                    raise ValueError("a joint equality with one joint fixes its coordinate; no coupler")
+                if np.any(data[2:5] != 0.0):
+                    raise ValueError(f"polycoef {data[:5].tolist()} is not linear (a2..a4 must be 0)")
+                b.add_coupler(our_joint[o1], our_joint[o2], float(data[1]), float(data[0]), name=name)
+                continue
+            if int(objtype[e]) == _OBJ_SITE:
+                raise ValueError("site-based connect/weld is not supported (use body1/body2 with an anchor)")
+            body_a, body_b = body_of[o1], body_of[o2]
+            if kind == 0:
+                b.add_ball(body_a, data[0:3], body_b, data[3:6], name=name)
+            else:
+                X_AP = spatial.transform(data[3:6], _quat(data[6:10]))
+                b.add_weld(body_a, X_AP, body_b, spatial.transform(data[0:3]), name=name)
+                if data[10] != 1.0:
+                    torquescale.append(name)
+        except ValueError as err:
+            raise ValueError(f"load_mjcf: {what}: {err}") from None
+    if inactive:
+        notes.append(f"inactive equality constraints (active=\"false\") are left out: {inactive}")
+    if torquescale:
+        notes.append(f"weld torquescale other than 1 is ignored (the weld is Drake's): {torquescale}")
+
+
 def _unmapped_features(m) -> list:
     """Notes on MuJoCo features the model uses and ours has no counterpart for."""
     notes = []
     named = lambda kind, ids, prefix: [_name(m, kind, int(i), prefix) for i in ids]  # noqa: E731
-    if m.neq:
-        equalities = named(_OBJ_EQUALITY, range(m.neq), "equality")
-        notes.append(f"equality constraints are ignored (the tree stays open): {equalities}")
     if m.ntendon:
         notes.append(f"tendons are ignored: {named(_OBJ_TENDON, range(m.ntendon), 'tendon')}")
     if np.any(m.dof_frictionloss != 0):

@@ -585,6 +585,7 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
         "joints": _joints(ds, q0, v0),
         "actuation": _actuation(ds),
         "geometries": geometries,
+        **({"constraints": _constraints(ds)} if ds.constraint_ids else {}),
         "collision_candidate_pairs": pairs,
         "collision_filter_note": COLLISION_FILTER_NOTE,
         "state": {"nq": plant.num_positions(), "nv": plant.num_velocities(),
@@ -605,6 +606,24 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
     doc["checks"] = checks
     doc["convention_self_checks (all must be ~1e-12 or less)"] = self_checks
     return jsonable(doc)
+
+
+def _constraints(ds) -> list:
+    """The plant's holonomic constraints in the scene format (tests/data/drake/README.md): the
+    specification's list, each entry checked against the plant (its ids, and a distance
+    constraint's parameters read back from the plant's default context)."""
+    plant, spec = ds.plant, ds.spec
+    out = []
+    context = plant.CreateDefaultContext()
+    for c, cid in zip(spec["constraints"], ds.constraint_ids):
+        c = dict(c)
+        if c["type"] == "distance":
+            params = plant.GetDistanceConstraintParams(context, cid)
+            c.update(p_AP=params.p_AP(), p_BQ=params.p_BQ(), distance=params.distance(),
+                     stiffness=params.stiffness() if np.isfinite(params.stiffness()) else "inf",
+                     damping=params.damping())
+        out.append(c)
+    return out
 
 
 def _sap_internals(ds) -> dict:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from sap_tools.cli import cpu_model
-from sap_tools.record.spec import check_spec
+from sap_tools.record.spec import NO_DRAKE_COUNTERPART, check_spec
 
 __all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS", "spec_approximation",
            "spec_stiction_tolerance", "DRAKE_APPROXIMATIONS"]
@@ -248,6 +248,7 @@ class DrakeScene:
             X_BG = RigidTransform(canonical_rotation(g["X_BG"]["quat_xyzw"]), np.asarray(g["X_BG"]["p"], float))
             self.geometry_ids[i] = plant.RegisterCollisionGeometry(body, X_BG, geometry, g["name"], props)
 
+        self.constraint_ids = _add_constraints(plant, spec, bodies, joints, X)
         plant.Finalize()
         wanted = {tuple(sorted(map(int, c["geometries"]))) for c in spec.get("collision_candidate_pairs", [])}
         if "collision_candidate_pairs" in spec:  # exclude every pair Drake would test that the scene does not
@@ -288,6 +289,36 @@ class DrakeScene:
                 plant.get_desired_state_input_port(plant.GetModelInstanceByName("DefaultModelInstance")).FixValue(
                     pc, self.xd)
         return context
+
+
+def _add_constraints(plant, spec: dict, bodies: dict, joints: dict, X) -> list:
+    """The specification's ``constraints`` as Drake's holonomic constraints (SAP only), in list
+    order: ``AddCouplerConstraint``, ``AddDistanceConstraint``, ``AddBallConstraint``,
+    ``AddWeldConstraint`` (docs/formulation.md § Holonomic constraints). Returns their ids."""
+    name = spec.get("scene", "scene")
+    ids = []
+    for i, c in enumerate(spec.get("constraints", [])):
+        kind = c.get("type")
+        where = f"scene {name!r}: constraints[{i}]"
+        if kind == "coupler":
+            ids.append(plant.AddCouplerConstraint(joints[c["joint0"]], joints[c["joint1"]], float(c["gear_ratio"]),
+                                                  float(c.get("offset", 0.0))))
+            continue
+        if kind not in ("distance", "ball", "weld"):
+            raise ValueError(f"{where}.type: {kind!r} is not valid; valid: coupler, distance, ball, weld")
+        A, B = bodies[c["body_A"]], bodies[c["body_B"]]
+        if "world" in (c["body_A"], c["body_B"]):
+            raise ValueError(f"{where}: {NO_DRAKE_COUNTERPART['constraint on the world body']}")
+        if kind == "weld":
+            ids.append(plant.AddWeldConstraint(A, X(c["X_AP"]), B, X(c["X_BQ"])))
+            continue
+        p_AP, p_BQ = np.asarray(c["p_AP"], float), np.asarray(c["p_BQ"], float)
+        if kind == "ball":
+            ids.append(plant.AddBallConstraint(A, p_AP, B, p_BQ))
+        else:
+            ids.append(plant.AddDistanceConstraint(A, p_AP, B, p_BQ, float(c["distance"]),
+                                                   float(c.get("stiffness", "inf")), float(c.get("damping", 0.0))))
+    return ids
 
 
 def spatial_inertia(b: dict):

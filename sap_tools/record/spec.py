@@ -26,7 +26,7 @@ from sap_common import spatial
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.io.json_scene import DRAKE_LIMIT_STIFFNESS
 from sap_common.io.scene import LoadedScene
-from sap_common.model import JointType, ShapeType
+from sap_common.model import ConstraintType, JointType, ShapeType
 
 __all__ = ["NO_DRAKE_COUNTERPART", "SPEC_JOINT_TYPES", "SPEC_SHAPES", "APPROXIMATION_NAMES", "scene_to_spec",
            "check_spec", "recording_name", "with_approximation"]
@@ -52,6 +52,10 @@ NO_DRAKE_COUNTERPART = {
     "joint limit gains other than Drake's": "Drake's limit constraint has k = 1e12 and τ = h, fixed",
     "joint_f / body_f": "the recorder applies no external generalized forces or body wrenches",
     "joint_act beyond the effort limit on an undriven DOF": "Drake does not clamp a plain actuation input",
+    "AXIS_ALIGN constraint": "Drake has no constraint that keeps two axes parallel (it closes a revolute loop "
+                             "joint here; Drake's constraints are the coupler, distance, ball and weld)",
+    "constraint on the world body": "pydrake 1.51.1 crashes on the first step when a ball, distance or weld "
+                                    "constraint attaches to the world body (attach it to a body welded to the world)",
 }
 SPEC_JOINT_TYPES = ("quaternion_floating", "revolute", "prismatic", "ball_rpy", "weld")
 # Boxes: see NO_DRAKE_COUNTERPART. Cylinders and convex meshes are recorded, but Drake's point
@@ -215,6 +219,7 @@ def scene_to_spec(scene: LoadedScene) -> dict:
         if "dynamic_friction" in g:  # SAP uses only the dynamic coefficient; Drake needs static ≥ dynamic
             g["static_friction"] = g["dynamic_friction"]
         geometries.append(g)
+    constraints = _constraints(m, name)
     spec = {
         "scene": name, "description": scene.description,
         "plant": {"time_step": float(scene.dt), "gravity_W": m.gravity.tolist()},
@@ -224,11 +229,44 @@ def scene_to_spec(scene: LoadedScene) -> dict:
         "collision_candidate_pairs": [{"geometries": [int(a), int(b)]} for a, b in m.shape_pair],
         "recording": {"num_steps": int(scene.num_steps)},
     }
+    if constraints:
+        spec["constraints"] = constraints
     if actuators:
         spec["actuation"]["desired_state_input"] = {"xd": xd_q + xd_v}
         spec["actuation"]["feedforward_actuation_u_ff"] = u_ff
     check_spec(spec)
     return spec
+
+
+def _constraints(m, name: str) -> list:
+    """The model's holonomic constraints as the scene format's ``constraints`` list (by name)."""
+    out = []
+    for k in range(m.constraint_count):
+        ct, where = ConstraintType(int(m.constraint_type[k])), f"constraint {m.constraint_name[k]!r}"
+        if ct == ConstraintType.AXIS_ALIGN:
+            raise _refuse(name, "AXIS_ALIGN constraint", where)
+        c = {"name": m.constraint_name[k], "type": ct.name.lower()}
+        if ct == ConstraintType.COUPLER:
+            c.update(joint0=m.joint_name[m.constraint_joint0[k]], joint1=m.joint_name[m.constraint_joint1[k]],
+                     gear_ratio=float(m.constraint_gear_ratio[k]), offset=float(m.constraint_offset[k]))
+            out.append(c)
+            continue
+        a, b = int(m.constraint_body_a[k]), int(m.constraint_body_b[k])
+        if a < 0 or b < 0:
+            raise _refuse(name, "constraint on the world body", where)
+        c.update(body_A=m.body_name[a], body_B=m.body_name[b])
+        X_a, X_b = m.constraint_X_a[k], m.constraint_X_b[k]
+        if ct == ConstraintType.WELD:
+            c.update(X_AP=_pose(X_a), X_BQ=_pose(X_b))
+        else:
+            c.update(p_AP=X_a[:3].tolist(), p_BQ=X_b[:3].tolist())
+        if ct == ConstraintType.DISTANCE:
+            stiffness = float(m.constraint_stiffness[k])
+            c.update(distance=float(m.constraint_length[k]),
+                     stiffness=stiffness if math.isfinite(stiffness) else "inf",
+                     damping=float(m.constraint_damping[k]))
+        out.append(c)
+    return out
 
 
 def check_spec(spec: dict) -> None:
