@@ -23,9 +23,14 @@ Mapping (Newton → SAP):
 * **Closed chains and mimics** (docs/formulation.md § Holonomic constraints): a loop joint (a
   body's second parent joint, the one outside Newton's articulations) becomes a ball constraint
   (BALL), a weld (FIXED) or a ball plus an axis alignment about the hinge axis (REVOLUTE)
-  between the joint's frames on its parent and child; its own coordinates are not simulated.
-  A mimic relation (``joint_mimic_*``, enabled ``constraint_mimic_*``), q_follower = c₀ +
-  c₁·q_reference, becomes a coupler between single-DOF joints.
+  between the joint's frames on its parent and child; its own coordinates are not simulated;
+  a disabled loop joint leaves its loop open (noted). A mimic relation (``joint_mimic_*``,
+  enabled ``constraint_mimic_*``), q_follower = c₀ + c₁·q_reference, becomes a coupler between
+  single-DOF joints. MuJoCo equality rows (``model.mujoco.equality_constraint_*``) are mapped
+  through what Newton's MJCF importer projects them onto (connect → BALL loop joint, weld →
+  FIXED loop joint, joint equality → mimic); rows without a projection are ignored (noted),
+  and so are every row's ``solref``/``solimp`` (SAP's constraints take Drake's near-rigid
+  regularization).
 * **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
   ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
   (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
@@ -213,14 +218,15 @@ def _refuse_unsupported(model, n: dict) -> None:
         raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
     for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
         raise ValueError(f"body {model.body_label[b]!r} (index {b}) is KINEMATIC; SAP simulates dynamic bodies only")
+    loops = set(int(j) for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1])
     for j, t in enumerate(n["joint_type"].astype(int)):
         label = f"joint {model.joint_label[j]!r} (index {j})"
         if t not in _NEWTON_JOINTS:
             name = newton.JointType(t).name if t in set(int(x) for x in newton.JointType) else str(t)
             raise ValueError(f"{label} is a {name} joint; SAP supports FREE, REVOLUTE, PRISMATIC, BALL, FIXED "
                              "and D6 joints")
-        if not n["joint_enabled"][j]:
-            raise ValueError(f"{label} is disabled (joint_enabled False); SAP has no disabled joints")
+        if not n["joint_enabled"][j] and j not in loops:
+            raise ValueError(f"{label} is disabled (joint_enabled False); SAP has no disabled tree joints")
         if t == int(newton.JointType.FREE):
             ident = np.array([0, 0, 0, 0, 0, 0, 1.0])
             if n["joint_parent"][j] != -1:
@@ -257,6 +263,24 @@ def _mimics(model, n: dict) -> list:
     return out
 
 
+def _unprojected_equalities(model, count: int) -> list:
+    """Labels of the ``mujoco:equality_constraint`` rows that no Newton loop joint or mimic
+    carries. Newton's MJCF importer projects a ``connect`` onto a BALL loop joint, a ``weld``
+    onto a FIXED one (BALL when its torquescale is 0) and a ``joint`` equality between scalar
+    joints onto a mimic; this conversion maps those projections. Rows left without one (added
+    with ``add_equality_*``, imported with ``convert_mjc_equality_constraints=False``, joint
+    equalities on multi-DOF joints, tendon equalities) only Newton's MuJoCo solver enforces."""
+    if count == 0:
+        return []
+    ns = getattr(model, "mujoco", None)
+    kind, target = (getattr(ns, f"equality_constraint_{k}", None) for k in ("target_kind", "target"))
+    labels = getattr(ns, "equality_constraint_label", None)
+    kind = np.zeros(count, np.int64) if kind is None else kind.numpy()
+    target = np.full(count, -1, np.int64) if target is None else target.numpy()
+    return [f"{labels[i]!r}" if labels is not None and len(labels) > i and labels[i] else f"row {i}"
+            for i in range(count) if kind[i] == 0 or target[i] < 0]
+
+
 def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(tree, loops)``: a world's joints split into the tree (one joint per child body) and the
     loop joints, each a second joint of a body that already has one (the one outside Newton's
@@ -290,6 +314,8 @@ def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_loc
         rows.append(dict(type=ConstraintType.COUPLER, name=f"mimic:{model.joint_label[f]}", joint0=local[f],
                          joint1=local[r], gear_ratio=ratio, offset=off))
     for j in loops:
+        if not n["joint_enabled"][j]:
+            continue  # a disabled loop joint leaves its loop open (noted by convert_model)
         label, t = model.joint_label[j], int(n["joint_type"][j])
         p, c = int(n["joint_parent"][j]), int(n["joint_child"][j])
         frames = dict(body_a=int(body_local[p]) if p >= 0 else -1, body_b=int(body_local[c]),
@@ -606,11 +632,14 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     W, body_w, joint_w, shape_w = _effective_worlds(model, n)
     notes = _Notes()
     counts = getattr(model, "custom_frequency_counts", {}) or {}
-    for key, what in (("mujoco:actuator", "MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through "
-                                          "joint_target_q/qd or joint_f"),
-                      ("mujoco:equality_constraint", "MuJoCo equality constraints ignored")):
-        if int(counts.get(key, 0)) > 0:
-            notes.add(what, f"{int(counts[key])} in the model")
+    if int(counts.get("mujoco:actuator", 0)) > 0:
+        notes.add("MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through joint_target_q/qd or joint_f",
+                  f"{int(counts['mujoco:actuator'])} in the model")
+    for label in _unprojected_equalities(model, int(counts.get("mujoco:equality_constraint", 0))):
+        notes.add("MuJoCo equality constraints without a Newton loop joint or mimic ignored", label)
+    for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1]:
+        if not n["joint_enabled"][j]:
+            notes.add("disabled loop joints left open", f"{model.joint_label[j]!r}")
     shapes = _shape_table(model, n, contact_material, skip_unsupported_shapes, notes)
     dofs = _dof_table(model, n, joint_limits, notes)
     global_shapes = np.flatnonzero((n["shape_body"] < 0) & (shape_w < 0) & shapes["use"])
