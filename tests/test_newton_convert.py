@@ -315,6 +315,13 @@ def test_unsupported_joints_and_bodies_are_refused_by_name():
     with pytest.raises(ValueError, match="'loose'.*no joint"):
         sap_newton.convert_model(b.finalize(device="cpu"))
 
+    b = newton.ModelBuilder()
+    link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_revolute(-1, link, axis=(0, 1, 0), enabled=False, label="off_hinge")
+    _articulate(b)
+    with pytest.raises(ValueError, match="'off_hinge'.*disabled.*no disabled tree joints"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
     with pytest.raises(ValueError, match="model: expected a newton.Model"):
         sap_newton.convert_model(mixed_robot_sap())
 
