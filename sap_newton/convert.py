@@ -28,9 +28,11 @@ Mapping (Newton → SAP):
   enabled ``constraint_mimic_*``), q_follower = c₀ + c₁·q_reference, becomes a coupler between
   single-DOF joints. MuJoCo equality rows (``model.mujoco.equality_constraint_*``) are mapped
   through what Newton's MJCF importer projects them onto (connect → BALL loop joint, weld →
-  FIXED loop joint, joint equality → mimic); rows without a projection are ignored (noted),
-  and so are every row's ``solref``/``solimp`` (SAP's constraints take Drake's near-rigid
-  regularization).
+  FIXED loop joint, joint equality → mimic); of the rows without a projection, a connect
+  becomes a ball (body2's point placed where Newton's MuJoCo solver places it, at the
+  reference pose) and a linear joint equality between scalar joints a coupler; the others
+  (welds, tendon, multi-DOF or nonlinear joint equalities) are ignored (noted). No row's
+  ``solref``/``solimp`` is read (SAP's constraints take Drake's near-rigid regularization).
 * **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
   ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
   (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
@@ -67,6 +69,7 @@ from dataclasses import dataclass
 
 import newton
 import numpy as np
+import warp as wp
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
 from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
@@ -263,22 +266,73 @@ def _mimics(model, n: dict) -> list:
     return out
 
 
-def _unprojected_equalities(model, count: int) -> list:
-    """Labels of the ``mujoco:equality_constraint`` rows that no Newton loop joint or mimic
-    carries. Newton's MJCF importer projects a ``connect`` onto a BALL loop joint, a ``weld``
-    onto a FIXED one (BALL when its torquescale is 0) and a ``joint`` equality between scalar
-    joints onto a mimic; this conversion maps those projections. Rows left without one (added
-    with ``add_equality_*``, imported with ``convert_mjc_equality_constraints=False``, joint
-    equalities on multi-DOF joints, tendon equalities) only Newton's MuJoCo solver enforces."""
+def _equality_rows(model, n: dict, count: int) -> dict:
+    """The ``mujoco:equality_constraint`` rows no Newton loop joint or mimic carries, as constraints.
+
+    Newton's MJCF importer projects a ``connect`` onto a BALL loop joint, a ``weld`` onto a FIXED
+    one and a scalar ``joint`` equality onto a mimic; those projections are mapped as loop joints
+    and mimics, not here. The other rows:
+
+    * ``connect`` (bodies): a ball between ``anchor`` on body1 and the point of body2 that
+      coincides with it at the reference pose, as Newton's MuJoCo solver places it (scalar joint
+      coordinates 0, BALL joints at identity, FREE joints at ``joint_q``);
+    * ``joint`` between two scalar joints with a linear polynomial: the coupler
+      q₁ = a₀ + a₁·q₂ (MuJoCo's coordinates relative to qpos0 are Newton's ``joint_q``);
+    * anything else (``weld`` rows, tendon equalities, joint equalities on multi-DOF joints or
+      with one joint or higher-order terms) is listed in ``ignored`` by label.
+
+    Returns ``dict(connect=[(label, body1, body2, p_AP, p_BQ)], joint=[(label, j1, j2, a0, a1)],
+    ignored=[label])`` in Newton indices (−1 = world); disabled rows are left out."""
+    out = dict(connect=[], joint=[], ignored=[])
     if count == 0:
-        return []
+        return out
     ns = getattr(model, "mujoco", None)
-    kind, target = (getattr(ns, f"equality_constraint_{k}", None) for k in ("target_kind", "target"))
-    labels = getattr(ns, "equality_constraint_label", None)
-    kind = np.zeros(count, np.int64) if kind is None else kind.numpy()
-    target = np.full(count, -1, np.int64) if target is None else target.numpy()
-    return [f"{labels[i]!r}" if labels is not None and len(labels) > i and labels[i] else f"row {i}"
-            for i in range(count) if kind[i] == 0 or target[i] < 0]
+    col = lambda k: getattr(ns, f"equality_constraint_{k}", None)  # noqa: E731
+    host = lambda a, default: default if a is None else (a.numpy() if hasattr(a, "numpy") else np.asarray(a))  # noqa
+    kind, target = host(col("target_kind"), np.zeros(count, np.int64)), host(col("target"), np.full(count, -1))
+    labels = col("label")
+    enabled = host(col("enabled"), np.ones(count, bool))
+    eq_type, body1, body2 = host(col("type"), None), host(col("body1"), None), host(col("body2"), None)
+    anchor, poly = host(col("anchor"), None), host(col("polycoef"), None)
+    joint1, joint2 = host(col("joint1"), None), host(col("joint2"), None)
+    label = lambda i: f"{labels[i]!r}" if labels is not None and len(labels) > i and labels[i] else f"row {i}"  # noqa
+    X_ref = None
+    for i in range(count):
+        if not (kind[i] == 0 or target[i] < 0) or not enabled[i]:
+            continue
+        t = int(eq_type[i])
+        if t == 0 and int(body1[i]) != int(body2[i]):
+            if X_ref is None:
+                X_ref = _reference_body_poses(model, n)
+            a, b = int(body1[i]), int(body2[i])
+            X_A, X_B = (np.array([0, 0, 0, 0, 0, 0, 1.0]) if k < 0 else X_ref[k] for k in (a, b))
+            p_W = X_A[:3] + _quat_to_matrix(X_A[3:]) @ anchor[i].astype(np.float64)
+            p_BQ = _quat_to_matrix(X_B[3:]).T @ (p_W - X_B[:3])
+            out["connect"].append((label(i), a, b, anchor[i].astype(np.float64), p_BQ))
+            continue
+        if t == 2:
+            j1, j2, c = int(joint1[i]), int(joint2[i]), poly[i].astype(np.float64)
+            scalar = lambda j: j >= 0 and int(n["joint_dof_dim"][j].sum()) == 1  # noqa: E731
+            if scalar(j1) and scalar(j2) and not np.any(c[2:5] != 0.0):
+                out["joint"].append((label(i), j1, j2, float(c[0]), float(c[1])))
+                continue
+        out["ignored"].append(label(i))
+    return out
+
+
+def _reference_body_poses(model, n: dict) -> np.ndarray:
+    """World poses [p, q_xyzw] of Newton's bodies at the reference pose of its MuJoCo solver:
+    scalar joint coordinates 0, BALL joints at identity, FREE joints at ``joint_q``, (body_count, 7)."""
+    q = n["joint_q"].astype(np.float32).copy()
+    qs = n["joint_q_start"].astype(np.int64)
+    for j, t in enumerate(n["joint_type"].astype(int)):
+        if t == int(newton.JointType.BALL):
+            q[qs[j]:qs[j] + 4] = (0.0, 0.0, 0.0, 1.0)
+        elif t in (int(newton.JointType.PRISMATIC), int(newton.JointType.REVOLUTE), int(newton.JointType.D6)):
+            q[qs[j]:qs[j + 1]] = 0.0
+    state = model.state()
+    newton.eval_fk(model, wp.array(q, dtype=wp.float32, device=model.device), model.joint_qd, state)
+    return state.body_q.numpy().astype(np.float64).reshape(-1, 7)
 
 
 def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -298,13 +352,25 @@ def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tree, np.array(sorted(loops), dtype=joints.dtype)
 
 
-def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_local: np.ndarray) -> dict:
+def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_local: np.ndarray, bodies: np.ndarray,
+                 equalities: dict) -> dict:
     """SapModel keyword arguments of a world's holonomic constraints (empty: none): a coupler per
-    mimic relation among its ``joints``, and per loop joint a ball (BALL), a weld (FIXED) or a
-    ball plus an axis alignment about the hinge axis (REVOLUTE) between the joint's frames on
-    its parent and its child (docs/formulation.md § Holonomic constraints)."""
+    mimic relation among its ``joints``, per loop joint a ball (BALL), a weld (FIXED) or a ball
+    plus an axis alignment about the hinge axis (REVOLUTE) between the joint's frames on its
+    parent and its child, and the MuJoCo equality rows of :func:`_equality_rows` that belong to
+    the world (docs/formulation.md § Holonomic constraints)."""
     local = {int(j): i for i, j in enumerate(joints)}
     rows = []
+    mine = set(int(b) for b in bodies)
+    for label, a, b, p_ap, p_bq in equalities["connect"]:
+        if (a in mine or a < 0) and (b in mine or b < 0) and max(a, b) in mine:
+            rows.append(dict(type=ConstraintType.BALL, name=f"equality:{label.strip(chr(39))}",
+                             body_a=int(body_local[a]) if a >= 0 else -1, body_b=int(body_local[b]) if b >= 0 else -1,
+                             X_a=np.array([*p_ap, 0, 0, 0, 1.0]), X_b=np.array([*p_bq, 0, 0, 0, 1.0])))
+    for label, j1, j2, a0, a1 in equalities["joint"]:
+        if j1 in local and j2 in local:
+            rows.append(dict(type=ConstraintType.COUPLER, name=f"equality:{label.strip(chr(39))}", joint0=local[j1],
+                             joint1=local[j2], gear_ratio=a1, offset=a0))
     for f, r, off, ratio in _mimics(model, n):
         if f not in local:
             continue
@@ -511,7 +577,7 @@ def _bucket(world_of: np.ndarray, W: int):
     return order, np.searchsorted(world_of[order], np.arange(-1, W + 1))[1:]
 
 
-def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local):
+def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local, equalities):
     """SapModel keyword arguments and index maps of Newton world ``w``."""
     (b_order, b_bounds), (j_order, j_bounds), (s_order, s_bounds) = buckets
     bodies = b_order[b_bounds[w]:b_bounds[w + 1]]
@@ -557,7 +623,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
-    kwargs.update(_constraints(model, n, joints, loops, body_local))
+    kwargs.update(_constraints(model, n, joints, loops, body_local, bodies, equalities))
     maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
@@ -635,8 +701,10 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     if int(counts.get("mujoco:actuator", 0)) > 0:
         notes.add("MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through joint_target_q/qd or joint_f",
                   f"{int(counts['mujoco:actuator'])} in the model")
-    for label in _unprojected_equalities(model, int(counts.get("mujoco:equality_constraint", 0))):
-        notes.add("MuJoCo equality constraints without a Newton loop joint or mimic ignored", label)
+    equalities = _equality_rows(model, n, int(counts.get("mujoco:equality_constraint", 0)))
+    for label in equalities["ignored"]:
+        notes.add("MuJoCo equality constraints SAP has no counterpart for ignored (welds without a loop joint, "
+                  "tendon, multi-DOF or nonlinear joint equalities)", label)
     for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1]:
         if not n["joint_enabled"][j]:
             notes.add("disabled loop joints left open", f"{model.joint_label[j]!r}")
@@ -649,7 +717,7 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     pairs, bounds = _pairs_by_world(n["pairs"], shape_w, W)
     local_of_shape = np.full(len(n["shape_type"]), -1, np.int64)  # global shapes: same index everywhere
     for w in range(W):
-        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local)
+        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local, equalities)
         local_of_shape[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
         wanted = _local_pairs(local_of_shape, pairs[bounds[w]:bounds[w + 1]])
         probe_key = _template_key(kwargs) + repr(sorted(wanted)).encode()

@@ -566,8 +566,7 @@ def test_mjcf_equalities_through_newtons_importer_are_mapped():
     """Newton's MJCF importer turns connect into a BALL loop joint, weld into a FIXED one and a
     joint equality into a mimic, keeping the MuJoCo rows for its MuJoCo solver: sap_newton maps
     the projections to the constraints load_mjcf gives (ball, weld, coupler, all holding at the
-    initial state), leaves the inactive connect's disabled loop joint open, and ignores (noted)
-    a MuJoCo row with no projection."""
+    initial state), and leaves the inactive connect's disabled loop joint open."""
     from sap_common.model import ConstraintType
     from sap_ref.holonomic import constraint_kinematics
     from sap_ref.kinematics import body_jacobians, forward_kinematics, motion_subspaces
@@ -593,10 +592,44 @@ def test_mjcf_equalities_through_newtons_importer_are_mapped():
         g = constraint_kinematics(theirs, k, q, body_q, J_b)[0]
         np.testing.assert_allclose(g, 0.0, atol=FLOAT32_RTOL, err_msg=theirs.constraint_name[k])
 
+
+
+def test_mujoco_equality_rows_without_a_projection():
+    """Rows added with ``newton.solvers.mujoco.add_equality_*`` (no loop joint, no mimic): a
+    connect becomes a ball (body2's point where the anchor sits at the reference pose: FREE
+    joints at joint_q, hinges at 0), a linear joint equality a coupler; a weld row is ignored by
+    label (noted)."""
+    from sap_common.model import ConstraintType
+
+    eq = newton.solvers.mujoco
     b = newton.ModelBuilder()
-    body = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
-    b.add_articulation([b.add_joint_free(body)])
-    newton.solvers.mujoco.add_equality_connect(b, body, -1, anchor=(0.0, 0.0, 0.1), label="tether")
-    with pytest.warns(UserWarning, match="MuJoCo equality constraints without a Newton loop joint or mimic "
-                                         "ignored: 'tether'"):
-        sap_newton.convert_model(b.finalize(device="cpu"))
+    bob = b.add_link(xform=wp.transform((0.3, 0.0, 1.0), wp.quat_identity()), mass=1.0,
+                     inertia=wp.mat33(np.eye(3) * 0.01), label="bob")
+    b.add_articulation([b.add_joint_free(bob)])
+    arm = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    arm2 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, arm, parent_xform=wp.transform((0, 1, 1), wp.quat_identity()), axis=(0, 1, 0))
+    j1 = b.add_joint_revolute(arm, arm2, parent_xform=wp.transform((0.2, 0, 0), wp.quat_identity()), axis=(0, 1, 0))
+    b.add_articulation([j0, j1])
+    b.joint_q[8] = 0.7  # arm2's hinge away from 0: the reference pose is at 0
+    eq.add_equality_connect(b, bob, arm2, anchor=(-0.1, 0.0, 0.2), label="tether")
+    eq.add_equality_joint(b, j1, j0, polycoef=(0.2, -0.5), label="gear")
+    eq.add_equality_weld(b, bob, -1, label="glue")
+    model = b.finalize(device="cpu")
+    with pytest.warns(UserWarning, match="ignored.*'glue'"):
+        m = sap_newton.to_sap_model(model)
+    assert m.constraint_name == ("equality:tether", "equality:gear")
+    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.COUPLER]
+    assert (m.constraint_body_a[0], m.constraint_body_b[0]) == (0, 2)
+    # At the reference pose the anchor (0.2, 0, 1.2) in world lies at (0, -1, 0.2) in arm2's frame.
+    _close("p_AP", m.constraint_X_a[0, :3], [-0.1, 0.0, 0.2])
+    _close("p_BQ", m.constraint_X_b[0, :3], [0.0, -1.0, 0.2])
+    assert m.constraint_gear_ratio[1] == -0.5 and m.constraint_offset[1] == pytest.approx(0.2, rel=FLOAT32_RTOL)
+    assert (m.constraint_joint0[1], m.constraint_joint1[1]) == (2, 1)
+    # Newton's MuJoCo solver holds the same two points (its connect row's eq_data).
+    pytest.importorskip("mujoco")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = newton.solvers.SolverMuJoCo(model, use_mujoco_cpu=True).mj_model.eq_data[0]
+    _close("MuJoCo anchor", data[0:3], m.constraint_X_a[0, :3])
+    _close("MuJoCo partner", data[3:6], m.constraint_X_b[0, :3])

@@ -192,6 +192,13 @@ MUJOCO_LOOP_GAP = 2e-3
 # the motion drifts by that over the swing. Measured after 0.4 s: 5.5e-3 rad (ball), 8.9e-4 rad
 # (revolute); the bound is 1.2 % of the crank's 1.6 rad travel.
 CRANK_AGREEMENT = 2e-2
+# A free body hung by a connect: MuJoCo's connect carries all of its weight and the swing's
+# centripetal load, a = g + v²/L ≈ 27 m/s² at the bottom, r ≈ 1e-3 m by the estimate above, and
+# more where the violation leaves solimp's 1 mm width (d falls toward 0.9). Measured 2.9e-3 m.
+HOOK_GAP_MUJOCO = 1e-2
+# The two runs hold the same point; the bob's positions differ by what the two holds' gaps differ
+# by (≤ 2.9e-3 m measured) and its effect on the swing. Measured 7.3e-4 m after 0.4 s.
+HOOK_AGREEMENT = 5e-3
 
 
 @pytest.mark.parametrize("loop", ["ball", "revolute"])
@@ -230,3 +237,39 @@ def test_closed_chain_steps_like_newtons_mujoco_solver(loop):
     assert np.ptp(crank["sap"]) > 0.5  # it swung
     assert gap["sap"] <= SAP_LOOP_GAP and gap["mujoco"] <= MUJOCO_LOOP_GAP
     assert diff.max() <= CRANK_AGREEMENT
+
+
+def test_connect_row_steps_like_newtons_mujoco_solver():
+    """A free body hung from the world by a MuJoCo ``connect`` row with no loop joint
+    (``newton.solvers.mujoco.add_equality_connect``), released with a sideways push: SAP's ball
+    and MuJoCo's connect hold the same point (the gap bounds as for the four-bar) and the body
+    swings alike."""
+    b = newton.ModelBuilder()
+    bob = b.add_link(xform=wp.transform((0.3, 0.0, 1.0), wp.quat_identity()), mass=1.0,
+                     inertia=wp.mat33(np.diag([0.01, 0.02, 0.03])))
+    b.add_articulation([b.add_joint_free(bob)])
+    b.joint_qd[1] = 0.5  # m/s along y
+    newton.solvers.mujoco.add_equality_connect(b, bob, -1, anchor=(-0.3, 0.0, 0.0), label="hook")
+    model = b.finalize(device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv = sap_newton.convert_model(model)
+    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
+    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
+            "mujoco": _mujoco(model, integrator="euler")}
+    pos, gap = {}, {}
+    for name, solver in runs.items():
+        s0, s1, control = model.state(), model.state(), model.control()
+        qs = []
+        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
+            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
+            s0, s1 = s1, s0
+            qs.append(s0.joint_q.numpy()[coords].astype(np.float64))
+        qs = np.array(qs)
+        pos[name], gap[name] = qs[:, :3], max(_closure_gap(m, q) for q in qs)
+    diff = np.linalg.norm(pos["sap"] - pos["mujoco"], axis=1)
+    print(f"\nhook gap: SAP {gap['sap']:.2e} m, MuJoCo {gap['mujoco']:.2e} m; bob fell "
+          f"{1.0 - pos['sap'][-1, 2]:.3f} m; max |Δp| {diff.max():.2e} m")
+    assert 1.0 - pos["sap"][-1, 2] > 0.1  # it swung down
+    assert gap["sap"] <= SAP_LOOP_GAP and gap["mujoco"] <= HOOK_GAP_MUJOCO
+    assert diff.max() <= HOOK_AGREEMENT
