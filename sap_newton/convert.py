@@ -29,10 +29,11 @@ Mapping (Newton → SAP):
   single-DOF joints. MuJoCo equality rows (``model.mujoco.equality_constraint_*``) are mapped
   through what Newton's MJCF importer projects them onto (connect → BALL loop joint, weld →
   FIXED loop joint, joint equality → mimic); of the rows without a projection, a connect
-  becomes a ball (body2's point placed where Newton's MuJoCo solver places it, at the
-  reference pose) and a linear joint equality between scalar joints a coupler; the others
-  (welds, tendon, multi-DOF or nonlinear joint equalities) are ignored (noted). No row's
-  ``solref``/``solimp`` is read (SAP's constraints take Drake's near-rigid regularization).
+  becomes a ball and a weld a weld (body2's point or body1's frame placed where Newton's
+  MuJoCo solver places them, at the reference pose) and a linear joint equality between scalar
+  joints a coupler; the others (tendon, multi-DOF or nonlinear joint equalities, welds with
+  torquescale 0) are ignored (noted). No row's ``solref``/``solimp`` is read, nor a weld's
+  ``torquescale`` (SAP's constraints take Drake's near-rigid regularization).
 * **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
   ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
   (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
@@ -276,14 +277,19 @@ def _equality_rows(model, n: dict, count: int) -> dict:
     * ``connect`` (bodies): a ball between ``anchor`` on body1 and the point of body2 that
       coincides with it at the reference pose, as Newton's MuJoCo solver places it (scalar joint
       coordinates 0, BALL joints at identity, FREE joints at ``joint_q``);
+    * ``weld`` (bodies, torquescale > 0): a weld between frame P = ``relpose`` on body1 and
+      Q = (``anchor``, body2's axes) on body2, MuJoCo's meaning of the two; a zero relpose
+      quaternion (MuJoCo's "keep the initial pose") takes body2's frame Q relative to body1 at
+      the reference pose;
     * ``joint`` between two scalar joints with a linear polynomial: the coupler
       q₁ = a₀ + a₁·q₂ (MuJoCo's coordinates relative to qpos0 are Newton's ``joint_q``);
-    * anything else (``weld`` rows, tendon equalities, joint equalities on multi-DOF joints or
-      with one joint or higher-order terms) is listed in ``ignored`` by label.
+    * anything else (tendon equalities, joint equalities on multi-DOF joints or with one joint
+      or higher-order terms, welds with torquescale 0) is listed in ``ignored`` by label.
 
-    Returns ``dict(connect=[(label, body1, body2, p_AP, p_BQ)], joint=[(label, j1, j2, a0, a1)],
-    ignored=[label])`` in Newton indices (−1 = world); disabled rows are left out."""
-    out = dict(connect=[], joint=[], ignored=[])
+    Returns ``dict(connect=[(label, body1, body2, p_AP, p_BQ)], weld=[(label, body1, body2, X_AP,
+    X_BQ)], joint=[(label, j1, j2, a0, a1)], ignored=[label])`` in Newton indices (−1 = world);
+    disabled rows are left out."""
+    out = dict(connect=[], weld=[], joint=[], ignored=[])
     if count == 0:
         return out
     ns = getattr(model, "mujoco", None)
@@ -294,6 +300,7 @@ def _equality_rows(model, n: dict, count: int) -> dict:
     enabled = host(col("enabled"), np.ones(count, bool))
     eq_type, body1, body2 = host(col("type"), None), host(col("body1"), None), host(col("body2"), None)
     anchor, poly = host(col("anchor"), None), host(col("polycoef"), None)
+    relpose, torquescale = host(col("relpose"), None), host(col("torquescale"), None)
     joint1, joint2 = host(col("joint1"), None), host(col("joint2"), None)
     label = lambda i: f"{labels[i]!r}" if labels is not None and len(labels) > i and labels[i] else f"row {i}"  # noqa
     X_ref = None
@@ -310,6 +317,17 @@ def _equality_rows(model, n: dict, count: int) -> dict:
             p_BQ = _quat_to_matrix(X_B[3:]).T @ (p_W - X_B[:3])
             out["connect"].append((label(i), a, b, anchor[i].astype(np.float64), p_BQ))
             continue
+        if t == 1 and int(body1[i]) != int(body2[i]) and float(torquescale[i]) > 0.0:
+            if X_ref is None:
+                X_ref = _reference_body_poses(model, n)
+            a, b = int(body1[i]), int(body2[i])
+            X_BQ = np.array([*anchor[i].astype(np.float64), 0, 0, 0, 1.0])
+            X_AP = relpose[i].astype(np.float64)
+            if not np.any(X_AP[3:]):  # MuJoCo's sentinel: the bodies' relative pose at the reference pose
+                X_A, X_B = (np.array([0, 0, 0, 0, 0, 0, 1.0]) if k < 0 else X_ref[k] for k in (a, b))
+                X_AP = _compose(_invert(X_A), _compose(X_B, X_BQ))
+            out["weld"].append((label(i), a, b, X_AP, X_BQ))
+            continue
         if t == 2:
             j1, j2, c = int(joint1[i]), int(joint2[i]), poly[i].astype(np.float64)
             scalar = lambda j: j >= 0 and int(n["joint_dof_dim"][j].sum()) == 1  # noqa: E731
@@ -318,6 +336,22 @@ def _equality_rows(model, n: dict, count: int) -> dict:
                 continue
         out["ignored"].append(label(i))
     return out
+
+
+def _compose(X_ab: np.ndarray, X_bc: np.ndarray) -> np.ndarray:
+    """X_ac = X_ab · X_bc for transforms [p, q_xyzw]."""
+    R = _quat_to_matrix(X_ab[3:])
+    x1, y1, z1, w1 = X_ab[3:]
+    x2, y2, z2, w2 = X_bc[3:]
+    q = np.array([w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2, w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                  w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2, w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2])
+    return np.concatenate([X_ab[:3] + R @ X_bc[:3], q])
+
+
+def _invert(X: np.ndarray) -> np.ndarray:
+    """X⁻¹ for a transform [p, q_xyzw] with a unit quaternion."""
+    q_inv = np.array([-X[3], -X[4], -X[5], X[6]])
+    return np.concatenate([-(_quat_to_matrix(q_inv) @ X[:3]), q_inv])
 
 
 def _reference_body_poses(model, n: dict) -> np.ndarray:
@@ -367,6 +401,11 @@ def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_loc
             rows.append(dict(type=ConstraintType.BALL, name=f"equality:{label.strip(chr(39))}",
                              body_a=int(body_local[a]) if a >= 0 else -1, body_b=int(body_local[b]) if b >= 0 else -1,
                              X_a=np.array([*p_ap, 0, 0, 0, 1.0]), X_b=np.array([*p_bq, 0, 0, 0, 1.0])))
+    for label, a, b, X_ap, X_bq in equalities["weld"]:
+        if (a in mine or a < 0) and (b in mine or b < 0) and max(a, b) in mine:
+            rows.append(dict(type=ConstraintType.WELD, name=f"equality:{label.strip(chr(39))}",
+                             body_a=int(body_local[a]) if a >= 0 else -1, body_b=int(body_local[b]) if b >= 0 else -1,
+                             X_a=X_ap, X_b=X_bq))
     for label, j1, j2, a0, a1 in equalities["joint"]:
         if j1 in local and j2 in local:
             rows.append(dict(type=ConstraintType.COUPLER, name=f"equality:{label.strip(chr(39))}", joint0=local[j1],
@@ -703,8 +742,8 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
                   f"{int(counts['mujoco:actuator'])} in the model")
     equalities = _equality_rows(model, n, int(counts.get("mujoco:equality_constraint", 0)))
     for label in equalities["ignored"]:
-        notes.add("MuJoCo equality constraints SAP has no counterpart for ignored (welds without a loop joint, "
-                  "tendon, multi-DOF or nonlinear joint equalities)", label)
+        notes.add("MuJoCo equality constraints SAP has no counterpart for ignored (tendon, multi-DOF or nonlinear "
+                  "joint equalities, welds with torquescale 0)", label)
     for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1]:
         if not n["joint_enabled"][j]:
             notes.add("disabled loop joints left open", f"{model.joint_label[j]!r}")

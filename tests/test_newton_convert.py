@@ -597,8 +597,9 @@ def test_mjcf_equalities_through_newtons_importer_are_mapped():
 def test_mujoco_equality_rows_without_a_projection():
     """Rows added with ``newton.solvers.mujoco.add_equality_*`` (no loop joint, no mimic): a
     connect becomes a ball (body2's point where the anchor sits at the reference pose: FREE
-    joints at joint_q, hinges at 0), a linear joint equality a coupler; a weld row is ignored by
-    label (noted)."""
+    joints at joint_q, hinges at 0), a weld a weld (its relpose, or the bodies' relative pose at
+    the reference pose), a linear joint equality a coupler; a nonlinear one is ignored by label
+    (noted)."""
     from sap_common.model import ConstraintType
 
     eq = newton.solvers.mujoco
@@ -614,22 +615,33 @@ def test_mujoco_equality_rows_without_a_projection():
     b.joint_q[8] = 0.7  # arm2's hinge away from 0: the reference pose is at 0
     eq.add_equality_connect(b, bob, arm2, anchor=(-0.1, 0.0, 0.2), label="tether")
     eq.add_equality_joint(b, j1, j0, polycoef=(0.2, -0.5), label="gear")
-    eq.add_equality_weld(b, bob, -1, label="glue")
+    eq.add_equality_weld(b, arm2, bob, label="glue")  # relpose: the bodies' pose at the reference pose
+    eq.add_equality_joint(b, j1, j0, polycoef=(0.0, 1.0, 0.3), label="cam")
     model = b.finalize(device="cpu")
-    with pytest.warns(UserWarning, match="ignored.*'glue'"):
+    with pytest.warns(UserWarning, match="ignored.*'cam'"):
         m = sap_newton.to_sap_model(model)
-    assert m.constraint_name == ("equality:tether", "equality:gear")
-    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.COUPLER]
+    assert m.constraint_name == ("equality:tether", "equality:glue", "equality:gear")
+    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.WELD,
+                                                                   ConstraintType.COUPLER]
     assert (m.constraint_body_a[0], m.constraint_body_b[0]) == (0, 2)
     # At the reference pose the anchor (0.2, 0, 1.2) in world lies at (0, -1, 0.2) in arm2's frame.
     _close("p_AP", m.constraint_X_a[0, :3], [-0.1, 0.0, 0.2])
     _close("p_BQ", m.constraint_X_b[0, :3], [0.0, -1.0, 0.2])
-    assert m.constraint_gear_ratio[1] == -0.5 and m.constraint_offset[1] == pytest.approx(0.2, rel=FLOAT32_RTOL)
-    assert (m.constraint_joint0[1], m.constraint_joint1[1]) == (2, 1)
-    # Newton's MuJoCo solver holds the same two points (its connect row's eq_data).
+    assert m.constraint_gear_ratio[2] == -0.5 and m.constraint_offset[2] == pytest.approx(0.2, rel=FLOAT32_RTOL)
+    assert (m.constraint_joint0[2], m.constraint_joint1[2]) == (2, 1)
+    # The weld: frame P on arm2 where bob's origin sits at the reference pose, Q = bob's frame.
+    assert (m.constraint_body_a[1], m.constraint_body_b[1]) == (2, 0)
+    _close("X_AP", m.constraint_X_a[1], [0.1, -1.0, 0.0, 0, 0, 0, 1])
+    _close("X_BQ", m.constraint_X_b[1], [0, 0, 0, 0, 0, 0, 1])
+    # Newton's MuJoCo solver holds the same points and frames (its rows' eq_data; quaternions wxyz).
     pytest.importorskip("mujoco")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        data = newton.solvers.SolverMuJoCo(model, use_mujoco_cpu=True).mj_model.eq_data[0]
-    _close("MuJoCo anchor", data[0:3], m.constraint_X_a[0, :3])
-    _close("MuJoCo partner", data[3:6], m.constraint_X_b[0, :3])
+        mj = newton.solvers.SolverMuJoCo(model, use_mujoco_cpu=True).mj_model
+    # The model's rows come first, in order (further weld rows of Newton's own follow them).
+    connect, weld = (int(np.flatnonzero(mj.eq_type == k)[0]) for k in (0, 1))  # mjEQ_CONNECT, mjEQ_WELD
+    _close("MuJoCo anchor", mj.eq_data[connect, 0:3], m.constraint_X_a[0, :3])
+    _close("MuJoCo partner", mj.eq_data[connect, 3:6], m.constraint_X_b[0, :3])
+    _close("MuJoCo weld anchor", mj.eq_data[weld, 0:3], m.constraint_X_b[1, :3])
+    X_AP = m.constraint_X_a[1]
+    _close("MuJoCo relpose", mj.eq_data[weld, 3:10], [*X_AP[:3], X_AP[6], *X_AP[3:6]])
