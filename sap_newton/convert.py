@@ -23,9 +23,17 @@ Mapping (Newton → SAP):
 * **Closed chains and mimics** (docs/formulation.md § Holonomic constraints): a loop joint (a
   body's second parent joint, the one outside Newton's articulations) becomes a ball constraint
   (BALL), a weld (FIXED) or a ball plus an axis alignment about the hinge axis (REVOLUTE)
-  between the joint's frames on its parent and child; its own coordinates are not simulated.
-  A mimic relation (``joint_mimic_*``, enabled ``constraint_mimic_*``), q_follower = c₀ +
-  c₁·q_reference, becomes a coupler between single-DOF joints.
+  between the joint's frames on its parent and child; its own coordinates are not simulated;
+  a disabled loop joint leaves its loop open (noted). A mimic relation (``joint_mimic_*``,
+  enabled ``constraint_mimic_*``), q_follower = c₀ + c₁·q_reference, becomes a coupler between
+  single-DOF joints. MuJoCo equality rows (``model.mujoco.equality_constraint_*``) are mapped
+  through what Newton's MJCF importer projects them onto (connect → BALL loop joint, weld →
+  FIXED loop joint, joint equality → mimic); of the rows without a projection, a connect
+  becomes a ball and a weld a weld (body2's point or body1's frame placed where Newton's
+  MuJoCo solver places them, at the reference pose) and a linear joint equality between scalar
+  joints a coupler; the others (tendon, multi-DOF or nonlinear joint equalities, welds with
+  torquescale 0) are ignored (noted). No row's ``solref``/``solimp`` is read, nor a weld's
+  ``torquescale`` (SAP's constraints take Drake's near-rigid regularization).
 * **Joint parameters**: armature, damping, limits (±``newton.MAXVAL`` → ±inf) with Newton's
   ``joint_limit_ke/kd`` (``joint_limits="newton"``) or Drake's near-rigid limit
   (``"drake"``), drives by ``joint_target_mode`` as Newton's MuJoCo solver reads them
@@ -62,6 +70,7 @@ from dataclasses import dataclass
 
 import newton
 import numpy as np
+import warp as wp
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
 from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
@@ -213,14 +222,15 @@ def _refuse_unsupported(model, n: dict) -> None:
         raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
     for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
         raise ValueError(f"body {model.body_label[b]!r} (index {b}) is KINEMATIC; SAP simulates dynamic bodies only")
+    loops = set(int(j) for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1])
     for j, t in enumerate(n["joint_type"].astype(int)):
         label = f"joint {model.joint_label[j]!r} (index {j})"
         if t not in _NEWTON_JOINTS:
             name = newton.JointType(t).name if t in set(int(x) for x in newton.JointType) else str(t)
             raise ValueError(f"{label} is a {name} joint; SAP supports FREE, REVOLUTE, PRISMATIC, BALL, FIXED "
                              "and D6 joints")
-        if not n["joint_enabled"][j]:
-            raise ValueError(f"{label} is disabled (joint_enabled False); SAP has no disabled joints")
+        if not n["joint_enabled"][j] and j not in loops:
+            raise ValueError(f"{label} is disabled (joint_enabled False); SAP has no disabled tree joints")
         if t == int(newton.JointType.FREE):
             ident = np.array([0, 0, 0, 0, 0, 0, 1.0])
             if n["joint_parent"][j] != -1:
@@ -257,6 +267,108 @@ def _mimics(model, n: dict) -> list:
     return out
 
 
+def _equality_rows(model, n: dict, count: int) -> dict:
+    """The ``mujoco:equality_constraint`` rows no Newton loop joint or mimic carries, as constraints.
+
+    Newton's MJCF importer projects a ``connect`` onto a BALL loop joint, a ``weld`` onto a FIXED
+    one and a scalar ``joint`` equality onto a mimic; those projections are mapped as loop joints
+    and mimics, not here. The other rows:
+
+    * ``connect`` (bodies): a ball between ``anchor`` on body1 and the point of body2 that
+      coincides with it at the reference pose, as Newton's MuJoCo solver places it (scalar joint
+      coordinates 0, BALL joints at identity, FREE joints at ``joint_q``);
+    * ``weld`` (bodies, torquescale > 0): a weld between frame P = ``relpose`` on body1 and
+      Q = (``anchor``, body2's axes) on body2, MuJoCo's meaning of the two; a zero relpose
+      quaternion (MuJoCo's "keep the initial pose") takes body2's frame Q relative to body1 at
+      the reference pose;
+    * ``joint`` between two scalar joints with a linear polynomial: the coupler
+      q₁ = a₀ + a₁·q₂ (MuJoCo's coordinates relative to qpos0 are Newton's ``joint_q``);
+    * anything else (tendon equalities, joint equalities on multi-DOF joints or with one joint
+      or higher-order terms, welds with torquescale 0) is listed in ``ignored`` by label.
+
+    Returns ``dict(connect=[(label, body1, body2, p_AP, p_BQ)], weld=[(label, body1, body2, X_AP,
+    X_BQ)], joint=[(label, j1, j2, a0, a1)], ignored=[label])`` in Newton indices (−1 = world);
+    disabled rows are left out."""
+    out = dict(connect=[], weld=[], joint=[], ignored=[])
+    if count == 0:
+        return out
+    ns = getattr(model, "mujoco", None)
+    col = lambda k: getattr(ns, f"equality_constraint_{k}", None)  # noqa: E731
+    host = lambda a, default: default if a is None else (a.numpy() if hasattr(a, "numpy") else np.asarray(a))  # noqa
+    kind, target = host(col("target_kind"), np.zeros(count, np.int64)), host(col("target"), np.full(count, -1))
+    labels = col("label")
+    enabled = host(col("enabled"), np.ones(count, bool))
+    eq_type, body1, body2 = host(col("type"), None), host(col("body1"), None), host(col("body2"), None)
+    anchor, poly = host(col("anchor"), None), host(col("polycoef"), None)
+    relpose, torquescale = host(col("relpose"), None), host(col("torquescale"), None)
+    joint1, joint2 = host(col("joint1"), None), host(col("joint2"), None)
+    label = lambda i: f"{labels[i]!r}" if labels is not None and len(labels) > i and labels[i] else f"row {i}"  # noqa
+    X_ref = None
+    for i in range(count):
+        if not (kind[i] == 0 or target[i] < 0) or not enabled[i]:
+            continue
+        t = int(eq_type[i])
+        if t == 0 and int(body1[i]) != int(body2[i]):
+            if X_ref is None:
+                X_ref = _reference_body_poses(model, n)
+            a, b = int(body1[i]), int(body2[i])
+            X_A, X_B = (np.array([0, 0, 0, 0, 0, 0, 1.0]) if k < 0 else X_ref[k] for k in (a, b))
+            p_W = X_A[:3] + _quat_to_matrix(X_A[3:]) @ anchor[i].astype(np.float64)
+            p_BQ = _quat_to_matrix(X_B[3:]).T @ (p_W - X_B[:3])
+            out["connect"].append((label(i), a, b, anchor[i].astype(np.float64), p_BQ))
+            continue
+        if t == 1 and int(body1[i]) != int(body2[i]) and float(torquescale[i]) > 0.0:
+            if X_ref is None:
+                X_ref = _reference_body_poses(model, n)
+            a, b = int(body1[i]), int(body2[i])
+            X_BQ = np.array([*anchor[i].astype(np.float64), 0, 0, 0, 1.0])
+            X_AP = relpose[i].astype(np.float64)
+            if not np.any(X_AP[3:]):  # MuJoCo's sentinel: the bodies' relative pose at the reference pose
+                X_A, X_B = (np.array([0, 0, 0, 0, 0, 0, 1.0]) if k < 0 else X_ref[k] for k in (a, b))
+                X_AP = _compose(_invert(X_A), _compose(X_B, X_BQ))
+            out["weld"].append((label(i), a, b, X_AP, X_BQ))
+            continue
+        if t == 2:
+            j1, j2, c = int(joint1[i]), int(joint2[i]), poly[i].astype(np.float64)
+            scalar = lambda j: j >= 0 and int(n["joint_dof_dim"][j].sum()) == 1  # noqa: E731
+            if scalar(j1) and scalar(j2) and not np.any(c[2:5] != 0.0):
+                out["joint"].append((label(i), j1, j2, float(c[0]), float(c[1])))
+                continue
+        out["ignored"].append(label(i))
+    return out
+
+
+def _compose(X_ab: np.ndarray, X_bc: np.ndarray) -> np.ndarray:
+    """X_ac = X_ab · X_bc for transforms [p, q_xyzw]."""
+    R = _quat_to_matrix(X_ab[3:])
+    x1, y1, z1, w1 = X_ab[3:]
+    x2, y2, z2, w2 = X_bc[3:]
+    q = np.array([w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2, w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                  w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2, w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2])
+    return np.concatenate([X_ab[:3] + R @ X_bc[:3], q])
+
+
+def _invert(X: np.ndarray) -> np.ndarray:
+    """X⁻¹ for a transform [p, q_xyzw] with a unit quaternion."""
+    q_inv = np.array([-X[3], -X[4], -X[5], X[6]])
+    return np.concatenate([-(_quat_to_matrix(q_inv) @ X[:3]), q_inv])
+
+
+def _reference_body_poses(model, n: dict) -> np.ndarray:
+    """World poses [p, q_xyzw] of Newton's bodies at the reference pose of its MuJoCo solver:
+    scalar joint coordinates 0, BALL joints at identity, FREE joints at ``joint_q``, (body_count, 7)."""
+    q = n["joint_q"].astype(np.float32).copy()
+    qs = n["joint_q_start"].astype(np.int64)
+    for j, t in enumerate(n["joint_type"].astype(int)):
+        if t == int(newton.JointType.BALL):
+            q[qs[j]:qs[j] + 4] = (0.0, 0.0, 0.0, 1.0)
+        elif t in (int(newton.JointType.PRISMATIC), int(newton.JointType.REVOLUTE), int(newton.JointType.D6)):
+            q[qs[j]:qs[j + 1]] = 0.0
+    state = model.state()
+    newton.eval_fk(model, wp.array(q, dtype=wp.float32, device=model.device), model.joint_qd, state)
+    return state.body_q.numpy().astype(np.float64).reshape(-1, 7)
+
+
 def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(tree, loops)``: a world's joints split into the tree (one joint per child body) and the
     loop joints, each a second joint of a body that already has one (the one outside Newton's
@@ -274,13 +386,30 @@ def _loop_joints(n: dict, joints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tree, np.array(sorted(loops), dtype=joints.dtype)
 
 
-def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_local: np.ndarray) -> dict:
+def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_local: np.ndarray, bodies: np.ndarray,
+                 equalities: dict) -> dict:
     """SapModel keyword arguments of a world's holonomic constraints (empty: none): a coupler per
-    mimic relation among its ``joints``, and per loop joint a ball (BALL), a weld (FIXED) or a
-    ball plus an axis alignment about the hinge axis (REVOLUTE) between the joint's frames on
-    its parent and its child (docs/formulation.md § Holonomic constraints)."""
+    mimic relation among its ``joints``, per loop joint a ball (BALL), a weld (FIXED) or a ball
+    plus an axis alignment about the hinge axis (REVOLUTE) between the joint's frames on its
+    parent and its child, and the MuJoCo equality rows of :func:`_equality_rows` that belong to
+    the world (docs/formulation.md § Holonomic constraints)."""
     local = {int(j): i for i, j in enumerate(joints)}
     rows = []
+    mine = set(int(b) for b in bodies)
+    for label, a, b, p_ap, p_bq in equalities["connect"]:
+        if (a in mine or a < 0) and (b in mine or b < 0) and max(a, b) in mine:
+            rows.append(dict(type=ConstraintType.BALL, name=f"equality:{label.strip(chr(39))}",
+                             body_a=int(body_local[a]) if a >= 0 else -1, body_b=int(body_local[b]) if b >= 0 else -1,
+                             X_a=np.array([*p_ap, 0, 0, 0, 1.0]), X_b=np.array([*p_bq, 0, 0, 0, 1.0])))
+    for label, a, b, X_ap, X_bq in equalities["weld"]:
+        if (a in mine or a < 0) and (b in mine or b < 0) and max(a, b) in mine:
+            rows.append(dict(type=ConstraintType.WELD, name=f"equality:{label.strip(chr(39))}",
+                             body_a=int(body_local[a]) if a >= 0 else -1, body_b=int(body_local[b]) if b >= 0 else -1,
+                             X_a=X_ap, X_b=X_bq))
+    for label, j1, j2, a0, a1 in equalities["joint"]:
+        if j1 in local and j2 in local:
+            rows.append(dict(type=ConstraintType.COUPLER, name=f"equality:{label.strip(chr(39))}", joint0=local[j1],
+                             joint1=local[j2], gear_ratio=a1, offset=a0))
     for f, r, off, ratio in _mimics(model, n):
         if f not in local:
             continue
@@ -290,6 +419,8 @@ def _constraints(model, n: dict, joints: np.ndarray, loops: np.ndarray, body_loc
         rows.append(dict(type=ConstraintType.COUPLER, name=f"mimic:{model.joint_label[f]}", joint0=local[f],
                          joint1=local[r], gear_ratio=ratio, offset=off))
     for j in loops:
+        if not n["joint_enabled"][j]:
+            continue  # a disabled loop joint leaves its loop open (noted by convert_model)
         label, t = model.joint_label[j], int(n["joint_type"][j])
         p, c = int(n["joint_parent"][j]), int(n["joint_child"][j])
         frames = dict(body_a=int(body_local[p]) if p >= 0 else -1, body_b=int(body_local[c]),
@@ -485,7 +616,7 @@ def _bucket(world_of: np.ndarray, W: int):
     return order, np.searchsorted(world_of[order], np.arange(-1, W + 1))[1:]
 
 
-def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local):
+def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local, equalities):
     """SapModel keyword arguments and index maps of Newton world ``w``."""
     (b_order, b_bounds), (j_order, j_bounds), (s_order, s_bounds) = buckets
     bodies = b_order[b_bounds[w]:b_bounds[w + 1]]
@@ -531,7 +662,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
-    kwargs.update(_constraints(model, n, joints, loops, body_local))
+    kwargs.update(_constraints(model, n, joints, loops, body_local, bodies, equalities))
     maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
@@ -606,11 +737,16 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     W, body_w, joint_w, shape_w = _effective_worlds(model, n)
     notes = _Notes()
     counts = getattr(model, "custom_frequency_counts", {}) or {}
-    for key, what in (("mujoco:actuator", "MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through "
-                                          "joint_target_q/qd or joint_f"),
-                      ("mujoco:equality_constraint", "MuJoCo equality constraints ignored")):
-        if int(counts.get(key, 0)) > 0:
-            notes.add(what, f"{int(counts[key])} in the model")
+    if int(counts.get("mujoco:actuator", 0)) > 0:
+        notes.add("MuJoCo actuators (control.mujoco.ctrl) not mapped; drive through joint_target_q/qd or joint_f",
+                  f"{int(counts['mujoco:actuator'])} in the model")
+    equalities = _equality_rows(model, n, int(counts.get("mujoco:equality_constraint", 0)))
+    for label in equalities["ignored"]:
+        notes.add("MuJoCo equality constraints SAP has no counterpart for ignored (tendon, multi-DOF or nonlinear "
+                  "joint equalities, welds with torquescale 0)", label)
+    for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1]:
+        if not n["joint_enabled"][j]:
+            notes.add("disabled loop joints left open", f"{model.joint_label[j]!r}")
     shapes = _shape_table(model, n, contact_material, skip_unsupported_shapes, notes)
     dofs = _dof_table(model, n, joint_limits, notes)
     global_shapes = np.flatnonzero((n["shape_body"] < 0) & (shape_w < 0) & shapes["use"])
@@ -620,7 +756,7 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     pairs, bounds = _pairs_by_world(n["pairs"], shape_w, W)
     local_of_shape = np.full(len(n["shape_type"]), -1, np.int64)  # global shapes: same index everywhere
     for w in range(W):
-        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local)
+        kwargs, maps = _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_local, equalities)
         local_of_shape[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
         wanted = _local_pairs(local_of_shape, pairs[bounds[w]:bounds[w + 1]])
         probe_key = _template_key(kwargs) + repr(sorted(wanted)).encode()

@@ -53,16 +53,18 @@ COLLISION_SOURCES = ("newton", "sap")
 MAX_RIGID_CONTACT_MIN = 8
 MAX_RIGID_CONTACT_CAP = 64
 # The model properties the SAP solvers cache (converted into SapModel templates at construction):
-# joints and their DOFs, body masses, inertias and flags, shapes and their materials, gravity. A
-# notify_model_changed with any of these re-reads the model; the other categories (constraints,
-# tendons and actuators, which the conversion refuses or does not read) need no work.
+# joints and their DOFs, body masses, inertias and flags, shapes and their materials, gravity, and
+# the constraints (mimic coefficients, which become couplers). A notify_model_changed with any of
+# these re-reads the model; the other categories (tendons and actuators, which the conversion
+# refuses or does not read) need no work.
 CACHED_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.JOINT_DOF_PROPERTIES
                          | newton.ModelFlags.BODY_PROPERTIES | newton.ModelFlags.BODY_INERTIAL_PROPERTIES
                          | newton.ModelFlags.SHAPE_PROPERTIES | newton.ModelFlags.MODEL_PROPERTIES
                          | newton.ModelFlags.JOINT_DOF_FORCE_PROPERTIES
                          | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES
                          | newton.ModelFlags.JOINT_REFERENCE_POSE_PROPERTIES
-                         | newton.ModelFlags.SHAPE_TYPE_AND_SOURCE)
+                         | newton.ModelFlags.SHAPE_TYPE_AND_SOURCE
+                         | newton.ModelFlags.CONSTRAINT_PROPERTIES)
 
 
 # ---------------------------------------------------------------------------------- kernels
@@ -444,7 +446,8 @@ class SolverSAP(newton.solvers.SolverBase):
     def notify_model_changed(self, flags) -> None:
         """Re-read the Newton model after a change of the categories in ``flags`` (``newton.ModelFlags``).
 
-        A flag of :data:`CACHED_MODEL_FLAGS` (joints, DOF properties, bodies, shapes, gravity)
+        A flag of :data:`CACHED_MODEL_FLAGS` (joints, DOF properties, bodies, shapes, gravity,
+        constraints)
         rebuilds the SAP solvers from the model (host work, allocates: graphs captured before must
         be captured again); the other categories need no work. :attr:`world_status`,
         :attr:`world_failed`, :attr:`any_failed` and observable containers stay valid. ``ValueError``

@@ -7,6 +7,7 @@ numbers, so a converted Newton model can be compared with ours field by field.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import warp as wp
@@ -162,3 +163,98 @@ PROBE_MJCF = """
   </worldbody>
 </mujoco>
 """
+
+
+def fourbar_newton(device="cpu", limit: bool = True, loop: str = "ball", closed_at_zero: bool = False):
+    """The built-in ``fourbar`` scene built with Newton's ModelBuilder: crank and coupler one
+    articulation, the rocker another, the loop closed by a second parent joint of the rocker
+    (outside the articulations; ``loop`` "ball" or "revolute", a hinge about y) at the coupler's
+    far end and the rocker's tip; released at crank angle −1 rad. ``limit=False`` leaves out the
+    rocker's lower limit. ``closed_at_zero=True`` turns the hinges' parent frames by the initial
+    angles and starts at zero joint coordinates (the same motion; the loop is then closed at
+    q = 0, which Newton 1.8's MuJoCo solver needs of a revolute loop joint)."""
+    import newton
+
+    from sap_common.builder import rod_inertia
+    from sap_common.scenes import _fourbar_points
+
+    a_len, b_len, c_len, d_len, z0, h = 0.2, 0.45, 0.35, 0.4, 1.0, 2e-3
+    b = newton.ModelBuilder()
+    links = [b.add_link(mass=m, com=wp.vec3(length / 2, 0.0, 0.0), inertia=wp.mat33(rod_inertia(m, length, axis=0)),
+                        label=name) for m, length, name in ((0.5, a_len, "crank"), (1.0, b_len, "coupler"),
+                                                             (0.7, c_len, "rocker"))]
+    at = lambda x, z=0.0, th=0.0: wp.transform((x, 0, z), wp.quat_from_axis_angle(wp.vec3(0, 1, 0), th))  # noqa: E731
+    hinge = dict(axis=(0, 1, 0), damping=0.02)
+    th = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
+    turn = th if closed_at_zero else (0.0, 0.0, 0.0)
+    rocker_limit = dict(limit_lower=-2.1 - turn[2], limit_upper=math.pi - turn[2], limit_ke=1e12,
+                        limit_kd=1e12 * h) if limit else {}
+    j0 = b.add_joint_revolute(-1, links[0], parent_xform=at(0, z0, turn[0]), label="crank_hinge", **hinge)
+    j1 = b.add_joint_revolute(links[0], links[1], parent_xform=at(a_len, 0, turn[1]), label="coupler_hinge", **hinge)
+    j2 = b.add_joint_revolute(-1, links[2], parent_xform=at(d_len, z0, turn[2]), label="rocker_hinge",
+                              **rocker_limit, **hinge)
+    b.add_articulation([j0, j1])
+    b.add_articulation([j2])
+    add_loop = {"ball": b.add_joint_ball, "revolute": lambda **k: b.add_joint_revolute(axis=(0, 1, 0), **k)}[loop]
+    add_loop(parent=links[1], child=links[2], parent_xform=at(b_len), child_xform=at(c_len), label="loop")
+    for j, q in enumerate(th):
+        b.joint_q[j] = q - turn[j]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return b.finalize(device=device)
+
+
+def geared_pair_newton(device="cpu"):
+    """The built-in ``geared_pair`` scene built with Newton's ModelBuilder: the output gear's hinge
+    mimics the motor's, q_output = 0.1 − 0.5·q_motor (a coupler); the motor a VELOCITY drive
+    (kd 5 N·m·s, effort limit 2 N·m); released 0.02 rad off the gear law."""
+    import newton
+
+    r_in, r_out, m_in, m_out, ratio, offset, q_in0 = 0.1, 0.2, 0.3, 1.0, -0.5, 0.1, 0.3
+    disk = lambda m, r: np.diag([m * r * r / 4, m * r * r / 2, m * r * r / 4])  # noqa: E731 (axis y)
+    com = np.array([0.15 * 0.5 / (m_out + 0.5), 0.0, 0.0])  # disk plus a 0.5 kg point mass at x = 0.15 m
+    I_out = disk(m_out, r_out) + np.diag([0.0, 0.5 * 0.15**2, 0.5 * 0.15**2]) - (m_out + 0.5) * np.diag(
+        [0.0, com[0] ** 2, com[0] ** 2])
+    b = newton.ModelBuilder()
+    gin = b.add_link(mass=m_in, inertia=wp.mat33(disk(m_in, r_in)), label="motor_gear")
+    gout = b.add_link(mass=m_out + 0.5, com=wp.vec3(*com), inertia=wp.mat33(I_out), label="output_gear")
+    motor = b.add_joint_revolute(-1, gin, parent_xform=wp.transform((0, 0, 1.0), wp.quat_identity()), axis=(0, 1, 0),
+                                 target_kd=5.0, effort_limit=2.0, armature=2e-3, damping=0.01,
+                                 actuator_mode=newton.JointTargetMode.VELOCITY, label="motor")
+    output = b.add_joint_revolute(-1, gout, parent_xform=wp.transform((r_in + r_out, 0, 1.0), wp.quat_identity()),
+                                  axis=(0, 1, 0), damping=0.01, label="output")
+    b.add_articulation([motor, output])  # a mimic pair shares one articulation
+    b.set_joint_mimic(output, motor, coeffs=(offset, ratio))
+    b.joint_q[motor], b.joint_q[output] = q_in0, ratio * q_in0 + offset + 0.02
+    return b.finalize(device=device)
+
+
+def weld_drop_newton(device="cpu"):
+    """The built-in ``weld_drop`` scene's bodies, free joints and weld built with Newton's
+    ModelBuilder: each sphere on its own FREE joint (one articulation each), the weld a FIXED joint
+    from the left body's frame P to the right body's frame Q outside the articulations (a loop
+    joint); the spheres with the scene's μ, ke and kd = τ·ke."""
+    import newton
+
+    from sap_common import spatial
+
+    ra, rb, ma, mb = 0.05, 0.04, 0.5, 0.3
+    X_AP = spatial.transform((0.1, 0.0, 0.0), spatial.quat_from_rpy((0.3, 0.0, 0.2)))
+    X_BQ = spatial.transform((-0.1, 0.0, 0.0), spatial.quat_from_rpy((0.0, -0.4, 0.1)))
+    X_WA = spatial.transform((0.0, 0.0, 0.4), spatial.quat_from_rpy((0.2, 0.5, -0.3)))
+    X_WB = spatial.transform_compose(spatial.transform_compose(X_WA, X_AP), spatial.transform_inverse(X_BQ))
+    b = newton.ModelBuilder()
+    b.default_shape_cfg.density = 0.0
+    b.default_shape_cfg.mu, b.default_shape_cfg.ke, b.default_shape_cfg.kd = 0.6, 1e5, 1e5 * 0.01
+    left = b.add_link(xform=_wt(X_WA), mass=ma, inertia=wp.mat33(np.diag([0.4, 0.45, 0.5]) * ma * ra * ra),
+                      label="left")
+    right = b.add_link(xform=_wt(X_WB), mass=mb, inertia=wp.mat33(np.eye(3) * 0.4 * mb * rb * rb), label="right")
+    b.add_articulation([b.add_joint_free(left, label="left")])
+    b.add_articulation([b.add_joint_free(right, label="right")])
+    b.add_joint_fixed(left, right, parent_xform=_wt(X_AP), child_xform=_wt(X_BQ), label="weld")
+    b.add_shape_sphere(left, radius=ra, label="left_sphere")
+    b.add_shape_sphere(right, radius=rb, label="right_sphere")
+    b.add_ground_plane()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return b.finalize(device=device)

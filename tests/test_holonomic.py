@@ -372,7 +372,6 @@ def test_mjcf_equalities_map_to_ball_weld_and_coupler():
 @pytest.mark.parametrize("extra, message", [
     ('<joint joint1="hinge_a" joint2="hinge_b" polycoef="0 1 0.3 0 0"/>', r"\(joint\): polycoef .* is not linear"),
     ('<joint joint1="hinge_a"/>', r"\(joint\): a joint equality with one joint"),
-    ('<connect site1="s1" site2="s2"/>', r"\(connect\): site-based connect/weld is not supported"),
 ])
 def test_mjcf_equalities_without_a_mapping_are_refused(extra, message):
     from sap_common.io.mjcf import load_mjcf
@@ -410,3 +409,137 @@ def test_mjcf_twin_of_geared_pair_gives_the_same_model():
               "constraint_offset", "constraint_stiffness", "constraint_row_start"):
         np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-15, atol=1e-15, err_msg=f)
     assert a.constraint_name == b.constraint_name == ("gear_mesh",)
+
+
+# Site-based connect and weld on bodies at general poses (sites turned in their bodies).
+_MJCF_SITE_EQ = """<mujoco><worldbody>
+  <body name="base" pos="0 0 1"><geom size="0.05"/>
+    <body name="arm" pos="0.2 0 0"><joint name="hinge" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02"/>
+      <site name="arm_tip" pos="0.3 0.01 -0.02" quat="0.9 0.1 -0.2 0.3"/></body></body>
+  <body name="a" pos="0.5 0.1 0.9" quat="0.9 0.1 0.3 0.2"><freejoint/><geom size="0.1"/>
+    <site name="a_pin" pos="-0.1 0.05 0.02"/><site name="a_glue" pos="0.05 0 0.1" quat="0.8 0.2 0.1 -0.3"/></body>
+  <body name="b" pos="0.6 0.2 0.8" quat="0.7 -0.2 0.1 0.4"><freejoint/><geom size="0.1"/>
+    <site name="b_glue" pos="-0.05 0.02 0" quat="0.6 0.3 -0.1 0.2"/></body>
+</worldbody>
+<equality><connect name="pin" site1="arm_tip" site2="a_pin"/><weld name="glue" site1="a_glue" site2="b_glue"/>
+</equality></mujoco>"""
+# g and MuJoCo's residuals are the same float64 kinematics in another operation order.
+SITE_G_ATOL = 1e-12
+
+
+def test_mjcf_site_equalities_are_mujocos_constraints():
+    """A site-based connect is a ball and a site-based weld a weld between the two sites' frames:
+    at random poses the ball's g and the weld's position rows are minus MuJoCo's residuals
+    (site1 − site2), and the weld's rotation rows are the rotation vector from site1's frame to
+    site2's, in world."""
+    import mujoco
+    from scipy.spatial.transform import Rotation
+
+    from sap_common.io.mjcf import load_mjcf, mujoco_qpos_to_joint_q
+
+    scene = load_mjcf(_MJCF_SITE_EQ)
+    m = scene.sap_model
+    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.WELD]
+    mj = mujoco.MjModel.from_xml_string(_MJCF_SITE_EQ)
+    d = mujoco.MjData(mj)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        qpos = mj.qpos0 + rng.normal(scale=0.3, size=mj.nq)
+        for a in (mj.jnt_qposadr[1] + 3, mj.jnt_qposadr[2] + 3):
+            qpos[a:a + 4] /= np.linalg.norm(qpos[a:a + 4])
+        d.qpos[:] = qpos
+        mujoco.mj_forward(mj, d)
+        eq_rows = np.asarray(d.efc_pos)[np.asarray(d.efc_type) == mujoco.mjtConstraint.mjCNSTR_EQUALITY]
+        q = mujoco_qpos_to_joint_q(scene, qpos)
+        g_ball, g_weld = (_kinematics(m, q, k)[0] for k in (0, 1))
+        assert np.abs(g_ball).max() > 1e-2  # the poses really pull the sites apart
+        np.testing.assert_allclose(g_ball, -eq_rows[0:3], atol=SITE_G_ATOL)
+        np.testing.assert_allclose(g_weld[3:], -eq_rows[3:6], atol=SITE_G_ATOL)
+        R1, R2 = (np.asarray(d.site_xmat[mj.site(name).id]).reshape(3, 3) for name in ("a_glue", "b_glue"))
+        np.testing.assert_allclose(g_weld[:3], R1 @ Rotation.from_matrix(R1.T @ R2).as_rotvec(), atol=SITE_G_ATOL)
+
+
+def _fourbar_mjcf() -> str:
+    """The fourbar scene as MJCF: the same rods, hinges (damping 0.02 N·m·s), the rocker's range
+    [−2.1, π] rad, and the loop as a site-based connect between the coupler's far end and the
+    rocker's tip. The bodies sit at zero joint angles (MJCF's qpos0; the loop is open there)."""
+    from sap_common.builder import rod_inertia
+
+    def rod(name, m, length, pos, joint, extra=""):
+        i = " ".join(repr(float(x)) for x in np.diag(rod_inertia(m, length, axis=0)))
+        return (f'<body name="{name}" pos="{pos}">'
+                f'<joint name="{joint}" type="hinge" axis="0 1 0" damping="0.02"{extra}/>'
+                f'<inertial pos="{length / 2!r} 0 0" mass="{m!r}" diaginertia="{i}"/>')
+
+    return ('<mujoco><compiler angle="radian"/><option timestep="0.002"/><worldbody>'
+            + rod("crank", 0.5, 0.2, "0 0 1", "crank_hinge")
+            + rod("coupler", 1.0, 0.45, "0.2 0 0", "coupler_hinge") + '<site name="coupler_end" pos="0.45 0 0"/>'
+            + '</body></body>'
+            + rod("rocker", 0.7, 0.35, "0.4 0 1", "rocker_hinge", f' range="-2.1 {math.pi!r}"')
+            + '<site name="rocker_tip" pos="0.35 0 0"/></body>'
+            + '</worldbody><equality><connect name="loop" site1="coupler_end" site2="rocker_tip"/></equality>'
+            + '</mujoco>')
+
+
+def _weld_drop_mjcf() -> str:
+    """The weld_drop scene as MJCF: the two spheres' bodies at the scene's initial poses, the
+    weld as a site-based weld between sites at the scene's frames P (on left) and Q (on right),
+    the pair excluded from collision, a ground plane."""
+    ra, rb, ma, mb = 0.05, 0.04, 0.5, 0.3
+    X_AP = spatial.transform((0.1, 0.0, 0.0), spatial.quat_from_rpy((0.3, 0.0, 0.2)))
+    X_BQ = spatial.transform((-0.1, 0.0, 0.0), spatial.quat_from_rpy((0.0, -0.4, 0.1)))
+    X_WA = spatial.transform((0.0, 0.0, 0.4), spatial.quat_from_rpy((0.2, 0.5, -0.3)))
+    X_WB = spatial.transform_compose(spatial.transform_compose(X_WA, X_AP), spatial.transform_inverse(X_BQ))
+    pose = lambda X: (f'pos="{" ".join(repr(float(x)) for x in X[:3])}" '  # noqa: E731
+                      f'quat="{" ".join(repr(float(x)) for x in (X[6], *X[3:6]))}"')
+    ia = " ".join(repr(c * ma * ra * ra) for c in (0.4, 0.45, 0.5))
+    ib = " ".join([repr(0.4 * mb * rb * rb)] * 3)
+    return ('<mujoco><worldbody><geom name="ground" type="plane" size="0 0 1" friction="0.6"/>'
+            f'<body name="left" {pose(X_WA)}><freejoint name="left"/><inertial pos="0 0 0" mass="{ma!r}" '
+            f'diaginertia="{ia}"/><geom name="left_sphere" size="{ra!r}" friction="0.6"/>'
+            f'<site name="P" {pose(X_AP)}/></body>'
+            f'<body name="right" {pose(X_WB)}><freejoint name="right"/><inertial pos="0 0 0" mass="{mb!r}" '
+            f'diaginertia="{ib}"/><geom name="right_sphere" size="{rb!r}" friction="0.6"/>'
+            f'<site name="Q" {pose(X_BQ)}/></body>'
+            '</worldbody><contact><exclude body1="left" body2="right"/></contact>'
+            '<equality><weld name="weld" site1="P" site2="Q"/></equality></mujoco>')
+
+
+# MuJoCo compiles the MJCF numbers in float64 and normalizes quaternions: a few ulps.
+MJCF_TWIN_TOL = 1e-15
+
+
+def _same_fields(a: SapModel, b: SapModel, fields) -> None:
+    for f in fields:
+        np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=MJCF_TWIN_TOL, atol=MJCF_TWIN_TOL, err_msg=f)
+
+
+def test_mjcf_twin_of_fourbar_gives_the_same_model():
+    """The built-in fourbar and its MJCF twin (the loop a site-based connect) describe the same
+    model, the ball constraint and the rocker's limit stiffness included. Not compared: the
+    initial angles (MJCF starts at qpos0 = 0, where the loop is open) and the limit's damping
+    (load_mjcf gives every limit Drake's τ = 1 ms; the scene uses τ = h = 2 ms)."""
+    from sap_common.io.mjcf import load_mjcf
+
+    a, b = scenes.get("fourbar").sap_model, load_mjcf(_fourbar_mjcf()).sap_model
+    _same_fields(a, b, ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child",
+                        "joint_X_p", "joint_X_c", "joint_axis", "joint_damping", "joint_limit_lower",
+                        "joint_limit_upper", "joint_limit_ke", "gravity", "constraint_type", "constraint_body_a",
+                        "constraint_body_b", "constraint_X_a", "constraint_X_b", "constraint_row_start"))
+    assert a.joint_name == b.joint_name and a.constraint_name == b.constraint_name == ("loop",)
+
+
+def test_mjcf_twin_of_weld_drop_gives_the_same_model():
+    """The built-in weld_drop and its MJCF twin (a site-based weld) describe the same model: bodies,
+    free joints at the same initial poses, the weld's two frames, the spheres, the candidate pairs.
+    Not compared: initial velocities (MJCF has none outside keyframes) and contact stiffness and
+    damping (load_mjcf leaves them at the solver fallbacks)."""
+    from sap_common.io.mjcf import load_mjcf
+
+    a, b = scenes.get("weld_drop").sap_model, load_mjcf(_weld_drop_mjcf()).sap_model
+    _same_fields(a, b, ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child",
+                        "joint_X_p", "joint_X_c", "joint_q_init", "gravity", "constraint_type", "constraint_body_a",
+                        "constraint_body_b", "constraint_X_a", "constraint_X_b", "constraint_row_start",
+                        "shape_type", "shape_body", "shape_material_mu", "shape_pair"))
+    np.testing.assert_allclose(a.shape_size[1:, 0], b.shape_size[1:, 0], rtol=0, atol=0)  # sphere radii

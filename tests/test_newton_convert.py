@@ -16,7 +16,14 @@ import pytest
 
 newton = pytest.importorskip("newton")
 import warp as wp  # noqa: E402
-from newton_scenes import PROBE_MJCF, mixed_robot_newton, mixed_robot_sap  # noqa: E402
+from newton_scenes import (  # noqa: E402
+    PROBE_MJCF,
+    fourbar_newton,
+    geared_pair_newton,
+    mixed_robot_newton,
+    mixed_robot_sap,
+    weld_drop_newton,
+)
 
 import sap_newton  # noqa: E402
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE  # noqa: E402
@@ -308,6 +315,13 @@ def test_unsupported_joints_and_bodies_are_refused_by_name():
     with pytest.raises(ValueError, match="'loose'.*no joint"):
         sap_newton.convert_model(b.finalize(device="cpu"))
 
+    b = newton.ModelBuilder()
+    link = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_joint_revolute(-1, link, axis=(0, 1, 0), enabled=False, label="off_hinge")
+    _articulate(b)
+    with pytest.raises(ValueError, match="'off_hinge'.*disabled.*no disabled tree joints"):
+        sap_newton.convert_model(b.finalize(device="cpu"))
+
     with pytest.raises(ValueError, match="model: expected a newton.Model"):
         sap_newton.convert_model(mixed_robot_sap())
 
@@ -475,30 +489,11 @@ def test_newton_twin_of_fourbar_gives_the_same_model():
     Newton with the loop as a second parent BALL joint of the rocker: the same model to Newton's
     float32, the ball constraint included."""
     from sap_common import scenes
-    from sap_common.builder import rod_inertia
-    from sap_common.scenes import _fourbar_points
 
     ours = scenes.get("fourbar").sap_model
-    a_len, b_len, c_len, d_len, z0, h = 0.2, 0.45, 0.35, 0.4, 1.0, 2e-3
-    th = _fourbar_points(a_len, b_len, c_len, d_len, -1.0)
-    b = newton.ModelBuilder()
-    links = [b.add_link(mass=m, com=wp.vec3(length / 2, 0.0, 0.0), inertia=wp.mat33(rod_inertia(m, length, axis=0)),
-                        label=name) for m, length, name in ((0.5, a_len, "crank"), (1.0, b_len, "coupler"),
-                                                             (0.7, c_len, "rocker"))]
-    at = lambda x, z=0.0: wp.transform((x, 0, z), wp.quat_identity())  # noqa: E731
-    hinge = dict(axis=(0, 1, 0), damping=0.02)
-    j0 = b.add_joint_revolute(-1, links[0], parent_xform=at(0, z0), label="crank_hinge", **hinge)
-    j1 = b.add_joint_revolute(links[0], links[1], parent_xform=at(a_len), label="coupler_hinge", **hinge)
-    j2 = b.add_joint_revolute(-1, links[2], parent_xform=at(d_len, z0), limit_lower=-2.1, limit_upper=math.pi,
-                              limit_ke=1e12, limit_kd=1e12 * h, label="rocker_hinge", **hinge)
-    b.add_articulation([j0, j1])
-    b.add_articulation([j2])
-    b.add_joint_ball(links[1], links[2], parent_xform=at(b_len), child_xform=at(c_len), label="loop")
-    for j, q in enumerate(th):
-        b.joint_q[j] = q
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = sap_newton.to_sap_model(b.finalize(device="cpu"))
+        theirs = sap_newton.to_sap_model(fourbar_newton())
     for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
               "joint_X_c", "joint_axis", "joint_damping", "joint_limit_lower", "joint_limit_upper", "gravity",
               "constraint_type", "constraint_body_a", "constraint_body_b", "constraint_X_a", "constraint_X_b",
@@ -506,3 +501,147 @@ def test_newton_twin_of_fourbar_gives_the_same_model():
         _close(f, getattr(theirs, f), getattr(ours, f))
     _close("joint_limit_ke", theirs.joint_limit_ke[2], ours.joint_limit_ke[2])
     _close("joint_limit_kd", theirs.joint_limit_kd[2], ours.joint_limit_kd[2])
+
+
+def test_newton_twin_of_geared_pair_gives_the_same_model():
+    """The built-in geared_pair built in Newton, the gear as a mimic joint (output = 0.1 − 0.5·motor):
+    the same model to Newton's float32, the coupler included (its name aside: sap_newton names a
+    mimic after its follower)."""
+    from sap_common import scenes
+
+    ours = scenes.get("geared_pair").sap_model
+    theirs = sap_newton.to_sap_model(geared_pair_newton())
+    for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+              "joint_X_c", "joint_axis", "joint_armature", "joint_damping", "joint_target_ke", "joint_target_kd",
+              "joint_limit_lower", "joint_limit_upper", "gravity", "constraint_type", "constraint_joint0",
+              "constraint_joint1", "constraint_gear_ratio", "constraint_offset", "constraint_row_start",
+              "joint_q_init"):
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    # The motor's drive clamp; the undriven output's effort limit clamps nothing (Newton's default
+    # 1e6 N·m, the builder's inf).
+    _close("joint_effort_limit", theirs.joint_effort_limit[0], ours.joint_effort_limit[0])
+    assert theirs.constraint_name == ("mimic:output",) and ours.constraint_name == ("gear_mesh",)
+
+
+
+def test_newton_twin_of_weld_drop_gives_the_same_model():
+    """The built-in weld_drop built in Newton, the weld a FIXED loop joint between the two free
+    bodies: the same bodies, free joints at the same poses and the same weld frames to Newton's
+    float32 (shapes aside: Newton's default contact gap and margins are not the scene's)."""
+    from sap_common import scenes
+
+    ours = scenes.get("weld_drop").sap_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = sap_newton.to_sap_model(weld_drop_newton())
+    for f in ("body_mass", "body_com", "body_inertia", "joint_type", "joint_parent", "joint_child", "joint_X_p",
+              "joint_X_c", "gravity", "constraint_type", "constraint_body_a", "constraint_body_b", "constraint_X_a",
+              "constraint_X_b", "constraint_row_start", "joint_q_init"):
+        _close(f, getattr(theirs, f), getattr(ours, f))
+    assert theirs.constraint_name == ("loop:weld",) and theirs.joint_name == ours.joint_name
+
+
+# MJCF equalities of each kind Newton's importer projects: a connect closing a loop (the partner
+# point compiles to the rocker's origin), a weld between two free bodies, a joint equality within
+# one tree, and an inactive connect.
+_EQ_MJCF = """<mujoco><worldbody>
+  <body name="l0" pos="0 0 1"><joint name="j0" type="hinge" axis="0 1 0"/>
+    <inertial pos="0.1 0 0" mass="1" diaginertia="0.001 0.01 0.01"/>
+    <body name="l1" pos="0.2 0 0"><joint name="j1" type="hinge" axis="0 1 0"/>
+      <inertial pos="0.15 0 0" mass="1" diaginertia="0.001 0.01 0.01"/></body></body>
+  <body name="r" pos="0.5 0 1"><joint name="jr" type="hinge" axis="0 1 0"/>
+    <inertial pos="0 0 -0.1" mass="1" diaginertia="0.01 0.01 0.001"/></body>
+  <body name="f" pos="0 0.5 1"><freejoint/><inertial pos="0 0 0" mass="1" diaginertia="0.01 0.01 0.01"/></body>
+  <body name="g" pos="0.3 0.5 1.1" quat="0.9 0.1 0.2 0.3"><freejoint/>
+    <inertial pos="0 0 0" mass="1" diaginertia="0.01 0.01 0.01"/></body>
+</worldbody><equality>
+  <connect name="pin" body1="l1" body2="r" anchor="0.3 0 0"/>
+  <weld name="glue" body1="f" body2="g"/>
+  <joint name="gear" joint1="j1" joint2="j0" polycoef="0 -0.5 0 0 0"/>
+  <connect name="off" body1="l0" body2="f" anchor="0 0 0" active="false"/>
+</equality></mujoco>"""
+
+
+def test_mjcf_equalities_through_newtons_importer_are_mapped():
+    """Newton's MJCF importer turns connect into a BALL loop joint, weld into a FIXED one and a
+    joint equality into a mimic, keeping the MuJoCo rows for its MuJoCo solver: sap_newton maps
+    the projections to the constraints load_mjcf gives (ball, weld, coupler, all holding at the
+    initial state), and leaves the inactive connect's disabled loop joint open."""
+    from sap_common.model import ConstraintType
+    from sap_ref.holonomic import constraint_kinematics
+    from sap_ref.kinematics import body_jacobians, forward_kinematics, motion_subspaces
+
+    with pytest.warns(UserWarning, match="inactive equality constraints"):
+        ours = load_mjcf(_EQ_MJCF)
+    b = newton.ModelBuilder()
+    b.add_mjcf(_EQ_MJCF)
+    with pytest.warns(UserWarning) as record:
+        conv = sap_newton.convert_model(b.finalize(device="cpu"))
+    theirs = conv.sap_model
+    assert [n for n in conv.notes if "loop" in n or "equality" in n] == ["disabled loop joints left open: 'off' (1)"]
+    assert str(record[0].message).endswith("disabled loop joints left open: 'off' (1)")
+    types = lambda m: sorted(ConstraintType(int(t)).name for t in m.constraint_type)  # noqa: E731
+    assert types(theirs) == types(ours.sap_model) == ["BALL", "COUPLER", "WELD"]
+    k = list(theirs.constraint_type).index(int(ConstraintType.COUPLER))
+    assert theirs.joint_name[theirs.constraint_joint0[k]].endswith("/j1") and theirs.constraint_gear_ratio[k] == -0.5
+    assert theirs.constraint_offset[k] == 0.0
+    q = theirs.joint_q_init
+    body_q = forward_kinematics(theirs, q)
+    J_b = body_jacobians(theirs, q, body_q, motion_subspaces(theirs, q, body_q))
+    for k in range(theirs.constraint_count):
+        g = constraint_kinematics(theirs, k, q, body_q, J_b)[0]
+        np.testing.assert_allclose(g, 0.0, atol=FLOAT32_RTOL, err_msg=theirs.constraint_name[k])
+
+
+
+def test_mujoco_equality_rows_without_a_projection():
+    """Rows added with ``newton.solvers.mujoco.add_equality_*`` (no loop joint, no mimic): a
+    connect becomes a ball (body2's point where the anchor sits at the reference pose: FREE
+    joints at joint_q, hinges at 0), a weld a weld (its relpose, or the bodies' relative pose at
+    the reference pose), a linear joint equality a coupler; a nonlinear one is ignored by label
+    (noted)."""
+    from sap_common.model import ConstraintType
+
+    eq = newton.solvers.mujoco
+    b = newton.ModelBuilder()
+    bob = b.add_link(xform=wp.transform((0.3, 0.0, 1.0), wp.quat_identity()), mass=1.0,
+                     inertia=wp.mat33(np.eye(3) * 0.01), label="bob")
+    b.add_articulation([b.add_joint_free(bob)])
+    arm = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    arm2 = b.add_link(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    j0 = b.add_joint_revolute(-1, arm, parent_xform=wp.transform((0, 1, 1), wp.quat_identity()), axis=(0, 1, 0))
+    j1 = b.add_joint_revolute(arm, arm2, parent_xform=wp.transform((0.2, 0, 0), wp.quat_identity()), axis=(0, 1, 0))
+    b.add_articulation([j0, j1])
+    b.joint_q[8] = 0.7  # arm2's hinge away from 0: the reference pose is at 0
+    eq.add_equality_connect(b, bob, arm2, anchor=(-0.1, 0.0, 0.2), label="tether")
+    eq.add_equality_joint(b, j1, j0, polycoef=(0.2, -0.5), label="gear")
+    eq.add_equality_weld(b, arm2, bob, label="glue")  # relpose: the bodies' pose at the reference pose
+    eq.add_equality_joint(b, j1, j0, polycoef=(0.0, 1.0, 0.3), label="cam")
+    model = b.finalize(device="cpu")
+    with pytest.warns(UserWarning, match="ignored.*'cam'"):
+        m = sap_newton.to_sap_model(model)
+    assert m.constraint_name == ("equality:tether", "equality:glue", "equality:gear")
+    assert [ConstraintType(int(t)) for t in m.constraint_type] == [ConstraintType.BALL, ConstraintType.WELD,
+                                                                   ConstraintType.COUPLER]
+    assert (m.constraint_body_a[0], m.constraint_body_b[0]) == (0, 2)
+    # At the reference pose the anchor (0.2, 0, 1.2) in world lies at (0, -1, 0.2) in arm2's frame.
+    _close("p_AP", m.constraint_X_a[0, :3], [-0.1, 0.0, 0.2])
+    _close("p_BQ", m.constraint_X_b[0, :3], [0.0, -1.0, 0.2])
+    assert m.constraint_gear_ratio[2] == -0.5 and m.constraint_offset[2] == pytest.approx(0.2, rel=FLOAT32_RTOL)
+    assert (m.constraint_joint0[2], m.constraint_joint1[2]) == (2, 1)
+    # The weld: frame P on arm2 where bob's origin sits at the reference pose, Q = bob's frame.
+    assert (m.constraint_body_a[1], m.constraint_body_b[1]) == (2, 0)
+    _close("X_AP", m.constraint_X_a[1], [0.1, -1.0, 0.0, 0, 0, 0, 1])
+    _close("X_BQ", m.constraint_X_b[1], [0, 0, 0, 0, 0, 0, 1])
+    # Newton's MuJoCo solver holds the same points and frames (its rows' eq_data; quaternions wxyz).
+    pytest.importorskip("mujoco")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mj = newton.solvers.SolverMuJoCo(model, use_mujoco_cpu=True).mj_model
+    # The model's rows come first, in order (further weld rows of Newton's own follow them).
+    connect, weld = (int(np.flatnonzero(mj.eq_type == k)[0]) for k in (0, 1))  # mjEQ_CONNECT, mjEQ_WELD
+    _close("MuJoCo anchor", mj.eq_data[connect, 0:3], m.constraint_X_a[0, :3])
+    _close("MuJoCo partner", mj.eq_data[connect, 3:6], m.constraint_X_b[0, :3])
+    _close("MuJoCo weld anchor", mj.eq_data[weld, 0:3], m.constraint_X_b[1, :3])
+    X_AP = m.constraint_X_a[1]
+    _close("MuJoCo relpose", mj.eq_data[weld, 3:10], [*X_AP[:3], X_AP[6], *X_AP[3:6]])

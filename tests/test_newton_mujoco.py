@@ -9,6 +9,9 @@
   τ_d from Newton's ke, kd, exact Coulomb cone regularized near stiction; MuJoCo: soft
   constraints from solref/solimp with ke, kd read as mass-normalized, pyramidal cone); the test
   states the differences and bounds them (docs/newton.md has the numbers).
+* A closed chain: the Newton four-bar, its loop a second parent BALL joint, which SAP closes with
+  a near-rigid ball constraint and Newton's MuJoCo solver with a soft ``connect`` equality: both
+  keep the loop closed and move the linkage alike, within what their regularizations differ by.
 """
 
 import warnings
@@ -19,7 +22,7 @@ import pytest
 newton = pytest.importorskip("newton")
 pytest.importorskip("mujoco")
 import warp as wp  # noqa: E402
-from newton_scenes import pendulum_newton  # noqa: E402
+from newton_scenes import fourbar_newton, pendulum_newton  # noqa: E402
 from scipy.integrate import solve_ivp  # noqa: E402
 
 import sap_newton  # noqa: E402
@@ -162,3 +165,111 @@ def test_sliding_box_against_mujoco_contact():
     assert m["distance"] == pytest.approx(coulomb_distance, rel=0.05)
     # ... and a contact that is stiff at rest (mass-normalized ke) but sinks further on impact.
     assert m["rest_depth"] < depth_sap and m["max_depth"] > metrics["sap drake, SAP collision"]["max_depth"]
+
+
+def _closure_gap(model, q) -> float:
+    """The largest |g| [m] of ``model``'s constraints at coordinates ``q`` (sap_ref kinematics)."""
+    from sap_ref.holonomic import constraint_kinematics
+    from sap_ref.kinematics import body_jacobians, forward_kinematics, motion_subspaces
+
+    body_q = forward_kinematics(model, q)
+    J_b = body_jacobians(model, q, body_q, motion_subspaces(model, q, body_q))
+    return max(float(np.abs(constraint_kinematics(model, k, q, body_q, J_b)[0]).max())
+               for k in range(model.constraint_count))
+
+
+CLOSED_CHAIN_T = 0.4  # s: the four-bar's crank swings 1.6 rad
+CLOSED_CHAIN_DT = 2e-3
+# SAP's near-rigid ball holds the loop to its compliance R = β²w/(4π²) times the load: measured
+# 8.7e-5 m (either loop); the bound is 1/400 of the shortest link (an open loop drifts by links).
+SAP_LOOP_GAP = 5e-4
+# MuJoCo's connect is a soft constraint (MuJoCo's defaults, which Newton keeps: solref 0.02 s
+# critically damped, solimp d from 0.9 to 0.95 over 1 mm): it settles where d·k·r balances
+# (1 − d) of the gap's free acceleration a, r ≈ (1 − d)/d · a/k with k = 1/(0.95·0.02 s)² ≈ 2.8e3
+# s⁻²: 4e-4 to 1.6e-3 m for a from g to 4g. Measured 4.7e-4 m (ball), 2.8e-4 m (revolute).
+MUJOCO_LOOP_GAP = 2e-3
+# The soft loop changes the linkage's geometry by about gap/crank = 4.7e-4/0.2 ≈ 2.4e-3 rad and
+# the motion drifts by that over the swing. Measured after 0.4 s: 5.5e-3 rad (ball), 8.9e-4 rad
+# (revolute); the bound is 1.2 % of the crank's 1.6 rad travel.
+CRANK_AGREEMENT = 2e-2
+# A free body hung by a connect: MuJoCo's connect carries all of its weight and the swing's
+# centripetal load, a = g + v²/L ≈ 27 m/s² at the bottom, r ≈ 1e-3 m by the estimate above, and
+# more where the violation leaves solimp's 1 mm width (d falls toward 0.9). Measured 2.9e-3 m.
+HOOK_GAP_MUJOCO = 1e-2
+# The two runs hold the same point; the bob's positions differ by what the two holds' gaps differ
+# by (≤ 2.9e-3 m measured) and its effect on the swing. Measured 7.3e-4 m after 0.4 s.
+HOOK_AGREEMENT = 5e-3
+
+
+@pytest.mark.parametrize("loop", ["ball", "revolute"])
+def test_closed_chain_steps_like_newtons_mujoco_solver(loop):
+    """The Newton four-bar (no joint limit: the loop is the only constraint) released at crank
+    angle −1 rad, its loop a BALL joint (SAP: a ball; MuJoCo: one connect) or a REVOLUTE one
+    (SAP: a ball plus an axis alignment; MuJoCo: two connects along the hinge axis): SAP (drake
+    preset) and Newton's MuJoCo solver (Euler, MuJoCo's C library) both keep the loop closed over
+    0.4 s, and their crank angles agree to what the two loop regularizations differ by.
+
+    Newton 1.8's MuJoCo solver places a revolute loop joint's connect points on the child from the
+    bodies' poses at zero joint coordinates, not from the joint's child frame (a ball loop joint's
+    from its child frame): the revolute four-bar is built closed at q = 0 (its hinge frames turned
+    by the initial angles), else MuJoCo would hold the loop 0.1 m open."""
+    model = fourbar_newton(limit=False, loop=loop, closed_at_zero=loop == "revolute")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv = sap_newton.convert_model(model)
+    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
+    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
+            "mujoco": _mujoco(model, integrator="euler")}
+    crank, gap = {}, {}
+    for name, solver in runs.items():
+        s0, s1, control = model.state(), model.state(), model.control()
+        qs = []
+        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
+            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
+            s0, s1 = s1, s0
+            qs.append(s0.joint_q.numpy()[coords].astype(np.float64))
+        qs = np.array(qs)
+        crank[name], gap[name] = qs[:, 0], max(_closure_gap(m, q) for q in qs)
+    diff = np.abs(crank["sap"] - crank["mujoco"])
+    print(f"\nloop gap: SAP {gap['sap']:.2e} m, MuJoCo {gap['mujoco']:.2e} m; crank travel "
+          f"{crank['sap'][-1] - crank['sap'][0]:.3f} rad (SAP), {crank['mujoco'][-1] - crank['mujoco'][0]:.3f} rad "
+          f"(MuJoCo); max |Δcrank| {diff.max():.2e} rad at {CLOSED_CHAIN_DT * (1 + diff.argmax()):.3f} s")
+    assert np.ptp(crank["sap"]) > 0.5  # it swung
+    assert gap["sap"] <= SAP_LOOP_GAP and gap["mujoco"] <= MUJOCO_LOOP_GAP
+    assert diff.max() <= CRANK_AGREEMENT
+
+
+def test_connect_row_steps_like_newtons_mujoco_solver():
+    """A free body hung from the world by a MuJoCo ``connect`` row with no loop joint
+    (``newton.solvers.mujoco.add_equality_connect``), released with a sideways push: SAP's ball
+    and MuJoCo's connect hold the same point (the gap bounds as for the four-bar) and the body
+    swings alike."""
+    b = newton.ModelBuilder()
+    bob = b.add_link(xform=wp.transform((0.3, 0.0, 1.0), wp.quat_identity()), mass=1.0,
+                     inertia=wp.mat33(np.diag([0.01, 0.02, 0.03])))
+    b.add_articulation([b.add_joint_free(bob)])
+    b.joint_qd[1] = 0.5  # m/s along y
+    newton.solvers.mujoco.add_equality_connect(b, bob, -1, anchor=(-0.3, 0.0, 0.0), label="hook")
+    model = b.finalize(device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv = sap_newton.convert_model(model)
+    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
+    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
+            "mujoco": _mujoco(model, integrator="euler")}
+    pos, gap = {}, {}
+    for name, solver in runs.items():
+        s0, s1, control = model.state(), model.state(), model.control()
+        qs = []
+        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
+            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
+            s0, s1 = s1, s0
+            qs.append(s0.joint_q.numpy()[coords].astype(np.float64))
+        qs = np.array(qs)
+        pos[name], gap[name] = qs[:, :3], max(_closure_gap(m, q) for q in qs)
+    diff = np.linalg.norm(pos["sap"] - pos["mujoco"], axis=1)
+    print(f"\nhook gap: SAP {gap['sap']:.2e} m, MuJoCo {gap['mujoco']:.2e} m; bob fell "
+          f"{1.0 - pos['sap'][-1, 2]:.3f} m; max |Δp| {diff.max():.2e} m")
+    assert 1.0 - pos["sap"][-1, 2] > 0.1  # it swung down
+    assert gap["sap"] <= SAP_LOOP_GAP and gap["mujoco"] <= HOOK_GAP_MUJOCO
+    assert diff.max() <= HOOK_AGREEMENT

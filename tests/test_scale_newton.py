@@ -172,6 +172,9 @@ def test_notify_model_changed_rebuilds_only_for_what_sap_caches(device):
     assert solver.solvers[0] is kept  # nothing SAP reads changed: no work
     solver.notify_model_changed(newton.ModelFlags.BODY_INERTIAL_PROPERTIES)
     assert solver.solvers[0] is not kept and solver.world_status is world_status  # rebuilt; status arrays kept
+    kept = solver.solvers[0]
+    solver.notify_model_changed(newton.ModelFlags.CONSTRAINT_PROPERTIES)  # mimic coefficients are couplers
+    assert solver.solvers[0] is not kept
 
 
 def test_reset_and_observables_allocate_nothing_and_copy_nothing_to_the_host(device, monkeypatch):

@@ -50,13 +50,15 @@ inertia inference and URDF parsing apply. Mapping (MuJoCo → ours):
   ``connect`` → a ball constraint (MuJoCo's anchor on body1 and its compiled partner point on
   body2); ``weld`` → a weld constraint, frame P on body1 at ``relpose`` (MuJoCo's compiled
   pose of body2's anchor in body1) and frame Q on body2 at ``anchor`` with body2's axes;
+  site-based ``connect``/``weld`` (``site1``, ``site2``) → a ball or weld between the two
+  sites' points or frames (MuJoCo then reads neither ``anchor`` nor ``relpose``);
   ``joint`` with a linear polynomial (``polycoef`` a0 a1 0 0 0) → a coupler
   q₁ = a1·q₂ + a0 in our coordinates (MuJoCo's y − y₀ = a0 + a1·(x − x₀), both relative to
   ``qpos0`` as ours are). ``active="false"`` leaves the equality out (our constraints are always
   on; a note names it). ``solref``/``solimp`` are not mapped: every constraint takes Drake's
   near-rigid regularization; a weld's ``torquescale`` other than 1 is ignored with a note.
-  Anything else (``tendon``, ``flex``, ``distance``, site-based connect/weld, a joint
-  equality with one joint or a nonlinear polynomial) raises a ``ValueError`` naming it.
+  Anything else (``tendon``, ``flex``, a joint equality with one joint or a nonlinear
+  polynomial) raises a ``ValueError`` naming it.
 * **Options.** ``timestep`` → dt; ``gravity`` (zero if MuJoCo's gravity flag is disabled);
   disabled contact/limit/damper/actuation flags remove pairs, limits, damping, actuators.
   Other features with no counterpart (tendons, joint friction loss,
@@ -639,21 +641,32 @@ def _add_equalities(b: ModelBuilder, m, body_of: list, joints: list, notes: list
                 b.add_coupler(our_joint[o1], our_joint[o2], float(data[1]), float(data[0]), name=name)
                 continue
             if int(objtype[e]) == _OBJ_SITE:
-                raise ValueError("site-based connect/weld is not supported (use body1/body2 with an anchor)")
-            body_a, body_b = body_of[o1], body_of[o2]
-            if kind == 0:
-                b.add_ball(body_a, data[0:3], body_b, data[3:6], name=name)
+                _add_site_equality(b, m, kind, o1, o2, body_of, name)
+            elif kind == 0:
+                b.add_ball(body_of[o1], data[0:3], body_of[o2], data[3:6], name=name)
             else:
                 X_AP = spatial.transform(data[3:6], _quat(data[6:10]))
-                b.add_weld(body_a, X_AP, body_b, spatial.transform(data[0:3]), name=name)
-                if data[10] != 1.0:
-                    torquescale.append(name)
+                b.add_weld(body_of[o1], X_AP, body_of[o2], spatial.transform(data[0:3]), name=name)
+            if kind == 1 and data[10] != 1.0:
+                torquescale.append(name)
         except ValueError as err:
             raise ValueError(f"load_mjcf: {what}: {err}") from None
     if inactive:
         notes.append(f"inactive equality constraints (active=\"false\") are left out: {inactive}")
     if torquescale:
         notes.append(f"weld torquescale other than 1 is ignored (the weld is Drake's): {torquescale}")
+
+
+def _add_site_equality(b: ModelBuilder, m, kind: int, s1: int, s2: int, body_of: list, name: str) -> None:
+    """A site-based connect (kind 0) or weld (1): MuJoCo holds site1's point (connect) or frame
+    (weld) on site2's, reading the sites' poses in their bodies and neither ``anchor`` nor
+    ``relpose``; a ball or weld between the two site frames is the same constraint."""
+    X = [spatial.transform(np.array(m.site_pos[s], dtype=np.float64), _quat(m.site_quat[s])) for s in (s1, s2)]
+    body_a, body_b = (body_of[int(m.site_bodyid[s])] for s in (s1, s2))
+    if kind == 0:
+        b.add_ball(body_a, X[0][:3], body_b, X[1][:3], name=name)
+    else:
+        b.add_weld(body_a, X[0], body_b, X[1], name=name)
 
 
 def _unmapped_features(m) -> list:
