@@ -513,8 +513,8 @@ def polytope_count(s: Convex) -> int:
 
 @wp.func
 def kink_vertex(G: Geometry, s: Convex, d: wp.vec3d) -> int:
-    """The support vertex along d of a mesh or prism (support_local's: the first of largest v·d), else 0."""
-    if s.kind != CONVEX_MESH and s.kind != PRISM:
+    """The support vertex along d of a convex mesh (support_local's: the first of largest v·d), else 0."""
+    if s.kind != CONVEX_MESH:
         return 0
     dl = wp.transpose(s.R) * d
     best = int(0)
@@ -529,10 +529,10 @@ def kink_vertex(G: Geometry, s: Convex, d: wp.vec3d) -> int:
 
 @wp.func
 def kink_count(G: Geometry, s: Convex, v: int) -> int:
-    """How many axes sap_ref._kink_axes gives (v: the support vertex of a mesh or prism)."""
+    """How many axes sap_ref._kink_axes gives (v: the support vertex of a convex mesh)."""
     if s.kind == CYLINDER or s.kind == CAPSULE:
         return 1
-    if s.kind == BOX or s.kind == PRISM:
+    if s.kind == BOX:
         return 3
     if s.kind != CONVEX_MESH:
         return 0
@@ -546,23 +546,13 @@ def kink_count(G: Geometry, s: Convex, v: int) -> int:
 
 @wp.func
 def kink_axis(G: Geometry, s: Convex, v: int, k: int) -> wp.vec3d:
-    """Axis k of sap_ref._kink_axes (v: the support vertex of a mesh or prism), world frame."""
+    """Axis k of sap_ref._kink_axes (v: the support vertex of a convex mesh), world frame."""
     if s.kind == CYLINDER or s.kind == CAPSULE:
         return wp.vec3d(s.R[0, 2], s.R[1, 2], s.R[2, 2])
     if s.kind == BOX:
         return wp.vec3d(s.R[0, k], s.R[1, k], s.R[2, k])
     other = int(0)
-    if s.kind == PRISM:  # sap_ref._prism_neighbours
-        base = int(0)
-        if v >= 3:
-            base = 3
-        if k == 0:
-            other = base + (v - base + 1) % 3
-        elif k == 1:
-            other = base + (v - base + 2) % 3
-        else:
-            other = (v + 3) % 6
-    else:  # the vertex after v in the k-th face holding it
+    if s.kind == CONVEX_MESH:  # the vertex after v in the k-th face holding it
         seen = int(0)
         for f in range(s.f0, s.f1):
             start = G.mesh_face_vertex_start[f]

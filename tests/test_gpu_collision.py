@@ -160,6 +160,24 @@ def test_random_pairs_match_sap_ref(device, case):
     assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
+def test_a_deep_ellipsoid_in_a_height_field_matches_sap_ref(device):
+    """The random search found this pair: an ellipsoid deep in the terrain, where the two backends'
+    refinements parted by 5 mm on one prism while prisms' edges were kink moves. Prisms now keep
+    the smooth refinement alone (sap_ref.collision_convex._kink_axes)."""
+    terrain = np.array([-0.03549443196407397, -0.04067812423826307, 0.0037658358969994907, -0.0, -0.0,
+                        -0.4497905049780948, 0.8931340893905856])
+    pose = np.array([0.13931170911510998, -0.10893877621764757, 0.033725783319414754, -0.20542040188833097,
+                     0.36244233592858827, -0.7307116031248639, 0.5408313643580189])
+    materials = [dict(margin=0.0, mu=None, ke=None)] * 2
+    model, state = _two_shapes((ShapeType.HEIGHTFIELD, ShapeType.ELLIPSOID),
+                               [np.zeros(3), [0.10960089345483431, 0.03409025437950722, 0.1935005072186]],
+                               [terrain, pose], materials)
+    config = SapConfig(fallback_mu=0.7, fallback_stiffness=3e5, contact_tau_d=0.02)
+    expected, got = _both(model, state, 16, device, config)
+    assert expected.count[0] == 4 and expected.phi0[0, :4].min() < -0.09  # deep, a manifold of prisms
+    assert_same_contacts(expected, got, curved=True)
+
+
 def _q(axis, angle):
     return spatial.quat_from_axis_angle(np.asarray(axis, float), angle)
 
