@@ -188,7 +188,8 @@ def _holonomic_rows(
                     add_point_jacobian_along(world, a, p_M, e, -one, row0 + r0 + 3 + i, body_parent, body_joint,
                                              joint_qd_start, body_X_in, dof_S_in, J_out)
             else:  # axis alignment: the swing across the bisector, along its two tangents
-                a_P = wp.quat_rotate(wp.transform_get_rotation(X_WP), axis[c])
+                q_P = wp.transform_get_rotation(X_WP)
+                a_P = wp.quat_rotate(q_P, axis[c])
                 a_Q = wp.quat_rotate(wp.transform_get_rotation(X_WQ), axis[c])
                 cr = wp.cross(a_P, a_Q)
                 sn = wp.length(cr)
@@ -200,9 +201,14 @@ def _holonomic_rows(
                 mhat = a_P
                 if mn != zero:
                     mhat = m / mn
-                F = contact_frame(mhat)
+                # The tangents of â in P, carried by R_WP, then by the smallest rotation taking
+                # a_P onto m̂ (sap_ref.holonomic.swing_tangents): smooth in the poses.
+                F = contact_frame(axis[c])
+                cm = wp.cross(a_P, mhat)
+                dm = wp.dot(a_P, mhat)
                 for i in range(2):
-                    tv = wp.vec3d(F[0, i], F[1, i], F[2, i])
+                    t0 = wp.quat_rotate(q_P, wp.vec3d(F[0, i], F[1, i], F[2, i]))
+                    tv = dm * t0 + wp.cross(cm, t0) + (wp.dot(t0, cm) / (one + dm)) * cm
                     g[i] = wp.dot(tv, s)
                     _add_angular_along(world, b, tv, one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
                                        dof_S_in, J_out)

@@ -19,7 +19,8 @@ row is a plain quadratic. Per type (P on A, Q on B, points and frames in world a
   velocity of B relative to A at the points of A and B coincident with the midpoint M of the two
   frame origins (angular rows first), k = ∞;
 * axis alignment: with a_P = R_WP â, a_Q = R_WQ â, the swing s = ∠(a_P, a_Q)·(a_P × a_Q)/|a_P × a_Q|
-  and (t̂₁, t̂₂) an orthonormal basis perpendicular to m̂ = (a_P + a_Q)/|a_P + a_Q|:
+  and (t̂₁, t̂₂) an orthonormal basis perpendicular to m̂ = (a_P + a_Q)/|a_P + a_Q| that moves
+  smoothly with the poses (``swing_tangents``):
   g = [t̂₁·s ; t̂₂·s], J = [t̂₁ᵀ ; t̂₂ᵀ](J_ω,B − J_ω,A), k = ∞ (not a Drake constraint).
 
 Drake: ``SapHolonomicConstraint``, ``SapCouplerConstraint``, ``SapDistanceConstraint``,
@@ -150,9 +151,25 @@ def constraint_kinematics(model: SapModel, k: int, joint_q, body_q, J_bodies):
         J[3:] = point_jacobian(model, b, p_WM, body_q, J_bodies) - point_jacobian(model, a, p_WM, body_q, J_bodies)
         return np.concatenate([rotation_vector(X_WP[3:], X_WQ[3:]), p_WQ - p_WP]), J, True
     axis = model.constraint_axis[k]
-    s, m = swing_vector(spatial.quat_rotate(X_WP[3:], axis), spatial.quat_rotate(X_WQ[3:], axis))
-    T = contact_frames(m[None, :])[0][:, :2]  # (t̂₁, t̂₂) ⊥ m̂, Drake's MakeFromOneUnitVector basis
+    a_P = spatial.quat_rotate(X_WP[3:], axis)
+    s, m = swing_vector(a_P, spatial.quat_rotate(X_WQ[3:], axis))
+    T = swing_tangents(X_WP[3:], axis, a_P, m)
     return T.T @ s, T.T @ (Jw(b) - Jw(a)), True
+
+
+def swing_tangents(q_WP, axis: np.ndarray, a_P: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``(3, 2)``: the axis alignment's row directions (t̂₁, t̂₂) ⊥ m̂, smooth in the poses.
+
+    The contact-frame tangents of the fixed unit axis â (in P), carried to world by R_WP (then ⊥
+    a_P), then by the smallest rotation taking a_P onto the bisector m̂: x ↦ d·x + c × x +
+    (c·x)/(1 + d)·c with c = a_P × m̂, d = a_P·m̂ = cos(θ/2) > 0. A basis built from m̂ itself would
+    jump where two of m̂'s components tie (an axis along a world axis), so g would not be a smooth
+    function of q there, though the constraint would not change."""
+    T0 = spatial.quat_rotate(q_WP, contact_frames(axis[None, :])[0][:, :2].T)  # (2, 3): R_WP t̂ᵢ(â)
+    c = np.cross(a_P, m)
+    d = float(a_P @ m)
+    T = d * T0 + np.cross(c, T0) + np.outer(T0 @ c, c) / (1.0 + d)
+    return T.T
 
 
 def holonomic_constraints(model: SapModel, joint_q, A, dt: float, body_q, J_bodies) -> HolonomicRows:
