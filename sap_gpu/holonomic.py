@@ -28,7 +28,6 @@ COUPLER = wp.constant(int(ConstraintType.COUPLER))
 DISTANCE = wp.constant(int(ConstraintType.DISTANCE))
 BALL = wp.constant(int(ConstraintType.BALL))
 WELD = wp.constant(int(ConstraintType.WELD))
-_V6 = wp.types.vector(6, wp.float64)
 _P5 = wp.types.vector(5, wp.float64)
 
 
@@ -136,10 +135,9 @@ def _holonomic_rows(
         t = ctype[c]
         p = params[c]
         ok = int(1)
-        g = _V6()
         if t == COUPLER:
             rho = p[0]
-            g[0] = joint_q_in[world, q0i[c]] - rho * joint_q_in[world, q1i[c]] - p[1]
+            g0_out[world, r0] = joint_q_in[world, q0i[c]] - rho * joint_q_in[world, q1i[c]] - p[1]
             J_out[world, row0 + r0, dof0[c]] = J_out[world, row0 + r0, dof0[c]] + one
             J_out[world, row0 + r0, dof1[c]] = J_out[world, row0 + r0, dof1[c]] - rho
         else:
@@ -154,7 +152,7 @@ def _holonomic_rows(
                 for i in range(3):
                     e = wp.vec3d(zero, zero, zero)
                     e[i] = one
-                    g[i] = d[i]
+                    g0_out[world, r0 + i] = d[i]
                     add_point_jacobian_along(world, b, p_Q, e, one, row0 + r0 + i, body_parent, body_joint,
                                              joint_qd_start, body_X_in, dof_S_in, J_out)
                     add_point_jacobian_along(world, a, p_P, e, -one, row0 + r0 + i, body_parent, body_joint,
@@ -165,7 +163,7 @@ def _holonomic_rows(
                     ok = 0
                 else:
                     u = d / dist
-                    g[0] = dist - p[2]
+                    g0_out[world, r0] = dist - p[2]
                     add_point_jacobian_along(world, b, p_Q, u, one, row0 + r0, body_parent, body_joint,
                                              joint_qd_start, body_X_in, dof_S_in, J_out)
                     add_point_jacobian_along(world, a, p_P, u, -one, row0 + r0, body_parent, body_joint,
@@ -177,8 +175,8 @@ def _holonomic_rows(
                 for i in range(3):
                     e = wp.vec3d(zero, zero, zero)
                     e[i] = one
-                    g[i] = aPQ[i]
-                    g[3 + i] = d[i]
+                    g0_out[world, r0 + i] = aPQ[i]
+                    g0_out[world, r0 + 3 + i] = d[i]
                     _add_angular_along(world, b, e, one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
                                        dof_S_in, J_out)
                     _add_angular_along(world, a, e, -one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
@@ -209,7 +207,7 @@ def _holonomic_rows(
                 for i in range(2):
                     t0 = wp.quat_rotate(q_P, wp.vec3d(F[0, i], F[1, i], F[2, i]))
                     tv = dm * t0 + wp.cross(cm, t0) + (wp.dot(t0, cm) / (one + dm)) * cm
-                    g[i] = wp.dot(tv, s)
+                    g0_out[world, r0 + i] = wp.dot(tv, s)
                     _add_angular_along(world, b, tv, one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
                                        dof_S_in, J_out)
                     _add_angular_along(world, a, tv, -one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
@@ -235,8 +233,7 @@ def _holonomic_rows(
         for i in range(n):
             active_out[world, row0 + r0 + i] = 1
             R_out[world, row0 + r0 + i] = R
-            v_hat_out[world, row0 + r0 + i] = -g[i] / (dt + tau)
-            g0_out[world, r0 + i] = g[i]
+            v_hat_out[world, row0 + r0 + i] = -g0_out[world, r0 + i] / (dt + tau)
 
 
 def holonomic_constraints(m, layout: HolonomicLayout, row0: int, dt: float, joint_q, A, body_X, dof_S, active, J, R,
