@@ -244,6 +244,24 @@ def test_newton_path_sweep_counts_launches_and_trips(capsys, device):
     assert any(line.startswith("structure: approx32/staged x3: ") for line in lines)
 
 
+def test_each_scene_is_compared_with_itself(capsys, device):
+    """Two scenes, both Newton paths: each fused/staged speed-up divides the same scene's runs, and
+    its line names the scene (they were keyed by world count alone, so a scene's fused run was
+    divided by the last scene's staged run)."""
+    assert main(["sphere_drop", "box_slide", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--newton-path",
+                 "fused", "staged", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    runs = {(r["scene"], r["newton_path"]): r for r in result["runs"]}
+    assert len(runs) == 4
+    speedups = result["newton_path_speedups"]
+    assert sorted(q["scene"] for q in speedups) == ["box_slide", "sphere_drop"]
+    for q in speedups:
+        fused, staged = runs[(q["scene"], "fused")], runs[(q["scene"], "staged")]
+        assert q["speedup"] == pytest.approx(fused["world_steps_per_s"] / staged["world_steps_per_s"])
+        assert any(line.startswith(f"speed-up fused/staged Newton path ({q['scene']}: approx32/cholesky/sparse, "
+                                   "2 worlds): ") for line in lines), q["scene"]
+
+
 def test_rows_sweep_reports_the_sparse_over_dense_speedup(capsys, device):
     """--rows sparse dense: both paths in one process, the same iterations, and the ratio printed."""
     assert main(["box_stack", "--num-worlds", "2", "--steps", "4", "--warmup", "2", "--rows", "sparse", "dense",

@@ -410,13 +410,15 @@ def main(argv=None) -> int:
     for q in ratio_rows:
         print(f"ratio sap_gpu/mjwarp ({q['label']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
     speedups = sparse_speedups(rows)
+    # With several scenes each summary line names its scene (a comparison never crosses scenes).
+    where = (lambda q: f"{q['scene']}: ") if len(scenes0) > 1 else (lambda q: "")  # noqa: E731
     for q in speedups:
-        print(f"speed-up sparse/dense rows ({q['preset']}/{q['linear_solver']}, {q['num_worlds']} worlds): "
+        print(f"speed-up sparse/dense rows ({where(q)}{q['preset']}/{q['linear_solver']}, {q['num_worlds']} worlds): "
               f"{q['speedup']:.3f}")
     path_rows = path_speedups(rows)
     for q in path_rows:
         cpu = "" if q["cpu_speedup"] is None else f" (by process CPU time: {q['cpu_speedup']:.3f})"
-        print(f"speed-up fused/staged Newton path ({q['preset']}/{q['linear_solver']}/{q['rows']}, "
+        print(f"speed-up fused/staged Newton path ({where(q)}{q['preset']}/{q['linear_solver']}/{q['rows']}, "
               f"{q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
     result = dict(scene=scenes0[0].name if len(scenes0) == 1 else [sc.name for sc in scenes0], device=str(device),
                   hardware=_hardware(device),

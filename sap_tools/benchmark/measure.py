@@ -267,33 +267,37 @@ def breakdown_table(row: dict) -> str:
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    mj = {r["num_worlds"]: r for r in rows if r["backend"] == "mujoco_warp"}
-    return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r.get("linear_solver"),
-                 label=r["label"], ratio=r["world_steps_per_s"] / mj[r["num_worlds"]]["world_steps_per_s"])
-            for r in rows if r["backend"] == "sap_gpu" and r["num_worlds"] in mj]
+    key = lambda r: (r.get("scene"), r["num_worlds"])  # noqa: E731
+    mj = {key(r): r for r in rows if r["backend"] == "mujoco_warp"}
+    return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
+                 linear_solver=r.get("linear_solver"), label=r["label"],
+                 ratio=r["world_steps_per_s"] / mj[key(r)]["world_steps_per_s"])
+            for r in rows if r["backend"] == "sap_gpu" and key(r) in mj]
 
 
 def sparse_speedups(rows: list[dict]) -> list[dict]:
-    """world-steps/s of sparse rows over dense rows, per (num_worlds, preset, linear solver) run in both."""
-    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"))  # noqa: E731
+    """world-steps/s of sparse rows over dense rows, per (scene, num_worlds, preset, linear solver)
+    run in both."""
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"))  # noqa: E731
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
-    return [dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r["linear_solver"],
-                 speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
+    return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
+                 linear_solver=r["linear_solver"], speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
             for r in rows if r.get("rows") == "sparse" and key(r) in dense]
 
 
 def path_speedups(rows: list[dict]) -> list[dict]:
-    """world-steps/s of the fused Newton path over the staged one, per (num_worlds, preset, linear
-    solver, rows) run with both; on the CPU device also by process CPU time (``cpu_speedup``: Warp
+    """world-steps/s of the fused Newton path over the staged one, per (scene, num_worlds, preset,
+    linear solver, rows) run with both; on the CPU device also by process CPU time (``cpu_speedup``: Warp
     runs CPU kernels on the calling thread, so the process's CPU time is the run's work, which
     other load on a shared machine disturbs much less than the wall clock)."""
-    key = lambda r: (r["num_worlds"], r["preset"], r["linear_solver"], r["rows"])  # noqa: E731
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r["rows"])  # noqa: E731
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
     for r in rows:
         if r.get("newton_path") == "fused" and key(r) in staged:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
-            out.append(dict(num_worlds=r["num_worlds"], preset=r["preset"], linear_solver=r["linear_solver"],
+            out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
+                            linear_solver=r["linear_solver"],
                             rows=r["rows"], speedup=r["world_steps_per_s"] / s["world_steps_per_s"], cpu_speedup=cpu))
     return out
