@@ -48,7 +48,14 @@ from sap_tools.cli import (
     warp_device,
 )
 from sap_tools.progress import Progress
-from sap_tools.tolerances import GEOMETRY_TOL, RESIDUAL_GAP_FACTOR, TOL, fp32_hessian_tol, is_contact_tie
+from sap_tools.tolerances import (
+    GEOMETRY_TOL,
+    RESIDUAL_GAP_FACTOR,
+    TOL,
+    fp32_hessian_tol,
+    is_contact_tie,
+    normal_tol,
+)
 
 __all__ = ["STAGES", "COUNT_STAGES", "Check", "stage_differences", "collision_differences", "match_contacts", "verdict",
            "absent_stages", "main"]
@@ -181,7 +188,7 @@ def _is_tie(c, k, world: int = 0) -> bool:
 
 
 def collision_differences(ref_contacts, gpu_contacts) -> dict:
-    """Matched contacts of one world compared (φ₀, witness points, normals: GEOMETRY_TOL), and the
+    """Matched contacts of one world compared (φ₀, witness points: GEOMETRY_TOL; normals: normal_tol), and the
     unmatched ones counted: ``contact_count`` fails unless every unmatched contact is a tie."""
     pairs, ref_only, gpu_only = match_contacts(ref_contacts, gpu_contacts)
     unmatched = [(ref_contacts, k) for k in ref_only] + [(gpu_contacts, k) for k in gpu_only]
@@ -193,7 +200,7 @@ def collision_differences(ref_contacts, gpu_contacts) -> dict:
     R, G = ref_contacts, gpu_contacts
     out["phi0"] = _close(G.phi0[0, j], R.phi0[0, i], GEOMETRY_TOL)
     out["points"] = _close(G.x0[0, j], R.x0[0, i], GEOMETRY_TOL).worst(_close(G.x1[0, j], R.x1[0, i], GEOMETRY_TOL))
-    out["normal"] = _close(G.normal[0, j], R.normal[0, i], GEOMETRY_TOL)
+    out["normal"] = _bounded(G.normal[0, j], R.normal[0, i], normal_tol(R.x0[0, i], R.x1[0, i])[:, None])
     return out
 
 

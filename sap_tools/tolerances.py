@@ -13,7 +13,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-__all__ = ["TOL", "fp32_hessian_tol", "GEOMETRY_TOL", "CURVED_GEOMETRY_TOL", "DRAKE_MPR_GEOMETRY_TOL",
+__all__ = ["TOL", "fp32_hessian_tol", "GEOMETRY_TOL", "CURVED_GEOMETRY_TOL", "WITNESS_ROUNDOFF", "normal_tol",
+           "DRAKE_MPR_GEOMETRY_TOL",
            "RESIDUAL_GAP_FACTOR", "CONTACT_TIE_ULPS", "contact_tie_bound", "is_contact_tie"]
 
 TOL = MappingProxyType({
@@ -49,6 +50,22 @@ GEOMETRY_TOL = 1e-12
 # poses of every pair type: φ 7e-9 m, points 9e-7 m, normal 2.3e-5 rad; polytope cores (point,
 # segment, box, mesh, prism) and plane pairs end exactly and are held to GEOMETRY_TOL.
 CURVED_GEOMETRY_TOL = MappingProxyType({"phi0": 5e-8, "x0": 1e-5, "x1": 1e-5, "normal": 2e-4})
+
+# A contact normal is the direction joining the two witness points (GJK's closest vector when the
+# cores are apart), so it carries their rounding divided by their distance d = ‖x₁ − x₀‖. Two
+# float64 computations of the same point agree to a few ulps of coordinates ≤ 1 m (twice the
+# measured worst of GEOMETRY_TOL's note), so a box a few µm above a height field may turn its
+# normal by 1e-12 rad between the backends (the random search found 4.9e-12 at d = 4.0e-6 m,
+# where the points agreed to 1e-16 m) without any difference in the geometry. Below d =
+# GEOMETRY_TOL float64 does not define the direction at all.
+WITNESS_ROUNDOFF = 4e-15  # [m]
+
+
+def normal_tol(x0, x1, base: float = GEOMETRY_TOL) -> np.ndarray:
+    """Per contact: ``base`` plus the witness points' rounding over their distance,
+    ``base + WITNESS_ROUNDOFF / max(‖x₁ − x₀‖, GEOMETRY_TOL)`` (see WITNESS_ROUNDOFF)."""
+    d = np.linalg.norm(np.asarray(x1, np.float64) - np.asarray(x0, np.float64), axis=-1)
+    return base + WITNESS_ROUNDOFF / np.maximum(d, GEOMETRY_TOL)
 
 # Drake's point-contact query hands some shape pairs (sphere–convex mesh, sphere–ellipsoid, and
 # every pair of box, capsule, cylinder, ellipsoid and convex mesh but box–box; see drake_uses_mpr
