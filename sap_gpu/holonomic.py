@@ -185,7 +185,7 @@ def _holonomic_rows(
                                              joint_qd_start, body_X_in, dof_S_in, J_out)
                     add_point_jacobian_along(world, a, p_M, e, -one, row0 + r0 + 3 + i, body_parent, body_joint,
                                              joint_qd_start, body_X_in, dof_S_in, J_out)
-            else:  # axis alignment: the swing across the bisector, along its two tangents
+            else:  # axis alignment: the swing, along the tangents of the axis carried by R_WP
                 q_P = wp.transform_get_rotation(X_WP)
                 a_P = wp.quat_rotate(q_P, axis[c])
                 a_Q = wp.quat_rotate(wp.transform_get_rotation(X_WQ), axis[c])
@@ -194,19 +194,11 @@ def _holonomic_rows(
                 s = wp.vec3d(zero, zero, zero)
                 if sn != zero:
                     s = wp.atan2(sn, wp.dot(a_P, a_Q)) * cr / sn
-                m = a_P + a_Q
-                mn = wp.length(m)
-                mhat = a_P
-                if mn != zero:
-                    mhat = m / mn
-                # The tangents of â in P, carried by R_WP, then by the smallest rotation taking
-                # a_P onto m̂ (sap_ref.holonomic.swing_tangents): smooth in the poses.
+                # (t̂₁, t̂₂) = R_WP · the contact-frame tangents of â, ⊥ a_P and smooth in the poses
+                # (sap_ref.holonomic.swing_tangents).
                 F = contact_frame(axis[c])
-                cm = wp.cross(a_P, mhat)
-                dm = wp.dot(a_P, mhat)
                 for i in range(2):
-                    t0 = wp.quat_rotate(q_P, wp.vec3d(F[0, i], F[1, i], F[2, i]))
-                    tv = dm * t0 + wp.cross(cm, t0) + (wp.dot(t0, cm) / (one + dm)) * cm
+                    tv = wp.quat_rotate(q_P, wp.vec3d(F[0, i], F[1, i], F[2, i]))
                     g0_out[world, r0 + i] = wp.dot(tv, s)
                     _add_angular_along(world, b, tv, one, row0 + r0 + i, body_parent, body_joint, joint_qd_start,
                                        dof_S_in, J_out)

@@ -19,8 +19,8 @@ row is a plain quadratic. Per type (P on A, Q on B, points and frames in world a
   velocity of B relative to A at the points of A and B coincident with the midpoint M of the two
   frame origins (angular rows first), k = ∞;
 * axis alignment: with a_P = R_WP â, a_Q = R_WQ â, the swing s = ∠(a_P, a_Q)·(a_P × a_Q)/|a_P × a_Q|
-  and (t̂₁, t̂₂) an orthonormal basis perpendicular to m̂ = (a_P + a_Q)/|a_P + a_Q| that moves
-  smoothly with the poses (``swing_tangents``):
+  and (t̂₁, t̂₂) = R_WP·(the contact-frame tangents of â), an orthonormal basis perpendicular to
+  a_P that moves smoothly with the poses (``swing_tangents``):
   g = [t̂₁·s ; t̂₂·s], J = [t̂₁ᵀ ; t̂₂ᵀ](J_ω,B − J_ω,A), k = ∞ (not a Drake constraint).
 
 Drake: ``SapHolonomicConstraint``, ``SapCouplerConstraint``, ``SapDistanceConstraint``,
@@ -100,16 +100,13 @@ def rotation_vector(q_WP, q_WQ) -> np.ndarray:
     return spatial.quat_rotate(spatial.quat_normalize(q_WP), theta * k)
 
 
-def swing_vector(a_P: np.ndarray, a_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(s, m̂)``: the rotation vector of the smallest rotation taking unit ``a_P`` to unit ``a_Q``,
-    s = atan2(|a_P × a_Q|, a_P·a_Q)·(a_P × a_Q)/|a_P × a_Q| (0 when parallel), and the unit
-    bisector m̂ = (a_P + a_Q)/|a_P + a_Q| (a_P when the two are opposite)."""
+def swing_vector(a_P: np.ndarray, a_Q: np.ndarray) -> np.ndarray:
+    """The rotation vector of the smallest rotation taking unit ``a_P`` to unit ``a_Q``,
+    s = atan2(|a_P × a_Q|, a_P·a_Q)·(a_P × a_Q)/|a_P × a_Q| (0 when parallel; at opposite axes its
+    direction is whatever the rounding of a_P × a_Q gives: every direction ⊥ a_P serves)."""
     c = np.cross(a_P, a_Q)
     sn = float(np.linalg.norm(c))
-    s = np.zeros(3) if sn == 0.0 else np.arctan2(sn, float(a_P @ a_Q)) * c / sn
-    m = a_P + a_Q
-    mn = float(np.linalg.norm(m))
-    return s, (a_P.copy() if mn == 0.0 else m / mn)
+    return np.zeros(3) if sn == 0.0 else np.arctan2(sn, float(a_P @ a_Q)) * c / sn
 
 
 def constraint_kinematics(model: SapModel, k: int, joint_q, body_q, J_bodies):
@@ -151,25 +148,19 @@ def constraint_kinematics(model: SapModel, k: int, joint_q, body_q, J_bodies):
         J[3:] = point_jacobian(model, b, p_WM, body_q, J_bodies) - point_jacobian(model, a, p_WM, body_q, J_bodies)
         return np.concatenate([rotation_vector(X_WP[3:], X_WQ[3:]), p_WQ - p_WP]), J, True
     axis = model.constraint_axis[k]
-    a_P = spatial.quat_rotate(X_WP[3:], axis)
-    s, m = swing_vector(a_P, spatial.quat_rotate(X_WQ[3:], axis))
-    T = swing_tangents(X_WP[3:], axis, a_P, m)
+    s = swing_vector(spatial.quat_rotate(X_WP[3:], axis), spatial.quat_rotate(X_WQ[3:], axis))
+    T = swing_tangents(X_WP[3:], axis)
     return T.T @ s, T.T @ (Jw(b) - Jw(a)), True
 
 
-def swing_tangents(q_WP, axis: np.ndarray, a_P: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``(3, 2)``: the axis alignment's row directions (t̂₁, t̂₂) ⊥ m̂, smooth in the poses.
+def swing_tangents(q_WP, axis: np.ndarray) -> np.ndarray:
+    """``(3, 2)``: the axis alignment's row directions (t̂₁, t̂₂) ⊥ a_P, smooth in the poses.
 
-    The contact-frame tangents of the fixed unit axis â (in P), carried to world by R_WP (then ⊥
-    a_P), then by the smallest rotation taking a_P onto the bisector m̂: x ↦ d·x + c × x +
-    (c·x)/(1 + d)·c with c = a_P × m̂, d = a_P·m̂ = cos(θ/2) > 0. A basis built from m̂ itself would
-    jump where two of m̂'s components tie (an axis along a world axis), so g would not be a smooth
-    function of q there, though the constraint would not change."""
-    T0 = spatial.quat_rotate(q_WP, contact_frames(axis[None, :])[0][:, :2].T)  # (2, 3): R_WP t̂ᵢ(â)
-    c = np.cross(a_P, m)
-    d = float(a_P @ m)
-    T = d * T0 + np.cross(c, T0) + np.outer(T0 @ c, c) / (1.0 + d)
-    return T.T
+    The contact-frame tangents of the fixed unit axis â (in P), carried to world by R_WP. The swing
+    s is ⊥ a_P, so the two rows hold all of it (|g| = θ). A basis built from the bisector m̂ jumped
+    by a quarter turn where two of m̂'s components tie (an axis along a world axis), and m̂ itself
+    loses its digits as the axes turn opposite (‖a_P + a_Q‖ → 0); R_WP carries neither defect."""
+    return spatial.quat_rotate(q_WP, contact_frames(axis[None, :])[0][:, :2].T).T
 
 
 def holonomic_constraints(model: SapModel, joint_q, A, dt: float, body_q, J_bodies) -> HolonomicRows:

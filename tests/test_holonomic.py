@@ -173,11 +173,11 @@ def test_jacobian_is_the_rate_of_g(case):
 
 
 @pytest.mark.parametrize("hinge", [(1.0, 2.0, 0.5), (2.0, 1.0, 0.5), (1.0, -1.0, 0.0)])
-def test_axis_alignment_rows_are_smooth_where_the_bisector_is_a_world_axis(hinge):
-    """Axes aligned along world z: the bisector m̂ = z has two tied smallest components, where a
-    tangent basis built from m̂ alone would turn by 90° between q and q ± εv. The rows' basis moves
-    with the poses instead, so J v is still the rate of g (found by the random search: an axis
-    alignment of a hinged body to the world at identity frames)."""
+def test_axis_alignment_rows_are_smooth_where_the_axes_lie_along_a_world_axis(hinge):
+    """Axes aligned along world z: their bisector m̂ = z has two tied smallest components, where a
+    tangent basis built from m̂ would turn by 90° between q and q ± εv. The rows' basis is frame P's
+    (R_WP times the tangents of â) and moves with the poses, so J v is still the rate of g (found by
+    the random search: an axis alignment of a hinged body to the world at identity frames)."""
     b = ModelBuilder()
     b.add_body(1.0, inertia=solid_sphere_inertia(1.0, 0.1), name="link")
     b.add_joint_revolute(-1, 0, axis=np.asarray(hinge) / np.linalg.norm(hinge), name="hinge")
