@@ -199,12 +199,26 @@ def capsule_capsule(S: Scratch, world: int, pair: int, swap: int, X0: wp.transfo
                 x0, x1, n, phi = sphere_points(pa, s0[0], closest_on_segment(b0, b1, pa), s1[0], frame_x(X0))
                 emit(S, world, pair, swap, x0, x1, n, phi)
             return
-    pa, pb = segment_closest_points(a0, a1, b0, b1)
+    sp, tp = segment_closest_params(a0, a1, b0, b1)
+    pa = a0 + sp * (a1 - a0)
+    pb = b0 + tp * (b1 - b0)
     fallback = frame_x(X0)
     if not parallel:
         fallback = axis_cross / wp.length(axis_cross)
-    x0, x1, n, phi = sphere_points(pa, s0[0], pb, s1[0], fallback)
-    emit(S, world, pair, swap, x0, x1, n, phi)
+    if (not parallel) and sp > zero and sp < wp.float64(1.0) and tp > zero and tp < wp.float64(1.0):
+        # Inside both segments: the common perpendicular (sap_ref.collision_primitive.capsule_capsule).
+        d = wp.dot(pb - pa, fallback)
+        side = d
+        if wp.abs(d) <= wp.float64(COINCIDENT_DISTANCE):
+            side = wp.dot(wp.transform_get_translation(X1) - wp.transform_get_translation(X0), fallback)
+        n = fallback
+        if side < zero:
+            n = -fallback
+        pb = pa + d * fallback
+        emit(S, world, pair, swap, pa + s0[0] * n, pb - s1[0] * n, n, wp.dot(pb - pa, n) - s0[0] - s1[0])
+    else:
+        x0, x1, n, phi = sphere_points(pa, s0[0], pb, s1[0], fallback)
+        emit(S, world, pair, swap, x0, x1, n, phi)
 
 
 @wp.func

@@ -146,9 +146,12 @@ def capsule_capsule(X0, size0, X1, size1):
     (|û₀ × û₁| < ``PARALLEL_TOL``) whose projections on û₀ overlap over more than
     ``COINCIDENT_DISTANCE`` give 2 contacts instead, at the ends lo < hi of the overlap:
     p = p₋ + s û₀ for s ∈ {lo, hi}, against the point of segment 1 closest to p (a stable line
-    contact). Coincident closest points (intersecting segments) take n̂ = û₀ × û₁ (⊥ both axes,
-    so both witness points stay on their surfaces), or the capsule-0 frame's x axis when the axes
-    are parallel. Drake: capsule–capsule through FCL.
+    contact). Closest points inside both segments take n̂ = ±(û₀ × û₁)/|û₀ × û₁|, the common
+    perpendicular (⊥ both axes, so both witness points stay on their surfaces; q − p would lose its
+    direction as the segments cross or turn parallel), pointing along q − p, or from centre 0 to
+    centre 1 where the segments cross, with q moved onto p + ((q − p)·n̂)·n̂;
+    coincident closest points elsewhere take û₀ × û₁ too, or the capsule-0 frame's x axis when
+    the axes are parallel. Drake: capsule–capsule through FCL.
     """
     a0, a1 = capsule_segment(X0, size0[1])
     b0, b1 = capsule_segment(X1, size1[1])
@@ -165,6 +168,20 @@ def capsule_capsule(X0, size0, X1, size1):
                 out.append(sphere_points(pa, size0[0], closest_on_segment(b0, b1, pa), size1[0],
                                           _perpendicular(X0)))
             return out
-    pa, pb = segment_closest_points(a0, a1, b0, b1)
-    fallback = _perpendicular(X0) if parallel else axis_cross / np.linalg.norm(axis_cross)
-    return [sphere_points(pa, size0[0], pb, size1[0], fallback)]
+    s, t = segment_closest_params(a0, a1, b0, b1)
+    pa, pb = a0 + s * (a1 - a0), b0 + t * (b1 - b0)
+    if parallel:
+        return [sphere_points(pa, size0[0], pb, size1[0], _perpendicular(X0))]
+    m = axis_cross / np.linalg.norm(axis_cross)
+    if 0.0 < s < 1.0 and 0.0 < t < 1.0:
+        # Both closest points inside their segments: the normal is the common perpendicular ±m̂,
+        # exact to rounding, where q − p loses its direction as the segments cross or turn
+        # parallel; q is p + ((q − p)·m̂)·m̂ (moved along the segments only by the solve's error).
+        # Its sign: that of (q − p)·m̂, or of (c₁ − c₀)·m̂ for segments that cross (|(q − p)·m̂| within
+        # COINCIDENT_DISTANCE: rounding), else +m̂; φ = (q − p)·n̂ − r₀ − r₁.
+        d = float((pb - pa) @ m)
+        side = d if abs(d) > COINCIDENT_DISTANCE else float((X1[:3] - X0[:3]) @ m)
+        n = -m if side < 0.0 else m
+        pb = pa + d * m
+        return [(pa + size0[0] * n, pb - size1[0] * n, n, float((pb - pa) @ n) - size0[0] - size1[0])]
+    return [sphere_points(pa, size0[0], pb, size1[0], m)]

@@ -166,6 +166,30 @@ def test_random_pairs_match_sap_ref(device, case):
     assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
+@pytest.mark.parametrize("q1", [(0.124034734, 0.992277875, 0.0, 6.05638351e-05),
+                                (0.447213595, 0.894427190, 0.0, 5.45915033e-05)])
+def test_crossing_nearly_parallel_capsules_match_sap_ref(device, q1):
+    """Capsules whose segments cross 1e-5–1e-4 rad apart take the common perpendicular of their
+    axes as the normal in both backends (tests/test_ref_collision.py has the surfaces)."""
+    poses = [np.array([0.0, 0.0, 0.3, 0.0, 0.999999998, 0.0, 6.10351561e-05]), np.array([0.0, 0.0, 0.3, *q1])]
+    for X in poses:
+        X[3:] /= np.linalg.norm(X[3:])
+    model, state = _two_shapes((ShapeType.CAPSULE, ShapeType.CAPSULE), [(0.125, 0.25, 0.0), (0.125, 0.1875, 0.0)],
+                               poses)
+    expected, got = _both(model, state, 16, device)
+    n = int(expected.count[0])
+    assert n == int(got.count[0]) >= 1
+    # The common perpendicular m̂ = û₀ × û₁/|û₀ × û₁| carries rounding over sin δ, and where along
+    # the segments it sits, rounding over sin²δ (nearly parallel lines): 8 ε per unit of each.
+    u0, u1 = (spatial.quat_rotate(X[3:], [0.0, 0.0, 1.0]) for X in poses)
+    sin_delta = np.linalg.norm(np.cross(u0, u1))
+    eps = np.finfo(float).eps
+    for f, tol in (("normal", 8 * eps / sin_delta), ("x0", 8 * eps / sin_delta**2), ("x1", 8 * eps / sin_delta**2),
+                   ("phi0", GEOMETRY_TOL)):
+        err = np.abs(getattr(expected, f)[0, :n] - getattr(got, f)[0, :n]).max()
+        assert err <= GEOMETRY_TOL + tol, (f, err)
+
+
 def test_a_box_micrometres_above_a_height_field_matches_sap_ref_to_the_normal_s_conditioning(device):
     """The random search found this pair: a box 4.0 µm above one prism of a terrain. Both backends'
     witness points agree to 1e-16 m, but the normal joins two points 4.0e-6 m apart, so it differs

@@ -412,6 +412,25 @@ def mirror_degenerate(t, X0, s0, X1, s1, eps=1e-6):
     return False
 
 
+@pytest.mark.parametrize("q1", [(0.124034734, 0.992277875, 0.0, 6.05638351e-05),
+                                (0.242535625, 0.970142498, 0.0, 5.92127990e-05),
+                                (0.447213595, 0.894427190, 0.0, 5.45915033e-05)])
+def test_crossing_capsules_nearly_parallel_keep_their_witnesses_on_the_surfaces(q1):
+    """The random search found these: two capsules turned almost upside down about nearby axes, so
+    their segments cross at 1e-5–1e-4 rad. The closest points' difference q − p then has no
+    reliable direction (witnesses up to 5e-11 m inside a capsule); the common perpendicular of
+    the two axes does, and puts both witnesses on their surfaces."""
+    X0 = np.array([0.0, 0.0, 0.0, 0.0, 0.999999998, 0.0, 6.10351561e-05])
+    X1 = np.array([0.0, 0.0, 0.0, *q1])
+    X0[3:] /= np.linalg.norm(X0[3:])
+    X1[3:] /= np.linalg.norm(X1[3:])
+    s0, s1 = capsule(0.125, 0.25), capsule(0.125, 0.1875)
+    contacts = contacts_both_orders(C, X0, s0, C, X1, s1)
+    check_identities(contacts)
+    for x0, x1, n, phi in contacts:
+        assert abs(sd_shape(C, X0, s0, x0)) < TOL and abs(sd_shape(C, X1, s1, x1)) < TOL
+
+
 @settings(max_examples=400)
 @given(random_pairs())
 def test_conventions_and_witness_points_for_random_pairs(pair):
