@@ -24,6 +24,7 @@ __all__ = ["HolonomicLayout", "holonomic_layout", "holonomic_constraints"]
 
 # β²/(4π²), folded in float64 (arithmetic between Python constants in a kernel is float32).
 _R_FACTOR = HOLONOMIC_BETA * HOLONOMIC_BETA / (4.0 * np.pi**2)
+_PI = float(np.pi)  # a Python float: the kernel's literal is the float64 π
 COUPLER = wp.constant(int(ConstraintType.COUPLER))
 DISTANCE = wp.constant(int(ConstraintType.DISTANCE))
 BALL = wp.constant(int(ConstraintType.BALL))
@@ -189,14 +190,16 @@ def _holonomic_rows(
                 q_P = wp.transform_get_rotation(X_WP)
                 a_P = wp.quat_rotate(q_P, axis[c])
                 a_Q = wp.quat_rotate(wp.transform_get_rotation(X_WQ), axis[c])
+                # (t̂₁, t̂₂) = R_WP · the contact-frame tangents of â, ⊥ a_P and smooth in the poses
+                # (sap_ref.holonomic.swing_tangents); the swing, π·t̂₁ at exactly opposite axes.
+                F = contact_frame(axis[c])
                 cr = wp.cross(a_P, a_Q)
                 sn = wp.length(cr)
                 s = wp.vec3d(zero, zero, zero)
                 if sn != zero:
                     s = wp.atan2(sn, wp.dot(a_P, a_Q)) * cr / sn
-                # (t̂₁, t̂₂) = R_WP · the contact-frame tangents of â, ⊥ a_P and smooth in the poses
-                # (sap_ref.holonomic.swing_tangents).
-                F = contact_frame(axis[c])
+                elif wp.dot(a_P, a_Q) < zero:
+                    s = wp.float64(_PI) * wp.quat_rotate(q_P, wp.vec3d(F[0, 0], F[1, 0], F[2, 0]))
                 for i in range(2):
                     tv = wp.quat_rotate(q_P, wp.vec3d(F[0, i], F[1, i], F[2, i]))
                     g0_out[world, r0 + i] = wp.dot(tv, s)

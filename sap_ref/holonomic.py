@@ -100,13 +100,16 @@ def rotation_vector(q_WP, q_WQ) -> np.ndarray:
     return spatial.quat_rotate(spatial.quat_normalize(q_WP), theta * k)
 
 
-def swing_vector(a_P: np.ndarray, a_Q: np.ndarray) -> np.ndarray:
+def swing_vector(a_P: np.ndarray, a_Q: np.ndarray, across: np.ndarray) -> np.ndarray:
     """The rotation vector of the smallest rotation taking unit ``a_P`` to unit ``a_Q``,
-    s = atan2(|a_P × a_Q|, a_P·a_Q)·(a_P × a_Q)/|a_P × a_Q| (0 when parallel; at opposite axes its
-    direction is whatever the rounding of a_P × a_Q gives: every direction ⊥ a_P serves)."""
+    s = atan2(|a_P × a_Q|, a_P·a_Q)·(a_P × a_Q)/|a_P × a_Q|: 0 when the axes are parallel, π·``across``
+    (a unit vector ⊥ a_P) when they are exactly opposite. Near opposite axes its direction is
+    whatever the rounding of a_P × a_Q gives: every direction ⊥ a_P serves."""
     c = np.cross(a_P, a_Q)
     sn = float(np.linalg.norm(c))
-    return np.zeros(3) if sn == 0.0 else np.arctan2(sn, float(a_P @ a_Q)) * c / sn
+    if sn == 0.0:
+        return np.zeros(3) if float(a_P @ a_Q) >= 0.0 else np.pi * across
+    return np.arctan2(sn, float(a_P @ a_Q)) * c / sn
 
 
 def constraint_kinematics(model: SapModel, k: int, joint_q, body_q, J_bodies):
@@ -148,8 +151,8 @@ def constraint_kinematics(model: SapModel, k: int, joint_q, body_q, J_bodies):
         J[3:] = point_jacobian(model, b, p_WM, body_q, J_bodies) - point_jacobian(model, a, p_WM, body_q, J_bodies)
         return np.concatenate([rotation_vector(X_WP[3:], X_WQ[3:]), p_WQ - p_WP]), J, True
     axis = model.constraint_axis[k]
-    s = swing_vector(spatial.quat_rotate(X_WP[3:], axis), spatial.quat_rotate(X_WQ[3:], axis))
     T = swing_tangents(X_WP[3:], axis)
+    s = swing_vector(spatial.quat_rotate(X_WP[3:], axis), spatial.quat_rotate(X_WQ[3:], axis), T[:, 0])
     return T.T @ s, T.T @ (Jw(b) - Jw(a)), True
 
 

@@ -195,6 +195,29 @@ def test_axis_alignment_rows_are_smooth_where_the_axes_lie_along_a_world_axis(hi
     np.testing.assert_allclose(0.5 * (gp + gm), g0, atol=FD_TOL)
 
 
+def test_exactly_opposite_axes_are_half_a_turn_out_in_both_backends():
+    """a_P = −a_Q exactly (a frame turned by π about x, its z against the world's): a_P × a_Q is
+    exactly 0, which once read as aligned (g = 0). The swing is π along t̂₁ instead, |g| = π, the
+    same in sap_gpu (found by the random search)."""
+    import sap_gpu
+
+    b = ModelBuilder()
+    b.add_body(1.0, inertia=solid_sphere_inertia(1.0, 0.1))
+    b.add_joint_revolute(-1, 0, axis=(0.0, 1.0, 0.0))
+    b.add_axis_alignment(0, np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]), -1, None, axis=(0, 0, 1))
+    m = b.finalize()
+    q = m.joint_q_init.copy()
+    g, J, ok = _kinematics(m, q, 0)
+    assert ok and np.linalg.norm(g) == pytest.approx(math.pi, abs=1e-15)
+    state, control = m.state(), m.control()
+    gpu = sap_gpu.SolverSAP(m, max_rigid_contact=4, device="cpu")
+    pipeline = sap_gpu.CollisionPipeline(m, 4, gpu.config, device="cpu")
+    contacts, s = pipeline.contacts(), sap_gpu.to_device(state, "cpu")
+    pipeline.collide(s, contacts)
+    gpu.step(s, s, sap_gpu.to_device(control, "cpu"), contacts, 1e-3)
+    np.testing.assert_allclose(gpu.work.holonomic_g0.numpy()[0], g, atol=1e-15)
+
+
 def test_weld_function_is_drakes_angle_axis_and_offset():
     b = _two_links()
     X_AP = spatial.transform((0.1, 0.2, 0.0), spatial.quat_from_axis_angle((0, 0, 1), 0.3))
