@@ -105,6 +105,15 @@ def test_solve_converges_to_momentum_balance(case, ls, preset):
     cfg = SapConfig.from_preset(preset, line_search_variant=ls)
     v0 = p.v_star + rng.normal(size=len(p.v_star))
     res = solve(p, v0, cfg)
+    if ls == "armijo_decay" and res.status & StepStatus.LINE_SEARCH_FAILURE:
+        # Drake's backtracking accepts at its cap only a step that passes the Armijo test
+        # (docs/formulation.md § Line searches): where a stiff row switches on within ρ⁴⁰ of the
+        # Newton step, it fails there by design (the random search found one: a limit row with
+        # R = 2e-4 beside one with R = 6e-3 on one DOF).
+        last = res.history[-1].line_search
+        assert last.failed and last.iterations == cfg.line_search_max_iterations, res.status
+        event("armijo_decay: backtracking cap reached")
+        return
     assert res.status & StepStatus.CONVERGED, res.status
     event(f"newton iterations {min(res.iterations, 5)}{'+' if res.iterations >= 5 else ''}")
     ev = res.evaluation
