@@ -201,6 +201,28 @@ HOOK_GAP_MUJOCO = 1e-2
 HOOK_AGREEMENT = 5e-3
 
 
+def _sap_and_mujoco(model):
+    """``(q, gap)``: each solver's ("sap": sap_newton with the drake preset, "mujoco": Newton's
+    MuJoCo solver, Euler) SAP-ordered coordinates over CLOSED_CHAIN_T at CLOSED_CHAIN_DT, (N, nq),
+    and its largest constraint gap over the run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conv = sap_newton.convert_model(model)
+    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
+    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
+            "mujoco": _mujoco(model, integrator="euler")}
+    qs, gap = {}, {}
+    for name, solver in runs.items():
+        s0, s1, control = model.state(), model.state(), model.control()
+        out = []
+        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
+            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
+            s0, s1 = s1, s0
+            out.append(s0.joint_q.numpy()[coords].astype(np.float64))
+        qs[name] = np.array(out)
+        gap[name] = max(_closure_gap(m, q) for q in qs[name])
+    return qs, gap
+
 @pytest.mark.parametrize("loop", ["ball", "revolute"])
 def test_closed_chain_steps_like_newtons_mujoco_solver(loop):
     """The Newton four-bar (no joint limit: the loop is the only constraint) released at crank
@@ -214,22 +236,8 @@ def test_closed_chain_steps_like_newtons_mujoco_solver(loop):
     from its child frame): the revolute four-bar is built closed at q = 0 (its hinge frames turned
     by the initial angles), else MuJoCo would hold the loop 0.1 m open."""
     model = fourbar_newton(limit=False, loop=loop, closed_at_zero=loop == "revolute")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        conv = sap_newton.convert_model(model)
-    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
-    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
-            "mujoco": _mujoco(model, integrator="euler")}
-    crank, gap = {}, {}
-    for name, solver in runs.items():
-        s0, s1, control = model.state(), model.state(), model.control()
-        qs = []
-        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
-            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
-            s0, s1 = s1, s0
-            qs.append(s0.joint_q.numpy()[coords].astype(np.float64))
-        qs = np.array(qs)
-        crank[name], gap[name] = qs[:, 0], max(_closure_gap(m, q) for q in qs)
+    qs, gap = _sap_and_mujoco(model)
+    crank = {name: q[:, 0] for name, q in qs.items()}
     diff = np.abs(crank["sap"] - crank["mujoco"])
     print(f"\nloop gap: SAP {gap['sap']:.2e} m, MuJoCo {gap['mujoco']:.2e} m; crank travel "
           f"{crank['sap'][-1] - crank['sap'][0]:.3f} rad (SAP), {crank['mujoco'][-1] - crank['mujoco'][0]:.3f} rad "
@@ -251,22 +259,8 @@ def test_connect_row_steps_like_newtons_mujoco_solver():
     b.joint_qd[1] = 0.5  # m/s along y
     newton.solvers.mujoco.add_equality_connect(b, bob, -1, anchor=(-0.3, 0.0, 0.0), label="hook")
     model = b.finalize(device="cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        conv = sap_newton.convert_model(model)
-    m, coords = conv.sap_model, conv.groups[0].coord_index[0]
-    runs = {"sap": sap_newton.SolverSAP(model, contact_preset_variant="drake"),
-            "mujoco": _mujoco(model, integrator="euler")}
-    pos, gap = {}, {}
-    for name, solver in runs.items():
-        s0, s1, control = model.state(), model.state(), model.control()
-        qs = []
-        for _ in range(int(round(CLOSED_CHAIN_T / CLOSED_CHAIN_DT))):
-            solver.step(s0, s1, control, None, CLOSED_CHAIN_DT)
-            s0, s1 = s1, s0
-            qs.append(s0.joint_q.numpy()[coords].astype(np.float64))
-        qs = np.array(qs)
-        pos[name], gap[name] = qs[:, :3], max(_closure_gap(m, q) for q in qs)
+    qs, gap = _sap_and_mujoco(model)
+    pos = {name: q[:, :3] for name, q in qs.items()}
     diff = np.linalg.norm(pos["sap"] - pos["mujoco"], axis=1)
     print(f"\nhook gap: SAP {gap['sap']:.2e} m, MuJoCo {gap['mujoco']:.2e} m; bob fell "
           f"{1.0 - pos['sap'][-1, 2]:.3f} m; max |Δp| {diff.max():.2e} m")
