@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
+from .constants import DEFAULT_NEWTON_PATH, FUSED_MAX_REGISTERS_RANGE, NEWTON_PATHS
 
 __all__ = [
     "SapConfig",
@@ -155,6 +155,10 @@ def _reads_sap_contact(c) -> bool:
     return c.discrete_contact_approximation == "sap"
 
 
+def _reads_fused_kernel(c) -> bool:
+    return c.newton_path == "fused" and c.contact_linear_solver == "cholesky"
+
+
 # Knobs that only some configurations read: knob -> (does this config read it?, the setting that does).
 _CONDITIONAL_KNOBS = MappingProxyType({
     "rho": (_reads_line_search_decay, "line_search_variant='armijo_decay'"),
@@ -164,6 +168,7 @@ _CONDITIONAL_KNOBS = MappingProxyType({
     **{k: (_reads_hunt_crossley, "discrete_contact_approximation='lagged' or 'similar'")
        for k in ("stiction_tolerance", "fallback_hc_dissipation")},
     **{k: (_reads_sap_contact, "discrete_contact_approximation='sap'") for k in ("contact_tau_d", "contact_beta")},
+    "fused_max_registers": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
 })
 _WARNED: set = set()  # (knob, reader): each unused-knob warning once per process
 
@@ -290,6 +295,12 @@ class SapConfig:
             block of threads per world runs its whole loop in one launch) or ``staged`` (one
             batched kernel per stage and Newton iteration). Both compute the same iterates;
             PCR always runs staged. sap_ref's single host loop is the same for either.
+        fused_max_registers: a cap on the registers per thread of the fused Newton kernel on a
+            CUDA device (``None``, default: the compiler's choice; else an integer from 32 to
+            255, CUDA's ``__maxnreg__``). Fewer registers let more worlds run at once on a
+            multiprocessor; what does not fit is spilled to local memory. A tuning knob for
+            speed only: it changes no result. docs/benchmarks.md gives what it measured.
+            No effect on the CPU device, the staged path or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant
@@ -333,6 +344,7 @@ class SapConfig:
     pcr_regularization: float = 0.0
     matrixfree_representation: bool | None = None
     newton_path: str = DEFAULT_NEWTON_PATH
+    fused_max_registers: int | None = None
     discrete_contact_approximation: str = DEFAULT_CONTACT_APPROXIMATION
     stiction_tolerance: float = 1e-4
     fallback_hc_dissipation: float = 50.0
@@ -392,6 +404,13 @@ class SapConfig:
                              f"{self.matrixfree_representation!r}")
         set_("matrixfree_representation", bool(self.matrixfree_representation))
         set_("newton_path", _choice("newton_path", self.newton_path, {k: k for k in NEWTON_PATHS}, NEWTON_PATHS))
+        if self.fused_max_registers is not None:
+            cap = self.fused_max_registers
+            if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or not (
+                    FUSED_MAX_REGISTERS_RANGE[0] <= cap <= FUSED_MAX_REGISTERS_RANGE[1]):
+                raise ValueError(f"fused_max_registers: must be None (the compiler's choice) or an integer from "
+                                 f"{FUSED_MAX_REGISTERS_RANGE[0]} to {FUSED_MAX_REGISTERS_RANGE[1]}, got {cap!r}")
+            set_("fused_max_registers", int(cap))
         set_("discrete_contact_approximation", _choice("discrete_contact_approximation",
                                                        self.discrete_contact_approximation, _APPROXIMATION_ALIASES,
                                                        CONTACT_APPROXIMATIONS))

@@ -26,7 +26,7 @@ __all__ = [
     # state and model checks
     "QUAT_NORM_MIN", "QUAT_NORM_MAX", "MASS_MATRIX_RTOL",
     # solver options
-    "NEWTON_PATHS", "DEFAULT_NEWTON_PATH",
+    "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "FUSED_MAX_REGISTERS_RANGE",
 ]
 
 # ----------------------------------------------------------------------------- collision
@@ -240,3 +240,8 @@ MASS_MATRIX_RTOL = 1e-12
 # either, so a configuration written for one backend runs unchanged on the other.
 NEWTON_PATHS = ("fused", "staged")
 DEFAULT_NEWTON_PATH = "fused"
+
+# SapConfig.fused_max_registers: the caps CUDA accepts for registers per thread. 255 is the
+# hardware's most a thread may hold; below 32 the fused kernel's block sums and tile pointers
+# alone would spill.
+FUSED_MAX_REGISTERS_RANGE = (32, 255)

@@ -72,10 +72,12 @@ def fused_size(nv: int) -> int:
     return FUSED_TILE * max(1, -(-nv // FUSED_TILE))
 
 
-def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap"):
+def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap", max_registers: int | None = None):
     """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
     ``variant``, padded size ``n`` (:func:`fused_size`) and contact ``approximation`` (``sap``,
     ``lagged``, ``similar``: which contact term the rows evaluate), built on first use.
+    ``max_registers`` caps its registers per thread on CUDA (``SapConfig.fused_max_registers``;
+    ``None``: the compiler's choice).
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
     inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
@@ -84,7 +86,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap")
     ℓ, ∇ℓ, γ and H at ``P.v`` once, as the staged ``evaluate`` does for ``evaluate_at``.
     """
     single = n <= FUSED_TILE
-    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation)
+    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers)
     if key in _CACHE:
         return _CACHE[key]
     f = row_functions(T, approximation)
@@ -112,7 +114,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap")
 
     search = make_line_search(T, phi, Problem, variant)
 
-    @wp.kernel(enable_backward=False, module="unique")
+    @wp.kernel(enable_backward=False, module="unique", cuda_max_registers=max_registers)
     def fused_newton(P: Problem, N: Newton, evaluate_only: int, nb: int, v_init: wp.array2d(dtype=wp.float64),
                      H: wp.array3d(dtype=TL), rhs: wp.array3d(dtype=TL), dv_out: wp.array3d(dtype=TL),
                      L: wp.array3d(dtype=TL), v1_out: wp.array2d(dtype=wp.float64)):

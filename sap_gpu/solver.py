@@ -93,8 +93,8 @@ class SolverSAP:
         self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
         approximation = cfg.discrete_contact_approximation
         self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
-        self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1],
-                                                approximation) if w.fused else None
+        self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
+                                                max_registers=cfg.fused_max_registers) if w.fused else None
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations

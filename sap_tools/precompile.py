@@ -38,6 +38,7 @@ from sap_tools.cli import (
     init_warp,
     load_scene_arg,
     parser,
+    register_caps,
     scene_solver_kwargs,
 )
 
@@ -149,6 +150,9 @@ def main(argv=None) -> int:
     p.add_argument("--approximation", nargs="+", default=["sap"],
                    help=f"contact approximations (default: sap; valid: {', '.join(CONTACT_APPROXIMATIONS)})")
     p.add_argument("--line-search", default=None, help="line search (default: the scene's, else monotone_decay)")
+    p.add_argument("--fused-max-registers", nargs="+", default=["none"], metavar="N",
+                   help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: none (default: the "
+                        "compiler's choice) or 32..255; several = each")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
                         "and with a driver older than its CUDA toolkit) or ptx")
@@ -171,6 +175,10 @@ def main(argv=None) -> int:
             SapConfig.from_preset(preset, line_search_variant=args.line_search or "monotone_decay")
     except ValueError as e:
         return fail(prog, f"--preset/--line-search: {e}")
+    try:
+        caps = register_caps("--fused-max-registers", args.fused_max_registers)
+    except ValueError as e:
+        return fail(prog, e)
     if args.resources and args.cuda_output != "cubin":
         return fail(prog, "--resources: cuobjdump reads CUBIN files; use it with --cuda-output cubin")
     if args.arch is not None and args.arch < 50:
@@ -189,17 +197,19 @@ def main(argv=None) -> int:
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
-    for preset, path, solver, approx in configurations(args.preset, args.newton_path, args.linear_solver,
-                                                       args.approximation):
+    for (preset, path, solver, approx), cap in itertools.product(
+            configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
-        kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx)
+        kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx,
+                      fused_max_registers=cap)
         try:
             record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
         except ValueError as e:
             return fail(prog, e)
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))
-            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}"))
+            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
+                                               + ("" if cap is None else f"/reg{cap}"))
     rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
     report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
     if args.vs_mjwarp:

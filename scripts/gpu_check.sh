@@ -8,15 +8,21 @@
 #   scripts/gpu_check.sh run OUT "" --smoke       # the same steps on the CPU device, tiny sizes
 #
 # prepare: compiles for sm_90 (GPU_CHECK_ARCH) into CACHE every kernel of the humanoid step
-#   (approx32 and drake, fused) and of MuJoCo Warp's step (sap-precompile --vs-mjwarp), then runs
-#   the tests that take the device fixture on the CPU with --precompile-arch, which compiles every
-#   sap_gpu kernel they launch. Copy CACHE to the GPU machine beside the checkout.
-# run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs
-#   pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
+#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS) and of MuJoCo
+#   Warp's step (sap-precompile --vs-mjwarp), then runs the tests that take the device fixture on
+#   the CPU with --precompile-arch, which compiles every sap_gpu kernel they launch. Copy CACHE to
+#   the GPU machine beside the checkout (only its *.cubin and *.meta files are read there).
+# run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs first
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
-#   each under its own time limit, and writes OUT/{env.txt, pytest.log, pytest.xml,
-#   benchmark.log, benchmark.json, summary.txt}. Exit status: 0 if both steps passed.
+#       --fused-max-registers GPU_CHECK_REGISTER_CAPS
+#   then pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
+#   each under its own time limit (the benchmark first: its figures do not wait on the tests),
+#   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
+#   Exit status: 0 if both steps passed.
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
+# GPU_CHECK_REGISTER_CAPS (default "none": the compiler's choice; e.g. "none 128 168") sweeps
+# SapConfig.fused_max_registers, and must be the same for prepare and run;
+# GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
 # GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS (300) and
 # GPU_CHECK_BENCH_SECONDS (150) set the rest. Needs the project installed (pip install -e ".[test]")
 # or importable (PYTHONPATH).
@@ -29,8 +35,10 @@ PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
 BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-150}"
 PY="${PYTHON:-python3}"
 read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
+read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none}"
+read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
 
-usage() { sed -n '2,25p' "$0" >&2; exit 2; }
+usage() { sed -n '2,31p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -39,7 +47,7 @@ prepare() {
     export WARP_CACHE_PATH="$cache"
     echo "== sap-precompile humanoid for sm_$ARCH into $cache"
     "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
-        --linear-solver cholesky --vs-mjwarp || exit 1
+        --linear-solver cholesky --fused-max-registers "${CAPS[@]}" --vs-mjwarp || exit 1
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
     "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
@@ -68,16 +76,16 @@ run() {
     local cuda_output=()
     [ "$DEVICE" != cpu ] && cuda_output=(--cuda-output cubin)
     local t0=$SECONDS
-    timeout "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
-        "${pytest_args[@]}" --junitxml "$out/pytest.xml" > "$out/pytest.log" 2>&1
-    local pytest_rc=$? t1=$SECONDS
     timeout "$BENCH_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "${nw[@]}" --preset approx32 drake \
-        --vs-mjwarp --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" --out "$out/benchmark.json" \
-        > "$out/benchmark.log" 2>&1
-    local bench_rc=$? t2=$SECONDS
+        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" \
+        --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1
+    local bench_rc=$? t1=$SECONDS
+    timeout "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
+        "${PYTEST_EXTRA[@]}" "${pytest_args[@]}" --junitxml "$out/pytest.xml" > "$out/pytest.log" 2>&1
+    local pytest_rc=$? t2=$SECONDS
     {
-        echo "pytest: exit $pytest_rc in $((t1 - t0)) s (limit $PYTEST_LIMIT s): $(tail -n 1 "$out/pytest.log")"
-        echo "benchmark: exit $bench_rc in $((t2 - t1)) s (limit $BENCH_LIMIT s)"
+        echo "benchmark: exit $bench_rc in $((t1 - t0)) s (limit $BENCH_LIMIT s)"
+        echo "pytest: exit $pytest_rc in $((t2 - t1)) s (limit $PYTEST_LIMIT s): $(tail -n 1 "$out/pytest.log")"
     } | tee "$out/summary.txt"
     [ "$pytest_rc" = 0 ] && [ "$bench_rc" = 0 ]
 }

@@ -69,6 +69,11 @@ def pytest_configure(config):
         wp.config.cuda_output = config.getoption("--cuda-output")
     arch = config.getoption("--precompile-arch")
     if arch is not None:
+        if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+            # The launches are recorded, and compiled at the end, in the process that runs the
+            # tests; under pytest-xdist that is each worker, whose end-of-run output is lost.
+            raise pytest.UsageError("--precompile-arch: run without pytest-xdist (-n): the launches it compiles "
+                                    "are recorded in one process")
         from sap_gpu.launch import record_launches
 
         config._sap_precompile = (arch, record_launches(dry_run=False))

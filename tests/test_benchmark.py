@@ -191,7 +191,9 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
              (["--max-rigid-contact", "-1"], "--max-rigid-contact: must be >= 0"),
              (["--mjwarp-njmax", "64"], "--mjwarp-njmax: needs --vs-mjwarp"),
              (["--device", "tpu"], "--device 'tpu': no such Warp device here; available: "),
-             (["--vs-mjwarp"], "--vs-mjwarp: needs an MJCF scene")]
+             (["--vs-mjwarp"], "--vs-mjwarp: needs an MJCF scene"),
+             (["--fused-max-registers", "20"], "--fused-max-registers: none or an integer from 32 to 255, got '20'"),
+             (["--fused-max-registers", "none,x"], "--fused-max-registers: none or an integer from 32 to 255, got 'x'")]
     for flags, message in cases:
         assert main(["sphere_drop", "--quiet", *flags]) == 2, flags
         assert message in capsys.readouterr().err, flags
@@ -325,3 +327,38 @@ def test_validity_threshold_and_reasons():
               overflow_flags=[])
     assert bench.validity(mj) == (True, None)
     assert bench.validity(dict(mj, overflow_worlds=3, overflow_flags=["NEFC"]))[0] is False
+
+
+def test_register_cap_speedups_divide_by_the_same_run_without_a_cap():
+    """Each capped run is divided by the uncapped run of its own scene, world count and configuration."""
+    from sap_tools.benchmark.measure import register_cap_speedups
+
+    def row(scene, W, cap, rate, path="fused"):
+        return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
+                    rows="sparse", newton_path=path, fused_max_registers=cap, world_steps_per_s=rate,
+                    label="approx32" + (f"/reg{cap}" if cap else ""))
+
+    rows = [row("a", 4, None, 100.0), row("a", 4, 128, 150.0), row("a", 8, None, 400.0), row("a", 8, 128, 200.0),
+            row("b", 4, 128, 1.0),  # no uncapped run of b: no speed-up
+            dict(backend="mujoco_warp", scene="a", num_worlds=4, world_steps_per_s=50.0)]
+    out = register_cap_speedups(rows)
+    assert [(q["scene"], q["num_worlds"], q["fused_max_registers"], q["speedup"]) for q in out] == [
+        ("a", 4, 128, 1.5), ("a", 8, 128, 0.5)]
+
+
+@pytest.mark.slow
+def test_register_cap_sweep_runs_the_same_iterations(capsys, device):
+    """--fused-max-registers none 64: both runs in one process, labelled, with the same Newton and
+    line-search iterations (a register cap changes where values live, not the arithmetic), and
+    the capped run's speed-up over the uncapped one printed."""
+    assert main(["sphere_drop", "--num-worlds", "2", "--steps", "4", "--warmup", "1", "--fused-max-registers", "none",
+                 "64", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    plain, capped = result["runs"]
+    assert (plain["label"], capped["label"]) == ("approx32", "approx32/reg64")
+    assert (plain["fused_max_registers"], capped["fused_max_registers"]) == (None, 64)
+    for key in ("newton_mean", "line_search_mean", "newton_mean_structure", "newton_max_structure"):
+        assert plain[key] == capped[key], key
+    (q,) = result["register_cap_speedups"]
+    assert q["speedup"] == pytest.approx(capped["world_steps_per_s"] / plain["world_steps_per_s"])
+    assert any(line.startswith("speed-up register cap 64/none (approx32/reg64, 2 worlds): ") for line in lines)

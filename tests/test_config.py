@@ -117,6 +117,9 @@ def test_solver_defaults():
     assert c32.line_search_relative_slop == pytest.approx(1000 * np.finfo(np.float32).eps)
     assert c.dtype("free_motion_solve_precision") == np.float32
     assert SapConfig.from_preset("drake").dtype("free_motion_solve_precision") == np.float64
+    assert c.fused_max_registers is None  # the CUDA compiler's choice
+    assert SapConfig(fused_max_registers=np.int64(128)).fused_max_registers == 128
+    assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
 
 
 def test_replace_re_expands_preset_and_keeps_explicit_choices():
@@ -192,6 +195,12 @@ BAD = [
     (dict(stiction_tolerance=0.0), r"stiction_tolerance: must be finite and in \(0.0, inf\) m/s"),
     (dict(stiction_tolerance=float("inf")), r"stiction_tolerance: must be finite"),
     (dict(fallback_hc_dissipation=-1.0), r"fallback_hc_dissipation: must be finite and in \[0.0, inf\) s/m"),
+    (dict(fused_max_registers=31), r"fused_max_registers: must be None \(the compiler's choice\) or an integer from "
+                                   r"32 to 255, got 31"),
+    (dict(fused_max_registers=256), r"fused_max_registers: .* from 32 to 255, got 256"),
+    (dict(fused_max_registers=True), r"fused_max_registers: .* from 32 to 255, got True"),
+    (dict(fused_max_registers=128.0), r"fused_max_registers: .* from 32 to 255, got 128.0"),
+    (dict(fused_max_registers="128"), r"fused_max_registers: .* from 32 to 255, got '128'"),
 ]
 
 
@@ -269,6 +278,8 @@ def fresh_warnings(monkeypatch):
     (dict(fallback_hc_dissipation=3.0), "fallback_hc_dissipation", "lagged"),
     (dict(contact_tau_d=0.3, discrete_contact_approximation="lagged"), "contact_tau_d", "'sap'"),
     (dict(contact_beta=0.5, discrete_contact_approximation="similar"), "contact_beta", "'sap'"),
+    (dict(fused_max_registers=128, newton_path="staged"), "fused_max_registers", "newton_path='fused'"),
+    (dict(fused_max_registers=128, contact_linear_solver="pcr"), "fused_max_registers", "newton_path='fused'"),
 ])
 def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs, knob, reader):
     from sap_common.config import SapConfigWarning
@@ -289,6 +300,7 @@ def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs,
     dict(stiction_tolerance=1e-3, fallback_hc_dissipation=3.0, discrete_contact_approximation="lagged"),
     dict(contact_tau_d=0.3, contact_beta=0.5),
     dict(rho=0.8, pcr_atol=0.0),  # the defaults, unchanged, are not "set"
+    dict(fused_max_registers=128),
 ])
 def test_a_knob_the_configuration_reads_does_not_warn(fresh_warnings, kwargs):
     with warnings.catch_warnings():

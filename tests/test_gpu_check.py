@@ -50,3 +50,13 @@ def test_prepare_fills_a_kernel_cache_for_sm90(tmp_path):
     cubins = list(cache.rglob("*.sm90.cubin"))
     names = " ".join(p.name for p in cubins)
     assert "fused_newton" in names and "mujoco_warp" in names and "sap_gpu.kinematics" in names
+
+
+def test_precompile_arch_refuses_xdist_workers():
+    """--precompile-arch compiles the launches of the process that ran the tests; under xdist the
+    workers' compile would go unseen (it did: "0 sap_gpu variants"), so the run is refused at once."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--precompile-arch", "90",
+                          "-n", "2", "tests/test_gpu_launch.py"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "--precompile-arch: run without pytest-xdist (-n)" in run.stderr

@@ -148,3 +148,21 @@ def test_humanoid_step_kernels_stay_within_mujoco_warps_heaviest(humanoid_sm90):
     assert not over, "kernels over their resource budget:\n" + "\n".join(over)
     unused = [k for k in BUDGET_EXCEPTIONS if not any(s.startswith(k) for s in seen)]
     assert not unused, f"budget exceptions for kernels the step no longer launches: {unused}"
+
+
+@pytest.mark.cuda_compile
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install -e \".[cuda-tools]\")")
+def test_a_register_cap_reaches_the_fused_kernel(tmp_path):
+    """SapConfig.fused_max_registers compiles the humanoid's fused kernel for sm_90 within the cap
+    (it spills what does not fit); no other kernel of the step changes."""
+    cap = 128
+    scene = scenes.get("humanoid", num_worlds=1)
+    plain = step_variants(scene.sap_model, scene.max_rigid_contact)
+    capped = step_variants(scene.sap_model, scene.max_rigid_contact, fused_max_registers=cap)
+    changed = sorted(set(capped.variants) - set(plain.variants))
+    assert len(changed) == 1 and "fused_newton" in changed[0][0], changed
+    (key,) = changed
+    result = compile_variant(capped.variants[key], key[1], ARCH, str(tmp_path))
+    (res,) = launched_resources(kernel_resources(result.path), capped.kernels[key]).values()
+    assert res["REG"] <= cap, res
+    print(json.dumps({"fused_max_registers": cap, **res}))

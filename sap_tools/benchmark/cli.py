@@ -62,6 +62,7 @@ num_worlds, preset, device, …), ``valid`` (all runs) and, with ``--vs-mjwarp``
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import os
@@ -78,6 +79,7 @@ from sap_tools.benchmark.measure import (
     breakdown_table,
     path_speedups,
     ratios,
+    register_cap_speedups,
     sparse_speedups,
     structure,
     structure_line,
@@ -104,6 +106,7 @@ from sap_tools.cli import (
     entry_point,
     fail,
     parser,
+    register_caps,
     warp_device,
 )
 from sap_tools.fanout import RAY_LOCAL, map_tasks, ray_resources, ray_session, task_device
@@ -206,6 +209,10 @@ def _parser():
                    help=f"SolverSAP newton_path: fused (one block per world runs its whole Newton loop) or staged "
                         f"(one kernel per stage, a capture_while trip per batch iteration); default "
                         f"{DEFAULT_NEWTON_PATH}; both = a sweep with the speed-up printed")
+    p.add_argument("--fused-max-registers", nargs="+", default=["none"], metavar="N",
+                   help="SapConfig.fused_max_registers, the fused Newton kernel's CUDA register cap: none (default: "
+                        "the compiler's choice) or 32..255; several = a sweep with the speed-up over none printed "
+                        "(runs labelled /regN)")
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
@@ -275,6 +282,7 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
             import mujoco_warp  # noqa: F401
         except ImportError:
             raise ValueError("--vs-mjwarp: needs the 'mujoco_warp' package (pip install mujoco-warp)") from None
+    args.fused_max_registers = register_caps("--fused-max-registers", args.fused_max_registers)
     device = warp_device(args.device)
     if args.out is not None:
         check_out("--out", args.out)
@@ -285,22 +293,27 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
     every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
     specs = []
+    caps = getattr(args, "fused_max_registers", None) or [None]
     for name in scene_names:
         for W in worlds:
             for preset in presets:
                 for solver in (args.linear_solver or [None]):
                     for sparsity in dict.fromkeys(args.rows):
-                        for path in dict.fromkeys(args.newton_path):
+                        for path, cap in itertools.product(dict.fromkeys(args.newton_path), caps):
                             run_overrides = dict(overrides)
                             if solver is not None:
                                 run_overrides["contact_linear_solver"] = solver
+                            if cap is not None:
+                                run_overrides["fused_max_registers"] = cap
                             cfg = SapConfig.from_preset(preset, **run_overrides)
                             extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
-                                         linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path)
+                                         linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
+                                         fused_max_registers=cap)
                             label = ((f"{name}/" if len(scene_names) > 1 else "") + cfg.contact_preset_variant
                                      + (f"/{solver}" if args.linear_solver else "")
                                      + (f"/{sparsity}" if args.rows != ["sparse"] else "")
-                                     + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else ""))
+                                     + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
+                                     + (f"/reg{cap}" if cap is not None else ""))
                             specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
                                               overrides=run_overrides, sparse=sparsity == "sparse", path=path,
                                               label=label, extra=extra))
@@ -420,10 +433,14 @@ def main(argv=None) -> int:
         cpu = "" if q["cpu_speedup"] is None else f" (by process CPU time: {q['cpu_speedup']:.3f})"
         print(f"speed-up fused/staged Newton path ({where(q)}{q['preset']}/{q['linear_solver']}/{q['rows']}, "
               f"{q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
+    cap_rows = register_cap_speedups(rows)
+    for q in cap_rows:
+        print(f"speed-up register cap {q['fused_max_registers']}/none ({where(q)}{q['label']}, {q['num_worlds']} "
+              f"worlds): {q['speedup']:.3f}")
     result = dict(scene=scenes0[0].name if len(scenes0) == 1 else [sc.name for sc in scenes0], device=str(device),
                   hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratio_rows, sparse_speedups=speedups,
-                  newton_path_speedups=path_rows)
+                  newton_path_speedups=path_rows, register_cap_speedups=cap_rows)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
         result = {**sap_rows[0], **result}

@@ -18,7 +18,7 @@ import warp as wp
 from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
-           "ratios", "sparse_speedups", "path_speedups", "MIN_CONVERGED_FRACTION"]
+           "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups", "MIN_CONVERGED_FRACTION"]
 
 # A sap_gpu run is valid only if at least this fraction of its (world, step) pairs converged.
 # An unconverged step returns an unfinished iterate, so a run whose steps stop early (a too-small
@@ -278,7 +278,8 @@ def ratios(rows: list[dict]) -> list[dict]:
 def sparse_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of sparse rows over dense rows, per (scene, num_worlds, preset, linear solver)
     run in both."""
-    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"))  # noqa: E731
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"),  # noqa: E731
+                     r.get("fused_max_registers"))
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
                  linear_solver=r["linear_solver"], speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
@@ -290,7 +291,8 @@ def path_speedups(rows: list[dict]) -> list[dict]:
     linear solver, rows) run with both; on the CPU device also by process CPU time (``cpu_speedup``: Warp
     runs CPU kernels on the calling thread, so the process's CPU time is the run's work, which
     other load on a shared machine disturbs much less than the wall clock)."""
-    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r["rows"])  # noqa: E731
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r["rows"],  # noqa: E731
+                     r.get("fused_max_registers"))
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
     for r in rows:
@@ -301,3 +303,17 @@ def path_speedups(rows: list[dict]) -> list[dict]:
                             linear_solver=r["linear_solver"],
                             rows=r["rows"], speedup=r["world_steps_per_s"] / s["world_steps_per_s"], cpu_speedup=cpu))
     return out
+
+
+def register_cap_speedups(rows: list[dict]) -> list[dict]:
+    """world-steps/s of each run with a register cap on the fused kernel over the same run without
+    one (SapConfig.fused_max_registers None), per (scene, num_worlds, preset, linear solver, rows,
+    Newton path) run with both."""
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
+                     r.get("newton_path"))
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is None}
+    return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
+                 linear_solver=r["linear_solver"], fused_max_registers=r["fused_max_registers"],
+                 speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
+            for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is not None
+            and key(r) in base]
