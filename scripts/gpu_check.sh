@@ -80,7 +80,8 @@ run() {
         --vs-mjwarp --fused-max-registers "${CAPS[@]}" --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" \
         --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1
     local bench_rc=$? t1=$SECONDS
-    timeout "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
+    # SIGINT at the limit: pytest stops as on Ctrl-C and still writes its summary and pytest.xml.
+    timeout -s INT -k 30 "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
         "${PYTEST_EXTRA[@]}" "${pytest_args[@]}" --junitxml "$out/pytest.xml" > "$out/pytest.log" 2>&1
     local pytest_rc=$? t2=$SECONDS
     {
