@@ -3,6 +3,7 @@ test device, the device control noise, the iteration percentile, and flag errors
 
 import importlib.util
 import json
+import math
 
 import numpy as np
 import pytest
@@ -12,6 +13,10 @@ import sap_tools.benchmark.cli as bench
 import sap_tools.benchmark.runs as bench_runs
 from sap_common import scenes
 from sap_tools.benchmark.cli import main, noise_channels, percentile_from_histogram
+
+# sphere_drop with one Newton iteration per step: the most steps of its impact that may need more.
+# One on Warp's CPU device, three on an H200; more would mean a step away from the impact failed.
+IMPACT_CAPPED_STEPS_MAX = 4
 
 # Keys every run reports (docs/benchmarks.md § Method).
 RUN_KEYS = {"valid", "world_steps_per_s", "ms_per_step", "num_worlds", "preset", "device", "realtime_factor",
@@ -292,22 +297,30 @@ def test_truncated_contacts_make_a_run_invalid(capsys, device, capacity):
 
 
 def test_a_rare_capped_step_keeps_a_run_valid_a_frequent_one_does_not(capsys, device):
-    """sphere_drop, one world, no noise, Newton capped at 1 iteration: the impact step (~step 287)
-    is the only one that needs more, so exactly one world-step is capped. In 1200 steps that is
-    1/1200 < 1 − MIN_CONVERGED_FRACTION: valid, and the cap is reported; in 400 steps it is not."""
+    """sphere_drop, one world, no noise, Newton capped at 1 iteration: only the impact needs more.
+    On Warp's CPU device that is one step (~step 287); on an H200 it was three, because the steps
+    beside it converge in one iteration by a float32 round-off margin (the next one's residual is
+    1.97e-8 against a bound of 2.12e-8 on the CPU device). So the test counts the impact's c capped
+    steps first: in 400 steps they are more than one in a thousand (invalid); in 1000·c + 200 steps,
+    with the sphere at rest after the impact and no other step capped, they are fewer (valid), and
+    the cap is reported."""
     args = ["sphere_drop", "--num-worlds", "1", "--warmup", "1", "--max-iterations", "1", "--noise-std", "0",
             "--device", str(device), "--json", "--quiet"]
-    assert main(args + ["--steps", "1200"]) == 0
-    lines, row = _last_json(capsys)
-    assert row["capped_steps"] == 1 and row["world_steps"] == 1200
-    assert row["converged_fraction"] == pytest.approx(1199 / 1200) and row["converged_fraction"] < 1.0
-    assert row["valid"] is True and row["invalid_reason"] is None
-    head = next(line for line in lines if line.startswith("run "))
-    assert "capped" in head and any(line.startswith("approx32") and " 99.916% " in line for line in lines)
     assert main(args + ["--steps", "400"]) == 0
     _, row = _last_json(capsys)
-    assert row["capped_steps"] == 1 and row["valid"] is False
-    assert "converged fraction 99.7500% < 99.9% (1 of 400 world-steps capped)" in row["invalid_reason"]
+    c = row["capped_steps"]
+    assert 1 <= c <= IMPACT_CAPPED_STEPS_MAX and row["valid"] is False, c
+    assert (f"converged fraction {(400 - c) / 400:.4%} < 99.9% ({c} of 400 world-steps capped)"
+            in row["invalid_reason"])
+    n = 1000 * c + 200
+    assert main(args + ["--steps", str(n)]) == 0
+    lines, row = _last_json(capsys)
+    assert row["capped_steps"] == c and row["world_steps"] == n
+    assert row["converged_fraction"] == pytest.approx((n - c) / n) and row["converged_fraction"] < 1.0
+    assert row["valid"] is True and row["invalid_reason"] is None
+    head = next(line for line in lines if line.startswith("run "))
+    shown = f" {math.floor((n - c) / n * 1e5) / 1e3:.3f}% "  # the table rounds down
+    assert "capped" in head and any(line.startswith("approx32") and shown in line for line in lines)
 
 
 def test_validity_threshold_and_reasons():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sap_gpu
+from sap_common import scenes
 from sap_common.state import SapContacts
 from sap_tools.compare_backends import STAGES, collision_differences, main, match_contacts, verdict
 from sap_tools.tolerances import CONTACT_TIE_ULPS, contact_tie_bound
@@ -61,7 +62,9 @@ def test_a_broken_gpu_stage_fails_with_exit_status_1(capsys, device, monkeypatch
 
 def _touching_boxes(path):
     """A tilted box resting exactly on another (faces touching at φ = 0 in exact arithmetic): on
-    Warp's CPU device sap_ref finds one contact at φ₀ = −1.1e-16 m and sap_gpu none."""
+    Warp's CPU device sap_ref finds one contact at φ₀ = −1.1e-16 m and sap_gpu none; on an H200
+    sap_gpu finds it too (φ₀ = −2.2e-16 m), and the contact, at rest on a boundary of its cone's
+    regions, has a G that round-off moves by 2e-8 (the H stage allows for it)."""
     h0 = [0.08810890513400288, 0.20261947261797872, 0.24736480494915264]
     h1 = [0.29019113566814214, 0.07064170421371792, 0.16019734481382086]
     q = [-0.003180900565374475, -0.008668530638609527, 0.008042342600170739, 0.999925026776339]  # xyzw
@@ -163,3 +166,47 @@ def test_holonomic_rows_are_compared_stage_by_stage(capsys, device, scene, prese
     for key in ("holonomic_rows", "holonomic_g0", "holonomic_J", "holonomic_R", "holonomic_v_hat",
                 "holonomic_gamma"):
         assert key in row["stages"], key
+
+
+# H of the touching boxes evaluated on an H200 differed from sap_ref's by this much (H's own units)
+# (sap-compare-backends, drake preset): G of the resting contact jumps at a boundary of its cone's regions.
+H200_TOUCHING_H_DIFFERENCE = 2.162e-08
+
+
+def _ref_problem_at_v1(scene):
+    from sap_ref.collision import CollisionPipeline
+    from sap_ref.contact_solve import evaluate
+    from sap_ref.solver import SolverSAP
+    from sap_tools.cli import scene_solver_kwargs
+
+    kwargs, _ = scene_solver_kwargs(scene, "drake", None, default_preset="drake")
+    ref = SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, **kwargs)
+    pipe = CollisionPipeline(scene.sap_model, scene.max_rigid_contact, ref.config)
+    contacts, state = pipe.contacts(), scene.state.copy()
+    for _ in range(400):  # until the first step with contacts
+        pipe.collide(state, contacts)
+        if contacts.count[0]:
+            break
+        ref.step(state, state, scene.control, contacts, scene.dt)
+    out = state.copy()
+    ref.step(state, out, scene.control, contacts, scene.dt)
+    r = ref.last_results[0]
+    return r.problem, evaluate(r.problem, r.v1[r.problem.dofs])
+
+
+def test_the_hessian_bar_allows_for_g_moved_by_round_off_of_the_contact_velocities(tmp_path):
+    """Where G varies smoothly (sliding contacts) the round-off term of the H bar is a few ulps of H;
+    at the touching boxes' contact, on a boundary of its cone's regions, it covers what an H200
+    measured."""
+    from sap_common.io.json_scene import load_json
+    from sap_ref.constraints import SLIDING
+    from sap_ref.contact_solve import hessian
+    from sap_tools.compare_backends import _contact_hessian_roundoff
+
+    eps = float(np.finfo(np.float64).eps)
+    p, ev = _ref_problem_at_v1(load_json(_touching_boxes(tmp_path / "touching.json"), 1))
+    moved = _contact_hessian_roundoff(p, ev, eps)
+    assert moved.shape == (len(ev.v), len(ev.v)) and moved.max() >= H200_TOUCHING_H_DIFFERENCE
+    p, ev = _ref_problem_at_v1(scenes.get("box_slide", 1))  # four sliding contacts: G varies smoothly with v_c
+    assert len(ev.contact_vc) == 4 and np.all(ev.contact_mode == SLIDING)
+    assert 0.0 < _contact_hessian_roundoff(p, ev, eps).max() <= 1e3 * eps * np.abs(hessian(p, ev)).max()
