@@ -298,9 +298,10 @@ def test_truncated_contacts_make_a_run_invalid(capsys, device, capacity):
 
 def test_a_rare_capped_step_keeps_a_run_valid_a_frequent_one_does_not(capsys, device):
     """sphere_drop, one world, no noise, Newton capped at 1 iteration: only the impact needs more.
-    On Warp's CPU device that is one step (~step 287); on an H200 it was three, because the steps
-    beside it converge in one iteration by a float32 round-off margin (the next one's residual is
-    1.97e-8 against a bound of 2.12e-8 on the CPU device). So the test counts the impact's c capped
+    On Warp's CPU device that is one step (step 287); on an H200 it was three (286–288), because the
+    steps beside it meet the optimality bound after one iteration by a float32 round-off margin:
+    residual 1.17e-6 against a bound of 2.64e-6 at step 286 on the CPU device (6.4e-6 on the H200),
+    1.97e-8 against 2.12e-8 at step 288 (2.17e-8 on the H200). So the test counts the impact's c capped
     steps first: in 400 steps they are more than one in a thousand (invalid); in 1000·c + 200 steps,
     with the sphere at rest after the impact and no other step capped, they are fewer (valid), and
     the cap is reported."""
