@@ -60,3 +60,25 @@ def test_precompile_arch_refuses_xdist_workers():
                          timeout=300)
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "--precompile-arch: run without pytest-xdist (-n)" in run.stderr
+
+
+def test_the_stage_cost_variants_repeat_exactly_one_stage(tmp_path):
+    """scripts/fused_stage_costs.py: each copy of the fused kernel differs from the checkout's by its
+    stage's lines once more, after a block barrier (a kernel edit that moves those lines fails here)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fused_stage_costs", ROOT / "scripts" / "fused_stage_costs.py")
+    fsc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fsc)
+    original = fsc.FUSED.read_text()
+    made = fsc.make_variants(tmp_path)
+    assert sorted(made) == ["chol2", "eval2", "hess2", "ls2"]
+    for name, folder in made.items():
+        text = (folder / "sap_gpu" / "contact_solve_fused.py").read_text()
+        lines = fsc.STAGES[name]
+        indent = lines[:len(lines) - len(lines.lstrip(" "))]
+        assert original.count(lines) == 1, name
+        assert text == original.replace(lines, lines + indent + "block_sync(lane)\n" + lines), name
+    row = ("approx32              2          1,018     1.964      2.55        -      5.50/7     16.25/25      7.50"
+           "      100%       0      0    no      48.0    1.0  yes")
+    assert fsc.ms_per_step(row) == {"approx32": 1.964}
