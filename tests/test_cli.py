@@ -304,9 +304,12 @@ def test_ctrl_c_in_a_running_tool_ends_it_with_one_line(tmp_path):
 
     out = tmp_path / "plot.png"
     out.write_bytes(b"the old plot")
+    # The tool starts with SIGINT at its default, as from a terminal. A test run started as a
+    # background job (`pytest ... &` from a script) has SIGINT ignored, the child would inherit
+    # that, and Python does not install its Ctrl-C handler in a process that starts so.
     proc = subprocess.Popen([sys.executable, "-m", "sap_tools.demo", "box_stack", "--steps", "1000000", "--out",
                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=DATA.parent.parent)
+                            cwd=DATA.parent.parent, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().startswith("solver:")  # the run has started
         time.sleep(1.0)
