@@ -360,8 +360,8 @@ def _contact_hessian_roundoff(p, ev, eps: float) -> np.ndarray:
 
     Where G is smooth in v_c this is round-off of round-off. At a contact on a boundary of its
     cone's regions (found on an H200: two boxes whose faces touch at rest, φ₀ = −1e-16 m and
-    v_c ≈ v̂ ≈ 0), G jumps between regions, and two correct evaluations of H differ by that jump
-    times the chance of landing on either side: the bar must allow it. (n, n), zeros without contacts.
+    v_c ≈ v̂ ≈ 0), G jumps between regions: two correct evaluations of H may land on either side
+    and differ by the whole jump, which the bar must allow. (n, n), zeros without contacts.
     """
     J, vc = np.asarray(p.contact_J, np.float64), np.asarray(ev.contact_vc, np.float64)
     n = J.shape[-1]

@@ -293,7 +293,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
     every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
     specs = []
-    caps = getattr(args, "fused_max_registers", None) or [None]
+    caps = args.fused_max_registers  # none and caps, checked by _validate
     for name in scene_names:
         for W in worlds:
             for preset in presets:
