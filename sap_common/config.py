@@ -25,7 +25,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .constants import DEFAULT_NEWTON_PATH, FUSED_MAX_REGISTERS_RANGE, NEWTON_PATHS
+from .constants import (
+    DEFAULT_FUSED_HESSIAN,
+    DEFAULT_NEWTON_PATH,
+    FUSED_HESSIANS,
+    FUSED_MAX_REGISTERS_RANGE,
+    NEWTON_PATHS,
+)
 
 __all__ = [
     "SapConfig",
@@ -39,6 +45,7 @@ __all__ = [
     "LINE_SEARCH_VARIANTS",
     "LINEAR_SOLVERS",
     "NEWTON_PATHS",
+    "FUSED_HESSIANS",
     "CONTACT_APPROXIMATIONS",
     "DEFAULT_CONTACT_APPROXIMATION",
     "precision_dtype",
@@ -169,6 +176,7 @@ _CONDITIONAL_KNOBS = MappingProxyType({
        for k in ("stiction_tolerance", "fallback_hc_dissipation")},
     **{k: (_reads_sap_contact, "discrete_contact_approximation='sap'") for k in ("contact_tau_d", "contact_beta")},
     "fused_max_registers": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
+    "fused_hessian": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
 })
 _WARNED: set = set()  # (knob, reader): each unused-knob warning once per process
 
@@ -301,6 +309,13 @@ class SapConfig:
             multiprocessor; what does not fit is spilled to local memory. A tuning knob for
             speed only: it changes no result. docs/benchmarks.md gives what it measured.
             No effect on the CPU device, the staged path or sap_ref.
+        fused_hessian: how the fused Newton kernel forms H = A + JᵀGJ: ``rows`` (default: the
+            block's lanes build H row by row in global memory, then the tile factorization loads
+            it) or ``tiles`` (H and −∇ℓ are assembled in the block's shared memory by tile
+            products of J's rows, slab by slab, and factored and solved there). ``tiles`` applies
+            to worlds of one tile (nv ≤ 32); larger worlds form H by rows. The two give H up to
+            the order of its sums (last bits), so iterates agree to the solver's tolerance, not
+            bit for bit. Not read by the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant
@@ -345,6 +360,7 @@ class SapConfig:
     matrixfree_representation: bool | None = None
     newton_path: str = DEFAULT_NEWTON_PATH
     fused_max_registers: int | None = None
+    fused_hessian: str = DEFAULT_FUSED_HESSIAN
     discrete_contact_approximation: str = DEFAULT_CONTACT_APPROXIMATION
     stiction_tolerance: float = 1e-4
     fallback_hc_dissipation: float = 50.0
@@ -411,6 +427,8 @@ class SapConfig:
                 raise ValueError(f"fused_max_registers: must be None (the compiler's choice) or an integer from "
                                  f"{FUSED_MAX_REGISTERS_RANGE[0]} to {FUSED_MAX_REGISTERS_RANGE[1]}, got {cap!r}")
             set_("fused_max_registers", int(cap))
+        set_("fused_hessian", _choice("fused_hessian", self.fused_hessian, {k: k for k in FUSED_HESSIANS},
+                                      FUSED_HESSIANS))
         set_("discrete_contact_approximation", _choice("discrete_contact_approximation",
                                                        self.discrete_contact_approximation, _APPROXIMATION_ALIASES,
                                                        CONTACT_APPROXIMATIONS))

@@ -245,3 +245,11 @@ DEFAULT_NEWTON_PATH = "fused"
 # hardware's most a thread may hold; below 32 the fused kernel's block sums and tile pointers
 # alone would spill.
 FUSED_MAX_REGISTERS_RANGE = (32, 255)
+
+# SapConfig.fused_hessian: how the fused Newton kernel forms H = A + JᵀGJ. "rows": the block's
+# lanes take H's rows and write them to global memory, which the tile factorization then loads;
+# "tiles": H and −∇ℓ are assembled in the block's shared memory by tile products of J's rows
+# (in slabs of up to 32) and factored and solved there, for worlds of one tile (nv ≤ 32; larger
+# worlds form H by rows). Both give H up to the order of its sums.
+FUSED_HESSIANS = ("rows", "tiles")
+DEFAULT_FUSED_HESSIAN = "rows"

@@ -33,8 +33,8 @@ from .launch import TILE_BLOCK_DIM, launch_blocks
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "blocked_factor_solve",
-           "block_max_int", "block_sync"]
+__all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "shared_factor_solve",
+           "blocked_factor_solve", "block_max_int", "block_sync"]
 
 TILE = 32  # tile edge: one 32×32 fp64 tile is 8 KiB of shared memory
 BLOCK_DIM = TILE_BLOCK_DIM  # threads per world (one warp)
@@ -140,6 +140,41 @@ def single_factor_solve(n: int, r: int, dtype):
             L = wp.tile_cholesky(wp.tile_load(A, shape=(n, n)))
             bad = check(A, L, lane)
             wp.tile_store(X, wp.tile_cholesky_solve(L, wp.tile_load(B, shape=(n, r))))
+            return block_max_int(bad)
+
+        _FUNCS[key] = factor_solve
+    return _FUNCS[key]
+
+
+def shared_factor_solve(n: int, dtype):
+    """``wp.func (H, x, diag, lane) -> failed``: x ← H⁻¹x in place for an (n, n) shared tile H that
+    the block has just assembled (the fused kernel's ``fused_hessian="tiles"``), pivots checked.
+
+    H is overwritten by its Cholesky factor (``tile_cholesky_inplace``: no second n×n tile), so
+    each lane first keeps the diagonal of its rows in ``diag`` (an (n, 1) array of the world's
+    global scratch: a lane reads back only what it wrote, so no barrier, and no tile-element store,
+    which would be a barrier of its own) for the factor check. x is (n, 1). Every lane of the
+    block must call it; returns 1 on every lane if a pivot failed.
+    """
+    key = ("shared", n, dtype)
+    if key not in _FUNCS:
+        bad_factor_row = _factor_check(dtype)
+
+        @wp.func
+        def factor_solve(H: wp.tile(dtype=dtype, shape=(n, n), storage="shared"),
+                         x: wp.tile(dtype=dtype, shape=(n, 1), storage="shared"), diag: wp.array2d(dtype=dtype),
+                         lane: int) -> int:
+            for i in range(lane, n, wp.block_dim()):
+                diag[i, 0] = H[i, i]
+            wp.tile_cholesky_inplace(H)
+            bad = int(0)
+            for i in range(lane, n, wp.block_dim()):
+                s = dtype(0.0)
+                for k in range(i + 1):
+                    lik = H[i, k]
+                    s = s + lik * lik
+                bad = wp.max(bad, bad_factor_row(diag[i, 0], H[i, i], s, n))
+            wp.tile_cholesky_solve_inplace(H, x)
             return block_max_int(bad)
 
         _FUNCS[key] = factor_solve

@@ -11,10 +11,13 @@ per world) does everything of a step's stage 3 for a world, from the warm start 
                       drives): vc = J v, γ, G, ℓᵢ;  lanes over DOFs: ∇ℓ = A(v − v*) − Jᵀγ and the
                       stopping sums;  one block reduction (ℓ, ℓ_A, the three norms, a finite flag)
            stop?      the staged path's tests, in the same order (NON_FINITE, CONVERGED, MAX_ITERATIONS)
-           H          lanes over rows of H: row i = A_i + Σ JᵢᵀGJ over the rows touching DOF i,
-                      lower triangle only, −∇ℓ alongside
+           H          fused_hessian="rows": lanes over rows of H: row i = A_i + Σ JᵢᵀGJ over the
+                      rows touching DOF i, lower triangle only, −∇ℓ alongside;  "tiles" (nv ≤ 32):
+                      H and −∇ℓ in shared tiles, JᵀGJ by tile products of slabs of J's rows
+                      (_tile_hessian)
            solve      the block's tile Cholesky factor and solve, pivots checked
-                      (blocked_cholesky.single_factor_solve / blocked_factor_solve)
+                      (blocked_cholesky.single_factor_solve / blocked_factor_solve; with tiles
+                      shared_factor_solve, in place on the shared tiles)
            line search  lanes over rows: Δvc = J Δv;  lanes over DOFs: the slope terms;  block
                       reductions;  then the configured search, whose φ(α) spreads the rows over
                       the lanes and block-sums ℓ, dℓ/dα, d²ℓ/dα²
@@ -28,12 +31,14 @@ values that all lanes hold bit for bit, so the lanes never diverge around a barr
 exchange data through the world's rows of the Problem arrays, with a block barrier between a
 write and a read by another lane.
 
-**Equal to the staged path on one lane.** Each lane's partial sums follow the staged kernels'
-order (lane 0 starts from the same first term), a row of H adds its terms in the staged
-order, and the factorization is the same function; so with one lane per block (Warp's CPU
-device without ``wp.config.enable_cpu_blocks``) the fused path gives the staged path's results
-bit for bit, and with 32 lanes it differs only by the order of the block sums (last bits, so
-iteration counts may occasionally differ by one near a tolerance).
+**Equal to the staged path on one lane** (``fused_hessian="rows"``). Each lane's partial sums
+follow the staged kernels' order (lane 0 starts from the same first term), a row of H adds its
+terms in the staged order, and the factorization is the same function; so with one lane per
+block (Warp's CPU device without ``wp.config.enable_cpu_blocks``) the fused path gives the
+staged path's results bit for bit, and with 32 lanes it differs only by the order of the block
+sums (last bits, so iteration counts may occasionally differ by one near a tolerance). With
+``"tiles"`` H's entries are sums in another order, with J and G J rounded to the linear-solve
+precision first: H agrees to its rounding, and the iterates to the solver's tolerance.
 
 **Padding.** The system is padded to 32 (one tile, one compiled variant for every nv ≤ 32),
 beyond that to a multiple of 32 (the blocked factorization in a scratch L).
@@ -46,6 +51,7 @@ docs/benchmarks.md); ``SolverSAP`` runs the staged loop for PCR whatever ``newto
 
 import warp as wp
 
+from sap_common.constants import FUSED_HESSIANS
 from sap_common.state import StepStatus
 
 from . import blocked_cholesky
@@ -56,9 +62,20 @@ from .line_search import make_line_search
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["FUSED_TILE", "fused_size", "fused_newton_kernel", "launch_fused"]
+__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "CONTACTS_PER_SLAB", "fused_size", "fused_hessian_for",
+           "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
+# fused_hessian="tiles": contacts per slab of J's rows (3 rows each: 30 of the slab's 32).
+CONTACTS_PER_SLAB = 10
+# fused_hessian="tiles": columns of H per tile product. Each lane of a 32-lane block holds its
+# share of the product's output in registers; a block of 8 columns (8 per lane for 32×8) instead
+# of all 32 took the fused kernel's spill from 392 to 288 B (drake) and 176 to 152 B (approx32) on
+# sm_90 (docs/benchmarks.md § Forming H by tiles).
+PRODUCT_COLUMNS = 8
+# fused_hessian="tiles": rows per tile load into the shared tiles (through registers: 8 values
+# per lane of 32, where a whole-tile load into shared memory would take a tile of its own).
+LOAD_ROWS = 8
 
 NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 LINE_SEARCH_FAILURE = wp.constant(int(StepStatus.LINE_SEARCH_FAILURE))
@@ -67,17 +84,160 @@ LINEAR_SOLVE_FAILURE = wp.constant(int(StepStatus.LINEAR_SOLVE_FAILURE))
 _CACHE: dict = {}
 
 
+def fused_hessian_for(hessian: str, n: int) -> str:
+    """How the fused kernel forms H for ``SapConfig.fused_hessian`` and padded size ``n``: ``tiles``
+    only where the system is one tile (n = 32, nv ≤ 32); a larger world's H (humanoid3: nv = 81)
+    does not fit a block's shared memory beside the factorization, so it is formed by rows."""
+    return "tiles" if hessian == "tiles" and n <= FUSED_TILE else "rows"
+
+
 def fused_size(nv: int) -> int:
     """The fused path's padded system size: 32 for nv ≤ 32, else nv rounded up to 32."""
     return FUSED_TILE * max(1, -(-nv // FUSED_TILE))
 
 
-def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap", max_registers: int | None = None):
+def _tile_hessian(T, TL):
+    """``wp.func (P, world, lane, H, J, GJ, x, slab, rhs)``: H = A + JᵀGJ and x = −∇ℓ assembled in
+    the shared tiles H (32, 32) and x (32, 1) (``fused_hessian="tiles"``: nv ≤ 32), with the
+    shared tiles J and GJ (32, 32) for the slabs, memoized per (T, TL).
+
+    A tile-element store is a block barrier in Warp (every lane must make it), so the lanes never
+    write the shared tiles one element at a time: they write what is per-lane work to the world's
+    global scratch rows, and cooperative tile loads bring it into shared memory.
+
+    * lanes over columns k write column k of A + diag(d) (in TL; d: the drives' G, and 1 past
+      A's padded size n_pad, so H is the identity on the padding) to the slab and −∇ℓ_k to
+      ``rhs``; tile loads bring them into H and x;
+    * the rows in slabs of 32: lanes over columns k write the slab's J (rows 0–31 of ``slab``) and
+      G J (rows 32–63; G J in T, rounded to TL), then ``tile_matmul(Jᵀ, GJ, H)`` adds the slab.
+      Contacts go :data:`CONTACTS_PER_SLAB` to a slab (3 rows each; a contact past the world's
+      count enters as zeros); limit and holonomic rows with G ≠ 0 (the active ones) 32 to a slab,
+      in row order, so a world with no active limit row adds no limit slab.
+
+    The whole of H is formed (both triangles); its entries are the row path's up to the order of
+    the sums and the rounding of J and G J to TL.
+    """
+    key = ("tile_hessian", T, TL)
+    if key in _CACHE:
+        return _CACHE[key]
+    f = row_functions(T)
+    Problem, V3 = f.Problem, f.V3
+    ft, S = FUSED_TILE, CONTACTS_PER_SLAB
+
+    @wp.func
+    def load_rows(dst: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"), src: wp.array2d(dtype=TL), row0: int):
+        """dst ← src[row0 : row0 + 32], LOAD_ROWS rows at a time through registers (no second shared
+        tile; LOAD_ROWS·32/32 values per lane in flight)."""
+        for q in range(ft // LOAD_ROWS):
+            wp.tile_assign(dst, wp.tile_load(src, shape=(LOAD_ROWS, ft), offset=(row0 + LOAD_ROWS * q, 0)),
+                           offset=(LOAD_ROWS * q, 0))
+
+    @wp.func
+    def add_slab(H: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 J: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 GJ: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"), slab: wp.array2d(dtype=TL), lane: int):
+        """H += Jᵀ(GJ) for the slab the lanes have just written (a barrier first)."""
+        block_sync(lane)
+        load_rows(J, slab, 0)
+        load_rows(GJ, slab, ft)
+        Jt = wp.tile_transpose(J)
+        for q in range(ft // PRODUCT_COLUMNS):  # H's columns a block at a time: fewer accumulators per lane
+            wp.tile_matmul(Jt, wp.tile_view(GJ, offset=(0, PRODUCT_COLUMNS * q), shape=(ft, PRODUCT_COLUMNS)),
+                           wp.tile_view(H, offset=(0, PRODUCT_COLUMNS * q), shape=(ft, PRODUCT_COLUMNS)))
+
+    @wp.func
+    def assemble(P: Problem, world: int, lane: int, H: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 J: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 GJ: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 x: wp.tile(dtype=TL, shape=(ft, 1), storage="shared"), slab: wp.array2d(dtype=TL),
+                 rhs: wp.array2d(dtype=TL)):
+        bd = wp.block_dim()
+        nv = P.nv
+        n_pad = P.n_pad
+        for k in range(lane, ft, bd):  # lanes over columns: column k of A + diag(d) into the slab, −∇ℓ_k
+            xk = TL(0.0)
+            dk = TL(0.0)
+            if k < nv:
+                xk = TL(-P.grad[world, k])
+                for d in range(P.drive_count):
+                    if P.drive_dof[d] == k:
+                        dk = dk + TL(P.drive_G[world, d])
+            elif k >= n_pad:  # A holds the identity up to n_pad and nothing beyond
+                dk = TL(1.0)
+            rhs[k, 0] = xk
+            for u in range(ft):
+                auk = TL(0.0)
+                if u < n_pad and k < n_pad:
+                    auk = TL(P.A[world, u, k])
+                if u == k:
+                    auk = auk + dk
+                slab[u, k] = auk
+        block_sync(lane)
+        load_rows(H, slab, 0)
+        wp.tile_assign(x, wp.tile_load(rhs, shape=(ft, 1)), offset=(0, 0))
+        nc = P.contact_count[world]
+        for c0 in range(0, nc, S):
+            block_sync(lane)  # the last slab loaded before the lanes overwrite it
+            for k in range(lane, ft, bd):
+                for u in range(S):
+                    c = c0 + u
+                    j = V3(T(0.0), T(0.0), T(0.0))
+                    g = V3(T(0.0), T(0.0), T(0.0))
+                    if c < nc and k < nv:
+                        r = 3 * c
+                        j = V3(T(P.contact_J[world, r, k]), T(P.contact_J[world, r + 1, k]),
+                               T(P.contact_J[world, r + 2, k]))
+                        g = P.contact_G[world, c] * j
+                    for a in range(3):
+                        slab[3 * u + a, k] = TL(j[a])
+                        slab[ft + 3 * u + a, k] = TL(g[a])
+                for r in range(3 * S, ft):  # a limit slab may have filled the tail rows
+                    slab[r, k] = TL(0.0)
+                    slab[ft + r, k] = TL(0.0)
+            add_slab(H, J, GJ, slab, lane)
+        nl = P.limit_count
+        r0 = int(0)
+        while r0 < nl:  # the active rows only (G ≠ 0), up to 32 to a slab; every lane scans alike
+            r1 = r0
+            m = int(0)
+            while m < ft and r1 < nl:
+                if P.limit_G[world, r1] != T(0.0):
+                    m = m + 1
+                r1 = r1 + 1
+            if m > 0:
+                block_sync(lane)
+                for k in range(lane, ft, bd):
+                    u = int(0)
+                    for r in range(r0, r1):
+                        Gl = P.limit_G[world, r]
+                        if Gl != T(0.0):
+                            jl = T(0.0)
+                            if k < nv:
+                                jl = T(P.limit_J[world, r, k])
+                            slab[u, k] = TL(jl)
+                            slab[ft + u, k] = TL(Gl * jl)
+                            u = u + 1
+                    for uu in range(m, ft):
+                        slab[uu, k] = TL(0.0)
+                        slab[ft + uu, k] = TL(0.0)
+                add_slab(H, J, GJ, slab, lane)
+            r0 = r1
+        block_sync(lane)  # H and x complete
+
+    _CACHE[key] = assemble
+    return assemble
+
+
+def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap", max_registers: int | None = None,
+                        hessian: str = "rows"):
     """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
     ``variant``, padded size ``n`` (:func:`fused_size`) and contact ``approximation`` (``sap``,
     ``lagged``, ``similar``: which contact term the rows evaluate), built on first use.
     ``max_registers`` caps its registers per thread on CUDA (``SapConfig.fused_max_registers``;
-    ``None``: the compiler's choice).
+    ``None``: the compiler's choice). ``hessian`` (``SapConfig.fused_hessian``) is how H is formed:
+    ``rows`` (lanes over H's rows in global memory, then the tile factorization) or ``tiles``
+    (:func:`_tile_hessian`: H and −∇ℓ in shared tiles, factored and solved there in place); a
+    blocked size (n > 32) always forms H by rows (:func:`fused_hessian_for`).
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
     inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
@@ -86,13 +246,19 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     ℓ, ∇ℓ, γ and H at ``P.v`` once, as the staged ``evaluate`` does for ``evaluate_at``.
     """
     single = n <= FUSED_TILE
-    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers)
+    if hessian not in FUSED_HESSIANS:
+        raise ValueError(f"fused_hessian: {hessian!r} is not valid; valid: {', '.join(FUSED_HESSIANS)}")
+    tiles = fused_hessian_for(hessian, n) == "tiles"
+    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers, tiles)
     if key in _CACHE:
         return _CACHE[key]
     f = row_functions(T, approximation)
     hessian_rows = hessian_functions(T, TL).hessian_rows
     Problem, Newton, V3 = f.Problem, f.Newton, f.V3
     V6 = wp.types.vector(6, T)
+    if tiles:
+        assemble = _tile_hessian(T, TL)
+        shared_factor_solve = blocked_cholesky.shared_factor_solve(FUSED_TILE, TL)
     if single:
         factor_solve = blocked_cholesky.single_factor_solve(FUSED_TILE, 1, TL)
     else:
@@ -114,7 +280,12 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
 
     search = make_line_search(T, phi, Problem, variant)
 
-    @wp.kernel(enable_backward=False, module="unique", cuda_max_registers=max_registers)
+    # tiles: Warp's own cooperative product from shared memory, not cuBLASDx's, whose register
+    # fragments spilled more of the fused kernel (576 against 392 B, drake, sm_90) and whose LTO
+    # compile took 4× as long (docs/benchmarks.md § Forming H by tiles)
+    options = {"enable_mathdx_gemm": False} if tiles else None
+
+    @wp.kernel(enable_backward=False, module="unique", cuda_max_registers=max_registers, module_options=options)
     def fused_newton(P: Problem, N: Newton, evaluate_only: int, nb: int, v_init: wp.array2d(dtype=wp.float64),
                      H: wp.array3d(dtype=TL), rhs: wp.array3d(dtype=TL), dv_out: wp.array3d(dtype=TL),
                      L: wp.array3d(dtype=TL), v1_out: wp.array2d(dtype=wp.float64)):
@@ -123,6 +294,11 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         nv = P.nv
         zero = T(0.0)
         status = N.status[world]
+        if wp.static(tiles):  # the world's Newton system, in shared memory for the whole step
+            Hs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
+            Js = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
+            GJs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
+            xs = wp.tile_zeros(shape=(FUSED_TILE, 1), dtype=TL, storage="shared")
         if evaluate_only == 0:
             for k in range(lane, nv, bd):
                 P.v[world, k] = T(v_init[world, k])
@@ -157,23 +333,36 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
             if stop != 0:
                 status = status | stop
                 break
-            # ---- H = A + JᵀGJ (lower triangle) and −∇ℓ in TL, rows of H over lanes.
-            hessian_rows(P, world, lane, bd, H, rhs)
-            if evaluate_only != 0:
-                break
-            block_sync(lane)  # H and −∇ℓ complete before the tile loads
             failed = int(0)
-            if wp.static(single):
-                failed = factor_solve(H[world], rhs[world], dv_out[world], lane)
+            if wp.static(tiles):
+                # ---- H = A + JᵀGJ and −∇ℓ in shared tiles, by tile products; factor and solve there.
+                assemble(P, world, lane, Hs, Js, GJs, xs, L[world], rhs[world])
+                if evaluate_only != 0:
+                    wp.tile_store(H[world], Hs)
+                    break
+                failed = shared_factor_solve(Hs, xs, dv_out[world], lane)
+                for k in range(lane, nv, bd):
+                    dvk = T(xs[k, 0])
+                    P.dv[world, k] = dvk
+                    if not wp.isfinite(dvk):
+                        failed = 1
             else:
-                failed = factor_solve(H[world], rhs[world], nb, lane, L[world], dv_out[world])
-            block_sync(lane)  # Δv stored by the tiles before the lanes read it
+                # ---- H = A + JᵀGJ (lower triangle) and −∇ℓ in TL, rows of H over lanes.
+                hessian_rows(P, world, lane, bd, H, rhs)
+                if evaluate_only != 0:
+                    break
+                block_sync(lane)  # H and −∇ℓ complete before the tile loads
+                if wp.static(single):
+                    failed = factor_solve(H[world], rhs[world], dv_out[world], lane)
+                else:
+                    failed = factor_solve(H[world], rhs[world], nb, lane, L[world], dv_out[world])
+                block_sync(lane)  # Δv stored by the tiles before the lanes read it
+                for k in range(lane, nv, bd):
+                    dvk = T(dv_out[world, k, 0])
+                    P.dv[world, k] = dvk
+                    if not wp.isfinite(dvk):
+                        failed = 1
             # ---- line search along Δv.
-            for k in range(lane, nv, bd):
-                dvk = T(dv_out[world, k, 0])
-                P.dv[world, k] = dvk
-                if not wp.isfinite(dvk):
-                    failed = 1
             if block_max_int(failed) != 0:  # a failed pivot or a non-finite Δv
                 status = status | LINEAR_SOLVE_FAILURE
                 break

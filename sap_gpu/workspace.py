@@ -23,7 +23,7 @@ from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_problem import HC_DATA, problem_types
-from .contact_solve_fused import fused_size
+from .contact_solve_fused import FUSED_TILE, fused_hessian_for, fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
 from .observables import InitialState, StepObservables, WorldStatistics
@@ -186,7 +186,8 @@ class Workspace:
         and the Newton iterate v, Δv, ∇ℓ, γ, G in T).  N: per-world iteration state (ℓ,
         iterations, status, done) and the settings.  H: (W, ns, ns) in TL, lower triangle,
         padding the identity (a 1-entry stand-in with PCR).  newton_rhs, newton_dv: −∇ℓ and Δv,
-        (W, ns, 1).  newton_L: the blocked factorization's scratch.  newton_failed: 1 where the
+        (W, ns, 1).  newton_L: the blocked factorization's scratch, or with ``fused_hessian="tiles"``
+        the tile assembly's slab of J's rows and of G J, (W, 64, 32).  newton_failed: 1 where the
         last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
         with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
         ns is the fused path's padded size (:func:`~sap_gpu.contact_solve_fused.fused_size`) or
@@ -244,7 +245,12 @@ class Workspace:
         if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
             padding = _identity_padding_f64 if TL == wp.float64 else _identity_padding_f32
             launch_threads(padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
-        self.newton_L = z((W, ns, ns), TL) if not pcr and ns > blocked_cholesky.TILE else z((1, 1, 1), TL)
+        if not pcr and ns > blocked_cholesky.TILE:
+            self.newton_L = z((W, ns, ns), TL)
+        elif self.fused and fused_hessian_for(config.fused_hessian, ns) == "tiles":  # a slab of J and of GJ
+            self.newton_L = z((W, 2 * FUSED_TILE, FUSED_TILE), TL)
+        else:
+            self.newton_L = z((1, 1, 1), TL)
         self.newton_failed = z(W, wp.int32)
         self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
             else allocate_pcr_work(TL, 1, 1, config, self.device)

@@ -135,7 +135,7 @@ def _default_arch() -> int:
 
 @entry_point("sap-precompile")
 def main(argv=None) -> int:
-    from sap_common.config import CONTACT_APPROXIMATIONS, LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
+    from sap_common.config import CONTACT_APPROXIMATIONS, FUSED_HESSIANS, LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
 
     prog = "sap-precompile"
     p = parser(prog, __doc__)
@@ -153,6 +153,9 @@ def main(argv=None) -> int:
     p.add_argument("--fused-max-registers", nargs="+", default=["none"], metavar="N",
                    help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: none (default: the "
                         "compiler's choice) or 32..255; several = each")
+    p.add_argument("--fused-hessian", nargs="+", default=["rows"], metavar="HOW",
+                   help=f"SapConfig.fused_hessian, how the fused kernel forms H: {', '.join(FUSED_HESSIANS)} "
+                        f"(default rows); several = each")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
                         "and with a driver older than its CUDA toolkit) or ptx")
@@ -165,6 +168,7 @@ def main(argv=None) -> int:
     from sap_common.config import SapConfig
 
     for flag, values, valid in (("--newton-path", args.newton_path, NEWTON_PATHS),
+                                ("--fused-hessian", args.fused_hessian, FUSED_HESSIANS),
                                 ("--linear-solver", args.linear_solver, LINEAR_SOLVERS),
                                 ("--approximation", args.approximation, CONTACT_APPROXIMATIONS)):
         bad = [v for v in values if v not in valid]
@@ -197,11 +201,16 @@ def main(argv=None) -> int:
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
-    for (preset, path, solver, approx), cap in itertools.product(
-            configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps):
+    for (preset, path, solver, approx), cap, hessian in itertools.product(
+            configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps,
+            dict.fromkeys(args.fused_hessian)):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
         kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx,
                       fused_max_registers=cap)
+        if hessian != "rows":  # only where the fused kernel reads it (no unused-knob warning otherwise)
+            if path != "fused" or solver != "cholesky":
+                continue
+            kwargs["fused_hessian"] = hessian
         try:
             record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
         except ValueError as e:
@@ -209,7 +218,8 @@ def main(argv=None) -> int:
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))
             used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
-                                               + ("" if cap is None else f"/reg{cap}"))
+                                               + ("" if cap is None else f"/reg{cap}")
+                                               + ("" if hessian == "rows" else f"/{hessian}"))
     rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
     report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
     if args.vs_mjwarp:

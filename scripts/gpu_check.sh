@@ -8,23 +8,25 @@
 #   scripts/gpu_check.sh run OUT "" --smoke       # the same steps on the CPU device, tiny sizes
 #
 # prepare: compiles for sm_90 (GPU_CHECK_ARCH) into CACHE every kernel of the humanoid step
-#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS) and of MuJoCo
+#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS and each way of
+#   forming H of GPU_CHECK_HESSIANS) and of MuJoCo
 #   Warp's step (sap-precompile --vs-mjwarp), then runs the tests that take the device fixture on
 #   the CPU with --precompile-arch, which compiles every sap_gpu kernel they launch. Copy CACHE to
 #   the GPU machine beside the checkout (only its *.cubin and *.meta files are read there).
 # run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs first
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
-#       --fused-max-registers GPU_CHECK_REGISTER_CAPS
+#       --fused-max-registers GPU_CHECK_REGISTER_CAPS --fused-hessian GPU_CHECK_HESSIANS
 #   then pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
 #   each under its own time limit (the benchmark first: its figures do not wait on the tests),
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
 #   Exit status: 0 if both steps passed.
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
 # GPU_CHECK_REGISTER_CAPS (default "none": the compiler's choice; e.g. "none 128 168") sweeps
-# SapConfig.fused_max_registers, and must be the same for prepare and run;
+# SapConfig.fused_max_registers, and must be the same for prepare and run; GPU_CHECK_HESSIANS
+# (default "rows tiles") sweeps SapConfig.fused_hessian likewise;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
 # GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS (300) and
-# GPU_CHECK_BENCH_SECONDS (150) set the rest. Needs the project installed (pip install -e ".[test]")
+# GPU_CHECK_BENCH_SECONDS (240) set the rest. Needs the project installed (pip install -e ".[test]")
 # or importable (PYTHONPATH).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +34,14 @@ cd "$(dirname "$0")/.."
 ARCH="${GPU_CHECK_ARCH:-90}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda:0}"
 PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
-BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-150}"
+BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-240}"
 PY="${PYTHON:-python3}"
 read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none}"
+read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows tiles}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
 
-usage() { sed -n '2,31p' "$0" >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -47,7 +50,8 @@ prepare() {
     export WARP_CACHE_PATH="$cache"
     echo "== sap-precompile humanoid for sm_$ARCH into $cache"
     "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
-        --linear-solver cholesky --fused-max-registers "${CAPS[@]}" --vs-mjwarp || exit 1
+        --linear-solver cholesky --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" \
+        --vs-mjwarp || exit 1
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
     "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
@@ -77,7 +81,8 @@ run() {
     [ "$DEVICE" != cpu ] && cuda_output=(--cuda-output cubin)
     local t0=$SECONDS
     timeout "$BENCH_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "${nw[@]}" --preset approx32 drake \
-        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" \
+        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" --device "$DEVICE" \
+        "${cuda_output[@]}" "${bench_extra[@]}" \
         --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1
     local bench_rc=$? t1=$SECONDS
     # SIGINT at the limit: pytest stops as on Ctrl-C and still writes its summary and pytest.xml.

@@ -212,6 +212,10 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
         main(["sphere_drop", "--newton-path", "graph"])
     assert e.value.code == 2
     assert "--newton-path: invalid choice: 'graph' (choose from" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sphere_drop", "--fused-hessian", "dense"])
+    assert e.value.code == 2
+    assert "--fused-hessian: invalid choice: 'dense' (choose from" in capsys.readouterr().err
 
 
 def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
@@ -358,6 +362,44 @@ def test_register_cap_speedups_divide_by_the_same_run_without_a_cap():
     out = register_cap_speedups(rows)
     assert [(q["scene"], q["num_worlds"], q["fused_max_registers"], q["speedup"]) for q in out] == [
         ("a", 4, 128, 1.5), ("a", 8, 128, 0.5)]
+
+
+def test_hessian_speedups_divide_by_the_same_run_forming_h_by_rows():
+    """Each tiles run is divided by the rows run of its own scene, world count and configuration,
+    and the fused/staged speed-up compares the staged run with the fused run that forms H by rows."""
+    from sap_tools.benchmark.measure import hessian_speedups, path_speedups
+
+    def row(scene, W, hessian, rate, path="fused"):
+        return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
+                    rows="sparse", newton_path=path, fused_max_registers=None, fused_hessian=hessian,
+                    world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
+                    label="approx32" + ("/tiles" if hessian == "tiles" else ""))
+
+    rows = [row("a", 4, "rows", 100.0), row("a", 4, "tiles", 150.0), row("a", 8, "rows", 400.0),
+            row("a", 8, "tiles", 200.0), row("b", 4, "tiles", 1.0),  # no rows run of b: no speed-up
+            row("a", 4, "rows", 50.0, path="staged"),
+            dict(backend="mujoco_warp", scene="a", num_worlds=4, world_steps_per_s=50.0)]
+    assert [(q["scene"], q["num_worlds"], q["speedup"]) for q in hessian_speedups(rows)] == [
+        ("a", 4, 1.5), ("a", 8, 0.5)]
+    assert [(q["num_worlds"], q["speedup"]) for q in path_speedups(rows)] == [(4, 2.0)]
+
+
+def test_fused_hessian_sweep_runs_both_in_one_process(capsys, device):
+    """--fused-hessian rows tiles: both runs labelled, with the speed-up of tiles over rows printed;
+    the staged path (no fused kernel) runs once."""
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--fused-hessian", "rows",
+                 "tiles", "--newton-path", "fused", "staged", "--structure-steps", "1", "--device", str(device),
+                 "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    assert result["valid"] is True
+    assert [(r["label"], r["fused_hessian"]) for r in result["runs"]] == [
+        ("approx32/fused", "rows"), ("approx32/fused/tiles", "tiles"), ("approx32/staged", "rows")]
+    (q,) = result["fused_hessian_speedups"]
+    rows_run, tiles_run = result["runs"][:2]
+    assert q["speedup"] == pytest.approx(tiles_run["world_steps_per_s"] / rows_run["world_steps_per_s"])
+    assert any(line.startswith("speed-up fused_hessian tiles/rows (approx32/fused/tiles, 2 worlds): ")
+               for line in lines)
+    assert len(result["newton_path_speedups"]) == 1
 
 
 @pytest.mark.slow

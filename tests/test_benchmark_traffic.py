@@ -15,11 +15,11 @@ from sap_tools.benchmark.runs import SapRun, noise_channels
 from sap_tools.benchmark.traffic import SETUP_STAGES, newton_traffic, setup_traffic
 
 
-def _sphere_slide_step(device, newton_path="fused"):
+def _sphere_slide_step(device, newton_path="fused", **config):
     """One step of sphere_slide (a free sphere on the ground: nv = 6, one contact) on ``device``."""
     scene = scenes.get("sphere_slide", 1)
     m = scene.sap_model
-    solver = sap_gpu.SolverSAP(m, max_rigid_contact=1, device=device, newton_path=newton_path)
+    solver = sap_gpu.SolverSAP(m, max_rigid_contact=1, device=device, newton_path=newton_path, **config)
     pipe = sap_gpu.CollisionPipeline(m, 1, solver.config, device=device)
     state, control, contacts = sap_gpu.state(m, device), sap_gpu.control(m, device), pipe.contacts()
     pipe.collide(state, contacts)
@@ -32,7 +32,7 @@ def _sphere_slide_step(device, newton_path="fused"):
 CONTACT_COLS = (0, 1, 3, 4, 5)
 
 
-def _hand_count(lanes: int, probes_per_iteration: float):
+def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False):
     """Loads and stores of one fused Newton iteration on sphere_slide, counted by hand from
     sap_gpu/contact_problem.py: nv = 6, one column per row of A, one contact listing
     :data:`CONTACT_COLS`, no limit or drive row, the system padded to n = 32 (approx32)."""
@@ -52,9 +52,19 @@ def _hand_count(lanes: int, probes_per_iteration: float):
         hessian += 1 + (i + 1) + 1 + contact_part + 1
         h_stores += 1 + (i + 1) + (below if touched[i] else 0)
     factor = n * n + n + n  # the H tile, the rhs tile, the pivot check's H_ii
+    readback = nv  # Δv from the solve's output
+    if tiles:  # fused_hessian="tiles" (contact_solve_fused._tile_hessian), n_pad = 8 for nv = 6
+        n_pad, slab = 8, 2 * n * n  # the slab scratch holds J's 32 rows and G J's
+        # per column k < 32 (lanes over columns): ∇ℓ_k (k < nv; no drive), A's column (k < n_pad,
+        # n_pad entries); the tiles of H (from the scratch) and of −∇ℓ; the contact count per lane;
+        # the one contact slab: per column < nv, J's 3 rows and G; the slab's two tiles.
+        hessian = nv + n_pad * n_pad + n * n + n + bound + nv * (3 + 1) + slab
+        h_stores = n + n * n + slab  # −∇ℓ_k and column k of A + diag(d); every entry of the slab
+        factor = n  # only the check's diagonal, stored (counted with the stores) and read back
+        readback = 0  # Δv from the shared solution tile
     direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
     probe = 6 + bound + 9 + 3  # P.line (lane 0), bound, vc and Δvc, R, v̂, μ
-    loads = momentum + bound + contact + gradient + hessian + factor + nv + direction + 2 * nv
+    loads = momentum + bound + contact + gradient + hessian + factor + readback + direction + 2 * nv
     stores = (2 * nv + 7) + nv + h_stores + n + nv + (3 + 3) + nv
     return loads + probes_per_iteration * probe, stores, hessian
 
@@ -76,8 +86,25 @@ def test_newton_traffic_equals_a_count_by_hand_on_one_contact(device, lanes):
     assert t["load_bytes"] == pytest.approx(sum(p["load_bytes"] for p in t["phases"].values()))
     if lanes == 1:  # one lane does everything: the busiest lane is the whole block
         assert t["busiest_lane_loads"] == pytest.approx(t["loads"])
+        # its own loads: all but the tiles of H and −∇ℓ the factorization loads
+        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - 32 * 32 - 32)
     else:
         assert t["busiest_lane_loads"] < t["loads"] / 4
+
+
+@pytest.mark.parametrize("lanes", [32, 1])
+def test_newton_traffic_of_the_tile_hessian_equals_a_count_by_hand(device, lanes):
+    """fused_hessian="tiles": H is not in global memory; the count by hand of its slabs."""
+    solver = _sphere_slide_step(device, fused_hessian="tiles")
+    d = solver.diagnostics()
+    its, probes = int(d["newton_iterations"][0]), int(d["line_search_iterations"][0])
+    assert its >= 1 and int(solver.work.P.contact_count.numpy()[0]) == 1 and solver.work.P.n_pad == 8
+    t = newton_traffic(solver, lanes=lanes)
+    loads, stores, hessian = _hand_count(lanes, probes / its, tiles=True)
+    assert t["loads"] == pytest.approx(loads, rel=1e-12) and t["stores"] == pytest.approx(stores, rel=1e-12)
+    assert t["phases"]["hessian"]["loads"] == hessian
+    if lanes == 1:  # its own loads: all but the tiles of H, −∇ℓ and the slab's J and G J
+        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 32 * 32))
 
 
 def test_newton_traffic_needs_the_fused_path(device):

@@ -120,6 +120,8 @@ def test_solver_defaults():
     assert c.fused_max_registers is None  # the CUDA compiler's choice
     assert SapConfig(fused_max_registers=np.int64(128)).fused_max_registers == 128
     assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
+    assert c.fused_hessian == "rows"  # lanes over H's rows in global memory (the one measured on a GPU)
+    assert SapConfig(fused_hessian="Tiles").fused_hessian == "tiles"
 
 
 def test_replace_re_expands_preset_and_keeps_explicit_choices():
@@ -201,6 +203,8 @@ BAD = [
     (dict(fused_max_registers=True), r"fused_max_registers: .* from 32 to 255, got True"),
     (dict(fused_max_registers=128.0), r"fused_max_registers: .* from 32 to 255, got 128.0"),
     (dict(fused_max_registers="128"), r"fused_max_registers: .* from 32 to 255, got '128'"),
+    (dict(fused_hessian="dense"), r"fused_hessian: 'dense' is not valid; valid: rows, tiles"),
+    (dict(fused_hessian=None), r"fused_hessian: None is not valid; valid: rows, tiles"),
 ]
 
 
@@ -280,6 +284,8 @@ def fresh_warnings(monkeypatch):
     (dict(contact_beta=0.5, discrete_contact_approximation="similar"), "contact_beta", "'sap'"),
     (dict(fused_max_registers=128, newton_path="staged"), "fused_max_registers", "newton_path='fused'"),
     (dict(fused_max_registers=128, contact_linear_solver="pcr"), "fused_max_registers", "newton_path='fused'"),
+    (dict(fused_hessian="tiles", newton_path="staged"), "fused_hessian", "newton_path='fused'"),
+    (dict(fused_hessian="tiles", contact_linear_solver="pcr"), "fused_hessian", "newton_path='fused'"),
 ])
 def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs, knob, reader):
     from sap_common.config import SapConfigWarning
@@ -301,6 +307,7 @@ def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs,
     dict(contact_tau_d=0.3, contact_beta=0.5),
     dict(rho=0.8, pcr_atol=0.0),  # the defaults, unchanged, are not "set"
     dict(fused_max_registers=128),
+    dict(fused_hessian="tiles"),
 ])
 def test_a_knob_the_configuration_reads_does_not_warn(fresh_warnings, kwargs):
     with warnings.catch_warnings():

@@ -30,7 +30,7 @@ import sap_gpu
 from sap_common import scenes
 from sap_common.config import NEWTON_PATHS
 from sap_common.state import StepStatus
-from sap_gpu.contact_solve_fused import fused_newton_kernel, fused_size
+from sap_gpu.contact_solve_fused import FUSED_TILE, fused_hessian_for, fused_newton_kernel, fused_size
 
 CAP = 16
 # A sum of m floating-point terms taken in two orders differs by at most (m − 1)·ε·Σ|terms|
@@ -44,10 +44,45 @@ GRAD_ROUNDING = 1e-10
 # H100/H200 (sm_90: 227 KiB); one tile for nv ≤ 32 should stay under the 48 KiB default.
 SM90_MAX_SHARED_PER_BLOCK = 227 * 1024
 DEFAULT_SHARED_PER_BLOCK = 48 * 1024
+# The roundings an entry's term of H = A + JᵀGJ may take on either way of forming it, in units of
+# the unit roundoff u of TL (see _hessian_rounding_bound): J_i and J_k rounded to TL (2), G J_k or
+# Gᵀ J_i formed in T (3: three products, two sums; T is at least as precise as TL), its rounding
+# to TL (1), the product of the two factors (1), A's or the term's conversion to TL (1).
+HESSIAN_TERM_ROUNDINGS = 8
 
 
 def _solver(model, device, path, **config):
     return sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, newton_path=path, **config)
+
+
+def _hessian_rounding_bound(solver):
+    """Per world, an entrywise bound on |H_tiles − H_rows| for the problem of ``solver``'s last
+    ``evaluate_at`` (the G it left): each way's H_ik is a sum of m + 1 terms, A_ik and one per
+    constraint row (m: 3 per contact, the limit and drive rows), each term rounded at most
+    HESSIAN_TERM_ROUNDINGS times and the sum once per term, in any order; so each way is within
+    (m + HESSIAN_TERM_ROUNDINGS)·u·M_ik of the exact H, with M_ik = |A_ik| + Σ_c |J_c,i|ᵀ|G_c||J_c,k| +
+    Σ_r |G_r||J_r,i||J_r,k| + [i = k]·Σ_d |G_d| (the sum of the terms' magnitudes, G elementwise),
+    and the two ways are within twice that of each other."""
+    w, P = solver.work, solver.work.P
+    nv = solver.m.nv
+    u = 0.5 * np.finfo(np.float32 if w.TL == wp.float32 else np.float64).eps
+    A = np.abs(w.A.numpy()[:, :nv, :nv])
+    Jc, Gc = np.abs(P.contact_J.numpy()), np.abs(P.contact_G.numpy())
+    Jl, Gl = np.abs(P.limit_J.numpy()), np.abs(P.limit_G.numpy())
+    Gd, dof = np.abs(P.drive_G.numpy()), P.drive_dof.numpy()
+    nc, L, D = P.contact_count.numpy(), P.limit_count, P.drive_count
+    out = []
+    for q in range(len(A)):
+        C = int(nc[q])
+        J3 = Jc[q, :3 * C].reshape(C, 3, nv)
+        M = A[q] + np.einsum("cai,cab,cbk->ik", J3, Gc[q, :C], J3)
+        if L:
+            M += np.einsum("r,ri,rk->ik", Gl[q, :L], Jl[q, :L], Jl[q, :L])
+        for d in range(D):
+            M[dof[d], dof[d]] += Gd[q, d]
+        m = 3 * C + L + D
+        out.append(2 * (m + HESSIAN_TERM_ROUNDINGS) * u * M)
+    return np.array(out)
 
 
 def _step(solver, state, control, contacts, device, dt=1e-3):
@@ -213,11 +248,13 @@ def test_cooperative_lanes_solve_the_staged_problem_under_hunt_crossley(device, 
         assert ds["status"][0] == df["status"][0]
 
 
+@pytest.mark.parametrize("hessian", ["rows", "tiles"])
 @pytest.mark.parametrize("name, worlds, steps", [("humanoid", 2, 25), ("humanoid3", 1, 6)])
-def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
+def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessian):
     """A falling humanoid (27 DOFs: one tile, up to 64 contact slots and 42 limit rows spread over
     32 lanes) and three of them (81 DOFs: the blocked factorization): from the same state every
-    step, the fused step solves the staged step's problem."""
+    step, the fused step solves the staged step's problem, with H formed either way (humanoid3
+    forms it by rows whatever fused_hessian says: more than one tile)."""
     ok, why = scenes.availability(name)
     if not ok:
         pytest.skip(why)
@@ -225,8 +262,13 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps):
     m = scene.sap_model
     staged = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="staged")
     with cooperative_lanes():
-        fused = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="fused")
+        fused = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="fused",
+                                  fused_hessian=hessian)
     assert fused.work.H.shape[1] == fused_size(m.joint_dof_count)
+    tiles = fused_hessian_for(hessian, fused.work.H.shape[1]) == "tiles"
+    assert tiles == (hessian == "tiles" and name == "humanoid")
+    assert fused.work.newton_L.shape[1] == {True: 2 * FUSED_TILE, False: fused.work.H.shape[1] if name == "humanoid3"
+                                            else 1}[tiles]
     pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, staged.config, device=device)
     contacts = pipe.contacts()
     state = sap_gpu.to_device(scene.state, device)
@@ -304,17 +346,18 @@ def _pressed_stack(num_worlds):
     return scene, _perturbed_states(scene, seed=11)
 
 
-@pytest.mark.parametrize("path", NEWTON_PATHS)
-def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(device, path):
+@pytest.mark.parametrize("path, hessian", [(p, "rows") for p in NEWTON_PATHS] + [("fused", "tiles")])
+def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(device, path, hessian):
     """World 1's dynamics matrix is made negative definite after stage 2 (A ← −10⁹A): its H
     cannot be factored, so it stops with LINEAR_SOLVE_FAILURE after its first evaluation and
-    world 0 gives exactly its untouched result."""
+    world 0 gives exactly its untouched result (H formed by rows or, fused, by tiles)."""
     scene, host = _pressed_stack(2)
     m = scene.sap_model
 
     def run(tamper):
         with cooperative_lanes(path == "fused"):
-            solver = sap_gpu.SolverSAP(m, max_rigid_contact=16, device=device, newton_path=path)
+            extra = {} if hessian == "rows" else dict(fused_hessian=hessian)
+            solver = sap_gpu.SolverSAP(m, max_rigid_contact=16, device=device, newton_path=path, **extra)
             pipe = sap_gpu.CollisionPipeline(m, 16, solver.config, device=device)
             contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
             pipe.collide(state, contacts)
@@ -361,12 +404,75 @@ def test_pcr_runs_the_staged_loop_on_either_path(device):
 def test_the_fused_kernel_fits_in_shared_memory(device):
     """The fused kernel's shared memory (Warp's count of its tiles, from the module metadata of
     a CPU build: on CUDA the cuSolverDx workspace may add to it) stays within a block's budget:
-    one tile (nv ≤ 32) under the 48 KiB default, the blocked factorization (nv = 81, padded to
-    96, float64) under an H100's 227 KiB opt-in maximum."""
+    one tile (nv ≤ 32, H formed by rows or by tiles) under the 48 KiB default, the blocked
+    factorization (nv = 81, padded to 96, float64) under an H100's 227 KiB opt-in maximum."""
     cpu = wp.get_device("cpu")
     for TL in (wp.float32, wp.float64):
-        for n, budget in ((32, DEFAULT_SHARED_PER_BLOCK), (96, SM90_MAX_SHARED_PER_BLOCK)):
-            kernel = fused_newton_kernel(wp.float64, TL, "monotone_decay", n)
+        for n, budget, hessian in ((32, DEFAULT_SHARED_PER_BLOCK, "rows"), (32, DEFAULT_SHARED_PER_BLOCK, "tiles"),
+                                   (96, SM90_MAX_SHARED_PER_BLOCK, "rows")):
+            kernel = fused_newton_kernel(wp.float64, TL, "monotone_decay", n, hessian=hessian)
             meta = kernel.module.load(cpu, block_dim=sap_gpu.launch.TILE_BLOCK_DIM).meta
             (smem,) = [v for k, v in meta.items() if k.endswith("forward_smem_bytes")]
-            assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}: {smem} bytes"
+            assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}, {hessian}: {smem} bytes"
+
+
+# ---------------------------------------------------------------------------- fused_hessian="tiles"
+
+def _tiles_against_rows(device, case, config, lanes):
+    """One step of ``case`` on the fused path with H formed by rows and by tiles (same lanes),
+    then both evaluated at the same v: everything but H equal (the same code), H within its
+    rounding bound, and each step's v₁ within the other's reach."""
+    model, state, control, contacts = _inputs(case, device)
+    runs = {}
+    with cooperative_lanes(lanes):
+        for hessian in ("rows", "tiles"):
+            solver = _solver(model, device, "fused", fused_hessian=hessian, **config)
+            _step(solver, state, control, contacts, device)
+            runs[hessian] = solver
+        rows, tiles = runs["rows"], runs["tiles"]
+        assert tiles.work.newton_L.shape[1:] == (2 * FUSED_TILE, FUSED_TILE)  # the slab scratch
+        v = rows.work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        er, et = rows.evaluate_at(v), tiles.evaluate_at(v)
+    for k in er:
+        if k not in ("H", "H_diag"):
+            np.testing.assert_array_equal(et[k], er[k], err_msg=f"evaluate_at: {k}")
+    bound = _hessian_rounding_bound(tiles)
+    over = np.abs(et["H"] - er["H"]) - bound
+    assert np.all(over <= 0), f"H: {np.abs(et['H'] - er['H']).max():.3e} apart, beyond the bound by {over.max():.3e}"
+    dr, dt = rows.diagnostics(), tiles.diagnostics()
+    if dr["status"][0] == StepStatus.CONVERGED and dt["status"][0] == StepStatus.CONVERGED:
+        _assert_same_solution(rows, tiles.work.v1.numpy(), rows.work.v1.numpy(), f"tiles, {config}")
+    else:
+        assert dr["status"][0] == dt["status"][0]
+
+
+@settings(max_examples=12)
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES), st.booleans())
+def test_tile_hessian_is_the_row_hessian_to_its_rounding(device, case, preset, line_search, lanes):
+    """fused_hessian="tiles" (H by tile products in shared memory) against "rows": random models
+    with every joint type, limits, drives and contacts, on one lane and on 32."""
+    _tiles_against_rows(device, case, dict(contact_preset_variant=preset, line_search_variant=line_search), lanes)
+
+
+@settings(max_examples=6)
+@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.booleans())
+def test_tile_hessian_with_holonomic_constraints(device, case, preset, lanes):
+    """Couplers, distance, ball, weld and axis-alignment rows: dense rows of J in the limit slabs."""
+    _tiles_against_rows(device, case, dict(contact_preset_variant=preset), lanes)
+
+
+@pytest.mark.parametrize("approximation", ["lagged", "similar"])
+@settings(max_examples=4)
+@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS))
+def test_tile_hessian_under_hunt_crossley(device, approximation, case, preset):
+    _tiles_against_rows(device, case, dict(contact_preset_variant=preset, discrete_contact_approximation=approximation),
+                        True)
+
+
+def test_tile_hessian_applies_to_one_tile_only():
+    """The threshold: a world of one tile (nv ≤ 32) forms H by tiles, a larger one by rows."""
+    assert [fused_hessian_for("tiles", fused_size(nv)) for nv in (1, 27, 32, 33, 81)] == \
+        ["tiles", "tiles", "tiles", "rows", "rows"]
+    assert fused_hessian_for("rows", 32) == "rows"
+    with pytest.raises(ValueError, match="fused_hessian: 'dense' is not valid; valid: rows, tiles"):
+        fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, hessian="dense")

@@ -71,12 +71,13 @@ import sys
 import warp as wp
 
 from sap_common.config import LINEAR_SOLVERS, SapConfig
-from sap_common.constants import DEFAULT_NEWTON_PATH, NEWTON_PATHS
+from sap_common.constants import DEFAULT_FUSED_HESSIAN, DEFAULT_NEWTON_PATH, FUSED_HESSIANS, NEWTON_PATHS
 from sap_common.io import LoadedScene
 from sap_tools.benchmark.measure import (
     MIN_CONVERGED_FRACTION,
     breakdown,
     breakdown_table,
+    hessian_speedups,
     path_speedups,
     ratios,
     register_cap_speedups,
@@ -213,6 +214,10 @@ def _parser():
                    help="SapConfig.fused_max_registers, the fused Newton kernel's CUDA register cap: none (default: "
                         "the compiler's choice) or 32..255; several = a sweep with the speed-up over none printed "
                         "(runs labelled /regN)")
+    p.add_argument("--fused-hessian", nargs="+", default=[DEFAULT_FUSED_HESSIAN], choices=FUSED_HESSIANS,
+                   help="SapConfig.fused_hessian, how the fused Newton kernel forms H: rows (default: lanes over H's "
+                        "rows in global memory) or tiles (tile products in shared memory, nv <= 32); both = a sweep "
+                        "with the speed-up of tiles over rows printed (runs labelled /tiles)")
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
@@ -299,8 +304,13 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
             for preset in presets:
                 for solver in (args.linear_solver or [None]):
                     for sparsity in dict.fromkeys(args.rows):
-                        for path, cap in itertools.product(dict.fromkeys(args.newton_path), caps):
+                        for path, cap, hessian in itertools.product(dict.fromkeys(args.newton_path), caps,
+                                                                    dict.fromkeys(args.fused_hessian)):
+                            if hessian != DEFAULT_FUSED_HESSIAN and path != "fused":
+                                continue  # the staged path has no fused kernel to form H in
                             run_overrides = dict(overrides)
+                            if hessian != DEFAULT_FUSED_HESSIAN:
+                                run_overrides["fused_hessian"] = hessian
                             if solver is not None:
                                 run_overrides["contact_linear_solver"] = solver
                             if cap is not None:
@@ -308,12 +318,13 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                             cfg = SapConfig.from_preset(preset, **run_overrides)
                             extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
                                          linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
-                                         fused_max_registers=cap)
+                                         fused_max_registers=cap, fused_hessian=hessian)
                             label = ((f"{name}/" if len(scene_names) > 1 else "") + cfg.contact_preset_variant
                                      + (f"/{solver}" if args.linear_solver else "")
                                      + (f"/{sparsity}" if args.rows != ["sparse"] else "")
                                      + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
-                                     + (f"/reg{cap}" if cap is not None else ""))
+                                     + (f"/reg{cap}" if cap is not None else "")
+                                     + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else ""))
                             specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
                                               overrides=run_overrides, sparse=sparsity == "sparse", path=path,
                                               label=label, extra=extra))
@@ -437,10 +448,14 @@ def main(argv=None) -> int:
     for q in cap_rows:
         print(f"speed-up register cap {q['fused_max_registers']}/none ({where(q)}{q['label']}, {q['num_worlds']} "
               f"worlds): {q['speedup']:.3f}")
+    hessian_rows = hessian_speedups(rows)
+    for q in hessian_rows:
+        print(f"speed-up fused_hessian tiles/rows ({where(q)}{q['label']}, {q['num_worlds']} worlds): "
+              f"{q['speedup']:.3f}")
     result = dict(scene=scenes0[0].name if len(scenes0) == 1 else [sc.name for sc in scenes0], device=str(device),
                   hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratio_rows, sparse_speedups=speedups,
-                  newton_path_speedups=path_rows, register_cap_speedups=cap_rows)
+                  newton_path_speedups=path_rows, register_cap_speedups=cap_rows, fused_hessian_speedups=hessian_rows)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
         result = {**sap_rows[0], **result}

@@ -18,7 +18,8 @@ import warp as wp
 from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
-           "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups", "MIN_CONVERGED_FRACTION"]
+           "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups",
+           "hessian_speedups", "MIN_CONVERGED_FRACTION"]
 
 # A sap_gpu run is valid only if at least this fraction of its (world, step) pairs converged.
 # An unconverged step returns an unfinished iterate, so a run whose steps stop early (a too-small
@@ -279,7 +280,7 @@ def sparse_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of sparse rows over dense rows, per (scene, num_worlds, preset, linear solver)
     run in both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"),  # noqa: E731
-                     r.get("fused_max_registers"))
+                     r.get("fused_max_registers"), r.get("fused_hessian"))
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
                  linear_solver=r["linear_solver"], speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
@@ -295,8 +296,8 @@ def path_speedups(rows: list[dict]) -> list[dict]:
                      r.get("fused_max_registers"))
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
-    for r in rows:
-        if r.get("newton_path") == "fused" and key(r) in staged:
+    for r in rows:  # the fused runs that form H by rows, as the staged path does (hessian_speedups: tiles)
+        if r.get("newton_path") == "fused" and r.get("fused_hessian", "rows") == "rows" and key(r) in staged:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
             out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
@@ -310,10 +311,23 @@ def register_cap_speedups(rows: list[dict]) -> list[dict]:
     one (SapConfig.fused_max_registers None), per (scene, num_worlds, preset, linear solver, rows,
     Newton path) run with both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
-                     r.get("newton_path"))
+                     r.get("newton_path"), r.get("fused_hessian"))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is None}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r["fused_max_registers"],
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
             for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is not None
             and key(r) in base]
+
+
+def hessian_speedups(rows: list[dict]) -> list[dict]:
+    """world-steps/s of each fused run that forms H by tile products (SapConfig.fused_hessian
+    ``tiles``) over the same run that forms it by rows, per (scene, num_worlds, preset, linear
+    solver, rows, register cap) run with both."""
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
+                     r.get("newton_path"), r.get("fused_max_registers"))
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"}
+    return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
+                 linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
+                 speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
+            for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian") == "tiles" and key(r) in base]

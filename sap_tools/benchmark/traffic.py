@@ -14,10 +14,15 @@ Two figures, obtained two different ways, and named so in every output:
   expression are two loads, and a loop bound read from an array is a load. Struct scalars
   (``P.nv``, ``P.h``, ...) are kernel parameters, not loads. The tile Cholesky's loads and stores
   of H, ∇ℓ and Δv are spread evenly over the block's lanes; its work in shared memory is not
-  counted. Per world, the rows go to lanes round-robin (DOF i, contact c, limit row r, drive d to
+  counted. With ``fused_hessian="tiles"`` H is not in global memory at all: the phase
+  ``hessian`` counts the lanes' writes of J's and G J's slabs to the world's scratch and the
+  cooperative tile loads that bring them (and A) into shared memory, and ``factor_solve`` only
+  the factor check's diagonal. Per world, the rows go to lanes round-robin (DOF i, contact c, limit row r, drive d to
   lane ``index mod lanes``), as the kernel's ``range(lane, n, block_dim)`` loops do, and the
   **busiest lane** of an iteration is the sum, over the phases between two block barriers, of
-  the largest lane's count: the dependent loads one world's iteration waits for.
+  the largest lane's count: the dependent loads one world's iteration waits for. Its **own**
+  loads leave out the lane's shares of cooperative tile loads, which the block issues together,
+  coalesced and independent of each other.
 * **Set-up kernels, counted** (:func:`setup_traffic`): one step recorded by
   :func:`sap_gpu.launch.record_launches` (the kernels run as usual) with the solver's stage hook
   marking the stages: per stage, the launches, the threads they start and the bytes of the
@@ -32,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, fused_hessian_for
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
 __all__ = ["newton_traffic", "setup_traffic", "traffic_lines", "SETUP_STAGES", "NEWTON_PHASES"]
@@ -53,6 +59,7 @@ class _Phase:
         self.load_bytes = np.zeros(lanes, np.int64)
         self.stores = np.zeros(lanes, np.int64)
         self.store_bytes = np.zeros(lanes, np.int64)
+        self.tile_loads = np.zeros(lanes, np.int64)  # the part of ``loads`` from cooperative tile loads
 
     def load(self, lane: int, size: int, count: int = 1) -> None:
         self.loads[lane] += count
@@ -67,6 +74,7 @@ class _Phase:
         for k in range(lanes):
             self.load(k, size, (loads + lanes - 1 - k) // lanes)
             self.store(k, size, (stores + lanes - 1 - k) // lanes)
+            self.tile_loads[k] += (loads + lanes - 1 - k) // lanes
 
 
 def _np(a):
@@ -84,6 +92,8 @@ class _WorldLists:
         self.t = wp.types.type_size_in_bytes(P.v.dtype)
         self.tl = wp.types.type_size_in_bytes(w.H.dtype)
         self.fused = bool(w.fused)
+        self.n_pad = int(P.n_pad)
+        self.tiles = self.fused and fused_hessian_for(solver.config.fused_hessian, self.n) == "tiles"
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
                      "dof_contacts", "dof_nlimits", "dof_limits", "limit_ncols", "limit_cols", "limit_active",
@@ -175,53 +185,16 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         if s.dof_mask[w, i]:
             g.load(k, _F64)
             g.load(k, t)
-    # hessian_rows over DOFs: row i of H's lower triangle, −∇ℓ_i.
-    h = ph["hessian"]
-    for i in range(nv):
-        k = i % lanes
-        h.load(k, t)
-        h.store(k, tl)
-        h.load(k, _F64, i + 1)
-        h.store(k, tl, i + 1)
-        h.load(k, _I)
-        for u in range(int(s.dof_ncontacts[w, i])):
-            c = int(s.dof_contacts[w, i, u])
-            h.load(k, _I)
-            h.load(k, _F64, 3)
-            h.load(k, 9 * t)
-            h.load(k, _I)  # the contact's column count
-            for tt in range(int(s.contact_ncols[w, c])):
-                h.load(k, _I)
-                if int(s.contact_cols[w, c, tt]) > i:
-                    break
-                h.load(k, _F64, 3)
-                h.load(k, tl)
-                h.store(k, tl)
-        h.load(k, _I)
-        for u in range(int(s.dof_nlimits[w, i])):
-            r = int(s.dof_limits[w, i, u])
-            h.load(k, _I)
-            h.load(k, t)
-            h.load(k, _F64)
-            if s.limit_G[w, r] != 0:
-                h.load(k, _I)
-                for tt in range(int(s.limit_ncols[w, r])):
-                    h.load(k, _I)
-                    if int(s.limit_cols[w, r, tt]) > i:
-                        break
-                    h.load(k, _F64)
-                    h.load(k, tl)
-                    h.store(k, tl)
-        for d in range(D):
-            h.load(k, _I)
-            if int(s.drive_dof[d]) == i:
-                h.load(k, tl)
-                h.load(k, t)
-                h.store(k, tl)
-    _factor_solve(ph["factor_solve"], s.n, tl, lanes)
+    if s.tiles:
+        _tile_hessian(ph["hessian"], s, w, C, lanes)
+        _shared_factor_solve(ph["factor_solve"], tl, lanes)
+    else:
+        _hessian_rows(ph["hessian"], s, w, lanes)
+        _factor_solve(ph["factor_solve"], s.n, tl, lanes)
     r = ph["dv_readback"]
     for i in range(nv):
-        r.load(i % lanes, tl)
+        if not s.tiles:  # with tiles Δv is read from the shared solution tile
+            r.load(i % lanes, tl)
         r.store(i % lanes, t)
     # direction: Δvc = J Δv over rows, then the slope sums over DOFs (one barrier interval).
     dr = ph["direction"]
@@ -269,6 +242,103 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     return ph
 
 
+def _hessian_rows(h: _Phase, s: _WorldLists, w: int, lanes: int) -> None:
+    """hessian_rows over DOFs (``fused_hessian="rows"``): row i of H's lower triangle, −∇ℓ_i."""
+    t, tl, nv, D = s.t, s.tl, s.nv, s.drive_count
+    for i in range(nv):
+        k = i % lanes
+        h.load(k, t)
+        h.store(k, tl)
+        h.load(k, _F64, i + 1)
+        h.store(k, tl, i + 1)
+        h.load(k, _I)
+        for u in range(int(s.dof_ncontacts[w, i])):
+            c = int(s.dof_contacts[w, i, u])
+            h.load(k, _I)
+            h.load(k, _F64, 3)
+            h.load(k, 9 * t)
+            h.load(k, _I)  # the contact's column count
+            for tt in range(int(s.contact_ncols[w, c])):
+                h.load(k, _I)
+                if int(s.contact_cols[w, c, tt]) > i:
+                    break
+                h.load(k, _F64, 3)
+                h.load(k, tl)
+                h.store(k, tl)
+        h.load(k, _I)
+        for u in range(int(s.dof_nlimits[w, i])):
+            r = int(s.dof_limits[w, i, u])
+            h.load(k, _I)
+            h.load(k, t)
+            h.load(k, _F64)
+            if s.limit_G[w, r] != 0:
+                h.load(k, _I)
+                for tt in range(int(s.limit_ncols[w, r])):
+                    h.load(k, _I)
+                    if int(s.limit_cols[w, r, tt]) > i:
+                        break
+                    h.load(k, _F64)
+                    h.load(k, tl)
+                    h.store(k, tl)
+        for d in range(D):
+            h.load(k, _I)
+            if int(s.drive_dof[d]) == i:
+                h.load(k, tl)
+                h.load(k, t)
+                h.store(k, tl)
+
+
+def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None:
+    """The tile assembly (``fused_hessian="tiles"``), lanes over the 32 columns: A + diag(d) and
+    −∇ℓ written to the world's scratch and loaded as tiles, then per slab the lanes' J and G J
+    entries and the slab's two tile loads."""
+    t, tl, nv, L, D, ft = s.t, s.tl, s.nv, s.limit_count, s.drive_count, FUSED_TILE
+    for col in range(ft):  # lanes over columns: column k of A + diag(d) to the slab, −∇ℓ_k
+        k = col % lanes
+        if col < nv:
+            h.load(k, t)  # ∇ℓ_k
+            h.load(k, _I, D)  # drive_dof of every drive
+            h.load(k, t, int((s.drive_dof[:D] == col).sum()))
+        h.store(k, tl)  # −∇ℓ_k
+        if col < s.n_pad:
+            h.load(k, _F64, s.n_pad)  # A's column (n_pad × n_pad; the rest is zero)
+        h.store(k, tl, ft)
+    h.spread(lanes, tl, ft * ft + ft, 0)  # the tiles of H and of −∇ℓ
+    for k in range(lanes):
+        h.load(k, _I)  # the contact count
+    for c0 in range(0, C, CONTACTS_PER_SLAB):
+        for col in range(ft):
+            k = col % lanes
+            for c in range(c0, c0 + CONTACTS_PER_SLAB):
+                if c < C and col < nv:
+                    h.load(k, _F64, 3)  # J's 3 rows at the column
+                    h.load(k, 9 * t)  # G
+                h.store(k, tl, 6)
+            h.store(k, tl, 2 * (ft - 3 * CONTACTS_PER_SLAB))  # the slab's tail rows
+        h.spread(lanes, tl, 2 * ft * ft, 0)  # the slab's J and G J tiles
+    active = [r for r in range(L) if s.limit_G[w, r] != 0]
+    for k in range(lanes):  # every lane scans the rows' G for the slab boundaries (and again to fill)
+        h.load(k, t, L)
+    for a0 in range(0, len(active), ft):
+        rows = active[a0:a0 + ft]
+        span = (active[a0 + ft] if a0 + ft < len(active) else L) - (rows[0] if a0 else 0)
+        for col in range(ft):
+            k = col % lanes
+            h.load(k, t, span)  # G of every row the slab spans
+            if col < nv:
+                h.load(k, _F64, len(rows))  # J at the column
+            h.store(k, tl, 2 * ft)  # J and G J: the rows, then zeros to the slab's end
+        h.spread(lanes, tl, 2 * ft * ft, 0)
+
+
+def _shared_factor_solve(ph: _Phase, tl: int, lanes: int) -> None:
+    """The factorization in shared memory: only the check's diagonal goes through global memory
+    (each lane stores H_ii of its rows and reads it back)."""
+    for i in range(FUSED_TILE):
+        ph.store(i % lanes, tl)
+        ph.load(i % lanes, tl)
+
+
 def _factor_solve(ph: _Phase, n: int, tl: int, lanes: int) -> None:
     """The tile Cholesky of the fused kernel: tile loads and stores of H, L, −∇ℓ and Δv, the pivot check."""
     T = 32
@@ -301,14 +371,19 @@ def newton_traffic(solver, lanes: int = TILE_BLOCK_DIM) -> dict:
     Returns ``method`` (``"derived"``), ``lanes``, ``iterations`` (Newton iterations of the step,
     all worlds), ``probes_per_iteration``, and per iteration ``loads``, ``load_bytes``,
     ``stores``, ``store_bytes`` (the whole block), ``busiest_lane_loads`` and
-    ``busiest_lane_load_bytes`` (the sum over phases of the busiest lane), and ``phases``:
-    ``{phase: {"loads", "load_bytes", "stores", "store_bytes", "busiest_lane_loads"}}`` per
+    ``busiest_lane_load_bytes`` (the sum over phases of the busiest lane), ``busiest_lane_own_loads``
+    (the same without the lanes' shares of cooperative tile loads: the loads a lane issues one
+    after another, each element of a tile load being one of many independent, coalesced loads of
+    the block), and ``phases``:
+    ``{phase: {"loads", "load_bytes", "stores", "store_bytes", "busiest_lane_loads",
+    "busiest_lane_own_loads"}}`` per
     iteration (``line_search_probe`` times the probes). Needs the fused path.
     """
     if not solver.work.fused:
         raise ValueError("newton_path: the derived Newton traffic is of the fused kernel; run with newton_path='fused'")
     s = _WorldLists(solver)
-    keys = ("loads", "load_bytes", "stores", "store_bytes", "busiest_lane_loads", "busiest_lane_load_bytes")
+    keys = ("loads", "load_bytes", "stores", "store_bytes", "busiest_lane_loads", "busiest_lane_load_bytes",
+            "busiest_lane_own_loads")
     total = {name: dict.fromkeys(keys, 0.0) for name in NEWTON_PHASES}
     its = probes = 0
     for w in range(len(s.contact_count)):
@@ -326,6 +401,7 @@ def newton_traffic(solver, lanes: int = TILE_BLOCK_DIM) -> dict:
             tot["store_bytes"] += times * int(ph.store_bytes.sum())
             tot["busiest_lane_loads"] += times * int(ph.loads.max())
             tot["busiest_lane_load_bytes"] += times * int(ph.load_bytes.max())
+            tot["busiest_lane_own_loads"] += times * int((ph.loads - ph.tile_loads).max())
     per = {name: {k: (v / its if its else 0.0) for k, v in d.items()} for name, d in total.items()}
     out = dict(method="derived", lanes=lanes, iterations=its, probes_per_iteration=probes / its if its else 0.0,
                phases=per)
@@ -404,7 +480,9 @@ def traffic_lines(label: str, num_worlds: int, newton: dict | None, setup: dict)
             f"{newton['lanes']} lanes) per iteration of a world: {newton['loads']:.0f} loads "
             f"({newton['load_bytes'] / 1024:.1f} KiB), {newton['stores']:.0f} stores "
             f"({newton['store_bytes'] / 1024:.1f} KiB); busiest lane {newton['busiest_lane_loads']:.0f} loads, "
-            f"{100 * h['busiest_lane_loads'] / max(newton['busiest_lane_loads'], 1e-30):.0f}% of them building H; "
+            f"{100 * h['busiest_lane_loads'] / max(newton['busiest_lane_loads'], 1e-30):.0f}% of them building H, "
+            f"{newton['busiest_lane_own_loads']:.0f} of them its own (not shares of tile loads; "
+            f"{h['busiest_lane_own_loads']:.0f} building H); "
             f"{newton['probes_per_iteration']:.2f} line-search probes per iteration")
     st = setup["setup"]
     lines.append(
