@@ -166,3 +166,29 @@ def test_a_register_cap_reaches_the_fused_kernel(tmp_path):
     (res,) = launched_resources(kernel_resources(result.path), capped.kernels[key]).values()
     assert res["REG"] <= cap, res
     print(json.dumps({"fused_max_registers": cap, **res}))
+
+
+# SapConfig.fused_hessian="tiles": what its fused kernel needs today on sm_90 (REG, STACK B). The
+# tile assembly (J and G J slabs, the shared products, A + diag(d) through the scratch) adds to
+# the row kernel's loop state; the compiler takes every register and spills the rest
+# (docs/benchmarks.md § Forming H by tiles). A change that needs more fails here and must say why.
+TILE_HESSIAN_BUDGET = (255, 192)
+
+
+@pytest.mark.cuda_compile
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install -e \".[cuda-tools]\")")
+@pytest.mark.parametrize("preset", ["approx32", "drake"])
+def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
+    """fused_hessian="tiles" changes only the humanoid's fused kernel, which compiles for sm_90
+    within TILE_HESSIAN_BUDGET."""
+    scene = scenes.get("humanoid", num_worlds=1)
+    plain = step_variants(scene.sap_model, scene.max_rigid_contact, contact_preset_variant=preset)
+    tiles = step_variants(scene.sap_model, scene.max_rigid_contact, contact_preset_variant=preset,
+                          fused_hessian="tiles")
+    changed = sorted(set(tiles.variants) - set(plain.variants))
+    assert len(changed) == 1 and "fused_newton" in changed[0][0], changed
+    (key,) = changed
+    result = compile_variant(tiles.variants[key], key[1], ARCH, str(tmp_path))
+    (res,) = launched_resources(kernel_resources(result.path), tiles.kernels[key]).values()
+    assert res["REG"] <= TILE_HESSIAN_BUDGET[0] and res["STACK"] <= TILE_HESSIAN_BUDGET[1], res
+    print(json.dumps({"fused_hessian": "tiles", "preset": preset, **res}))
