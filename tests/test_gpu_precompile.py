@@ -70,6 +70,7 @@ def test_kernel_resources_says_how_to_get_cuobjdump(monkeypatch, tmp_path):
     (["humanoid", "--newton-path", "graph"], "--newton-path: 'graph' is not valid; valid: fused, staged"),
     (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
     (["humanoid", "--approximation", "tamsi"], "--approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),
+    (["humanoid", "--fused-hessian", "dense"], "--fused-hessian: 'dense' is not valid; valid: rows, tiles"),
     (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
     (["humanoid", "--arch", "9"], "--arch: an SM architecture such as 80, 90 or 100, got 9"),
     (["no_such_scene"], "no_such_scene"),
