@@ -447,11 +447,12 @@ def _tiles_against_rows(device, case, config, lanes):
 
 
 @settings(max_examples=12)
-@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES), st.booleans())
-def test_tile_hessian_is_the_row_hessian_to_its_rounding(device, case, preset, line_search, lanes):
+@given(random_constrained_models(), st.sampled_from(PRESETS), st.booleans())
+def test_tile_hessian_is_the_row_hessian_to_its_rounding(device, case, preset, lanes):
     """fused_hessian="tiles" (H by tile products in shared memory) against "rows": random models
-    with every joint type, limits, drives and contacts, on one lane and on 32."""
-    _tiles_against_rows(device, case, dict(contact_preset_variant=preset, line_search_variant=line_search), lanes)
+    with every joint type, limits, drives and contacts, on one lane and on 32 (the preset's line
+    search: the assembly does not depend on it, and each search is a kernel to compile)."""
+    _tiles_against_rows(device, case, dict(contact_preset_variant=preset), lanes)
 
 
 @settings(max_examples=6)
