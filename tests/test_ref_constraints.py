@@ -34,6 +34,9 @@ from sap_ref.constraints import (
 # (ε·|ℓ|/h) bounds the agreement at about 1e-6 relative (seen: 3e-6 in the exactly consistent
 # stiction region), so 3e-5 leaves margin without hiding a wrong formula (errors are O(1)).
 FD_RTOL = 3e-5
+# Sliding: the central-difference step as a fraction of the length R_t·|y_t| over which γ turns
+# (its error, O(step²), is then ~1e-6 relative: under FD_RTOL; rounding, ε·|γ|/h, stays far below).
+SLIDING_FD_STEP = 1e-3
 
 
 def cone_inputs():
@@ -57,17 +60,27 @@ def _fd(f, x, h):
 @settings(max_examples=300)
 @given(cone_inputs())
 def test_cone_impulse_and_hessian_are_derivatives(inputs):
+    event(["stiction", "sliding", "no contact"][_check_cone_derivatives(inputs)])
+
+
+def _check_cone_derivatives(inputs) -> int:
+    """γ = −∂ℓ/∂vc and G = −∂γ/∂vc by central differences, G symmetric PSD, ℓ = ½γᵀRγ; returns
+    the region (``assume`` rejects a region border or the soft norm's scale within the step)."""
     R, v_hat, mu, vc = inputs
     gamma, G, ell, mode = friction_cone(vc, R, v_hat, mu)
     h = 1e-6 * max(1e-4, np.abs(vc).max())
+    y_t = ((v_hat - vc) / R)[0, :2]
+    if mode[0] == SLIDING:
+        # Sliding, γ turns with the tangential direction of y = R⁻¹(v̂ − vc), over a length
+        # R_t·|y_t| of vc: central differences are O((h / (R_t|y_t|))²) off, so the step stays
+        # SLIDING_FD_STEP of that length (explore run: R_t|y_t| = 1e-5 against h = 1e-6 gave 0.5 %).
+        h = min(h, SLIDING_FD_STEP * R[0, 0] * np.linalg.norm(y_t))
     modes = [friction_cone(vc + d, R, v_hat, mu)[3][0] for d in (np.eye(3) * h)] + \
             [friction_cone(vc - d, R, v_hat, mu)[3][0] for d in (np.eye(3) * h)]
     if any(m != mode[0] for m in modes):
         assume(False)  # a region border within h: derivatives are one-sided there (tested below)
-    y_t = ((v_hat - vc) / R)[0, :2]
     if mode[0] == SLIDING and np.linalg.norm(y_t) < 1e3 * 1e-7:
         assume(False)  # |y_t| ~ soft-norm ε: Drake's ℓ and γ differ by O(ε²/|y_t|²) there by design
-    event(["stiction", "sliding", "no contact"][mode[0]])
     grad = -_fd(lambda x: friction_cone(x, R, v_hat, mu)[2], vc, h)[0]
     scale = max(np.abs(gamma).max(), 1e-12)
     np.testing.assert_allclose(grad, gamma[0], atol=FD_RTOL * scale)
@@ -76,6 +89,16 @@ def test_cone_impulse_and_hessian_are_derivatives(inputs):
     np.testing.assert_allclose(G[0], G[0].T, atol=1e-12 * max(np.abs(G).max(), 1e-12))  # μ̂/R_t = μ/R_n
     assert np.linalg.eigvalsh(0.5 * (G[0] + G[0].T))[0] >= -1e-9 * max(np.abs(G).max(), 1.0)
     assert ell[0] == pytest.approx(0.5 * gamma[0] @ (R[0] * gamma[0]))
+    return int(mode[0])
+
+
+def test_sliding_with_a_tiny_tangential_scale_is_differentiated_at_its_own_scale():
+    """R_t = 0.0625, μ = 1e-5, vc = (0, 1e-5, −1): sliding with R_t·|y_t| = 1e-5, where the step
+    1e-6 of the magnitude rule was 10 % of the length over which γ turns (explore run: G₀₀ off by
+    0.5 %); the step now follows that length."""
+    inputs = (np.array([[0.0625, 0.0625, 1.0]]), np.array([[0.0, 0.0, 0.0]]), np.array([1e-5]),
+              np.array([[0.0, 1e-5, -1.0]]))
+    assert _check_cone_derivatives(inputs) == SLIDING
 
 
 # ----------------------------------------------------------------------------- Hunt–Crossley
