@@ -32,6 +32,10 @@ from sap_tools.tolerances import RESIDUAL_GAP_FACTOR, TOL, fp32_hessian_tol
 PRESETS = ("approx32", "approx64", "drake")
 LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 LINEAR_SOLVERS = ("cholesky", "pcr")
+# Roundings of one row's γ relative to |γ| (_grad_roundoff): the longest formulas (the friction
+# cone's sliding branch: y = R⁻¹(v̂ − vc), the soft norm of y_t, γ_n, γ_t = μγ_n·y_t/|y_t|; the
+# Hunt–Crossley impulse) take about a dozen dependent operations; 16 covers them.
+GAMMA_ROUNDINGS = 16
 
 
 def _close(a, b, rtol, what, scale=None):
@@ -103,6 +107,34 @@ def test_holonomic_stages_match_sap_ref(device, newton_path, case, preset, line_
     """Stage by stage with couplers, distance (rigid and compliant), ball, weld and axis-alignment
     constraints, dense or sparse rows (docs/formulation.md § Holonomic constraints)."""
     _check_stages(device, case, preset, line_search, linear_solver, newton_path, "sap", sparse_rows=sparse)
+
+
+def _grad_roundoff(p, ev, v):
+    """Per DOF, how far the two backends' Jᵀγ (and so ∇ℓ) may differ by rounding, where the bar
+    relative to max|Jᵀγ| does not reach: stiff rows make γ large and their terms cancel.
+
+    * vc_r = J_r·v is computed to within (n + 1)·u·Σ_k|J_rk||v_k| (n terms, u the float64 unit
+      roundoff), which moves γ_r by up to |G_r| times that (G = −∂γ/∂vc; 1/R for a stiff row);
+    * γ_r itself carries GAMMA_ROUNDINGS roundings relative to |γ_r|, and (Jᵀγ)_i sums m terms
+      J_ri·γ_r in another order on each backend: (m + GAMMA_ROUNDINGS)·u·Σ_r|J_ri||γ_r|.
+
+    Twice that for the two backends. The explore run found a weld with R = 3.8e-6 and γ ≈ 2.5e7
+    whose rows cancel to |Jᵀγ| ≈ 3: 3.4e-10 apart against a bar of 2.8e-10."""
+    u = 0.5 * np.finfo(np.float64).eps
+    n = len(v)
+    av = np.abs(v)
+    rows = [(p.contact_J[c], ev.contact_G[c], ev.contact_gamma[c]) for c in range(len(p.contact_J))]
+    rows += [(p.limit_J[r][None], np.array([[ev.limit_G[r]]]), ev.limit_gamma[r:r + 1]) for r in range(len(p.limit_J))]
+    drive_J = p.drive.J.astype(float)
+    rows += [(drive_J[d][None], np.array([[ev.drive_G[d]]]), ev.drive_gamma[d:d + 1]) for d in range(len(drive_J))]
+    rows += [(p.hol_J[r][None], np.array([[ev.hol_G[r]]]), ev.hol_gamma[r:r + 1]) for r in range(len(p.hol_J))]
+    m = sum(len(g) for _, _, g in rows)
+    out = np.zeros(n)
+    for J, G, gamma in rows:
+        J = np.abs(np.asarray(J, float))
+        dvc = (n + 1) * u * (J @ av)
+        out += J.T @ (np.abs(np.asarray(G, float)) @ dvc + (m + GAMMA_ROUNDINGS) * u * np.abs(np.asarray(gamma, float)))
+    return 2.0 * out
 
 
 def _check_holonomic_rows(gpu, r, model, state, cfg, jtol):
@@ -282,9 +314,12 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
     with cooperative_lanes(newton_path == "fused"):
         ev_gpu = gpu.evaluate_at(v[None])
     ev_ref = evaluate(p, v[dofs])
-    # ∇ℓ = A(v − v*) − Jᵀγ cancels near the solution: compare relative to its two terms.
+    # ∇ℓ = A(v − v*) − Jᵀγ cancels near the solution: compare relative to its two terms, plus what
+    # rounding moves Jᵀγ by where stiff rows' large γ cancel (_grad_roundoff).
     terms = max(np.abs(ev_ref.jt_gamma).max(initial=0.0), np.abs(ev_ref.grad + ev_ref.jt_gamma).max(initial=0.0))
-    _close(ev_gpu["grad"][0, dofs], ev_ref.grad, TOL["fp64"], "grad", scale=terms)
+    err = np.abs(ev_gpu["grad"][0, dofs] - ev_ref.grad)
+    allowed = TOL["fp64"] * max(1.0, terms) + _grad_roundoff(p, ev_ref, v[dofs])
+    assert np.all(err <= allowed), f"grad: |Δ| = {err.max():.3e}, allowed {allowed[np.argmax(err - allowed)]:.3e}"
     # H (or diag H) in float32 is accumulated term by term: A plus one term per row.
     rows = 3 * C + len(p.limit_R) + len(p.hol_R) + len(p.drive.dof)
     htol = TOL["fp64"] if cfg.contact_linear_solve_precision == "fp64" else fp32_hessian_tol(rows)
