@@ -3,7 +3,8 @@
 A convex shape (shape 0 in canonical order) against a height field (shape 1): every cell triangle
 under the shape's bounding box is a prism, each prism's manifold comes from GJK/EPA
 (:func:`~sap_gpu.collision_manifold.convex_manifold`, or the contact along the triangle's normal
-when the terrain witness is on a wall), and the contacts kept so far plus each prism's are reduced
+when the terrain witness is on a wall, or straight up from the shape's lowest point when that
+contact leaves the triangle), and the contacts kept so far plus each prism's are reduced
 to 4 as they come: a running reduction of at most 4 + 4 candidates, held in registers, with the
 same scores and tie rules as the manifolds.
 """
@@ -92,6 +93,20 @@ def on_triangle(t0: wp.vec3d, t1: wp.vec3d, t2: wp.vec3d, x: wp.vec3d) -> int:
     if wp.sqrt(wp.dot(v, v)) <= wp.float64(ON_FACE_TOL):
         return 1
     return 0
+
+
+@wp.func
+def vertical_contact(G: Geometry, S: Convex, up: wp.vec3d, n_up: wp.vec3d, ta: wp.vec3d, tb: wp.vec3d,
+                     tc: wp.vec3d):
+    """sap_ref.collision_heightfield._vertical_contact: (1, q, x, s) with q the shape's lowest point
+    along ``up`` and x = q + s·up on the triangle, s > 0; (0, …) otherwise."""
+    q = support(G, S, -up) - S.radius * up
+    s = wp.dot(n_up, ta - q) / wp.dot(n_up, up)
+    x = q + s * up
+    ok = int(0)
+    if s > wp.float64(0.0):
+        ok = on_triangle(ta, tb, tc, x)
+    return ok, q, x, s
 
 
 @wp.func
@@ -187,7 +202,15 @@ def heightfield_contacts(G: Geometry, E: Epa, row: int, S: Convex, lo: wp.vec3d,
                     depth = wp.dot(n_up, q - ta)
                     on_plane = q - depth * n_up
                     if on_triangle(ta, tb, tc, on_plane) == 0:
-                        continue
+                        # off the triangle (near a crease): straight up from the lowest point
+                        up = wp.vec3d(hR[0, 2], hR[1, 2], hR[2, 2])
+                        ok, qz, xz, sz = vertical_contact(G, S, up, n_up, ta, tb, tc)
+                        if ok == 0:
+                            continue
+                        q = qz
+                        on_plane = xz
+                        n_up = up
+                        depth = -sz
                     CX0[0] = q
                     CX1[0] = on_plane
                     CN[0] = -n_up

@@ -5,7 +5,10 @@ the shape's bounding box is a prism (the triangle and its copy at z = −base); 
 shape gives one candidate per prism, kept when its terrain-side witness lies on the triangle
 (within ``ON_FACE_TOL``, so on the terrain surface). A penetrating prism whose witness is on a wall
 (inside the terrain) instead gives the contact along the triangle's normal: the shape's deepest
-point below the triangle's plane, when it projects inside the triangle. The prisms are visited row by
+point below the triangle's plane, when it projects inside the triangle; when it does not (near a
+crease, the projections onto both neighbours' planes can fall across their shared edge), the
+contact straight up (the height field's z) from the shape's lowest point, taken by the triangle
+above that point. The prisms are visited row by
 row (cells along x, triangle A before B), and the contacts kept so far plus each prism's are
 reduced to 4 by the manifolds' :func:`~sap_ref.collision_manifold.reduce_manifold` (a running
 reduction: it needs no buffer, and keeps the deepest).
@@ -31,6 +34,20 @@ def _on_triangle(tri_world, x) -> bool:
     """Whether x is within ``ON_FACE_TOL`` of the triangle (3, 3)."""
     v, _, _ = closest_on_simplex(np.asarray(tri_world) - x)
     return math.sqrt(v @ v) <= ON_FACE_TOL
+
+
+def _vertical_contact(shape: Convex, up, n_up, tri_world):
+    """The contact from the shape's lowest point q along the height field's ``up`` to the terrain
+    straight above it, when that point of the triangle's plane lies on the triangle and above q:
+    (q, x, −up, φ = −|x − q|); else None."""
+    q = support(shape, -up) - shape.radius * up
+    s = float(n_up @ (tri_world[0] - q)) / float(n_up @ up)  # q + s·up is on the triangle's plane
+    if not s > 0.0:
+        return None
+    x = q + s * up
+    if not _on_triangle(tri_world, x):
+        return None
+    return q, x, -up, -s
 
 
 def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_bounds, margin: float = 0.0):
@@ -73,8 +90,15 @@ def heightfield_contacts(shape: Convex, hf_p, hf_R, hf_size, heights, local_boun
                     depth = float(n_up @ (q - tri_world[0]))
                     on_plane = q - depth * n_up
                     if not _on_triangle(tri_world, on_plane):
-                        continue
-                    contacts = [(q, on_plane, -n_up, depth)]
+                        # Its projection left the triangle (near a crease both neighbours' can): the
+                        # contact straight up from the shape's lowest point instead, taken by the one
+                        # triangle above it (the triangles' columns tile the grid, so no gap).
+                        contact = _vertical_contact(shape, hf_R[:, 2], n_up, tri_world)
+                        if contact is None:
+                            continue
+                        contacts = [contact]
+                    else:
+                        contacts = [(q, on_plane, -n_up, depth)]
                 merged = kept + contacts  # reduce as we go: at most 4 + 4 candidates at a time
                 kept = [merged[k] for k in reduce_manifold([c[0] for c in merged], [c[3] for c in merged], margin)]
     return kept

@@ -341,3 +341,24 @@ def test_deep_overlap_across_a_polytope_edge_puts_the_witnesses_on_both_surfaces
         assert phi == pytest.approx(gap - second[1][0], abs=1e-12)
         assert np.allclose(n, R @ (local - nearest) / gap, rtol=0, atol=1e-8)
         assert np.allclose(x0, p + R @ nearest, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_a_shape_deep_in_the_terrain_at_a_crease_gets_its_contact(backend, device):
+    """A sphere-like ellipsoid (r = 0.0625) whose centre is 4.3 cm below the terrain, over a cell's
+    diagonal crease: every prism under it penetrates with its witness on a wall, and the deepest
+    point's projection onto either triangle's plane falls across the crease, so neither took the
+    contact along its normal and the deepest reported φ was +0.46 m (the explore run found it).
+    The triangle above the lowest point takes the contact straight up instead: φ is the terrain's
+    height above that point, the witnesses on both surfaces, in both backends."""
+    first = (E, np.array([0.0625, 0.0625, 0.0625]), None)
+    X0 = np.array([0.16081933, -0.14721935, 0.00849398, -0.72480629, 0.07127463, 0.07229923, 0.68143128])
+    X1 = spatial.transform(np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0]))
+    contacts = _list(_contacts(backend, *_build(first, X0, (H, np.zeros(3), None), X1), device))
+    x0, x1, n, phi = min(contacts, key=lambda c: c[3])
+    lowest = X0[:3] - np.array([0.0, 0.0, 0.0625])  # a sphere's lowest point
+    height = terrain_height(lowest[0], lowest[1])
+    assert phi == pytest.approx(lowest[2] - height, abs=1e-12) and phi < -0.1
+    np.testing.assert_allclose(x0, lowest, atol=1e-12)
+    np.testing.assert_allclose(n, [0.0, 0.0, -1.0], atol=1e-15)
+    assert abs(x1[2] - terrain_height(x1[0], x1[1])) < 1e-12
