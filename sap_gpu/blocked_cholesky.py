@@ -147,33 +147,29 @@ def single_factor_solve(n: int, r: int, dtype):
 
 
 def shared_factor_solve(n: int, dtype):
-    """``wp.func (H, x, diag, lane) -> failed``: x ← H⁻¹x in place for an (n, n) shared tile H that
-    the block has just assembled (the fused kernel's ``fused_hessian="tiles"``), pivots checked.
+    """``wp.func (H, x, scratch, lane) -> failed``: x ← H⁻¹x in place for an (n, n) shared tile H
+    that the block has just assembled (the fused kernel's ``fused_hessian="tiles"``), pivots
+    checked.
 
     H is overwritten by its Cholesky factor (``tile_cholesky_inplace``: no second n×n tile), so
-    each lane first keeps the diagonal of its rows in ``diag`` (an (n, 1) array of the world's
-    global scratch: a lane reads back only what it wrote, so no barrier, and no tile-element store,
-    which would be a barrier of its own) for the factor check. x is (n, 1). Every lane of the
-    block must call it; returns 1 on every lane if a pivot failed.
+    each lane first copies the diagonal of its rows to ``scratch[i, i]`` (a 2D array of the world's
+    global scratch, at least n × n: a lane reads back only what it wrote, so no barrier, and no
+    tile-element store, which would be a barrier of its own), and :func:`_tile_factor_check` reads
+    A_ii there. x is (n, 1). Every lane of the block must call it; returns 1 on every lane if a
+    pivot failed.
     """
     key = ("shared", n, dtype)
     if key not in _FUNCS:
-        bad_factor_row = _factor_check(dtype)
+        check = _tile_factor_check(dtype, n)
 
         @wp.func
         def factor_solve(H: wp.tile(dtype=dtype, shape=(n, n), storage="shared"),
-                         x: wp.tile(dtype=dtype, shape=(n, 1), storage="shared"), diag: wp.array2d(dtype=dtype),
+                         x: wp.tile(dtype=dtype, shape=(n, 1), storage="shared"), scratch: wp.array2d(dtype=dtype),
                          lane: int) -> int:
             for i in range(lane, n, wp.block_dim()):
-                diag[i, 0] = H[i, i]
+                scratch[i, i] = H[i, i]
             wp.tile_cholesky_inplace(H)
-            bad = int(0)
-            for i in range(lane, n, wp.block_dim()):
-                s = dtype(0.0)
-                for k in range(i + 1):
-                    lik = H[i, k]
-                    s = s + lik * lik
-                bad = wp.max(bad, bad_factor_row(diag[i, 0], H[i, i], s, n))
+            bad = check(scratch, H, lane)
             wp.tile_cholesky_solve_inplace(H, x)
             return block_max_int(bad)
 

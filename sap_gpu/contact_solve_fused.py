@@ -340,7 +340,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 if evaluate_only != 0:
                     wp.tile_store(H[world], Hs)
                     break
-                failed = shared_factor_solve(Hs, xs, dv_out[world], lane)
+                failed = shared_factor_solve(Hs, xs, L[world], lane)  # the slab's J rows: free now
                 for k in range(lane, nv, bd):
                     dvk = T(xs[k, 0])
                     P.dv[world, k] = dvk

@@ -186,10 +186,10 @@ class Workspace:
         and the Newton iterate v, Δv, ∇ℓ, γ, G in T).  N: per-world iteration state (ℓ,
         iterations, status, done) and the settings.  H: (W, ns, ns) in TL, lower triangle,
         padding the identity (a 1-entry stand-in with PCR).  newton_rhs, newton_dv: −∇ℓ and Δv,
-        (W, ns, 1) (with ``fused_hessian="tiles"`` Δv stays in shared memory and newton_dv holds
-        the factor check's copy of H's diagonal).  newton_L: the blocked factorization's scratch,
-        or with ``fused_hessian="tiles"`` the tile assembly's slab of J's rows and of G J,
-        (W, 64, 32).  newton_failed: 1 where the
+        (W, ns, 1) (with ``fused_hessian="tiles"`` Δv stays in shared memory and newton_dv is not
+        written).  newton_L: the blocked factorization's scratch, or with ``fused_hessian="tiles"``
+        the tile assembly's slab of J's rows and of G J, (W, 64, 32), whose first 32 rows also
+        take the factor check's copy of H's diagonal.  newton_failed: 1 where the
         last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
         with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
         ns is the fused path's padded size (:func:`~sap_gpu.contact_solve_fused.fused_size`) or
