@@ -16,6 +16,7 @@ __all__ = [
     "PARALLEL_DENOM", "FACE_MERGE_TOL", "GJK_MAX_ITERATIONS", "GJK_REL_TOL", "GJK_TOUCH_DISTANCE",
     "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
+    "RAISE_GAP", "RAISE_MAX_ITERATIONS",
     "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS",
     "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS",
     # constraints and weights
@@ -156,6 +157,15 @@ MANIFOLD_AREA_TIE = 1e-9
 CYLINDER_CAP_POLYGON = 8
 # [m] A height-field witness point this close to its cell triangle is on the terrain surface.
 ON_FACE_TOL = 1e-9
+# [m] A height field's contact straight up raises the cell triangle from below the shape until it
+# touches (Newton's method on GJK's distance, sap_ref.collision_heightfield._deepest_below). It
+# aims this far short of the touch and stops within twice it: GJK reports no witness points once
+# the cores are within GJK_TOUCH_DISTANCE, and a curved core's distance is known to ~1e-12 m, so
+# the aim is ten times that; the witness is then within a few times this of the exact one.
+RAISE_GAP = 10 * GJK_TOUCH_DISTANCE
+# Newton steps of that raise: a flat touch takes one, a curved one converges quadratically (~5–10);
+# the cap only bounds a pathological configuration.
+RAISE_MAX_ITERATIONS = 50
 # [m] Broad phase: bounding boxes are grown by this beyond the shape and its margin, so that the
 # rounding of a rotated box (~1e-16 m) never drops a pair whose narrow phase would report it.
 BROAD_PHASE_SLACK = 1e-9

@@ -3,16 +3,18 @@
 A convex shape (shape 0 in canonical order) against a height field (shape 1): every cell triangle
 under the shape's bounding box is a prism, each prism's manifold comes from GJK/EPA
 (:func:`~sap_gpu.collision_manifold.convex_manifold`, or the contact along the triangle's normal
-when the terrain witness is on a wall, or straight up from the shape's lowest point when that
-contact leaves the triangle), and the contacts kept so far plus each prism's are reduced
+when the terrain witness is on a wall, or straight up from the shape's point deepest below the
+triangle within its column when that contact leaves the triangle: the triangle raised until it
+touches), and the contacts kept so far plus each prism's are reduced
 to 4 as they come: a running reduction of at most 4 + 4 candidates, held in registers, with the
 same scores and tie rules as the manifolds.
 """
 
 import warp as wp
 
-from sap_common.constants import MANIFOLD_MERGE_DISTANCE, ON_FACE_TOL
+from sap_common.constants import MANIFOLD_MERGE_DISTANCE, ON_FACE_TOL, RAISE_GAP, RAISE_MAX_ITERATIONS
 
+from .collision_convex import gjk
 from .collision_manifold import area, consider, convex_manifold, set4
 from .collision_support import (
     PRISM,
@@ -95,18 +97,58 @@ def on_triangle(t0: wp.vec3d, t1: wp.vec3d, t2: wp.vec3d, x: wp.vec3d) -> int:
     return 0
 
 
+@wp.func(inline=False)
+def deepest_below(G: Geometry, S: Convex, prism: Convex, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, ta: wp.vec3d,
+                  tb: wp.vec3d, tc: wp.vec3d):
+    """sap_ref.collision_heightfield._deepest_below: the cell triangle (a, b, c in the height
+    field's frame; ta, tb, tc in the world's) raised from below the shape by Newton's method on
+    GJK's distance until it touches: (1, x0, t), or (0, …) when the shape misses the column.
+    ``prism`` is the prism record (its pose is the height field's); kept out of line (GJK)."""
+    r = S.radius
+    up = wp.vec3d(prism.R[0, 2], prism.R[1, 2], prism.R[2, 2])
+    low = wp.dot(up, support(G, S, -up)) - r - wp.max(wp.max(wp.dot(ta, up), wp.dot(tb, up)), wp.dot(tc, up))
+    high = wp.dot(up, support(G, S, up)) + r - wp.min(wp.min(wp.dot(ta, up), wp.dot(tb, up)), wp.dot(tc, up))
+    t = low - (high - low) - wp.float64(1e-3)
+    raised = prism
+    gap_target = wp.float64(RAISE_GAP)
+    for it in range(RAISE_MAX_ITERATIONS):
+        lift = wp.vec3d(wp.float64(0.0), wp.float64(0.0), t)
+        M = mat63d()
+        M[0] = a + lift
+        M[1] = b + lift
+        M[2] = c + lift
+        M[3] = a + lift
+        M[4] = b + lift
+        M[5] = c + lift
+        raised.prism = M
+        overlap, f, wa, wb, n, W, WA, WB = gjk(G, S, raised)
+        if overlap != 0:  # rounding took the step past the touch: back off by the gap
+            t = t - gap_target
+            continue
+        gap = f - r - gap_target
+        slope = wp.dot(up, wb - wa) / f
+        if gap <= gap_target:
+            return 1, wa + r * (wb - wa) / f, t
+        if not (slope < wp.float64(0.0)):
+            return 0, zero3(), t  # the raised triangle passes beside the shape: it misses the column
+        t = t - gap / slope
+    return 0, zero3(), t
+
+
 @wp.func
-def vertical_contact(G: Geometry, S: Convex, up: wp.vec3d, n_up: wp.vec3d, ta: wp.vec3d, tb: wp.vec3d,
-                     tc: wp.vec3d):
-    """sap_ref.collision_heightfield._vertical_contact: (1, q, x, s) with q the shape's lowest point
-    along ``up`` and x = q + s·up on the triangle, s > 0; (0, …) otherwise."""
-    q = support(G, S, -up) - S.radius * up
-    s = wp.dot(n_up, ta - q) / wp.dot(n_up, up)
-    x = q + s * up
+def vertical_contact(G: Geometry, S: Convex, prism: Convex, up: wp.vec3d, n_up: wp.vec3d, a: wp.vec3d, b: wp.vec3d,
+                     c: wp.vec3d, ta: wp.vec3d, tb: wp.vec3d, tc: wp.vec3d):
+    """sap_ref.collision_heightfield._vertical_contact: (1, x0, x1, s) with x0 the shape's point
+    deepest below the triangle within its column and x1 = x0 + s·up on the triangle's plane, s > 0;
+    (0, …) otherwise."""
+    found, x0, t = deepest_below(G, S, prism, a, b, c, ta, tb, tc)
+    s = wp.float64(0.0)
     ok = int(0)
-    if s > wp.float64(0.0):
-        ok = on_triangle(ta, tb, tc, x)
-    return ok, q, x, s
+    if found != 0:
+        s = wp.dot(n_up, ta - x0) / wp.dot(n_up, up)
+        if s > wp.float64(0.0):
+            ok = int(1)
+    return ok, x0, x0 + s * up, s
 
 
 @wp.func
@@ -194,7 +236,15 @@ def heightfield_contacts(G: Geometry, E: Epa, row: int, S: Convex, lo: wp.vec3d,
                 tb = hp + hR * b
                 tc = hp + hR * c
                 cnt, CX0, CX1, CN, CPHI = prism_manifold(G, E, row, S, prism, margin)
-                if cnt == 1 and on_triangle(ta, tb, tc, row3(CX1, 0)) == 0:
+                if cnt > 1:  # a manifold's points on the triangle only (sap_ref); with none, the first
+                    m = int(0)
+                    for k in range(cnt):
+                        if on_triangle(ta, tb, tc, row3(CX1, k)) != 0:
+                            CX0, CX1, CN, CPHI = set4(CX0, CX1, CN, CPHI, m, row3(CX0, k), row3(CX1, k), row3(CN, k),
+                                                      CPHI[k])
+                            m += 1
+                    cnt = wp.max(m, 1)
+                if on_triangle(ta, tb, tc, row3(CX1, 0)) == 0:
                     if CPHI[0] >= wp.float64(0.0):
                         continue
                     n_up = hR * nl
@@ -202,9 +252,10 @@ def heightfield_contacts(G: Geometry, E: Epa, row: int, S: Convex, lo: wp.vec3d,
                     depth = wp.dot(n_up, q - ta)
                     on_plane = q - depth * n_up
                     if on_triangle(ta, tb, tc, on_plane) == 0:
-                        # off the triangle (near a crease): straight up from the lowest point
+                        # off the triangle (near a crease, or beyond the grid's border): straight up
+                        # from the shape's point deepest below the triangle within its column
                         up = wp.vec3d(hR[0, 2], hR[1, 2], hR[2, 2])
-                        ok, qz, xz, sz = vertical_contact(G, S, up, n_up, ta, tb, tc)
+                        ok, qz, xz, sz = vertical_contact(G, S, prism, up, n_up, a, b, c, ta, tb, tc)
                         if ok == 0:
                             continue
                         q = qz

@@ -262,8 +262,9 @@ def test_symmetry_sign_surfaces_and_least_separation(backend, device, case):
         if H in (t0, t1):  # the terrain: a point of the shape below the surface, or none of its witnesses
             shape_point = x1 if t0 == H else x0
             g = g0 if t0 == H else g1
-            if phi > 0:
-                assert g(shape_point) >= 0
+            if phi > 0:  # off the grid's footprint there is no terrain (terrain_height extends its edge)
+                on_grid = abs(shape_point[0]) <= HF_SIZE[0] and abs(shape_point[1]) <= HF_SIZE[1]
+                assert g(shape_point) >= 0 or not on_grid
             else:  # deeper than the shape is thick, the witness may be the shape's point beyond a cell's wall
                 lowest = support_fn(second, X1)(np.array([0, 0, -1.0])) if t0 == H else \
                     support_fn(first, X0)(np.array([0, 0, -1.0]))
@@ -343,22 +344,149 @@ def test_deep_overlap_across_a_polytope_edge_puts_the_witnesses_on_both_surfaces
         assert np.allclose(x0, p + R @ nearest, rtol=0, atol=1e-10)
 
 
+def _column_depth(tri):
+    """(depth(x), inside(x)) for a cell triangle (3, 3) of the terrain (its frame is the world's):
+    depth = z − the triangle's plane at (x, y), inside = (x, y) in the triangle (its edges' sides)."""
+    nrm = np.cross(tri[1] - tri[0], tri[2] - tri[0])
+    nrm = nrm / nrm[2]
+    xy = tri[:, :2]
+
+    def depth(x):
+        return x[2] - tri[0, 2] + nrm[0] * (x[0] - tri[0, 0]) + nrm[1] * (x[1] - tri[0, 1])
+
+    def side(a, b, x):
+        return (b[0] - a[0]) * (x[1] - a[1]) - (b[1] - a[1]) * (x[0] - a[0])
+
+    sense = side(xy[0], xy[1], xy[2])
+
+    def inside(x, slack=0.0):
+        return all(side(xy[k], xy[(k + 1) % 3], x) * sense >= -slack for k in range(3))
+    return depth, inside
+
+
+def _sphere_deepest_in_column(centre, radius, tri):
+    """The sphere's point deepest below the triangle's plane (least ``depth``) among its points
+    inside the triangle's vertical column, in closed form: the unconstrained minimizer (along the
+    plane's normal), else the best of the slices by the three walls (disks: along the normal's part
+    in the wall) and the three vertical edges (their lowest point inside the sphere)."""
+    depth, inside = _column_depth(tri)
+    n = np.cross(tri[1] - tri[0], tri[2] - tri[0])
+    n = n / np.linalg.norm(n)
+    candidates = [centre - radius * n]
+    for k in range(3):
+        a, b = tri[k], tri[(k + 1) % 3]
+        m = np.array([b[1] - a[1], a[0] - b[0], 0.0])
+        m = m / np.linalg.norm(m)  # the wall's horizontal normal
+        off = m @ (centre - a)
+        if abs(off) < radius:
+            along = n - (n @ m) * m
+            candidates.append(centre - off * m - math.sqrt(radius**2 - off**2) * along / np.linalg.norm(along))
+        gap = np.linalg.norm(a[:2] - centre[:2])  # the vertical line through vertex a
+        if gap < radius:
+            candidates.append(np.array([a[0], a[1], centre[2] - math.sqrt(radius**2 - gap**2)]))
+    feasible = [x for x in candidates if inside(x, 1e-14)]
+    return min(feasible, key=depth)
+
+
+# [m] A height field's contact straight up raises the cell triangle until it touches the shape,
+# stopping within twice sap_common.constants.RAISE_GAP (1e-11 m) short (sap_ref.collision_heightfield
+# ._deepest_below): its depth and, on a polytope or rounded core, its witness are that exact, up to
+# the slope of the surfaces where they meet (≤ 5 here).
+RAISE_TOL = 1e-10
+# [m] On a curved core (an ellipsoid) GJK's witness is known to a relative 1e-12 in the distance
+# only: the depth is stationary at the optimum, so a point δ along the surface changes it by
+# ~δ²/(2ρ) (ρ the radius of curvature, here 0.0625 m), and a 1e-13 m depth leaves δ ~1e-7 m.
+ALONG_CURVED_SURFACE_TOL = 1e-6
+
+
 @pytest.mark.parametrize("backend", ["ref", "gpu"])
-def test_a_shape_deep_in_the_terrain_at_a_crease_gets_its_contact(backend, device):
+@pytest.mark.parametrize("kind", [E, S])
+def test_a_shape_deep_in_the_terrain_at_a_crease_gets_its_contact(backend, device, kind):
     """A sphere-like ellipsoid (r = 0.0625) whose centre is 4.3 cm below the terrain, over a cell's
     diagonal crease: every prism under it penetrates with its witness on a wall, and the deepest
     point's projection onto either triangle's plane falls across the crease, so neither took the
     contact along its normal and the deepest reported φ was +0.46 m (the explore run found it).
-    The triangle above the lowest point takes the contact straight up instead: φ is the terrain's
-    height above that point, the witnesses on both surfaces, in both backends."""
-    first = (E, np.array([0.0625, 0.0625, 0.0625]), None)
+    Each such triangle takes the contact straight up from the sphere's point deepest below it within
+    its column instead: the closed form's, to the raise's gap (a sphere of the same size: its
+    witness too; the ellipsoid's GJK witness to its iteration along the surface)."""
+    first = (kind, np.array([0.0625, 0.0625, 0.0625]) if kind == E else np.array([0.0625, 0.0, 0.0]), None)
     X0 = np.array([0.16081933, -0.14721935, 0.00849398, -0.72480629, 0.07127463, 0.07229923, 0.68143128])
     X1 = spatial.transform(np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0]))
     contacts = _list(_contacts(backend, *_build(first, X0, (H, np.zeros(3), None), X1), device))
+    vertical = [c for c in contacts if np.array_equal(np.abs(c[2]), [0.0, 0.0, 1.0])]
+    assert vertical
+    hx, hy = HF_SIZE[:2]
+    tris = [hfield_triangle(HEIGHTS, hx, hy, i, j, t) for i in range(HEIGHTS.shape[0] - 1)
+            for j in range(HEIGHTS.shape[1] - 1) for t in (0, 1)]
+    position_tol = ALONG_CURVED_SURFACE_TOL if kind == E else RAISE_TOL
+    for x0, x1, n, phi in vertical:
+        np.testing.assert_array_equal(n, [0.0, 0.0, -1.0])
+        np.testing.assert_allclose(x1, x0 - phi * np.array([0.0, 0.0, 1.0]), rtol=0, atol=1e-15)
+        assert abs(np.linalg.norm(x0 - X0[:3]) - 0.0625) <= (ITERATIVE_TOL if kind == E else EXACT_TOL)  # on it
+        assert phi < 0.0
+        # some triangle whose column holds x0 at this depth has the closed form's deepest point there
+        best = [_sphere_deepest_in_column(X0[:3], 0.0625, tri) for tri in tris
+                if _column_depth(tri)[1](x0, RAISE_TOL) and abs(_column_depth(tri)[0](x0) - phi) <= RAISE_TOL]
+        assert any(np.linalg.norm(x0 - b) <= position_tol for b in best), (x0, best)
+    phi = min(c[3] for c in vertical)
+    assert phi < -0.1
+    lowest = X0[:3] - np.array([0.0, 0.0, 0.0625])
+    assert phi <= lowest[2] - terrain_height(lowest[0], lowest[1]) + RAISE_TOL  # at least as deep as its lowest point
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_a_shape_deep_in_the_terrain_beyond_its_border_gets_its_contact(backend, device):
+    """A cylinder (r = h = 0.0625) 8 cm under the terrain at the grid's border, its lowest point just
+    beyond the grid (y = 0.2539 > 0.25): the prisms under it penetrate with their witnesses on walls
+    and the deepest point's projection leaves every triangle, and the contact straight up from the
+    lowest point had no triangle above it, so no penetrating contact was reported (the deepest φ
+    was +0.17 m; the explore run found it). Now each triangle takes the contact straight up from the
+    cylinder's point deepest below it within its column: x0 on the cylinder and inside the column,
+    x1 on the terrain straight above, and no point of the cylinder in that column deeper."""
+    first = (CY, np.array([0.0625, 0.0625, 0.0]), None)
+    X0 = np.concatenate([[0.1796, 0.1933, 0.0048],
+                         spatial.quat_normalize(np.array([0.7048675, -0.1247609, -0.1952026, -0.670442]))])
+    X1 = spatial.transform(np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0]))
+    contacts = _list(_contacts(backend, *_build(first, X0, (H, np.zeros(3), None), X1), device))
     x0, x1, n, phi = min(contacts, key=lambda c: c[3])
-    lowest = X0[:3] - np.array([0.0, 0.0, 0.0625])  # a sphere's lowest point
-    height = terrain_height(lowest[0], lowest[1])
-    assert phi == pytest.approx(lowest[2] - height, abs=1e-12) and phi < -0.1
-    np.testing.assert_allclose(x0, lowest, atol=1e-12)
-    np.testing.assert_allclose(n, [0.0, 0.0, -1.0], atol=1e-15)
-    assert abs(x1[2] - terrain_height(x1[0], x1[1])) < 1e-12
+    assert phi < -0.08
+    g = implicit(first, X0)
+    assert abs(g(x0)) <= ITERATIVE_TOL
+    assert abs(x1[2] - terrain_height(x1[0], x1[1])) <= ITERATIVE_TOL
+    np.testing.assert_array_equal(n, [0.0, 0.0, -1.0])
+    np.testing.assert_allclose(x1, x0 - phi * np.array([0.0, 0.0, 1.0]), rtol=0, atol=1e-15)
+    # optimality: sample the cylinder's volume; none of its points in x0's column is deeper
+    hx, hy = HF_SIZE[:2]
+    tris = [hfield_triangle(HEIGHTS, hx, hy, i, j, t) for i in range(HEIGHTS.shape[0] - 1)
+            for j in range(HEIGHTS.shape[1] - 1) for t in (0, 1)]
+    depth, inside = next(_column_depth(t) for t in tris
+                         if _column_depth(t)[1](x0, RAISE_TOL) and abs(_column_depth(t)[0](x0) - phi) <= RAISE_TOL)
+    rng = np.random.default_rng(0)
+    p, R = _frame(X0)
+    rho, ang = np.sqrt(rng.uniform(0, 1, 20000)) * 0.0625, rng.uniform(0, 2 * np.pi, 20000)
+    z = rng.uniform(-0.0625, 0.0625, 20000)
+    pts = p + np.stack([rho * np.cos(ang), rho * np.sin(ang), z], axis=1) @ R.T
+    in_column = [x for x in pts if inside(x)]
+    assert len(in_column) > 100
+    assert min(depth(x) for x in in_column) >= phi - RAISE_TOL
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_a_manifold_on_a_height_field_keeps_its_points_on_the_terrain(backend, device):
+    """A box 5.6 cm under the grid's border corner, its face the reference of a manifold against
+    one prism: the manifold took the prism's support point, a corner of its bottom (z = −base),
+    and reported it as a terrain witness 15 cm under the surface (a random search found it). A
+    manifold now keeps the points that lie on the triangle; every terrain witness is on the
+    terrain, every box witness on the box."""
+    box = (B, np.array([0.09968858778021317, 0.06335982494460324, 0.04900021811419812]), None)
+    X = np.array([0.26467098703589226, -0.19370443994839345, -0.05605328741317458, -0.12149590262185697,
+                  0.1407327116815311, -0.14964910900509182, -0.9711015362375066])
+    terrain = spatial.transform(np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0]))
+    contacts = _list(_contacts(backend, *_build((H, np.zeros(3), None), terrain, box, X), device))
+    assert contacts and min(c[3] for c in contacts) < 0.0
+    g = implicit(box, X)
+    for x0, x1, n, phi in contacts:  # the terrain is shape 0 here, as the search drew it
+        assert abs(g(x1)) <= EXACT_TOL * 10
+        assert abs(x0[0]) <= HF_SIZE[0] and abs(x0[1]) <= HF_SIZE[1]
+        assert abs(x0[2] - terrain_height(x0[0], x0[1])) <= EXACT_TOL * 10, (x0, phi)
+        np.testing.assert_allclose(x1 - x0, phi * n, rtol=0, atol=1e-12)
