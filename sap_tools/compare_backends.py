@@ -2,6 +2,7 @@
 
     sap-compare-backends box_stack --steps 200 --every 20 --preset drake
     sap-compare-backends tests/data/drake/sphere_slide.json --device cuda:0 --json
+    sap-compare-backends box_stack --preset approx32 --fused-hessian tiles
 
 The scene is rolled out with sap_ref; every ``--every`` steps both backends take one step from
 the same state. Collision runs on each backend's own pipeline; the two contact sets are matched
@@ -31,7 +32,7 @@ import sys
 
 import numpy as np
 
-from sap_common.constants import HOLONOMIC_BETA
+from sap_common.constants import FUSED_HESSIANS, HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
@@ -475,6 +476,9 @@ def main(argv=None) -> int:
                         help=f"contact_preset_variant of both backends: one of {PRESET_CHOICES} (default: the scene "
                              "file's, else drake)")
     parser.add_argument("--device", default="cpu", help="Warp device of sap_gpu (default cpu)")
+    parser.add_argument("--fused-hessian", default=None, choices=FUSED_HESSIANS,
+                        help="SapConfig.fused_hessian of sap_gpu's fused Newton kernel, how it forms H: rows (the "
+                             "default) or tiles (tile products in shared memory, nv ≤ 32)")
     args = parser.parse_args(argv)
     try:
         import sap_gpu
@@ -485,6 +489,9 @@ def main(argv=None) -> int:
         kwargs, settings = scene_solver_kwargs(scene, args.preset, args.line_search, default_preset="drake")
         kw = dict(max_rigid_contact=scene.max_rigid_contact, **kwargs)
         ref = SolverSAP(scene.sap_model, **kw)
+        if args.fused_hessian is not None:  # sap_gpu's only (the reference has no fused kernel)
+            settings += f"; sap_gpu fused_hessian {args.fused_hessian} (--fused-hessian)"
+            kw["fused_hessian"] = args.fused_hessian
         gpu = sap_gpu.SolverSAP(scene.sap_model, device=device, **kw)
         rollout = SolverSAP(scene.sap_model, **kw)
     except ValueError as e:

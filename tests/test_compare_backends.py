@@ -35,6 +35,17 @@ def test_a_passing_scene_passes_every_stage(capsys, device):
     assert len(table) == len(stages)
 
 
+@pytest.mark.parametrize("preset", ["approx32", "drake"])
+def test_the_tile_hessian_of_the_fused_kernel_passes_every_stage(capsys, device, preset):
+    """``--fused-hessian tiles``: sap_gpu's fused kernel forms H by tile products in shared memory
+    (box_stack: nv = 18, one tile); H at sap_ref's v₁ and the step stay within their bars."""
+    status, lines, row = _run(capsys, ["box_stack", "--steps", "30", "--every", "5", "--preset", preset,
+                                       "--fused-hessian", "tiles", "--device", str(device)])
+    assert lines[0].endswith("; sap_gpu fused_hessian tiles (--fused-hessian)")
+    assert status == 0 and row["passed"] and lines[-2] == "verdict: pass"
+    assert {"H", "v1", "gamma"} <= set(row["stages"]) and row["compared_contacts"] > 0
+
+
 def test_a_scene_file_with_limits_runs_with_its_own_settings_and_passes(capsys, device):
     status, lines, row = _run(capsys, ["tests/data/drake/pendulum_limit.json", "--steps", "625", "--every", "5",
                                        "--device", str(device)])
