@@ -53,16 +53,19 @@ def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False):
         h_stores += 1 + (i + 1) + (below if touched[i] else 0)
     factor = n * n + n + n  # the H tile, the rhs tile, the pivot check's H_ii
     readback = nv  # Δv from the solve's output
-    if tiles:  # fused_hessian="tiles" (contact_solve_fused._tile_hessian), n_pad = 8 for nv = 6
-        n_pad, slab = 8, 2 * n * n  # the slab scratch holds J's 32 rows and G J's
-        # per column k < 32 (lanes over columns): ∇ℓ_k (k < nv; no drive), A's column (k < n_pad,
-        # n_pad entries); the tiles of H (from the scratch) and of −∇ℓ; the contact count per lane;
+    direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
+    if tiles:  # fused_hessian="tiles" (contact_solve_fused._tile_hessian); A and v* in shared tiles
+        slab = 2 * n * n  # the slab scratch holds J's 32 rows and G J's
+        # per column k < 32 (lanes over columns): ∇ℓ_k (k < nv; no drive; A's column from its
+        # shared tile); the tiles of H (from the scratch) and of −∇ℓ; the contact count per lane;
         # the one contact slab: per column < nv, J's 3 rows and G; the slab's two tiles.
-        hessian = nv + n_pad * n_pad + n * n + n + bound + nv * (3 + 1) + slab
+        hessian = nv + n * n + n + bound + nv * (3 + 1) + slab
         h_stores = n + n * n + slab  # −∇ℓ_k and column k of A + diag(d); every entry of the slab
         factor = n  # only the check's diagonal, stored (counted with the stores) and read back
         readback = 0  # Δv from the shared solution tile
-    direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
+        momentum = nv * (nv + 1)  # per row v_k for every k < nv, v_i; A and v* once per step (step_load)
+        direction = bound + (1 + nc + 3 * nc + nc) + 2 * nv  # J_c Δv; per DOF v_i, ∇ℓ_i (A, v*, Δv shared)
+
     probe = 6 + bound + 9 + 3  # P.line (lane 0), bound, vc and Δvc, R, v̂, μ
     loads = momentum + bound + contact + gradient + hessian + factor + readback + direction + 2 * nv
     stores = (2 * nv + 7) + nv + h_stores + n + nv + (3 + 3) + nv
@@ -101,10 +104,13 @@ def test_newton_traffic_of_the_tile_hessian_equals_a_count_by_hand(device, lanes
     assert its >= 1 and int(solver.work.P.contact_count.numpy()[0]) == 1 and solver.work.P.n_pad == 8
     t = newton_traffic(solver, lanes=lanes)
     loads, stores, hessian = _hand_count(lanes, probes / its, tiles=True)
-    assert t["loads"] == pytest.approx(loads, rel=1e-12) and t["stores"] == pytest.approx(stores, rel=1e-12)
+    step_load = (8 * 8 + 6) / its  # A (n_pad × n_pad) and v* once per step, the iteration's share
+    assert t["loads"] == pytest.approx(loads + step_load, rel=1e-12)
+    assert t["stores"] == pytest.approx(stores, rel=1e-12)
     assert t["phases"]["hessian"]["loads"] == hessian
-    if lanes == 1:  # its own loads: all but the tiles of H, −∇ℓ and the slab's J and G J
-        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 32 * 32))
+    assert t["phases"]["step_load"]["loads"] == pytest.approx(step_load, rel=1e-12)
+    if lanes == 1:  # its own loads: all but the tiles of H, −∇ℓ, the slab's J and G J, A and v*
+        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 32 * 32) - step_load)
 
 
 def test_newton_traffic_needs_the_fused_path(device):

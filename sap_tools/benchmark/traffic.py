@@ -15,10 +15,14 @@ Two figures, obtained two different ways, and named so in every output:
   (``P.nv``, ``P.h``, ...) are kernel parameters, not loads. The tile Cholesky's loads and stores
   of H, ∇ℓ and Δv are spread evenly over the block's lanes; its work in shared memory is not
   counted. With ``fused_hessian="tiles"`` H is not in global memory at all: the phase
-  ``hessian`` counts the lanes' writes of J's and G J's slabs to the world's scratch and the
-  cooperative tile loads that bring them (and A) into shared memory, and ``factor_solve`` only
-  the factor check's diagonal. Per world, the rows go to lanes round-robin (DOF i, contact c, limit row r, drive d to
-  lane ``index mod lanes``), as the kernel's ``range(lane, n, block_dim)`` loops do, and the
+  ``hessian`` counts the lanes' writes of A's columns and of J's and G J's slabs to the world's
+  scratch and the cooperative tile loads that bring them into shared memory, and
+  ``factor_solve`` only the factor check's diagonal. A and v* are then in shared tiles for the
+  whole step (the phase ``step_load``: their tile loads, once per step, so per iteration the
+  world's share of them), so the momentum pass and the direction's sums read no A or v* from
+  global memory (they read v there, densely: every v_k, k < nv, per row). Per world, the rows
+  go to lanes round-robin (DOF i, contact c, limit row r, drive d to lane ``index mod lanes``),
+  as the kernel's ``range(lane, n, block_dim)`` loops do, and the
   **busiest lane** of an iteration is the sum, over the phases between two block barriers, of
   the largest lane's count: the dependent loads one world's iteration waits for. Its **own**
   loads leave out the lane's shares of cooperative tile loads, which the block issues together,
@@ -46,7 +50,7 @@ __all__ = ["newton_traffic", "setup_traffic", "traffic_lines", "SETUP_STAGES", "
 SETUP_STAGES = ("boundary_in", "free_motion", "contact_jacobian", "constraints")
 # The fused kernel's phases between block barriers, in order (one Newton iteration).
 NEWTON_PHASES = ("evaluate_rows", "evaluate_gradient", "hessian", "factor_solve", "dv_readback", "direction",
-                 "line_search_probe", "update")
+                 "line_search_probe", "update", "step_load")
 
 _I, _F64 = 4, 8  # bytes of an int32 index and of a float64
 
@@ -134,12 +138,15 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     e = ph["evaluate_rows"]
     for i in range(nv):
         k, n = i % lanes, int(s.A_ncols[w, i])
-        e.load(k, _I)
-        e.load(k, _I, n)
-        e.load(k, _F64, 2 * n)  # A, v*
-        e.load(k, t, 2 * n)  # v twice
-        e.load(k, t)
-        e.load(k, _F64)  # v_i, v*_i for ℓ_A
+        if s.tiles:  # A and v* from their shared tiles (step_load), densely: v_k for every k < nv, v_i
+            e.load(k, t, nv + 1)
+        else:
+            e.load(k, _I)
+            e.load(k, _I, n)
+            e.load(k, _F64, 2 * n)  # A, v*
+            e.load(k, t, 2 * n)  # v twice
+            e.load(k, t)
+            e.load(k, _F64)  # v_i, v*_i for ℓ_A
         e.store(k, t, 2)  # grad, dp
     for k in range(lanes):
         e.load(k, _I)  # the contact count (the loop bound of every lane)
@@ -212,6 +219,9 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         dr.store(d % lanes, t)
     for i in range(nv):
         k = i % lanes
+        if s.tiles:  # A, v* and Δv from shared tiles
+            dr.load(k, t, 2)  # v_i, ∇ℓ_i
+            continue
         _rows_dot(dr, k, t, int(s.A_ncols[w, i]), 1)
         dr.load(k, t, 4)  # v, Δv, ∇ℓ, Δv
         dr.load(k, _F64)  # v*
@@ -239,6 +249,8 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     for i in range(nv):
         u.load(i % lanes, t, 2)
         u.store(i % lanes, t)
+    if s.tiles:  # once per step: the tiles of A (n_pad × n_pad) and v*
+        ph["step_load"].spread(lanes, _F64, s.n_pad * s.n_pad + nv, 0)
     return ph
 
 
@@ -300,9 +312,7 @@ def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None
             h.load(k, _I, D)  # drive_dof of every drive
             h.load(k, t, int((s.drive_dof[:D] == col).sum()))
         h.store(k, tl)  # −∇ℓ_k
-        if col < s.n_pad:
-            h.load(k, _F64, s.n_pad)  # A's column (n_pad × n_pad; the rest is zero)
-        h.store(k, tl, ft)
+        h.store(k, tl, ft)  # (A's column from its shared tile)
     h.spread(lanes, tl, ft * ft + ft, 0)  # the tiles of H and of −∇ℓ
     for k in range(lanes):
         h.load(k, _I)  # the contact count
@@ -393,7 +403,7 @@ def newton_traffic(solver, lanes: int = TILE_BLOCK_DIM) -> dict:
         its += n_it
         probes += n_probe
         for name, ph in _world_phases(s, w, lanes).items():
-            times = n_probe if name == "line_search_probe" else n_it
+            times = n_probe if name == "line_search_probe" else 1 if name == "step_load" else n_it
             tot = total[name]
             tot["loads"] += times * int(ph.loads.sum())
             tot["load_bytes"] += times * int(ph.load_bytes.sum())
