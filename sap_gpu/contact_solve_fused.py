@@ -14,7 +14,7 @@ per world) does everything of a step's stage 3 for a world, from the warm start 
            H          fused_hessian="rows": lanes over rows of H: row i = A_i + Σ JᵢᵀGJ over the
                       rows touching DOF i, lower triangle only, −∇ℓ alongside;  "tiles" (nv ≤ 32):
                       H and −∇ℓ in shared tiles, JᵀGJ by tile products of slabs of J's rows
-                      (_tile_hessian)
+                      (_tile_hessian), A from the world's shared tile of it
            solve      the block's tile Cholesky factor and solve, pivots checked
                       (blocked_cholesky.single_factor_solve / blocked_factor_solve; with tiles
                       shared_factor_solve, in place on the shared tiles)
@@ -24,7 +24,9 @@ per world) does everything of a step's stage 3 for a world, from the warm start 
            v ← v + αΔv
     v₁ ← v on participating DOFs, v* elsewhere
 
-so each world pays for its own iterations only. The evaluation, Hessian rows, direction and
+so each world pays for its own iterations only. With ``fused_hessian="tiles"`` the world's A and
+v* are loaded into shared tiles once per step, and the evaluation's momentum pass and the line
+search's slope sums read them there (:func:`_shared_passes`). The evaluation, Hessian rows, direction and
 line-search cost are the functions of :mod:`sap_gpu.contact_problem` that the staged kernels
 call too, here with the world's rows and DOFs spread over the block's lanes. Every decision is taken from block-reduced
 values that all lanes hold bit for bit, so the lanes never diverge around a barrier. Lanes

@@ -178,11 +178,12 @@ def test_a_register_cap_reaches_the_fused_kernel(tmp_path):
     print(json.dumps({"fused_max_registers": cap, **res}))
 
 
-# SapConfig.fused_hessian="tiles": what its fused kernel needs today on sm_90 (REG, STACK B). The
-# tile assembly (J and G J slabs, the shared products, A + diag(d) through the scratch) adds to
-# the row kernel's loop state; the compiler takes every register and spills the rest
+# SapConfig.fused_hessian="tiles": what its fused kernel needs today on sm_90 (REG, STACK B), per
+# preset. The tile assembly (J and G J slabs, the shared products, A + diag(d) through the
+# scratch) adds to the row kernel's loop state; the compiler takes every register and spills the
+# rest; the dense passes over the shared A took approx32's spill from 144 to 80 B
 # (docs/benchmarks.md § Forming H by tiles). A change that needs more fails here and must say why.
-TILE_HESSIAN_BUDGET = (255, 144)
+TILE_HESSIAN_BUDGET = {"approx32": (255, 80), "drake": (255, 144)}
 
 
 @pytest.mark.cuda_compile
@@ -192,5 +193,6 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
     """fused_hessian="tiles" changes only the humanoid's fused kernel, which compiles for sm_90
     within TILE_HESSIAN_BUDGET."""
     res = _fused_kernel_resources(tmp_path, contact_preset_variant=preset, fused_hessian="tiles")
-    assert res["REG"] <= TILE_HESSIAN_BUDGET[0] and res["STACK"] <= TILE_HESSIAN_BUDGET[1], res
+    reg, stack = TILE_HESSIAN_BUDGET[preset]
+    assert res["REG"] <= reg and res["STACK"] <= stack, res
     print(json.dumps({"fused_hessian": "tiles", "preset": preset, **res}))
