@@ -64,12 +64,17 @@ from .line_search import make_line_search
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "CONTACTS_PER_SLAB", "fused_size", "fused_hessian_for",
+__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size", "fused_hessian_for",
            "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
-# fused_hessian="tiles": contacts per slab of J's rows (3 rows each: 30 of the slab's 32).
-CONTACTS_PER_SLAB = 10
+# fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
+# contacts per slab (3 rows each: 15 of the slab's 16). Slabs of 16 rows instead of 32 took the
+# fused kernel's spill on sm_90 from 144 to 56 B (drake) and 80 to 64 B (approx32) and its shared
+# memory from 32.6 to 24.6 KiB (float64), which fits 8 drake blocks to an H100 SM instead of 6
+# (docs/benchmarks.md § Forming H by tiles).
+SLAB_ROWS = 16
+CONTACTS_PER_SLAB = SLAB_ROWS // 3
 # fused_hessian="tiles": columns of H per tile product. Each lane of a 32-lane block holds its
 # share of the product's output in registers; a block of 8 columns (8 per lane for 32×8) instead
 # of all 32 took the fused kernel's spill from 392 to 288 B (drake) and 176 to 152 B (approx32) on
@@ -110,10 +115,11 @@ def _tile_hessian(T, TL):
     * lanes over columns k write column k of A + diag(d) (in TL; d: the drives' G, and 1 past
       A's padded size n_pad, so H is the identity on the padding) to the slab and −∇ℓ_k to
       ``rhs``; tile loads bring them into H and x;
-    * the rows in slabs of 32: lanes over columns k write the slab's J (rows 0–31 of ``slab``) and
-      G J (rows 32–63; G J in T, rounded to TL), then ``tile_matmul(Jᵀ, GJ, H)`` adds the slab.
+    * the rows in slabs of :data:`SLAB_ROWS` (16): lanes over columns k write the slab's J (rows
+      0–15 of ``slab``) and G J (rows 16–31; G J in T, rounded to TL), then
+      ``tile_matmul(Jᵀ, GJ, H)`` adds the slab.
       Contacts go :data:`CONTACTS_PER_SLAB` to a slab (3 rows each; a contact past the world's
-      count enters as zeros); limit and holonomic rows with G ≠ 0 (the active ones) 32 to a slab,
+      count enters as zeros); limit and holonomic rows with G ≠ 0 (the active ones) 16 to a slab,
       in row order, so a world with no active limit row adds no limit slab.
 
     The whole of H is formed (both triangles); its entries are the row path's up to the order of
@@ -125,7 +131,7 @@ def _tile_hessian(T, TL):
         return _CACHE[key]
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
-    ft, S = FUSED_TILE, CONTACTS_PER_SLAB
+    ft, S, sr = FUSED_TILE, CONTACTS_PER_SLAB, SLAB_ROWS
 
     @wp.func
     def load_rows(dst: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"), src: wp.array2d(dtype=TL), row0: int):
@@ -136,22 +142,30 @@ def _tile_hessian(T, TL):
                            offset=(LOAD_ROWS * q, 0))
 
     @wp.func
+    def load_slab_rows(dst: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"), src: wp.array2d(dtype=TL),
+                       row0: int):
+        """dst ← src[row0 : row0 + SLAB_ROWS], as load_rows."""
+        for q in range(sr // LOAD_ROWS):
+            wp.tile_assign(dst, wp.tile_load(src, shape=(LOAD_ROWS, ft), offset=(row0 + LOAD_ROWS * q, 0)),
+                           offset=(LOAD_ROWS * q, 0))
+
+    @wp.func
     def add_slab(H: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
-                 J: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
-                 GJ: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"), slab: wp.array2d(dtype=TL), lane: int):
+                 J: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"),
+                 GJ: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"), slab: wp.array2d(dtype=TL), lane: int):
         """H += Jᵀ(GJ) for the slab the lanes have just written (a barrier first)."""
         block_sync(lane)
-        load_rows(J, slab, 0)
-        load_rows(GJ, slab, ft)
+        load_slab_rows(J, slab, 0)
+        load_slab_rows(GJ, slab, sr)
         Jt = wp.tile_transpose(J)
         for q in range(ft // PRODUCT_COLUMNS):  # H's columns a block at a time: fewer accumulators per lane
-            wp.tile_matmul(Jt, wp.tile_view(GJ, offset=(0, PRODUCT_COLUMNS * q), shape=(ft, PRODUCT_COLUMNS)),
+            wp.tile_matmul(Jt, wp.tile_view(GJ, offset=(0, PRODUCT_COLUMNS * q), shape=(sr, PRODUCT_COLUMNS)),
                            wp.tile_view(H, offset=(0, PRODUCT_COLUMNS * q), shape=(ft, PRODUCT_COLUMNS)))
 
     @wp.func
     def assemble(P: Problem, world: int, lane: int, H: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
-                 J: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
-                 GJ: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
+                 J: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"),
+                 GJ: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"),
                  x: wp.tile(dtype=TL, shape=(ft, 1), storage="shared"), slab: wp.array2d(dtype=TL),
                  rhs: wp.array2d(dtype=TL), A: wp.tile(dtype=wp.float64, shape=(ft, ft), storage="shared")):
         bd = wp.block_dim()
@@ -193,17 +207,17 @@ def _tile_hessian(T, TL):
                         g = P.contact_G[world, c] * j
                     for a in range(3):
                         slab[3 * u + a, k] = TL(j[a])
-                        slab[ft + 3 * u + a, k] = TL(g[a])
-                for r in range(3 * S, ft):  # a limit slab may have filled the tail rows
+                        slab[sr + 3 * u + a, k] = TL(g[a])
+                for r in range(3 * S, sr):  # a limit slab may have filled the tail rows
                     slab[r, k] = TL(0.0)
-                    slab[ft + r, k] = TL(0.0)
+                    slab[sr + r, k] = TL(0.0)
             add_slab(H, J, GJ, slab, lane)
         nl = P.limit_count
         r0 = int(0)
-        while r0 < nl:  # the active rows only (G ≠ 0), up to 32 to a slab; every lane scans alike
+        while r0 < nl:  # the active rows only (G ≠ 0), up to SLAB_ROWS to a slab; every lane scans alike
             r1 = r0
             m = int(0)
-            while m < ft and r1 < nl:
+            while m < sr and r1 < nl:
                 if P.limit_G[world, r1] != T(0.0):
                     m = m + 1
                 r1 = r1 + 1
@@ -218,11 +232,11 @@ def _tile_hessian(T, TL):
                             if k < nv:
                                 jl = T(P.limit_J[world, r, k])
                             slab[u, k] = TL(jl)
-                            slab[ft + u, k] = TL(Gl * jl)
+                            slab[sr + u, k] = TL(Gl * jl)
                             u = u + 1
-                    for uu in range(m, ft):
+                    for uu in range(m, sr):
                         slab[uu, k] = TL(0.0)
-                        slab[ft + uu, k] = TL(0.0)
+                        slab[sr + uu, k] = TL(0.0)
                 add_slab(H, J, GJ, slab, lane)
             r0 = r1
         block_sync(lane)  # H and x complete
@@ -237,7 +251,7 @@ def _shared_passes(T, TL):
     tiles (A (32, 32) and v* (32,) in float64, loaded once per step) and Δv from the solve's
     shared tile x (in TL), memoized per (T, TL). v stays in global memory: a shared tile of it,
     loaded after each update, took the drake kernel's spill on sm_90 from 144 to 200 B (approx32's
-    from 80 to 128 B).
+    from 80 to 128 B; measured with slabs of 32 rows).
 
     The row functions walk each row of A over its listed non-zero columns in ascending order;
     these walk all nv columns of the dense tile in the same order. The terms they add besides are
@@ -365,8 +379,8 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         status = N.status[world]
         if wp.static(tiles):  # the world's Newton system, in shared memory for the whole step
             Hs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
-            Js = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
-            GJs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
+            Js = wp.tile_zeros(shape=(SLAB_ROWS, FUSED_TILE), dtype=TL, storage="shared")
+            GJs = wp.tile_zeros(shape=(SLAB_ROWS, FUSED_TILE), dtype=TL, storage="shared")
             xs = wp.tile_zeros(shape=(FUSED_TILE, 1), dtype=TL, storage="shared")
             # A and v*, read-only for the step (zeros past their sizes)
             As = wp.tile_load(P.A[world], shape=(FUSED_TILE, FUSED_TILE), storage="shared")

@@ -23,7 +23,7 @@ from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .contact_problem import HC_DATA, problem_types
-from .contact_solve_fused import FUSED_TILE, fused_hessian_for, fused_size
+from .contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
 from .observables import InitialState, StepObservables, WorldStatistics
@@ -188,8 +188,8 @@ class Workspace:
         padding the identity (a 1-entry stand-in with PCR).  newton_rhs, newton_dv: −∇ℓ and Δv,
         (W, ns, 1) (with ``fused_hessian="tiles"`` Δv stays in shared memory and newton_dv is not
         written).  newton_L: the blocked factorization's scratch, or with ``fused_hessian="tiles"``
-        the tile assembly's slab of J's rows and of G J, (W, 64, 32), whose first 32 rows also
-        take the factor check's copy of H's diagonal.  newton_failed: 1 where the
+        the tile assembly's scratch, (W, 32, 32): A + diag(d), then each slab's J rows (0–15) and
+        G J (16–31), then the factor check's copy of H's diagonal.  newton_failed: 1 where the
         last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
         with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
         ns is the fused path's padded size (:func:`~sap_gpu.contact_solve_fused.fused_size`) or
@@ -250,7 +250,7 @@ class Workspace:
         if not pcr and ns > blocked_cholesky.TILE:
             self.newton_L = z((W, ns, ns), TL)
         elif self.fused and fused_hessian_for(config.fused_hessian, ns) == "tiles":  # a slab of J and of GJ
-            self.newton_L = z((W, 2 * FUSED_TILE, FUSED_TILE), TL)
+            self.newton_L = z((W, max(FUSED_TILE, 2 * SLAB_ROWS), FUSED_TILE), TL)
         else:
             self.newton_L = z((1, 1, 1), TL)
         self.newton_failed = z(W, wp.int32)

@@ -55,7 +55,7 @@ def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False):
     readback = nv  # Δv from the solve's output
     direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
     if tiles:  # fused_hessian="tiles" (contact_solve_fused._tile_hessian); A and v* in shared tiles
-        slab = 2 * n * n  # the slab scratch holds J's 32 rows and G J's
+        slab = 2 * 16 * n  # the slab scratch holds J's 16 rows and G J's (SLAB_ROWS)
         # per column k < 32 (lanes over columns): ∇ℓ_k (k < nv; no drive; A's column from its
         # shared tile); the tiles of H (from the scratch) and of −∇ℓ; the contact count per lane;
         # the one contact slab: per column < nv, J's 3 rows and G; the slab's two tiles.
@@ -110,7 +110,7 @@ def test_newton_traffic_of_the_tile_hessian_equals_a_count_by_hand(device, lanes
     assert t["phases"]["hessian"]["loads"] == hessian
     assert t["phases"]["step_load"]["loads"] == pytest.approx(step_load, rel=1e-12)
     if lanes == 1:  # its own loads: all but the tiles of H, −∇ℓ, the slab's J and G J, A and v*
-        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 32 * 32) - step_load)
+        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 16 * 32) - step_load)
 
 
 def test_newton_traffic_needs_the_fused_path(device):

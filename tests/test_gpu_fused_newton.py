@@ -30,7 +30,7 @@ import sap_gpu
 from sap_common import scenes
 from sap_common.config import NEWTON_PATHS
 from sap_common.state import StepStatus
-from sap_gpu.contact_solve_fused import FUSED_TILE, fused_hessian_for, fused_newton_kernel, fused_size
+from sap_gpu.contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_newton_kernel, fused_size
 
 CAP = 16
 # A sum of m floating-point terms taken in two orders differs by at most (m − 1)·ε·Σ|terms|
@@ -267,7 +267,8 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessi
     assert fused.work.H.shape[1] == fused_size(m.joint_dof_count)
     tiles = fused_hessian_for(hessian, fused.work.H.shape[1]) == "tiles"
     assert tiles == (hessian == "tiles" and name == "humanoid")
-    assert fused.work.newton_L.shape[1] == {True: 2 * FUSED_TILE, False: fused.work.H.shape[1] if name == "humanoid3"
+    scratch = max(FUSED_TILE, 2 * SLAB_ROWS)  # tiles: A + diag(d), then J's and G J's slab rows
+    assert fused.work.newton_L.shape[1] == {True: scratch, False: fused.work.H.shape[1] if name == "humanoid3"
                                             else 1}[tiles]
     pipe = sap_gpu.CollisionPipeline(m, scene.max_rigid_contact, staged.config, device=device)
     contacts = pipe.contacts()
@@ -430,7 +431,7 @@ def _tiles_against_rows(device, case, config, lanes):
             _step(solver, state, control, contacts, device)
             runs[hessian] = solver
         rows, tiles = runs["rows"], runs["tiles"]
-        assert tiles.work.newton_L.shape[1:] == (2 * FUSED_TILE, FUSED_TILE)  # the slab scratch
+        assert tiles.work.newton_L.shape[1:] == (max(FUSED_TILE, 2 * SLAB_ROWS), FUSED_TILE)  # the slab scratch
         v = rows.work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
         er, et = rows.evaluate_at(v), tiles.evaluate_at(v)
     for k in er:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, fused_hessian_for
+from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_hessian_for
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
 __all__ = ["newton_traffic", "setup_traffic", "traffic_lines", "SETUP_STAGES", "NEWTON_PHASES"]
@@ -304,7 +304,7 @@ def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None
     """The tile assembly (``fused_hessian="tiles"``), lanes over the 32 columns: A + diag(d) and
     −∇ℓ written to the world's scratch and loaded as tiles, then per slab the lanes' J and G J
     entries and the slab's two tile loads."""
-    t, tl, nv, L, D, ft = s.t, s.tl, s.nv, s.limit_count, s.drive_count, FUSED_TILE
+    t, tl, nv, L, D, ft, sr = s.t, s.tl, s.nv, s.limit_count, s.drive_count, FUSED_TILE, SLAB_ROWS
     for col in range(ft):  # lanes over columns: column k of A + diag(d) to the slab, −∇ℓ_k
         k = col % lanes
         if col < nv:
@@ -324,21 +324,24 @@ def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None
                     h.load(k, _F64, 3)  # J's 3 rows at the column
                     h.load(k, 9 * t)  # G
                 h.store(k, tl, 6)
-            h.store(k, tl, 2 * (ft - 3 * CONTACTS_PER_SLAB))  # the slab's tail rows
-        h.spread(lanes, tl, 2 * ft * ft, 0)  # the slab's J and G J tiles
+            h.store(k, tl, 2 * (sr - 3 * CONTACTS_PER_SLAB))  # the slab's tail rows
+        h.spread(lanes, tl, 2 * sr * ft, 0)  # the slab's J and G J tiles
     active = [r for r in range(L) if s.limit_G[w, r] != 0]
     for k in range(lanes):  # every lane scans the rows' G for the slab boundaries (and again to fill)
         h.load(k, t, L)
-    for a0 in range(0, len(active), ft):
-        rows = active[a0:a0 + ft]
-        span = (active[a0 + ft] if a0 + ft < len(active) else L) - (rows[0] if a0 else 0)
+    for a0 in range(0, len(active), sr):
+        rows = active[a0:a0 + sr]
+        # the rows the slab's scan spans: from the row after the last slab's last one to the row
+        # after its own last one (a full slab), or to the end
+        r0 = active[a0 - 1] + 1 if a0 else 0
+        r1 = active[a0 + sr - 1] + 1 if a0 + sr <= len(active) else L
         for col in range(ft):
             k = col % lanes
-            h.load(k, t, span)  # G of every row the slab spans
+            h.load(k, t, r1 - r0)  # G of every row the slab spans
             if col < nv:
                 h.load(k, _F64, len(rows))  # J at the column
-            h.store(k, tl, 2 * ft)  # J and G J: the rows, then zeros to the slab's end
-        h.spread(lanes, tl, 2 * ft * ft, 0)
+            h.store(k, tl, 2 * sr)  # J and G J: the rows, then zeros to the slab's end
+        h.spread(lanes, tl, 2 * sr * ft, 0)
 
 
 def _shared_factor_solve(ph: _Phase, tl: int, lanes: int) -> None:
