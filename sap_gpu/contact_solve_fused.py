@@ -133,21 +133,20 @@ def _tile_hessian(T, TL):
     Problem, V3 = f.Problem, f.V3
     ft, S, sr = FUSED_TILE, CONTACTS_PER_SLAB, SLAB_ROWS
 
-    @wp.func
-    def load_rows(dst: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"), src: wp.array2d(dtype=TL), row0: int):
-        """dst ← src[row0 : row0 + 32], LOAD_ROWS rows at a time through registers (no second shared
-        tile; LOAD_ROWS·32/32 values per lane in flight)."""
-        for q in range(ft // LOAD_ROWS):
-            wp.tile_assign(dst, wp.tile_load(src, shape=(LOAD_ROWS, ft), offset=(row0 + LOAD_ROWS * q, 0)),
-                           offset=(LOAD_ROWS * q, 0))
+    def row_loader(rows: int):
+        """``wp.func (dst, src, row0)``: dst (rows × 32, shared) ← src[row0 : row0 + rows], LOAD_ROWS
+        rows at a time through registers (no second shared tile; LOAD_ROWS·32/32 values per lane in
+        flight). One per tile shape: H's 32 rows, a slab's SLAB_ROWS."""
 
-    @wp.func
-    def load_slab_rows(dst: wp.tile(dtype=TL, shape=(sr, ft), storage="shared"), src: wp.array2d(dtype=TL),
-                       row0: int):
-        """dst ← src[row0 : row0 + SLAB_ROWS], as load_rows."""
-        for q in range(sr // LOAD_ROWS):
-            wp.tile_assign(dst, wp.tile_load(src, shape=(LOAD_ROWS, ft), offset=(row0 + LOAD_ROWS * q, 0)),
-                           offset=(LOAD_ROWS * q, 0))
+        @wp.func
+        def load_rows(dst: wp.tile(dtype=TL, shape=(rows, ft), storage="shared"), src: wp.array2d(dtype=TL),
+                      row0: int):
+            for q in range(rows // LOAD_ROWS):
+                wp.tile_assign(dst, wp.tile_load(src, shape=(LOAD_ROWS, ft), offset=(row0 + LOAD_ROWS * q, 0)),
+                               offset=(LOAD_ROWS * q, 0))
+        return load_rows
+
+    load_rows, load_slab_rows = row_loader(ft), row_loader(sr)
 
     @wp.func
     def add_slab(H: wp.tile(dtype=TL, shape=(ft, ft), storage="shared"),
