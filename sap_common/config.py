@@ -315,7 +315,8 @@ class SapConfig:
             products of J's rows, slab by slab, and factored and solved there). ``tiles`` applies
             to worlds of one tile (nv ≤ 32); larger worlds form H by rows. The two give H up to
             the order of its sums (last bits), so iterates agree to the solver's tolerance, not
-            bit for bit. Not read by the staged path, PCR or sap_ref.
+            bit for bit. ``rows`` is the faster on a GPU (on an H100 ``tiles`` ran 0.83× its
+            throughput, docs/benchmarks.md). Not read by the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant

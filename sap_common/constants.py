@@ -259,7 +259,8 @@ FUSED_MAX_REGISTERS_RANGE = (32, 255)
 # SapConfig.fused_hessian: how the fused Newton kernel forms H = A + JᵀGJ. "rows": the block's
 # lanes take H's rows and write them to global memory, which the tile factorization then loads;
 # "tiles": H and −∇ℓ are assembled in the block's shared memory by tile products of J's rows
-# (in slabs of up to 32) and factored and solved there, for worlds of one tile (nv ≤ 32; larger
-# worlds form H by rows). Both give H up to the order of its sums.
+# (in slabs of 16) and factored and solved there, for worlds of one tile (nv ≤ 32; larger worlds
+# form H by rows). Both give H up to the order of its sums. "rows" is the default because it is
+# the faster on a GPU: on an H100, "tiles" ran 0.83x its throughput (docs/benchmarks.md).
 FUSED_HESSIANS = ("rows", "tiles")
 DEFAULT_FUSED_HESSIAN = "rows"
