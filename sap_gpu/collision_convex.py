@@ -711,6 +711,10 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
         s, t = segment_closest_params(fa0, fa1, fb0 - sigma * n, fb1 - sigma * n)
         return fa0 + s * (fa1 - fa0), fb0 + t * (fb1 - fb0)
     if ka == 0 and kb == 0:
+        gap_s = b_s - a_s - sigma * n
+        gap_epa = b_epa - a_epa - sigma * n
+        if wp.dot(gap_epa, gap_epa) < wp.dot(gap_s, gap_s):  # the pair with the smaller gap (sap_ref)
+            return a_epa, a_epa + sigma * n
         kb0 = b_s - sigma * n
         ka1 = a_s + sigma * n
         err_b = wp.dot(kb0 - a_epa, kb0 - a_epa) + wp.dot(b_s - b_epa, b_s - b_epa)

@@ -383,9 +383,9 @@ def circle_crossings(qa: wp.vec3d, qb: wp.vec3d, centre: wp.vec3d, r: wp.float64
 
 @wp.func
 def clip_pass(G: Geometry, R_: Convex, f_ref: int, n_ref: wp.vec3d, d_ref: wp.float64, I: Convex, feat: Feature,
-              extra: wp.vec3d, always: wp.vec3d, margin: wp.float64, pass_: int, p1: wp.vec3d, p2: wp.vec3d,
+              extra: wp.vec3d, witness: wp.vec3d, margin: wp.float64, pass_: int, p1: wp.vec3d, p2: wp.vec3d,
               p3: wp.vec3d, threshold: wp.float64, tri: wp.float64):
-    """One pass over sap_ref.clip_candidates(n_ref, face, feature, [extra], disk, [always])."""
+    """One pass over sap_ref.clip_candidates(n_ref, face, feature, [extra], disk, [witness])."""
     found = int(0)
     bq = zero3()
     bd = wp.float64(0.0)
@@ -438,8 +438,9 @@ def clip_pass(G: Geometry, R_: Convex, f_ref: int, n_ref: wp.vec3d, d_ref: wp.fl
     if inside_ref(G, R_, f_ref, n_ref, extra, -1) == 1:
         found, bq, bd, bs, took = consider(extra, wp.dot(n_ref, extra) - d_ref, margin, pass_, p1, p2, p3, threshold,
                                      tri, found, bq, bd, bs)
-    found, bq, bd, bs, took = consider(always, wp.dot(n_ref, always) - d_ref, margin, pass_, p1, p2, p3, threshold, tri,
-                                 found, bq, bd, bs)
+    if inside_ref(G, R_, f_ref, n_ref, witness, -1) == 1:
+        found, bq, bd, bs, took = consider(witness, wp.dot(n_ref, witness) - d_ref, margin, pass_, p1, p2, p3,
+                                     threshold, tri, found, bq, bd, bs)
     return found, bq, bd
 
 
@@ -506,16 +507,16 @@ def convex_manifold(G: Geometry, E: Epa, row: int, A: Convex, B: Convex, margin:
         return 1, X0, X1, N, PHI
     R_ = A
     I = B
-    always = x1
+    witness = x1
     if side == 1:
         R_ = B
         I = A
-        always = x0
+        witness = x0
     u = -n_ref
     feat = incident_feature(G, I, u)
     extra = support(G, I, u) + I.radius * u
     z = zero3()
-    f1, q1, d1 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, always, margin, 1, z, z, z,
+    f1, q1, d1 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, witness, margin, 1, z, z, z,
                            wp.float64(0.0), wp.float64(0.0))
     if f1 == 0:
         X0, X1, N, PHI = set4(X0, X1, N, PHI, 0, x0, x1, n, phi)
@@ -526,7 +527,7 @@ def convex_manifold(G: Geometry, E: Epa, row: int, A: Convex, B: Convex, margin:
     if feat.kind == POINT:  # one touching point (sap_ref: only the deepest is kept)
         return count, X0, X1, N, PHI
     merge = wp.float64(MANIFOLD_MERGE_DISTANCE)
-    f2, q2, d2 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, always, margin, 2, q1, z, z, merge,
+    f2, q2, d2 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, witness, margin, 2, q1, z, z, merge,
                            wp.float64(0.0))
     if f2 == 1:
         a, b, c, ph = contact_of(side, n_ref, d_ref, q2)
@@ -534,14 +535,14 @@ def convex_manifold(G: Geometry, E: Epa, row: int, A: Convex, B: Convex, margin:
         count = int(2)
         L = wp.length(q2 - q1)
         thr = wp.float64(0.5) * merge * L
-        f3, q3, d3 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, always, margin, 3, q1, q2, z, thr,
+        f3, q3, d3 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, witness, margin, 3, q1, q2, z, thr,
                                wp.float64(0.0))
         if f3 == 1:
             a, b, c, ph = contact_of(side, n_ref, d_ref, q3)
             X0, X1, N, PHI = set4(X0, X1, N, PHI, 2, a, b, c, ph)
             count = int(3)
             tri = area(q1, q2, q3)
-            f4, q4, d4 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, always, margin, 4, q1, q2, q3, thr,
+            f4, q4, d4 = clip_pass(G, R_, f_ref, n_ref, d_ref, I, feat, extra, witness, margin, 4, q1, q2, q3, thr,
                                    tri)
             if f4 == 1:
                 a, b, c, ph = contact_of(side, n_ref, d_ref, q4)

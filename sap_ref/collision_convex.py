@@ -454,7 +454,9 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     """Witness points on the cores after a refinement to the normal n with separation σ.
 
     A single support point (:func:`_support_feature`) is the contact point: it is kept and the
-    other witness rebuilt along n (two points: the pair nearer EPA's own witnesses). Two segments
+    other witness rebuilt along n. Two points: of the support pair and EPA's pair, the one whose
+    points are the more consistent with n (the smaller gap |b − a − σn|); for the support pair,
+    the rebuilding nearer EPA's own witnesses. Two segments
     (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
     B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
     witness. Two faces: EPA's witness on A."""
@@ -465,6 +467,14 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
         s, t = segment_closest_params(fa[0], fa[1], fb[0] - sigma * n, fb[1] - sigma * n)
         return fa[0] + s * (fa[1] - fa[0]), fb[0] + t * (fb[1] - fb[0])
     if ka == "point" and kb == "point":
+        # A rebuilt witness lies within |b − a − σn| of the other shape's point b (or a), so that
+        # gap bounds how far it is off that shape. Where both faces are nearly parallel to n (a
+        # cylinder's rim on another's rim, tilted by 1e-5 rad) the support points swing along the
+        # rims with the normal's last digits (gaps up to 1e-4 m), while EPA's witnesses, on the
+        # caps, stay consistent (gaps ~1e-8 m): take the pair with the smaller gap.
+        gap_s, gap_epa = b_s - a_s - sigma * n, b_epa - a_epa - sigma * n
+        if gap_epa @ gap_epa < gap_s @ gap_s:
+            return a_epa, a_epa + sigma * n
         keep_b = (b_s - sigma * n, b_s)
         keep_a = (a_s, a_s + sigma * n)
         err = lambda w: (w[0] - a_epa) @ (w[0] - a_epa) + (w[1] - b_epa) @ (w[1] - b_epa)  # noqa: E731

@@ -195,16 +195,18 @@ def _circle_crossings(qa, qb, centre, radius, n):
     return [qa + t * (qb - qa) for t in ((-b - root) / (2.0 * a), (-b + root) / (2.0 * a)) if 0.0 < t < 1.0]
 
 
-def clip_candidates(n_ref, poly, feature, extra=(), disk=None, always=()):
+def clip_candidates(n_ref, poly, feature, extra=(), disk=None, witness=()):
     """Candidate points on the incident feature (module docstring, step 3): (a), (b), (c), then
-    ``extra`` (the exact support point, kept when inside the reference) and ``always`` (the GJK/EPA
-    witness, kept: it is the exact deepest point). The clipped polygon comes first so that, among
+    ``extra`` (the exact support point) and ``witness`` (the GJK/EPA witness on the incident shape,
+    the exact deepest point), each kept when inside the reference. Where the faces are nearly
+    parallel the witness can lie beyond the reference face (a cap tilted by 1e-5 rad against
+    another: 18 µm beyond its rim), and its projection onto the face would be off the shape. The clipped polygon comes first so that, among
     equally deep points, a vertex of the contact patch is chosen before an interior witness.
     ``poly`` None is an unbounded reference (a plane): every point is inside. ``disk`` (centre,
     radius): a cylinder cap, tested as the exact disk (its polygon's vertices, on the rim, serve (b))."""
     points, kind, n_inc = feature
     if poly is None:
-        return list(points) + list(extra) + list(always)
+        return list(points) + list(extra) + list(witness)
     planes = _side_planes(poly, n_ref)
     if disk is None:
         inside = lambda x, skip=-1: _inside(x, poly, planes, skip)  # noqa: E731
@@ -231,7 +233,7 @@ def clip_candidates(n_ref, poly, feature, extra=(), disk=None, always=()):
                     x = qa + (qb - qa) * (da / (da - db))
                     if inside(x, i):
                         out.append(x)
-    return out + [q for q in extra if inside(q)] + list(always)
+    return out + [q for q in extra if inside(q)] + [q for q in witness if inside(q)]
 
 
 def reduce_manifold(points, depths, margin):
