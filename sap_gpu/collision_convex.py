@@ -705,6 +705,7 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
     """sap_ref.collision_convex._witnesses."""
     ka, fa0, fa1 = support_feature(G, A, n)
     kb, fb0, fb1 = support_feature(G, B, -n)
+    gap_epa = b_epa - a_epa - sigma * n
     if ka == 2 and kb == 2:
         return a_epa, a_epa + sigma * n
     if ka == 1 and kb == 1:
@@ -712,7 +713,6 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
         return fa0 + s * (fa1 - fa0), fb0 + t * (fb1 - fb0)
     if ka == 0 and kb == 0:
         gap_s = b_s - a_s - sigma * n
-        gap_epa = b_epa - a_epa - sigma * n
         if wp.dot(gap_epa, gap_epa) < wp.dot(gap_s, gap_s):  # the pair with the smaller gap (sap_ref)
             return a_epa, a_epa + sigma * n
         kb0 = b_s - sigma * n
@@ -723,8 +723,20 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
             return kb0, b_s
         return a_s, ka1
     if ka == 0:
+        if kb == 1:
+            q = a_s + sigma * n
+            t, u = segment_closest_params(fb0, fb1, q, q)
+            gap_a = fb0 + t * (fb1 - fb0) - a_s - sigma * n
+            if wp.dot(gap_epa, gap_epa) < wp.dot(gap_a, gap_a):
+                return a_epa, a_epa + sigma * n
         return a_s, a_s + sigma * n
     if kb == 0:
+        if ka == 1:
+            q = b_s - sigma * n
+            s, u = segment_closest_params(fa0, fa1, q, q)
+            gap_b = b_s - sigma * n - fa0 - s * (fa1 - fa0)
+            if wp.dot(gap_epa, gap_epa) < wp.dot(gap_b, gap_b):
+                return a_epa, a_epa + sigma * n
         return b_s - sigma * n, b_s
     if ka == 1:
         s, t = segment_closest_params(fa0, fa1, a_epa, a_epa)

@@ -454,25 +454,27 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     """Witness points on the cores after a refinement to the normal n with separation σ.
 
     A single support point (:func:`_support_feature`) is the contact point: it is kept and the
-    other witness rebuilt along n. Two points: of the support pair and EPA's pair, the one whose
-    points are the more consistent with n (the smaller gap |b − a − σn|); for the support pair,
-    the rebuilding nearer EPA's own witnesses. Two segments
+    other witness rebuilt along n, unless EPA's pair is the more consistent with n: of the support
+    point's rebuilt witness and EPA's pair, the one with the smaller gap to the other shape (to
+    its support point or segment; for EPA's pair |b − a − σn|). Two support points: the rebuilding
+    nearer EPA's own witnesses. Two segments
     (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
     B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
     witness. Two faces: EPA's witness on A."""
     (ka, fa), (kb, fb) = _support_feature(A, n), _support_feature(B, -n)
+    gap_epa = b_epa - a_epa - sigma * n
     if ka == "set" and kb == "set":
         return a_epa, a_epa + sigma * n
     if ka == "segment" and kb == "segment":
         s, t = segment_closest_params(fa[0], fa[1], fb[0] - sigma * n, fb[1] - sigma * n)
         return fa[0] + s * (fa[1] - fa[0]), fb[0] + t * (fb[1] - fb[0])
+    # A witness rebuilt along n lies within its gap (its distance to a known point or segment of
+    # the other shape) of that shape. Where a cylinder's cap is nearly parallel to n (tilted by
+    # 1e-5 to 3e-3 rad) and its rim meets another rim or an edge, the rim's support point swings
+    # along the rim with the normal's last digits (gaps up to 8 cm), while EPA's witnesses stay
+    # consistent (gaps ~1e-9 m): a support point is kept only if its gap is the smaller.
     if ka == "point" and kb == "point":
-        # A rebuilt witness lies within |b − a − σn| of the other shape's point b (or a), so that
-        # gap bounds how far it is off that shape. Where both faces are nearly parallel to n (a
-        # cylinder's rim on another's rim, tilted by 1e-5 rad) the support points swing along the
-        # rims with the normal's last digits (gaps up to 1e-4 m), while EPA's witnesses, on the
-        # caps, stay consistent (gaps ~1e-8 m): take the pair with the smaller gap.
-        gap_s, gap_epa = b_s - a_s - sigma * n, b_epa - a_epa - sigma * n
+        gap_s = b_s - a_s - sigma * n
         if gap_epa @ gap_epa < gap_s @ gap_s:
             return a_epa, a_epa + sigma * n
         keep_b = (b_s - sigma * n, b_s)
@@ -480,8 +482,18 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
         err = lambda w: (w[0] - a_epa) @ (w[0] - a_epa) + (w[1] - b_epa) @ (w[1] - b_epa)  # noqa: E731
         return keep_b if err(keep_b) <= err(keep_a) else keep_a
     if ka == "point":
+        if kb == "segment":
+            t, _ = segment_closest_params(fb[0], fb[1], a_s + sigma * n, a_s + sigma * n)
+            gap_s = fb[0] + t * (fb[1] - fb[0]) - a_s - sigma * n
+            if gap_epa @ gap_epa < gap_s @ gap_s:
+                return a_epa, a_epa + sigma * n
         return a_s, a_s + sigma * n
     if kb == "point":
+        if ka == "segment":
+            s, _ = segment_closest_params(fa[0], fa[1], b_s - sigma * n, b_s - sigma * n)
+            gap_s = b_s - sigma * n - fa[0] - s * (fa[1] - fa[0])
+            if gap_epa @ gap_epa < gap_s @ gap_s:
+                return a_epa, a_epa + sigma * n
         return b_s - sigma * n, b_s
     if ka == "segment":
         s, _ = segment_closest_params(fa[0], fa[1], a_epa, a_epa)

@@ -200,10 +200,11 @@ def clip_candidates(n_ref, poly, feature, extra=(), disk=None, witness=()):
     ``extra`` (the exact support point) and ``witness`` (the GJK/EPA witness on the incident shape,
     the exact deepest point), each kept when inside the reference. Where the faces are nearly
     parallel the witness can lie beyond the reference face (a cap tilted by 1e-5 rad against
-    another: 18 µm beyond its rim), and its projection onto the face would be off the shape. The clipped polygon comes first so that, among
-    equally deep points, a vertex of the contact patch is chosen before an interior witness.
-    ``poly`` None is an unbounded reference (a plane): every point is inside. ``disk`` (centre,
-    radius): a cylinder cap, tested as the exact disk (its polygon's vertices, on the rim, serve (b))."""
+    another: 18 µm beyond its rim), and its projection onto the face would be off the shape. The
+    clipped polygon comes first so that, among equally deep points, a vertex of the contact patch
+    is chosen before an interior witness. ``poly`` None is an unbounded reference (a plane): every
+    point is inside. ``disk`` (centre, radius): a cylinder cap, tested as the exact disk (its
+    polygon's vertices, on the rim, serve (b))."""
     points, kind, n_inc = feature
     if poly is None:
         return list(points) + list(extra) + list(witness)

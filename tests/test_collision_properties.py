@@ -389,14 +389,15 @@ def _sphere_deepest_in_column(centre, radius, tri):
 
 
 
-# Two cylinders whose caps are nearly parallel (tilts of 1e-5 to 3e-3 rad), the rims crossing: a
-# random search of such pairs (2,000 draws, caps within 2 mm of touching) put a witness up to
-# 1.2e-4 m off a surface in 5 % of them, in two ways. (1) The support points of two rims swing
-# along them with the normal's last digits, so the witness rebuilt from one of them missed the
-# other cylinder (the single contact and, through it, a manifold's deepest point). (2) A manifold
-# kept GJK/EPA's witness even where it lay beyond the reference cap's rim, and projected it onto
-# the cap's plane outside the cap. The cases below are three of those draws (the witness was off by
-# 7.7e-5 m, 1.5e-5 m and 8.9e-6 m).
+# A cylinder whose cap is nearly parallel to the contact normal (tilts of 1e-5 to 3e-3 rad) with its
+# rim crossing another rim or an edge: random searches of such pairs (2,000 cylinder pairs, caps
+# within 2 mm of touching; 2,400 pairs of boxes, cube meshes and cylinders with near-parallel faces)
+# put a witness up to 1.2e-4 m off a surface, in two ways. (1) The rim's support point swings along
+# the rim with the normal's last digits, so the witness rebuilt from it missed the other shape (the
+# single contact and, through it, a manifold's deepest point). (2) A manifold kept GJK/EPA's witness
+# even where it lay beyond the reference cap's rim, and projected it onto the cap's plane outside the
+# cap. The cases below are five of those draws (the witness was off by 7.7e-5, 1.5e-5, 8.9e-6,
+# 9.9e-5 and 5.6e-7 m).
 NEARLY_PARALLEL_CAPS = {
     "manifold, witness beyond the reference rim": (
         (CY, np.array([0.0424982545455201, 0.04822109859839392, 0.0]), None),
@@ -416,6 +417,18 @@ NEARLY_PARALLEL_CAPS = {
                   0.0010743581010206524, 0.0, 0.9999990320065728]),
         (CY, np.array([0.08726075279614513, 0.060022660456933656, 0.0]), None),
         np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.14473210313864912, -0.9894708779550127])),
+    "manifold, rim against a cube's edge": (
+        (M, np.zeros(3), CUBE * (0.04576259494797977 / np.abs(CUBE).max())),
+        np.array([0.036499581998070324, 0.05449274201670317, 0.05447039965305847, -0.45488332158567596,
+                  0.8905510432903573, 1.793324029174601e-05, 5.211561939289206e-05]),
+        (CY, np.array([0.03553746123112095, 0.010204795930104402, 0.0]), None),
+        np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.2081166583643172, -0.978104011090472])),
+    "single contact, rim against a box's edge": (
+        (B, np.array([0.08548538776524434, 0.029488767485582042, 0.08229669283885988]), None),
+        np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.04928472593615798, 0.9987847695021174]),
+        (CY, np.array([0.05374231264650989, 0.01003844892840363, 0.0]), None),
+        np.array([-0.038896700224957725, -0.0038869108774274, 0.0908399287103765, 7.807368185427658e-05,
+                  -0.0002929000757406797, 0.7795673316450985, -0.6263183563857816])),
 }
 
 
