@@ -55,6 +55,9 @@ prepare() {
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
     "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
+    # The tests' variants compile after pytest's summary line (--precompile-arch compiles at the end
+    # of the run): a cache copied before this line lacks them, and the GPU machine compiles them.
+    echo "== prepare done: $(find "$cache" -name '*.cubin' | wc -l) CUBIN files in $cache; copy it now"
 }
 
 run() {
