@@ -472,7 +472,9 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     # the other shape) of that shape. Where a cylinder's cap is nearly parallel to n (tilted by
     # 1e-5 to 3e-3 rad) and its rim meets another rim or an edge, the rim's support point swings
     # along the rim with the normal's last digits (gaps up to 8 cm), while EPA's witnesses stay
-    # consistent (gaps ~1e-9 m): a support point is kept only if its gap is the smaller.
+    # consistent (gaps ~1e-9 m): a support point is kept only if its gap is the smaller. Against a
+    # face (a support set) there is no point of the other shape near the contact to measure a gap
+    # to, and the rebuilt witness lands on the face's plane: the support point is kept.
     if ka == "point" and kb == "point":
         gap_s = b_s - a_s - sigma * n
         if gap_epa @ gap_epa < gap_s @ gap_s:
