@@ -26,8 +26,10 @@ from types import MappingProxyType
 import numpy as np
 
 from .constants import (
+    DEFAULT_FUSED_CHOLESKY,
     DEFAULT_FUSED_HESSIAN,
     DEFAULT_NEWTON_PATH,
+    FUSED_CHOLESKYS,
     FUSED_HESSIANS,
     FUSED_MAX_REGISTERS_RANGE,
     NEWTON_PATHS,
@@ -46,6 +48,7 @@ __all__ = [
     "LINEAR_SOLVERS",
     "NEWTON_PATHS",
     "FUSED_HESSIANS",
+    "FUSED_CHOLESKYS",
     "CONTACT_APPROXIMATIONS",
     "DEFAULT_CONTACT_APPROXIMATION",
     "precision_dtype",
@@ -177,6 +180,7 @@ _CONDITIONAL_KNOBS = MappingProxyType({
     **{k: (_reads_sap_contact, "discrete_contact_approximation='sap'") for k in ("contact_tau_d", "contact_beta")},
     "fused_max_registers": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
     "fused_hessian": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
+    "fused_cholesky": (_reads_fused_kernel, "newton_path='fused' with contact_linear_solver='cholesky'"),
 })
 _WARNED: set = set()  # (knob, reader): each unused-knob warning once per process
 
@@ -317,6 +321,16 @@ class SapConfig:
             the order of its sums (last bits), so iterates agree to the solver's tolerance, not
             bit for bit. ``rows`` is the faster on a GPU (on an H100 ``tiles`` ran 0.83× its
             throughput, docs/benchmarks.md). Not read by the staged path, PCR or sap_ref.
+        fused_cholesky: how the fused Newton kernel factors H and solves for Δv: ``tile``
+            (default: Warp's tile Cholesky, cuSolverDx on CUDA, on a shared-memory tile loaded
+            from H's rows) or ``lanes`` (one row of H per lane of the world's warp, held in
+            registers and eliminated with warp shuffles; no shared memory). ``lanes`` applies to
+            worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
+            factorization runs. The two solve the same system to rounding (last bits), so
+            iterates agree to the solver's tolerance, not bit for bit. On sm_90 ``lanes`` takes
+            fewer registers (approx32: 160 against 205) and compiles in half the time; its GPU
+            speed is not measured yet (docs/benchmarks.md § Factoring in registers). Not read by
+            the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant
@@ -362,6 +376,7 @@ class SapConfig:
     newton_path: str = DEFAULT_NEWTON_PATH
     fused_max_registers: int | None = None
     fused_hessian: str = DEFAULT_FUSED_HESSIAN
+    fused_cholesky: str = DEFAULT_FUSED_CHOLESKY
     discrete_contact_approximation: str = DEFAULT_CONTACT_APPROXIMATION
     stiction_tolerance: float = 1e-4
     fallback_hc_dissipation: float = 50.0
@@ -430,6 +445,8 @@ class SapConfig:
             set_("fused_max_registers", int(cap))
         set_("fused_hessian", _choice("fused_hessian", self.fused_hessian, {k: k for k in FUSED_HESSIANS},
                                       FUSED_HESSIANS))
+        set_("fused_cholesky", _choice("fused_cholesky", self.fused_cholesky, {k: k for k in FUSED_CHOLESKYS},
+                                       FUSED_CHOLESKYS))
         set_("discrete_contact_approximation", _choice("discrete_contact_approximation",
                                                        self.discrete_contact_approximation, _APPROXIMATION_ALIASES,
                                                        CONTACT_APPROXIMATIONS))

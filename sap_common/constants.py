@@ -264,3 +264,12 @@ FUSED_MAX_REGISTERS_RANGE = (32, 255)
 # the faster on a GPU: on an H100, "tiles" ran 0.83x its throughput (docs/benchmarks.md).
 FUSED_HESSIANS = ("rows", "tiles")
 DEFAULT_FUSED_HESSIAN = "rows"
+
+# SapConfig.fused_cholesky: how the fused Newton kernel factors H and solves for Δv, for worlds of
+# one tile (nv ≤ 32) whose H is formed by rows. "tile": Warp's tile Cholesky (cuSolverDx on CUDA)
+# on a shared-memory tile loaded from H's rows; "lanes": one row of H per lane of the world's
+# warp, in registers, eliminated with warp shuffles (sap_gpu/lane_cholesky.py). Both solve the
+# same system to rounding. "tile" stays the default until a GPU has timed "lanes"
+# (docs/benchmarks.md § Factoring in registers).
+FUSED_CHOLESKYS = ("tile", "lanes")
+DEFAULT_FUSED_CHOLESKY = "tile"

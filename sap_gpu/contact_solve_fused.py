@@ -17,7 +17,9 @@ per world) does everything of a step's stage 3 for a world, from the warm start 
                       (_tile_hessian), A from the world's shared tile of it
            solve      the block's tile Cholesky factor and solve, pivots checked
                       (blocked_cholesky.single_factor_solve / blocked_factor_solve; with tiles
-                      shared_factor_solve, in place on the shared tiles)
+                      shared_factor_solve, in place on the shared tiles); fused_cholesky="lanes"
+                      (nv ≤ 32, H by rows): lane_cholesky.lane_factor_solve, H's rows in the
+                      lanes' registers, eliminated with warp shuffles
            line search  lanes over rows: Δvc = J Δv;  lanes over DOFs: the slope terms;  block
                       reductions;  then the configured search, whose φ(α) spreads the rows over
                       the lanes and block-sums ℓ, dℓ/dα, d²ℓ/dα²
@@ -53,10 +55,10 @@ docs/benchmarks.md); ``SolverSAP`` runs the staged loop for PCR whatever ``newto
 
 import warp as wp
 
-from sap_common.constants import FUSED_HESSIANS
+from sap_common.constants import FUSED_CHOLESKYS, FUSED_HESSIANS
 from sap_common.state import StepStatus
 
-from . import blocked_cholesky
+from . import blocked_cholesky, lane_cholesky
 from .blocked_cholesky import block_max_int, block_sync
 from .contact_problem import hessian_functions, row_functions
 from .launch import TILE_BLOCK_DIM, launch_blocks
@@ -64,8 +66,8 @@ from .line_search import make_line_search
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size", "fused_hessian_for",
-           "fused_newton_kernel", "launch_fused"]
+__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "FUSED_CHOLESKYS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size",
+           "fused_hessian_for", "fused_cholesky_for", "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
 # fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
@@ -96,6 +98,16 @@ def fused_hessian_for(hessian: str, n: int) -> str:
     only where the system is one tile (n = 32, nv ≤ 32); a larger world's H (humanoid3: nv = 81)
     does not fit a block's shared memory beside the factorization, so it is formed by rows."""
     return "tiles" if hessian == "tiles" and n <= FUSED_TILE else "rows"
+
+
+def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
+    """How the fused kernel factors H for ``SapConfig.fused_cholesky``, the H it forms
+    (:func:`fused_hessian_for`) and padded size ``n``: ``lanes`` only where H is one tile (n = 32)
+    formed by rows, in global memory where the lanes load their rows from; a tile-formed H is
+    already in shared memory, and a larger one is factored by blocks."""
+    if cholesky not in FUSED_CHOLESKYS:
+        raise ValueError(f"fused_cholesky: {cholesky!r} is not valid; valid: {', '.join(FUSED_CHOLESKYS)}")
+    return "lanes" if cholesky == "lanes" and n <= FUSED_TILE and fused_hessian_for(hessian, n) == "rows" else "tile"
 
 
 def fused_size(nv: int) -> int:
@@ -310,7 +322,7 @@ def _shared_passes(T, TL):
 
 
 def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap", max_registers: int | None = None,
-                        hessian: str = "rows"):
+                        hessian: str = "rows", cholesky: str = "tile"):
     """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
     ``variant``, padded size ``n`` (:func:`fused_size`) and contact ``approximation`` (``sap``,
     ``lagged``, ``similar``: which contact term the rows evaluate), built on first use.
@@ -318,7 +330,10 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     ``None``: the compiler's choice). ``hessian`` (``SapConfig.fused_hessian``) is how H is formed:
     ``rows`` (lanes over H's rows in global memory, then the tile factorization) or ``tiles``
     (:func:`_tile_hessian`: H and −∇ℓ in shared tiles, factored and solved there in place); a
-    blocked size (n > 32) always forms H by rows (:func:`fused_hessian_for`).
+    blocked size (n > 32) always forms H by rows (:func:`fused_hessian_for`). ``cholesky``
+    (``SapConfig.fused_cholesky``) is how H is factored where it is one tile formed by rows
+    (:func:`fused_cholesky_for`): ``tile`` (Warp's tile Cholesky) or ``lanes``
+    (:func:`sap_gpu.lane_cholesky.lane_factor_solve`: H's rows in the lanes' registers).
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
     inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
@@ -330,7 +345,8 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     if hessian not in FUSED_HESSIANS:
         raise ValueError(f"fused_hessian: {hessian!r} is not valid; valid: {', '.join(FUSED_HESSIANS)}")
     tiles = fused_hessian_for(hessian, n) == "tiles"
-    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers, tiles)
+    lanes = fused_cholesky_for(cholesky, hessian, n) == "lanes"
+    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers, tiles, lanes)
     if key in _CACHE:
         return _CACHE[key]
     f = row_functions(T, approximation)
@@ -341,7 +357,9 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         assemble = _tile_hessian(T, TL)
         shared_factor_solve = blocked_cholesky.shared_factor_solve(FUSED_TILE, TL)
         momentum_pass_shared, direction_sums_shared = _shared_passes(T, TL)
-    if single:
+    if lanes:
+        factor_solve = lane_cholesky.lane_factor_solve(TL)
+    elif single:
         factor_solve = blocked_cholesky.single_factor_solve(FUSED_TILE, 1, TL)
     else:
         factor_solve = blocked_cholesky.blocked_factor_solve(FUSED_TILE, 1, TL)
@@ -441,7 +459,9 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 if evaluate_only != 0:
                     break
                 block_sync(lane)  # H and −∇ℓ complete before the tile loads
-                if wp.static(single):
+                if wp.static(lanes):  # H's rows in the lanes' registers
+                    failed = factor_solve(H[world], rhs[world], dv_out[world], nv, lane)
+                elif wp.static(single):
                     failed = factor_solve(H[world], rhs[world], dv_out[world], lane)
                 else:
                     failed = factor_solve(H[world], rhs[world], nb, lane, L[world], dv_out[world])

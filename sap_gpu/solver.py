@@ -95,7 +95,8 @@ class SolverSAP:
         self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
         self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
                                                 max_registers=cfg.fused_max_registers,
-                                                hessian=cfg.fused_hessian) if w.fused else None
+                                                hessian=cfg.fused_hessian,
+                                                cholesky=cfg.fused_cholesky) if w.fused else None
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations

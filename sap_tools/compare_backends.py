@@ -32,7 +32,7 @@ import sys
 
 import numpy as np
 
-from sap_common.constants import FUSED_HESSIANS, HOLONOMIC_BETA
+from sap_common.constants import FUSED_CHOLESKYS, FUSED_HESSIANS, HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
 from sap_ref.collision import CollisionPipeline
@@ -479,6 +479,9 @@ def main(argv=None) -> int:
     parser.add_argument("--fused-hessian", default=None, choices=FUSED_HESSIANS,
                         help="SapConfig.fused_hessian of sap_gpu's fused Newton kernel, how it forms H: rows (the "
                              "default) or tiles (tile products in shared memory, nv ≤ 32)")
+    parser.add_argument("--fused-cholesky", default=None, choices=FUSED_CHOLESKYS,
+                        help="SapConfig.fused_cholesky of sap_gpu's fused Newton kernel, how it factors H: tile (the "
+                             "default) or lanes (H's rows in the lanes' registers, nv ≤ 32)")
     args = parser.parse_args(argv)
     try:
         import sap_gpu
@@ -492,6 +495,9 @@ def main(argv=None) -> int:
         if args.fused_hessian is not None:  # sap_gpu's only (the reference has no fused kernel)
             settings += f"; sap_gpu fused_hessian {args.fused_hessian} (--fused-hessian)"
             kw["fused_hessian"] = args.fused_hessian
+        if args.fused_cholesky is not None:
+            settings += f"; sap_gpu fused_cholesky {args.fused_cholesky} (--fused-cholesky)"
+            kw["fused_cholesky"] = args.fused_cholesky
         gpu = sap_gpu.SolverSAP(scene.sap_model, device=device, **kw)
         rollout = SolverSAP(scene.sap_model, **kw)
     except ValueError as e:

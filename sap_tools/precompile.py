@@ -135,7 +135,14 @@ def _default_arch() -> int:
 
 @entry_point("sap-precompile")
 def main(argv=None) -> int:
-    from sap_common.config import CONTACT_APPROXIMATIONS, FUSED_HESSIANS, LINEAR_SOLVERS, NEWTON_PATHS, PRESETS
+    from sap_common.config import (
+        CONTACT_APPROXIMATIONS,
+        FUSED_CHOLESKYS,
+        FUSED_HESSIANS,
+        LINEAR_SOLVERS,
+        NEWTON_PATHS,
+        PRESETS,
+    )
 
     prog = "sap-precompile"
     p = parser(prog, __doc__)
@@ -156,6 +163,9 @@ def main(argv=None) -> int:
     p.add_argument("--fused-hessian", nargs="+", default=["rows"], metavar="HOW",
                    help=f"SapConfig.fused_hessian, how the fused kernel forms H: {', '.join(FUSED_HESSIANS)} "
                         f"(default rows); several = each")
+    p.add_argument("--fused-cholesky", nargs="+", default=["tile"], metavar="HOW",
+                   help=f"SapConfig.fused_cholesky, how the fused kernel factors H: {', '.join(FUSED_CHOLESKYS)} "
+                        f"(default tile); several = each (lanes with an H formed by rows)")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
                         "and with a driver older than its CUDA toolkit) or ptx")
@@ -169,6 +179,7 @@ def main(argv=None) -> int:
 
     for flag, values, valid in (("--newton-path", args.newton_path, NEWTON_PATHS),
                                 ("--fused-hessian", args.fused_hessian, FUSED_HESSIANS),
+                                ("--fused-cholesky", args.fused_cholesky, FUSED_CHOLESKYS),
                                 ("--linear-solver", args.linear_solver, LINEAR_SOLVERS),
                                 ("--approximation", args.approximation, CONTACT_APPROXIMATIONS)):
         bad = [v for v in values if v not in valid]
@@ -201,9 +212,9 @@ def main(argv=None) -> int:
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
-    for (preset, path, solver, approx), cap, hessian in itertools.product(
+    for (preset, path, solver, approx), cap, hessian, cholesky in itertools.product(
             configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps,
-            dict.fromkeys(args.fused_hessian)):
+            dict.fromkeys(args.fused_hessian), dict.fromkeys(args.fused_cholesky)):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
         kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx,
                       fused_max_registers=cap)
@@ -211,6 +222,10 @@ def main(argv=None) -> int:
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_hessian"] = hessian
+        if cholesky != "tile":  # the same; and lanes factor an H formed by rows only
+            if path != "fused" or solver != "cholesky" or hessian != "rows":
+                continue
+            kwargs["fused_cholesky"] = cholesky
         try:
             record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
         except ValueError as e:
@@ -219,7 +234,8 @@ def main(argv=None) -> int:
             variants.setdefault(key, (module, record.kernels[key]))
             used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
                                                + ("" if cap is None else f"/reg{cap}")
-                                               + ("" if hessian == "rows" else f"/{hessian}"))
+                                               + ("" if hessian == "rows" else f"/{hessian}")
+                                               + ("" if cholesky == "tile" else f"/{cholesky}"))
     rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
     report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
     if args.vs_mjwarp:

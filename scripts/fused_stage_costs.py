@@ -5,7 +5,8 @@
 writes OUT/<variant>/sap_gpu, a copy of sap_gpu whose fused kernel (sap_gpu/contact_solve_fused.py)
 runs one stage twice per Newton iteration, with a block barrier between, so the results and the
 iterations are unchanged: ``eval2`` the evaluation (A(v − v*), the rows' γ and G, ∇ℓ), ``hess2``
-H = A + JᵀGJ, ``chol2`` the tile Cholesky factor and solve (one tile: nv ≤ 32), ``ls2`` the line
+H = A + JᵀGJ, ``chol2`` the tile Cholesky factor and solve (one tile: nv ≤ 32), ``lchol2`` the
+factor and solve in the lanes' registers (runs with ``--fused-cholesky lanes``), ``ls2`` the line
 search. With
 sap-benchmark arguments it then runs sap-benchmark once on the checkout's sap_gpu (``base``) and
 once on each copy, each in its own process, and prints every run's ms/step and its difference
@@ -27,14 +28,20 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FUSED = ROOT / "sap_gpu" / "contact_solve_fused.py"
 
-# Each stage: the lines of the Newton loop to repeat (they must occur once in the kernel).
+# Each stage: the whole lines of the Newton loop to repeat, with their indentation (they must
+# occur once in the kernel, each starting a line).
 STAGES = {
-    "eval2": ("            ell_A = f.momentum_pass(P, world, lane, bd)\n"
+    "eval2": ("            ell_A = zero\n"
+              "            if wp.static(tiles):\n"
+              "                ell_A = momentum_pass_shared(P, world, lane, bd, As, v_star_s)\n"
+              "            else:\n"
+              "                ell_A = f.momentum_pass(P, world, lane, bd)\n"
               "            ell_lane = f.evaluate_rows(P, world, lane, bd, ell_A)\n"
               "            block_sync(lane)  # γ of every row, before Jᵀγ\n"
               "            r2, sA, sJ, bad = f.gradient_pass(P, world, lane, bd)\n"),
-    "hess2": "            hessian_rows(P, world, lane, bd, H, rhs)\n",
-    "chol2": "                failed = factor_solve(H[world], rhs[world], dv_out[world], lane)\n",
+    "hess2": "                hessian_rows(P, world, lane, bd, H, rhs)\n",
+    "chol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], lane)\n",
+    "lchol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], nv, lane)\n",
     "ls2": ("            alpha, evals, ls_failed = search(P, world, lane, ell, q[2], N.ls_max_iterations, N.rho, "
             "N.armijo_c,\n"
             "                                             N.slop, N.cost_abs, N.cost_rel)\n"),
@@ -51,14 +58,14 @@ def make_variants(out: pathlib.Path) -> dict:
     src = FUSED.read_text()
     made = {}
     for name, lines in STAGES.items():
-        if src.count(lines) != 1:
+        if src.count("\n" + lines) != 1:  # whole lines: a match inside an indentation would nest wrongly
             raise SystemExit(f"fused_stage_costs: the {name} lines are not once in {FUSED}; update STAGES")
         indent = re.match(r" *", lines).group(0)
-        twice = lines + f"{indent}block_sync(lane)\n" + lines
+        twice = "\n" + lines + f"{indent}block_sync(lane)\n" + lines
         d = out / name
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(ROOT / "sap_gpu", d / "sap_gpu", ignore=shutil.ignore_patterns("__pycache__"))
-        (d / "sap_gpu" / "contact_solve_fused.py").write_text(src.replace(lines, twice))
+        (d / "sap_gpu" / "contact_solve_fused.py").write_text(src.replace("\n" + lines, twice))
         made[name] = d
     return made
 

@@ -8,14 +8,15 @@
 #   scripts/gpu_check.sh run OUT "" --smoke       # the same steps on the CPU device, tiny sizes
 #
 # prepare: compiles for sm_90 (GPU_CHECK_ARCH) into CACHE every kernel of the humanoid step
-#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS and each way of
-#   forming H of GPU_CHECK_HESSIANS) and of MuJoCo
+#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS, each way of
+#   forming H of GPU_CHECK_HESSIANS and of factoring it of GPU_CHECK_CHOLESKYS) and of MuJoCo
 #   Warp's step (sap-precompile --vs-mjwarp), then runs the tests that take the device fixture on
 #   the CPU with --precompile-arch, which compiles every sap_gpu kernel they launch. Copy CACHE to
 #   the GPU machine beside the checkout (only its *.cubin and *.meta files are read there).
 # run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs first
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
 #       --fused-max-registers GPU_CHECK_REGISTER_CAPS --fused-hessian GPU_CHECK_HESSIANS
+#       --fused-cholesky GPU_CHECK_CHOLESKYS
 #   then pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
 #   each under its own time limit (the benchmark first: its figures do not wait on the tests),
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
@@ -23,7 +24,8 @@
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
 # GPU_CHECK_REGISTER_CAPS (default "none": the compiler's choice; e.g. "none 128 168") sweeps
 # SapConfig.fused_max_registers, and must be the same for prepare and run; GPU_CHECK_HESSIANS
-# (default "rows tiles") sweeps SapConfig.fused_hessian likewise;
+# (default "rows"; "rows tiles" adds the tile assembly, timed on an H100 at 0.83x) sweeps
+# SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "tile lanes") SapConfig.fused_cholesky;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
 # GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS (300) and
 # GPU_CHECK_BENCH_SECONDS (240) set the rest. Needs the project installed (pip install -e ".[test]")
@@ -38,7 +40,8 @@ BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-240}"
 PY="${PYTHON:-python3}"
 read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none}"
-read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows tiles}"
+read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows}"
+read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-tile lanes}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
 
 usage() { sed -n '2,30p' "$0" >&2; exit 2; }
@@ -51,7 +54,7 @@ prepare() {
     echo "== sap-precompile humanoid for sm_$ARCH into $cache"
     "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
         --linear-solver cholesky --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" \
-        --vs-mjwarp || exit 1
+        --fused-cholesky "${CHOLESKYS[@]}" --vs-mjwarp || exit 1
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
     "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
@@ -84,7 +87,8 @@ run() {
     [ "$DEVICE" != cpu ] && cuda_output=(--cuda-output cubin)
     local t0=$SECONDS
     timeout "$BENCH_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "${nw[@]}" --preset approx32 drake \
-        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" --device "$DEVICE" \
+        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" \
+        --fused-cholesky "${CHOLESKYS[@]}" --device "$DEVICE" \
         "${cuda_output[@]}" "${bench_extra[@]}" \
         --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1
     local bench_rc=$? t1=$SECONDS

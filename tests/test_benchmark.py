@@ -402,6 +402,46 @@ def test_fused_hessian_sweep_runs_both_in_one_process(capsys, device):
     assert len(result["newton_path_speedups"]) == 1
 
 
+def test_cholesky_speedups_divide_by_the_same_run_with_the_tile_cholesky():
+    """Each lanes run is divided by the tile run of its own scene, world count and configuration;
+    the other speed-ups compare only runs with the tile Cholesky, so a lanes run never stands in
+    for a plain one."""
+    from sap_tools.benchmark.measure import cholesky_speedups, hessian_speedups, path_speedups
+
+    def row(scene, W, cholesky, rate, path="fused", hessian="rows"):
+        return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
+                    rows="sparse", newton_path=path, fused_max_registers=None, fused_hessian=hessian,
+                    fused_cholesky=cholesky, world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
+                    label="approx32" + ("/lanes" if cholesky == "lanes" else ""))
+
+    rows = [row("a", 4, "lanes", 150.0), row("a", 4, "tile", 100.0), row("a", 8, "tile", 400.0),
+            row("a", 8, "lanes", 200.0), row("b", 4, "lanes", 1.0),  # no tile run of b: no speed-up
+            row("a", 4, "tile", 50.0, path="staged"), row("a", 4, "tile", 300.0, hessian="tiles")]
+    assert [(q["scene"], q["num_worlds"], q["speedup"]) for q in cholesky_speedups(rows)] == [
+        ("a", 4, 1.5), ("a", 8, 0.5)]
+    assert [(q["num_worlds"], q["speedup"]) for q in path_speedups(rows)] == [(4, 2.0)]
+    assert [(q["num_worlds"], q["speedup"]) for q in hessian_speedups(rows)] == [(4, 3.0)]
+
+
+def test_fused_cholesky_sweep_runs_both_in_one_process(capsys, device):
+    """--fused-cholesky tile lanes: both runs labelled, with the speed-up of lanes over tile printed;
+    the staged path and the tile-formed H (which lanes do not factor) run once each."""
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--fused-cholesky", "tile",
+                 "lanes", "--fused-hessian", "rows", "tiles", "--newton-path", "fused", "staged",
+                 "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    assert result["valid"] is True
+    assert [(r["label"], r["fused_hessian"], r["fused_cholesky"]) for r in result["runs"]] == [
+        ("approx32/fused", "rows", "tile"), ("approx32/fused/lanes", "rows", "lanes"),
+        ("approx32/fused/tiles", "tiles", "tile"), ("approx32/staged", "rows", "tile")]
+    (q,) = result["fused_cholesky_speedups"]
+    tile_run, lanes_run = result["runs"][:2]
+    assert q["speedup"] == pytest.approx(lanes_run["world_steps_per_s"] / tile_run["world_steps_per_s"])
+    assert any(line.startswith("speed-up fused_cholesky lanes/tile (approx32/fused/lanes, 2 worlds): ")
+               for line in lines)
+    assert len(result["fused_hessian_speedups"]) == 1 and len(result["newton_path_speedups"]) == 1
+
+
 @pytest.mark.slow
 def test_register_cap_sweep_runs_the_same_iterations(capsys, device):
     """--fused-max-registers none 64: both runs in one process, labelled, with the same Newton and

@@ -32,7 +32,7 @@ def _sphere_slide_step(device, newton_path="fused", **config):
 CONTACT_COLS = (0, 1, 3, 4, 5)
 
 
-def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False):
+def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False, lane_cholesky: bool = False):
     """Loads and stores of one fused Newton iteration on sphere_slide, counted by hand from
     sap_gpu/contact_problem.py: nv = 6, one column per row of A, one contact listing
     :data:`CONTACT_COLS`, no limit or drive row, the system padded to n = 32 (approx32)."""
@@ -53,6 +53,8 @@ def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False):
         h_stores += 1 + (i + 1) + (below if touched[i] else 0)
     factor = n * n + n + n  # the H tile, the rhs tile, the pivot check's H_ii
     readback = nv  # Δv from the solve's output
+    if lane_cholesky:  # fused_cholesky="lanes": row r < nv loads its nv entries of H and b_r; 32 x_r stored
+        factor = nv * (nv + 1)
     direction = bound + (1 + nc + 3 * nc + nc) + nv * (4 + 5)  # J_c Δv; per DOF A_i Δv, v, v*, Δv, ∇ℓ, Δv
     if tiles:  # fused_hessian="tiles" (contact_solve_fused._tile_hessian); A and v* in shared tiles
         slab = 2 * 16 * n  # the slab scratch holds J's 16 rows and G J's (SLAB_ROWS)
@@ -111,6 +113,22 @@ def test_newton_traffic_of_the_tile_hessian_equals_a_count_by_hand(device, lanes
     assert t["phases"]["step_load"]["loads"] == pytest.approx(step_load, rel=1e-12)
     if lanes == 1:  # its own loads: all but the tiles of H, −∇ℓ, the slab's J and G J, A and v*
         assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"] - (32 * 32 + 32 + 2 * 16 * 32) - step_load)
+
+
+@pytest.mark.parametrize("lanes", [32, 1])
+def test_newton_traffic_of_the_lane_cholesky_equals_a_count_by_hand(device, lanes):
+    """fused_cholesky="lanes": each row of H and b loaded once by its lane, no tile load."""
+    solver = _sphere_slide_step(device, fused_cholesky="lanes")
+    d = solver.diagnostics()
+    its, probes = int(d["newton_iterations"][0]), int(d["line_search_iterations"][0])
+    t = newton_traffic(solver, lanes=lanes)
+    loads, stores, hessian = _hand_count(lanes, probes / its, lane_cholesky=True)
+    assert t["loads"] == pytest.approx(loads, rel=1e-12) and t["stores"] == pytest.approx(stores, rel=1e-12)
+    assert t["phases"]["factor_solve"]["loads"] == 6 * 7
+    if lanes == 1:  # no cooperative tile load: every load is the lane's own
+        assert t["busiest_lane_own_loads"] == pytest.approx(t["loads"])
+    else:  # the busiest lane of the solve loads one row
+        assert t["phases"]["factor_solve"]["busiest_lane_loads"] == 7
 
 
 def test_newton_traffic_needs_the_fused_path(device):

@@ -122,6 +122,8 @@ def test_solver_defaults():
     assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
     assert c.fused_hessian == "rows"  # lanes over H's rows in global memory (the one measured on a GPU)
     assert SapConfig(fused_hessian="Tiles").fused_hessian == "tiles"
+    assert c.fused_cholesky == "tile"  # Warp's tile Cholesky (the one measured on a GPU)
+    assert SapConfig(fused_cholesky="LANES").fused_cholesky == "lanes"
 
 
 def test_replace_re_expands_preset_and_keeps_explicit_choices():
@@ -205,6 +207,8 @@ BAD = [
     (dict(fused_max_registers="128"), r"fused_max_registers: .* from 32 to 255, got '128'"),
     (dict(fused_hessian="dense"), r"fused_hessian: 'dense' is not valid; valid: rows, tiles"),
     (dict(fused_hessian=None), r"fused_hessian: None is not valid; valid: rows, tiles"),
+    (dict(fused_cholesky="ldlt"), r"fused_cholesky: 'ldlt' is not valid; valid: tile, lanes"),
+    (dict(fused_cholesky=1), r"fused_cholesky: 1 is not valid; valid: tile, lanes"),
 ]
 
 
@@ -286,6 +290,8 @@ def fresh_warnings(monkeypatch):
     (dict(fused_max_registers=128, contact_linear_solver="pcr"), "fused_max_registers", "newton_path='fused'"),
     (dict(fused_hessian="tiles", newton_path="staged"), "fused_hessian", "newton_path='fused'"),
     (dict(fused_hessian="tiles", contact_linear_solver="pcr"), "fused_hessian", "newton_path='fused'"),
+    (dict(fused_cholesky="lanes", newton_path="staged"), "fused_cholesky", "newton_path='fused'"),
+    (dict(fused_cholesky="lanes", contact_linear_solver="pcr"), "fused_cholesky", "newton_path='fused'"),
 ])
 def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs, knob, reader):
     from sap_common.config import SapConfigWarning
@@ -308,6 +314,7 @@ def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs,
     dict(rho=0.8, pcr_atol=0.0),  # the defaults, unchanged, are not "set"
     dict(fused_max_registers=128),
     dict(fused_hessian="tiles"),
+    dict(fused_cholesky="lanes"),
 ])
 def test_a_knob_the_configuration_reads_does_not_warn(fresh_warnings, kwargs):
     with warnings.catch_warnings():

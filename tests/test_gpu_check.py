@@ -39,6 +39,10 @@ def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
                                                "benchmark.json", "summary.txt"}
     result = json.loads((out / "benchmark.json").read_text())
     assert {r["backend"] for r in result["runs"]} == {"sap_gpu", "mujoco_warp"}
+    # the default sweep: each preset with Warp's tile Cholesky and with the lanes' registers
+    assert sorted(r["label"] for r in result["runs"] if r["backend"] == "sap_gpu") == [
+        "approx32", "approx32/lanes", "drake", "drake/lanes"]
+    assert len(result["fused_cholesky_speedups"]) == 2
     assert "pytest: exit 0" in (out / "summary.txt").read_text()
 
 
@@ -64,7 +68,9 @@ def test_precompile_arch_refuses_xdist_workers():
 
 def test_the_stage_cost_variants_repeat_exactly_one_stage(tmp_path):
     """scripts/fused_stage_costs.py: each copy of the fused kernel differs from the checkout's by its
-    stage's lines once more, after a block barrier (a kernel edit that moves those lines fails here)."""
+    stage's whole lines once more, after a block barrier at their indentation, and is valid Python
+    (a kernel edit that moves or re-indents those lines fails here)."""
+    import ast
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fused_stage_costs", ROOT / "scripts" / "fused_stage_costs.py")
@@ -72,13 +78,14 @@ def test_the_stage_cost_variants_repeat_exactly_one_stage(tmp_path):
     spec.loader.exec_module(fsc)
     original = fsc.FUSED.read_text()
     made = fsc.make_variants(tmp_path)
-    assert sorted(made) == ["chol2", "eval2", "hess2", "ls2"]
+    assert sorted(made) == ["chol2", "eval2", "hess2", "lchol2", "ls2"]
     for name, folder in made.items():
         text = (folder / "sap_gpu" / "contact_solve_fused.py").read_text()
         lines = fsc.STAGES[name]
         indent = lines[:len(lines) - len(lines.lstrip(" "))]
-        assert original.count(lines) == 1, name
-        assert text == original.replace(lines, lines + indent + "block_sync(lane)\n" + lines), name
+        assert original.count("\n" + lines) == 1, name
+        assert text == original.replace("\n" + lines, "\n" + lines + indent + "block_sync(lane)\n" + lines), name
+        ast.parse(text)
     row = ("approx32              2          1,018     1.964      2.55        -      5.50/7     16.25/25      7.50"
            "      100%       0      0    no      48.0    1.0  yes")
     assert fsc.ms_per_step(row) == {"approx32": 1.964}

@@ -30,7 +30,14 @@ import sap_gpu
 from sap_common import scenes
 from sap_common.config import NEWTON_PATHS
 from sap_common.state import StepStatus
-from sap_gpu.contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_newton_kernel, fused_size
+from sap_gpu.contact_solve_fused import (
+    FUSED_TILE,
+    SLAB_ROWS,
+    fused_cholesky_for,
+    fused_hessian_for,
+    fused_newton_kernel,
+    fused_size,
+)
 
 CAP = 16
 # A sum of m floating-point terms taken in two orders differs by at most (m − 1)·ε·Σ|terms|
@@ -248,13 +255,15 @@ def test_cooperative_lanes_solve_the_staged_problem_under_hunt_crossley(device, 
         assert ds["status"][0] == df["status"][0]
 
 
-@pytest.mark.parametrize("hessian", ["rows", "tiles"])
-@pytest.mark.parametrize("name, worlds, steps", [("humanoid", 2, 25), ("humanoid3", 1, 6)])
-def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessian):
+@pytest.mark.parametrize("name, worlds, steps, hessian, cholesky", [
+    ("humanoid", 2, 25, "rows", "tile"), ("humanoid", 2, 25, "tiles", "tile"), ("humanoid", 2, 25, "rows", "lanes"),
+    ("humanoid3", 1, 6, "rows", "tile"), ("humanoid3", 1, 6, "tiles", "tile")])
+def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessian, cholesky):
     """A falling humanoid (27 DOFs: one tile, up to 64 contact slots and 42 limit rows spread over
     32 lanes) and three of them (81 DOFs: the blocked factorization): from the same state every
-    step, the fused step solves the staged step's problem, with H formed either way (humanoid3
-    forms it by rows whatever fused_hessian says: more than one tile)."""
+    step, the fused step solves the staged step's problem, with H formed either way and, for one
+    tile, factored either way (humanoid3 forms H by rows and factors it by blocks whatever
+    fused_hessian and fused_cholesky say: more than one tile)."""
     ok, why = scenes.availability(name)
     if not ok:
         pytest.skip(why)
@@ -263,8 +272,9 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessi
     staged = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="staged")
     with cooperative_lanes():
         fused = sap_gpu.SolverSAP(m, max_rigid_contact=scene.max_rigid_contact, device=device, newton_path="fused",
-                                  fused_hessian=hessian)
+                                  fused_hessian=hessian, fused_cholesky=cholesky)
     assert fused.work.H.shape[1] == fused_size(m.joint_dof_count)
+    assert fused_cholesky_for(cholesky, hessian, fused.work.H.shape[1]) == cholesky
     tiles = fused_hessian_for(hessian, fused.work.H.shape[1]) == "tiles"
     assert tiles == (hessian == "tiles" and name == "humanoid")
     scratch = max(FUSED_TILE, 2 * SLAB_ROWS)  # tiles: A + diag(d), then J's and G J's slab rows
@@ -347,17 +357,19 @@ def _pressed_stack(num_worlds):
     return scene, _perturbed_states(scene, seed=11)
 
 
-@pytest.mark.parametrize("path, hessian", [(p, "rows") for p in NEWTON_PATHS] + [("fused", "tiles")])
-def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(device, path, hessian):
+@pytest.mark.parametrize("path, hessian, cholesky", [(p, "rows", "tile") for p in NEWTON_PATHS]
+                         + [("fused", "tiles", "tile"), ("fused", "rows", "lanes")])
+def test_a_non_spd_world_is_a_linear_solve_failure_and_leaves_the_others_alone(device, path, hessian, cholesky):
     """World 1's dynamics matrix is made negative definite after stage 2 (A ← −10⁹A): its H
     cannot be factored, so it stops with LINEAR_SOLVE_FAILURE after its first evaluation and
-    world 0 gives exactly its untouched result (H formed by rows or, fused, by tiles)."""
+    world 0 gives exactly its untouched result (H formed by rows or, fused, by tiles; factored,
+    fused, by the tile Cholesky or in the lanes' registers)."""
     scene, host = _pressed_stack(2)
     m = scene.sap_model
 
     def run(tamper):
         with cooperative_lanes(path == "fused"):
-            extra = {} if hessian == "rows" else dict(fused_hessian=hessian)
+            extra = {} if path == "staged" else dict(fused_hessian=hessian, fused_cholesky=cholesky)
             solver = sap_gpu.SolverSAP(m, max_rigid_contact=16, device=device, newton_path=path, **extra)
             pipe = sap_gpu.CollisionPipeline(m, 16, solver.config, device=device)
             contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)
@@ -478,3 +490,43 @@ def test_tile_hessian_applies_to_one_tile_only():
     assert fused_hessian_for("rows", 32) == "rows"
     with pytest.raises(ValueError, match="fused_hessian: 'dense' is not valid; valid: rows, tiles"):
         fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, hessian="dense")
+
+
+# ---------------------------------------------------------------------------- fused_cholesky="lanes"
+
+@settings(max_examples=10)
+@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.booleans())
+def test_lane_cholesky_solves_the_tile_cholesky_problem(device, case, preset, lanes):
+    """fused_cholesky="lanes" (H's rows in the lanes' registers) against "tile": random models with
+    every joint type, limits, drives, holonomic rows and contacts, on one lane and on 32. Nothing
+    but the factorization differs, so the evaluation at a common v is equal bit for bit, and each
+    step's v₁ is within the other's reach (the solves agree to rounding, the iterates to the
+    solver's tolerance)."""
+    model, state, control, contacts = _inputs(case, device)
+    runs = {}
+    with cooperative_lanes(lanes):
+        for cholesky in ("tile", "lanes"):
+            solver = _solver(model, device, "fused", fused_cholesky=cholesky, contact_preset_variant=preset)
+            _step(solver, state, control, contacts, device)
+            runs[cholesky] = solver
+        tile, lane = runs["tile"], runs["lanes"]
+        v = tile.work.v1.numpy() + np.linspace(-0.5, 0.5, model.joint_dof_count)[None]
+        et, el = tile.evaluate_at(v), lane.evaluate_at(v)
+    for k in et:
+        np.testing.assert_array_equal(el[k], et[k], err_msg=f"evaluate_at: {k}")
+    dt, dl = tile.diagnostics(), lane.diagnostics()
+    if dt["status"][0] == StepStatus.CONVERGED and dl["status"][0] == StepStatus.CONVERGED:
+        _assert_same_solution(tile, lane.work.v1.numpy(), tile.work.v1.numpy(), f"lanes, {preset}")
+    else:
+        assert dt["status"][0] == dl["status"][0]
+
+
+def test_lane_cholesky_applies_to_one_tile_formed_by_rows():
+    """The threshold: "lanes" factors a world of one tile (nv ≤ 32) whose H is formed by rows;
+    a tile-formed H or a larger world is factored by Warp's tile Cholesky."""
+    assert [fused_cholesky_for("lanes", "rows", fused_size(nv)) for nv in (1, 27, 32, 33, 81)] == \
+        ["lanes", "lanes", "lanes", "tile", "tile"]
+    assert fused_cholesky_for("lanes", "tiles", 32) == "tile"
+    assert fused_cholesky_for("tile", "rows", 32) == "tile"
+    with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not valid; valid: tile, lanes"):
+        fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, cholesky="lu")

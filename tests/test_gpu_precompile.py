@@ -71,6 +71,7 @@ def test_kernel_resources_says_how_to_get_cuobjdump(monkeypatch, tmp_path):
     (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
     (["humanoid", "--approximation", "tamsi"], "--approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),
     (["humanoid", "--fused-hessian", "dense"], "--fused-hessian: 'dense' is not valid; valid: rows, tiles"),
+    (["humanoid", "--fused-cholesky", "lu"], "--fused-cholesky: 'lu' is not valid; valid: tile, lanes"),
     (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
     (["humanoid", "--arch", "9"], "--arch: an SM architecture such as 80, 90 or 100, got 9"),
     (["no_such_scene"], "no_such_scene"),
@@ -197,3 +198,24 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
     reg, stack = TILE_HESSIAN_BUDGET[preset]
     assert res["REG"] <= reg and res["STACK"] <= stack, res
     print(json.dumps({"fused_hessian": "tiles", "preset": preset, **res}))
+
+
+# SapConfig.fused_cholesky="lanes": what its fused kernel needs on sm_90 (REG, STACK B), per preset.
+# The register elimination is a call CUDA does not inline (sap_gpu/lane_cholesky.py): 32 rows of
+# H per lane in float32 (approx32) leave the kernel's peak elsewhere, below the tile Cholesky's
+# 205; drake's float64 rows take 64 registers and the shuffled column as many again, above its
+# 176. Inlined, the elimination took approx32 to 255 registers and a 264 B stack. A change that
+# needs more fails here and must say why (docs/benchmarks.md § Factoring in registers).
+LANE_CHOLESKY_BUDGET = {"approx32": (160, 0), "drake": (188, 0)}
+
+
+@pytest.mark.cuda_compile
+@pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump not installed (pip install -e \".[cuda-tools]\")")
+@pytest.mark.parametrize("preset", ["approx32", "drake"])
+def test_the_lane_cholesky_kernel_compiles_within_its_budget(tmp_path, preset):
+    """fused_cholesky="lanes" changes only the humanoid's fused kernel, which compiles for sm_90
+    within LANE_CHOLESKY_BUDGET, with no stack."""
+    res = _fused_kernel_resources(tmp_path, contact_preset_variant=preset, fused_cholesky="lanes")
+    reg, stack = LANE_CHOLESKY_BUDGET[preset]
+    assert res["REG"] <= reg and res["STACK"] <= stack, res
+    print(json.dumps({"fused_cholesky": "lanes", "preset": preset, **res}))

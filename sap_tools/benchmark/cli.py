@@ -71,12 +71,20 @@ import sys
 import warp as wp
 
 from sap_common.config import LINEAR_SOLVERS, SapConfig
-from sap_common.constants import DEFAULT_FUSED_HESSIAN, DEFAULT_NEWTON_PATH, FUSED_HESSIANS, NEWTON_PATHS
+from sap_common.constants import (
+    DEFAULT_FUSED_CHOLESKY,
+    DEFAULT_FUSED_HESSIAN,
+    DEFAULT_NEWTON_PATH,
+    FUSED_CHOLESKYS,
+    FUSED_HESSIANS,
+    NEWTON_PATHS,
+)
 from sap_common.io import LoadedScene
 from sap_tools.benchmark.measure import (
     MIN_CONVERGED_FRACTION,
     breakdown,
     breakdown_table,
+    cholesky_speedups,
     hessian_speedups,
     path_speedups,
     ratios,
@@ -218,6 +226,10 @@ def _parser():
                    help="SapConfig.fused_hessian, how the fused Newton kernel forms H: rows (default: lanes over H's "
                         "rows in global memory) or tiles (tile products in shared memory, nv <= 32); both = a sweep "
                         "with the speed-up of tiles over rows printed (runs labelled /tiles)")
+    p.add_argument("--fused-cholesky", nargs="+", default=[DEFAULT_FUSED_CHOLESKY], choices=FUSED_CHOLESKYS,
+                   help="SapConfig.fused_cholesky, how the fused Newton kernel factors H: tile (default: Warp's tile "
+                        "Cholesky) or lanes (H's rows in the lanes' registers, nv <= 32, H formed by rows); both = a "
+                        "sweep with the speed-up of lanes over tile printed (runs labelled /lanes)")
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
@@ -304,13 +316,19 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
             for preset in presets:
                 for solver in (args.linear_solver or [None]):
                     for sparsity in dict.fromkeys(args.rows):
-                        for path, cap, hessian in itertools.product(dict.fromkeys(args.newton_path), caps,
-                                                                    dict.fromkeys(args.fused_hessian)):
-                            if hessian != DEFAULT_FUSED_HESSIAN and path != "fused":
-                                continue  # the staged path has no fused kernel to form H in
+                        for path, cap, hessian, cholesky in itertools.product(
+                                dict.fromkeys(args.newton_path), caps, dict.fromkeys(args.fused_hessian),
+                                dict.fromkeys(args.fused_cholesky)):
+                            if (hessian != DEFAULT_FUSED_HESSIAN or cholesky != DEFAULT_FUSED_CHOLESKY) \
+                                    and path != "fused":
+                                continue  # the staged path has no fused kernel to form or factor H in
+                            if cholesky != DEFAULT_FUSED_CHOLESKY and hessian != "rows":
+                                continue  # lanes factor an H formed by rows only (fused_cholesky_for)
                             run_overrides = dict(overrides)
                             if hessian != DEFAULT_FUSED_HESSIAN:
                                 run_overrides["fused_hessian"] = hessian
+                            if cholesky != DEFAULT_FUSED_CHOLESKY:
+                                run_overrides["fused_cholesky"] = cholesky
                             if solver is not None:
                                 run_overrides["contact_linear_solver"] = solver
                             if cap is not None:
@@ -318,13 +336,14 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                             cfg = SapConfig.from_preset(preset, **run_overrides)
                             extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
                                          linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
-                                         fused_max_registers=cap, fused_hessian=hessian)
+                                         fused_max_registers=cap, fused_hessian=hessian, fused_cholesky=cholesky)
                             label = ((f"{name}/" if len(scene_names) > 1 else "") + cfg.contact_preset_variant
                                      + (f"/{solver}" if args.linear_solver else "")
                                      + (f"/{sparsity}" if args.rows != ["sparse"] else "")
                                      + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
                                      + (f"/reg{cap}" if cap is not None else "")
-                                     + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else ""))
+                                     + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else "")
+                                     + (f"/{cholesky}" if cholesky != DEFAULT_FUSED_CHOLESKY else ""))
                             specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
                                               overrides=run_overrides, sparse=sparsity == "sparse", path=path,
                                               label=label, extra=extra))
@@ -452,10 +471,15 @@ def main(argv=None) -> int:
     for q in hessian_rows:
         print(f"speed-up fused_hessian tiles/rows ({where(q)}{q['label']}, {q['num_worlds']} worlds): "
               f"{q['speedup']:.3f}")
+    cholesky_rows = cholesky_speedups(rows)
+    for q in cholesky_rows:
+        print(f"speed-up fused_cholesky lanes/tile ({where(q)}{q['label']}, {q['num_worlds']} worlds): "
+              f"{q['speedup']:.3f}")
     result = dict(scene=scenes0[0].name if len(scenes0) == 1 else [sc.name for sc in scenes0], device=str(device),
                   hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratio_rows, sparse_speedups=speedups,
-                  newton_path_speedups=path_rows, register_cap_speedups=cap_rows, fused_hessian_speedups=hessian_rows)
+                  newton_path_speedups=path_rows, register_cap_speedups=cap_rows, fused_hessian_speedups=hessian_rows,
+                  fused_cholesky_speedups=cholesky_rows)
     sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
     if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
         result = {**sap_rows[0], **result}

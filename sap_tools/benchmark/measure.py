@@ -19,7 +19,7 @@ from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
            "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups",
-           "hessian_speedups", "MIN_CONVERGED_FRACTION"]
+           "hessian_speedups", "cholesky_speedups", "MIN_CONVERGED_FRACTION"]
 
 # A sap_gpu run is valid only if at least this fraction of its (world, step) pairs converged.
 # An unconverged step returns an unfinished iterate, so a run whose steps stop early (a too-small
@@ -280,7 +280,7 @@ def sparse_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of sparse rows over dense rows, per (scene, num_worlds, preset, linear solver)
     run in both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"),  # noqa: E731
-                     r.get("fused_max_registers"), r.get("fused_hessian"))
+                     r.get("fused_max_registers"), r.get("fused_hessian"), r.get("fused_cholesky"))
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
                  linear_solver=r["linear_solver"], speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
@@ -296,8 +296,9 @@ def path_speedups(rows: list[dict]) -> list[dict]:
                      r.get("fused_max_registers"))
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
-    for r in rows:  # the fused runs that form H by rows, as the staged path does (hessian_speedups: tiles)
-        if r.get("newton_path") == "fused" and r.get("fused_hessian", "rows") == "rows" and key(r) in staged:
+    for r in rows:  # the fused runs that form H by rows and factor it by tiles, as the staged path does
+        if r.get("newton_path") == "fused" and r.get("fused_hessian", "rows") == "rows" \
+                and r.get("fused_cholesky", "tile") == "tile" and key(r) in staged:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
             out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
@@ -311,7 +312,7 @@ def register_cap_speedups(rows: list[dict]) -> list[dict]:
     one (SapConfig.fused_max_registers None), per (scene, num_worlds, preset, linear solver, rows,
     Newton path) run with both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
-                     r.get("newton_path"), r.get("fused_hessian"))
+                     r.get("newton_path"), r.get("fused_hessian"), r.get("fused_cholesky"))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is None}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r["fused_max_registers"],
@@ -326,8 +327,22 @@ def hessian_speedups(rows: list[dict]) -> list[dict]:
     solver, rows, register cap) run with both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
                      r.get("newton_path"), r.get("fused_max_registers"))
-    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"}
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"
+            and r.get("fused_cholesky", "tile") == "tile"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
             for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian") == "tiles" and key(r) in base]
+
+
+def cholesky_speedups(rows: list[dict]) -> list[dict]:
+    """world-steps/s of each fused run that factors H in the lanes' registers
+    (SapConfig.fused_cholesky ``lanes``) over the same run with Warp's tile Cholesky, per (scene,
+    num_worlds, preset, linear solver, rows, register cap) run with both (H formed by rows)."""
+    key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
+                     r.get("newton_path"), r.get("fused_max_registers"), r.get("fused_hessian", "rows"))
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_cholesky", "tile") == "tile"}
+    return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
+                 linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
+                 speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
+            for r in rows if r["backend"] == "sap_gpu" and r.get("fused_cholesky") == "lanes" and key(r) in base]

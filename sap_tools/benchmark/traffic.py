@@ -14,9 +14,11 @@ Two figures, obtained two different ways, and named so in every output:
   expression are two loads, and a loop bound read from an array is a load. Struct scalars
   (``P.nv``, ``P.h``, ...) are kernel parameters, not loads. The tile Cholesky's loads and stores
   of H, ∇ℓ and Δv are spread evenly over the block's lanes; its work in shared memory is not
-  counted. With ``fused_hessian="tiles"`` H is not in global memory at all: the phase
-  ``hessian`` counts the lanes' writes of A's columns and of J's and G J's slabs to the world's
-  scratch and the cooperative tile loads that bring them into shared memory, and
+  counted; with ``fused_cholesky="lanes"`` each lane loads its row of H and b once and stores its
+  Δv entry (the elimination is in registers). With ``fused_hessian="tiles"`` H is not in global
+  memory at all: the phase ``hessian`` counts the lanes' writes of A's columns and of J's and
+  G J's slabs to the world's scratch and the cooperative tile loads that bring them into shared
+  memory, and
   ``factor_solve`` only the factor check's diagonal. A and v* are then in shared tiles for the
   whole step (the phase ``step_load``: their tile loads, once per step, so per iteration the
   world's share of them), so the momentum pass and the direction's sums read no A or v* from
@@ -41,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_hessian_for
+from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_cholesky_for, fused_hessian_for
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
 __all__ = ["newton_traffic", "setup_traffic", "traffic_lines", "SETUP_STAGES", "NEWTON_PHASES"]
@@ -98,6 +100,8 @@ class _WorldLists:
         self.fused = bool(w.fused)
         self.n_pad = int(P.n_pad)
         self.tiles = self.fused and fused_hessian_for(solver.config.fused_hessian, self.n) == "tiles"
+        self.lanes_cholesky = self.fused and fused_cholesky_for(solver.config.fused_cholesky,
+                                                                solver.config.fused_hessian, self.n) == "lanes"
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
                      "dof_contacts", "dof_nlimits", "dof_limits", "limit_ncols", "limit_cols", "limit_active",
@@ -197,7 +201,10 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         _shared_factor_solve(ph["factor_solve"], tl, lanes)
     else:
         _hessian_rows(ph["hessian"], s, w, lanes)
-        _factor_solve(ph["factor_solve"], s.n, tl, lanes)
+        if s.lanes_cholesky:
+            _lane_factor_solve(ph["factor_solve"], nv, tl, lanes)
+        else:
+            _factor_solve(ph["factor_solve"], s.n, tl, lanes)
     r = ph["dv_readback"]
     for i in range(nv):
         if not s.tiles:  # with tiles Δv is read from the shared solution tile
@@ -350,6 +357,16 @@ def _shared_factor_solve(ph: _Phase, tl: int, lanes: int) -> None:
     for i in range(FUSED_TILE):
         ph.store(i % lanes, tl)
         ph.load(i % lanes, tl)
+
+
+def _lane_factor_solve(ph: _Phase, nv: int, tl: int, lanes: int) -> None:
+    """``fused_cholesky="lanes"`` (sap_gpu/lane_cholesky.py): row r < nv loads its nv entries of H
+    (both triangles, from the lower one) and b_r; every row of the tile stores its x_r (0 past
+    nv). The elimination runs in registers and warp shuffles: no memory traffic."""
+    for r in range(FUSED_TILE):
+        if r < nv:
+            ph.load(r % lanes, tl, nv + 1)
+        ph.store(r % lanes, tl)
 
 
 def _factor_solve(ph: _Phase, n: int, tl: int, lanes: int) -> None:
