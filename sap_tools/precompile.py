@@ -204,6 +204,7 @@ def main(argv=None) -> int:
             check_out_dir("--out", args.out, create=True)
     except ValueError as e:
         return fail(prog, e)
+    from sap_gpu.contact_solve_fused import FUSED_TILE, fused_cholesky_for
     from sap_gpu.precompile import find_cuobjdump, step_variants
 
     cuobjdump = find_cuobjdump() if args.resources else None
@@ -222,8 +223,8 @@ def main(argv=None) -> int:
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_hessian"] = hessian
-        if cholesky != "tile":  # the same; and lanes factor an H formed by rows only
-            if path != "fused" or solver != "cholesky" or hessian != "rows":
+        if cholesky != "tile":  # the same; and only where the kernel can take it (one tile formed by rows)
+            if path != "fused" or solver != "cholesky" or fused_cholesky_for(cholesky, hessian, FUSED_TILE) != cholesky:
                 continue
             kwargs["fused_cholesky"] = cholesky
         try:

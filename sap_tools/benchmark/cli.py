@@ -309,6 +309,8 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
 def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: dict) -> list[dict]:
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
     every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
+    from sap_gpu.contact_solve_fused import FUSED_TILE, fused_cholesky_for
+
     specs = []
     caps = args.fused_max_registers  # none and caps, checked by _validate
     for name in scene_names:
@@ -322,8 +324,8 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                             if (hessian != DEFAULT_FUSED_HESSIAN or cholesky != DEFAULT_FUSED_CHOLESKY) \
                                     and path != "fused":
                                 continue  # the staged path has no fused kernel to form or factor H in
-                            if cholesky != DEFAULT_FUSED_CHOLESKY and hessian != "rows":
-                                continue  # lanes factor an H formed by rows only (fused_cholesky_for)
+                            if fused_cholesky_for(cholesky, hessian, FUSED_TILE) != cholesky:
+                                continue  # a factorization the kernel does not take with this H: a duplicate run
                             run_overrides = dict(overrides)
                             if hessian != DEFAULT_FUSED_HESSIAN:
                                 run_overrides["fused_hessian"] = hessian

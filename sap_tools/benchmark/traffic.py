@@ -18,8 +18,7 @@ Two figures, obtained two different ways, and named so in every output:
   Δv entry (the elimination is in registers). With ``fused_hessian="tiles"`` H is not in global
   memory at all: the phase ``hessian`` counts the lanes' writes of A's columns and of J's and
   G J's slabs to the world's scratch and the cooperative tile loads that bring them into shared
-  memory, and
-  ``factor_solve`` only the factor check's diagonal. A and v* are then in shared tiles for the
+  memory, and ``factor_solve`` only the factor check's diagonal. A and v* are then in shared tiles for the
   whole step (the phase ``step_load``: their tile loads, once per step, so per iteration the
   world's share of them), so the momentum pass and the direction's sums read no A or v* from
   global memory (they read v there, densely: every v_k, k < nv, per row). Per world, the rows
