@@ -328,7 +328,7 @@ class SapConfig:
             worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
             factorization runs. The two solve the same system to rounding (last bits), so
             iterates agree to the solver's tolerance, not bit for bit. On sm_90 ``lanes`` takes
-            fewer registers (approx32: 160 against 205) and compiles in half the time; its GPU
+            fewer registers (approx32: 153 against 164) and compiles in half the time; its GPU
             speed is not measured yet (docs/benchmarks.md § Factoring in registers). Not read by
             the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's

@@ -393,7 +393,17 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         bd = wp.block_dim()
         nv = P.nv
         zero = T(0.0)
-        status = N.status[world]
+        # Loop state that a later stage or the next iteration needs goes to the world's entries of N
+        # and P.line as soon as it is known, and is read back where it is used, after a block
+        # barrier, instead of being carried in registers across the stages between: the compiler
+        # must reload memory after a barrier, so the Hessian, the factorization and the line search
+        # run without it in registers. ℓ, the residual and the scale of an evaluation are written
+        # at once (they are also what the staged loop leaves after its last evaluation); ℓ_A to
+        # P.line[world, 0] for φ(α); the previous ℓ and α after each line search; the status's bits
+        # of this call are or-ed in at the end. On the humanoid (sm_90) that took the kernel from
+        # 205 to 164 registers with approx32 (176 to 164 with drake), and its spill under a
+        # 128-register cap from 192 to 152 B (docs/benchmarks.md § Where the registers are live).
+        status = int(0)  # the bits this call adds to N.status
         if wp.static(tiles):  # the world's Newton system, in shared memory for the whole step
             Hs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
             Js = wp.tile_zeros(shape=(SLAB_ROWS, FUSED_TILE), dtype=TL, storage="shared")
@@ -412,8 +422,6 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
             running = 0
         iterations = int(0)
         ls_iterations = int(0)
-        alpha_prev = zero
-        ell_prev = zero
         ell = zero
         residual = zero
         scale = zero
@@ -432,11 +440,16 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
             ell_A = s[1]
             residual = wp.sqrt(s[2])
             scale = wp.max(wp.sqrt(s[3]), wp.sqrt(s[4]))
+            if lane == 0:  # read back after a barrier (above)
+                N.ell[world] = ell
+                N.residual[world] = residual
+                N.scale[world] = scale
+                P.line[world, 0] = ell_A
             # ---- stopping tests (docs/formulation.md § Stopping criteria), as the staged evaluate.
             if s[5] != zero or not wp.isfinite(ell):
                 status = status | NON_FINITE
                 break
-            stop = f.newton_stop(N, iterations, ell, ell_prev, alpha_prev, residual, scale)
+            stop = f.newton_stop(N, iterations, ell, N.ell_prev[world], N.alpha_prev[world], residual, scale)
             if stop != 0:
                 status = status | stop
                 break
@@ -483,12 +496,11 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 sums = f.direction_sums(P, world, lane, bd)
             q = block_sum3(sums)  # also the barrier for Δvc
             if lane == 0:
-                P.line[world, 0] = ell_A
                 P.line[world, 1] = q[0]
                 P.line[world, 2] = q[1]
             block_sync(lane)
-            alpha, evals, ls_failed = search(P, world, lane, ell, q[2], N.ls_max_iterations, N.rho, N.armijo_c,
-                                             N.slop, N.cost_abs, N.cost_rel)
+            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.ls_max_iterations, N.rho,
+                                             N.armijo_c, N.slop, N.cost_abs, N.cost_rel)
             iterations = iterations + 1
             ls_iterations = ls_iterations + evals
             if ls_failed != 0:
@@ -496,8 +508,9 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 break
             for k in range(lane, nv, bd):
                 P.v[world, k] = P.v[world, k] + alpha * P.dv[world, k]
-            alpha_prev = alpha
-            ell_prev = ell
+            if lane == 0:  # newton_stop reads them after the barrier below
+                N.alpha_prev[world] = alpha
+                N.ell_prev[world] = N.ell[world]
             block_sync(lane)  # v complete before the next evaluation
         if evaluate_only == 0:
             block_sync(lane)
@@ -509,15 +522,14 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         if lane == 0 and evaluate_only == 0:
             N.iterations[world] = iterations
             N.ls_iterations[world] = ls_iterations
-            N.alpha_prev[world] = alpha_prev
-        if lane == 0 and running != 0:  # what the staged loop leaves after its last evaluation
-            N.ell[world] = ell
-            N.residual[world] = residual
-            N.scale[world] = scale
-            if evaluate_only == 0:
-                N.status[world] = status
+            if iterations == 0:  # else the last line search's, written in the loop
+                N.alpha_prev[world] = zero
+        if lane == 0 and running != 0:  # what the staged loop leaves after its last evaluation (ℓ, residual
+            if evaluate_only == 0:      # and scale: written in the loop)
+                N.status[world] = N.status[world] | status
                 N.done[world] = 1
-                N.ell_prev[world] = ell_prev
+                if iterations == 0:
+                    N.ell_prev[world] = zero
 
     _CACHE[key] = fused_newton
     return fused_newton

@@ -17,6 +17,10 @@ machine without a GPU; this module does it for exactly the variants a step launc
   ``min(device arch, wp.config.ptx_target_arch or 75)``).
 * :func:`kernel_resources` reads each compiled kernel's registers, stack, shared and local
   memory with ``cuobjdump --dump-resource-usage`` (the ``[cuda-tools]`` extra installs it).
+* :func:`kernel_lives` says where in the source a kernel's registers are live and where it
+  spills: compiled with line information (``compile_variant(..., lineinfo=True)``), its machine
+  code is read with ``nvdisasm`` (the same extra): the registers live at every instruction and
+  the Python line each instruction comes from.
 
 This uses two Warp calls that are not public API (``Module._compile`` with the resolved options
 of a given block size: ``wp.compile_aot_module`` compiles a module's default block size only);
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +45,7 @@ from sap_common.model import SapModel
 from .launch import LaunchRecord, record_launches
 
 __all__ = ["CUDA_OUTPUTS", "step_variants", "compile_variant", "CompileResult", "find_cuobjdump",
-           "kernel_resources"]
+           "kernel_resources", "find_nvdisasm", "kernel_lives", "SourceLives"]
 
 CUDA_OUTPUTS = ("cubin", "ptx")
 
@@ -81,15 +86,23 @@ class CompileResult:
 
 
 def compile_variant(module, block_dim: int, arch: int, out_dir: str | None = None,
-                    cuda_output: str = "cubin") -> CompileResult:
+                    cuda_output: str = "cubin", lineinfo: bool = False) -> CompileResult:
     """Compile Warp module ``module`` at ``block_dim`` for ``sm_<arch>`` (``cuda_output`` "cubin"
     or "ptx"). ``out_dir`` None writes into Warp's kernel cache, where a GPU looks, and skips a
-    variant already there; a folder gets the files of every variant side by side."""
+    variant already there; a folder gets the files of every variant side by side. ``lineinfo``
+    adds the source line of every instruction (NVRTC's ``--generate-line-info``; the machine
+    code is the same), for :func:`kernel_lives`; its files keep the variant's name, so they go
+    to an ``out_dir`` of their own, never to the kernel cache."""
     if cuda_output not in CUDA_OUTPUTS:
         raise ValueError(f"cuda_output: {cuda_output!r} is not valid; valid: {', '.join(CUDA_OUTPUTS)}")
+    if lineinfo and out_dir is None:
+        raise ValueError("lineinfo: give an out_dir; a variant compiled with line information keeps the variant's "
+                         "file name and must not take its place in Warp's kernel cache")
     wp.init()
     module.get_module_hash(block_dim)  # the variant's hash names its files
     options = module.resolved_options[block_dim]
+    if lineinfo:
+        options = {**options, "lineinfo": True}
     target = None
     if out_dir is not None:
         target = os.path.join(out_dir, module.get_module_identifier(block_dim))
@@ -106,18 +119,28 @@ def compile_variant(module, block_dim: int, arch: int, out_dir: str | None = Non
                          path=paths[0] if paths else None)
 
 
-def find_cuobjdump() -> str | None:
-    """The ``cuobjdump`` executable: on PATH, or from the ``nvidia-cuda-cuobjdump`` wheel of this
-    Python (``pip install -e ".[cuda-tools]"``); None if neither."""
-    hit = shutil.which("cuobjdump")
+def _find_cuda_tool(name: str) -> str | None:
+    """CUDA's ``name`` executable: on PATH, or from the ``nvidia-cuda-<name>`` wheel of this Python."""
+    hit = shutil.which(name)
     if hit:
         return hit
     for root in {sys.prefix, sys.base_prefix}:
-        found = sorted(glob.glob(os.path.join(root, "lib", "python3*", "site-packages", "nvidia", "cu*", "bin",
-                                              "cuobjdump")))
+        found = sorted(glob.glob(os.path.join(root, "lib", "python3*", "site-packages", "nvidia", "cu*", "bin", name)))
         if found:
             return found[-1]
     return None
+
+
+def find_cuobjdump() -> str | None:
+    """The ``cuobjdump`` executable: on PATH, or from the ``nvidia-cuda-cuobjdump`` wheel of this
+    Python (``pip install -e ".[cuda-tools]"``); None if neither."""
+    return _find_cuda_tool("cuobjdump")
+
+
+def find_nvdisasm() -> str | None:
+    """The ``nvdisasm`` executable: on PATH, or from the ``nvidia-cuda-nvdisasm`` wheel of this
+    Python (``pip install -e ".[cuda-tools]"``); None if neither."""
+    return _find_cuda_tool("nvdisasm")
 
 
 RESOURCE_FIELDS = ("REG", "STACK", "SHARED", "LOCAL")
@@ -144,4 +167,184 @@ def kernel_resources(cubin: str, cuobjdump: str | None = None) -> dict:
                 if key.replace("[0]", "") in RESOURCE_FIELDS and value.isdigit():
                     values[key] = int(value)
             out[name] = {k: values.get(k, 0) for k in RESOURCE_FIELDS}
+    return out
+
+
+# ---------------------------------------------------------------------------------------- lives
+
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")  # an instruction: /*address*/ opcode operands ;
+_LIVE = re.compile(r"//\s*\|\s*(\d*)\s*\|")  # nvdisasm -plr -lrm count: the first column, GPRs live
+_LINE = re.compile(r'//## File "(.*?)", line (\d+)')  # nvdisasm -gi: the innermost location of a line
+
+
+@dataclass
+class SourceLives:
+    """The instructions of one kernel that come from one Python line (``where``, ``file.py:line``;
+    the innermost Python frame, so a line of a ``wp.func`` rather than the kernel line calling
+    it, which is ``called_from``): the most general-purpose registers live at any of them
+    (``peak``), how many there are, and how many of them load from or store to local memory
+    (``local_loads``, ``local_stores``: the spills, and arrays the compiler put in local memory).
+    ``depth`` is how many loops of the machine code hold them (the backward branches around
+    them), so the same line inside and outside a loop gives two entries: a spill at depth 0 runs
+    once per launch, one at depth 1 once per trip of the outermost loop (the fused kernel's Newton
+    loop), and so on. ``where`` is ``file (native code)`` for C++ of a ``wp.func_native``
+    snippet, whose line numbers NVRTC counts on from the last Python line before it, and
+    ``(no line)`` for CUDA's own subroutines (the slow paths of division and square root)."""
+
+    where: str
+    called_from: str
+    function: str
+    depth: int
+    peak: int
+    instructions: int
+    local_loads: int
+    local_stores: int
+
+
+def _function_label(label: str, kernel: str) -> str:
+    """A readable name for a subroutine label of a kernel's machine code."""
+    label = label.lstrip("$")
+    if label.startswith("__internal_"):  # CUDA's own: $__internal_1_$__cuda_sm20_div_rn_f64_full
+        return label.split("$", 1)[-1].lstrip("_")
+    if label.startswith(kernel + "$"):  # a __noinline__ function: the last two names of its mangled one
+        inner, parts, i = label[len(kernel) + 1:], [], 0
+        while i < len(inner):  # Itanium mangling: an identifier is <length><characters>
+            m = re.match(r"\d+", inner[i:])
+            word = inner[i + m.end():i + m.end() + int(m.group())] if m else ""
+            if m and len(word) == int(m.group()) and word.isidentifier():
+                parts.append(word)
+                i += m.end() + len(word)
+            else:
+                i += 1
+        return "::".join(parts[-2:]) or inner
+    return label
+
+
+def _sections(text: str, parse) -> dict:
+    """{kernel: {address: parse(line, state)}} over the ``.text.<kernel>`` sections of an nvdisasm
+    listing; ``state["function"]`` is the subroutine the line is in (None: the kernel itself)."""
+    out, kernel, state = {}, None, {}
+    for line in text.splitlines():
+        if line.startswith(".text."):
+            kernel = line[len(".text."):].split(":", 1)[0].strip()
+            out[kernel], state = {}, {"function": None}
+            continue
+        if kernel is None:
+            continue
+        if line.startswith("$") and line.split()[0].endswith(":"):
+            state["raw"] = line.split()[0][:-1]
+            state["function"] = _function_label(state["raw"], kernel)
+            continue
+        parse(line, state, out[kernel])
+    return out
+
+
+def _py_lines(path: str, cache: dict) -> int:
+    if path not in cache:
+        try:
+            with open(path, encoding="utf-8") as f:
+                cache[path] = sum(1 for _ in f)
+        except OSError:
+            cache[path] = 0
+    return cache[path]
+
+
+def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
+    """``{kernel: {"peak": int, "functions": {function: peak}, "lines": [SourceLives]}}`` of a
+    CUBIN file compiled with line information (:func:`compile_variant` with ``lineinfo=True``):
+    for every kernel, the most general-purpose registers live at one of its instructions
+    (``peak``; the kernel's REG adds what the hardware reserves), the same per subroutine
+    (``functions``, "kernel" for the kernel's own code: a ``__noinline__`` function and CUDA's
+    slow paths of division and square root are subroutines), and per Python line
+    (:class:`SourceLives`, highest peak first), from ``nvdisasm --print-life-ranges`` and
+    ``--print-line-info-inline``. ``RuntimeError`` if nvdisasm is missing or fails, or the file has
+    no line information."""
+    tool = nvdisasm or find_nvdisasm()
+    if tool is None:
+        raise RuntimeError("nvdisasm not found: install the [cuda-tools] extra (pip install -e \".[cuda-tools]\") "
+                           "or put CUDA's nvdisasm on PATH")
+    listings = []
+    for flags in (["--print-life-ranges", "--life-range-mode", "count"], ["--print-line-info-inline"]):
+        run = subprocess.run([tool, *flags, cubin], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"nvdisasm failed on {cubin}: {run.stderr.strip()}")
+        listings.append(run.stdout)
+
+    def live(line, state, out):
+        label = re.match(r"(\.L_x_\d+):", line)
+        if label:
+            state.setdefault("pending", []).append(label.group(1))
+            return
+        m = _SASS.search(line)
+        if m:
+            address, text = int(m.group(1), 16), m.group(2)
+            for name in state.pop("pending", []):
+                state.setdefault("labels", {})[name] = address
+            target = re.search(r"`\((\.L_x_\d+)\)", text)
+            opcode = text.split()[1] if text.startswith("@") else text.split()[0]
+            if opcode.startswith("BRA") and target:
+                state.setdefault("branches", []).append((address, target.group(1)))
+            callee = re.search(r"`\((\$[^)\s]+)\)", text)
+            if opcode.startswith("CALL") and callee:
+                state.setdefault("calls", []).append((address, callee.group(1)))
+            state.setdefault("owner", {})[address] = state.get("raw")
+            c = _LIVE.search(line[m.end():])
+            out[address] = (int(c.group(1)) if c and c.group(1) else 0, opcode, state["function"] or "kernel")
+        out["_state"] = state
+
+    def depths(kernel_out) -> dict:
+        """address → the loops around it: the backward branches' spans that hold it, plus, in a
+        subroutine, the most loops around one of its calls."""
+        state = kernel_out.pop("_state", {})
+        labels, owner = state.get("labels", {}), state.get("owner", {})
+        spans = [(labels[t], a) for a, t in state.get("branches", []) if t in labels and labels[t] <= a]
+        own = {address: sum(lo <= address <= hi for lo, hi in spans) for address in kernel_out}
+        base: dict = {}
+        for _ in range(8):  # calls nest a few deep (the kernel → a __noinline__ function → a slow path)
+            base = {callee: max(own[a] + base.get(owner[a], 0) for a, c in state.get("calls", []) if c == callee)
+                    for callee in {c for _, c in state.get("calls", [])}}
+        return {address: own[address] + base.get(owner[address], 0) for address in kernel_out}
+
+    def located(line, state, out):
+        m = _LINE.search(line)
+        if m:
+            if not state.get("open"):
+                state["chain"], state["open"] = [], True
+            state["chain"].append((m.group(1), int(m.group(2))))
+            return
+        m = _SASS.search(line)
+        if m:
+            state["open"] = False
+            out[int(m.group(1), 16)] = tuple(state.get("chain", ()))
+
+    counts, chains = _sections(listings[0], live), _sections(listings[1], located)
+    if not any(chains.values()) or not any(chain for k in chains.values() for chain in k.values()):
+        raise RuntimeError(f"{cubin}: no line information; compile it with compile_variant(..., lineinfo=True)")
+    sizes: dict = {}
+
+    def name(f: str, n: int) -> str:
+        return f"{os.path.basename(f)} (native code)" if n > _py_lines(f, sizes) else f"{os.path.basename(f)}:{n}"
+
+    def place(chain) -> tuple[str, str]:
+        py = [(f, n) for f, n in chain if f.endswith(".py")]
+        if not py:
+            return "(no line)", "(no line)"
+        return name(*py[0]), name(*py[-1])
+
+    out = {}
+    for kernel, instructions in counts.items():
+        located_at = chains.get(kernel, {})
+        depth = depths(instructions)
+        per_line, functions = {}, {}
+        for address, (n, opcode, function) in instructions.items():
+            where, called_from = place(located_at.get(address, ()))
+            functions[function] = max(functions.get(function, 0), n)
+            row = per_line.setdefault((where, called_from, function, depth[address]),
+                                      SourceLives(where, called_from, function, depth[address], 0, 0, 0, 0))
+            row.peak = max(row.peak, n)
+            row.instructions += 1
+            row.local_loads += opcode.startswith("LDL")
+            row.local_stores += opcode.startswith("STL")
+        lines = sorted(per_line.values(), key=lambda r: (-r.peak, r.where, r.called_from, r.depth))
+        out[kernel] = dict(peak=max(functions.values(), default=0), functions=functions, lines=lines)
     return out

@@ -11,7 +11,13 @@ approximation, ``sap`` by default), one ``collide`` + ``step`` of the scene runs
 dry run on the CPU device (nothing executes) to list the (module, block size) variants the step
 launches on a GPU; each variant is then compiled once for ``sm_<arch>`` with Warp's NVRTC and its
 compile time printed. With ``--resources`` each kernel's registers (REG), stack, shared and
-local memory follow, read with cuobjdump (``pip install -e ".[cuda-tools]"``).
+local memory follow, read with cuobjdump (``pip install -e ".[cuda-tools]"``). With ``--lives``
+(``sap-precompile humanoid --preset approx32 --newton-path fused --linear-solver cholesky
+--lives``) the fused Newton kernel's module (or those of the kernels named) is compiled once
+more with line information and read with nvdisasm (the same extra): the most registers live at
+once, the Python lines where they are, and every load and store of local memory (the spills)
+with its line and how many loops of the machine code hold it (docs/benchmarks.md § Where the
+registers are live).
 
 The files go into Warp's kernel cache (``WARP_CACHE_PATH``, default ``~/.cache/warp``), where a
 GPU machine with the same Warp version looks first: copy the cache over, point
@@ -171,6 +177,10 @@ def main(argv=None) -> int:
                         "and with a driver older than its CUDA toolkit) or ptx")
     p.add_argument("--out", default=None, help="write the compiled variants into this folder, not Warp's cache")
     p.add_argument("--resources", action="store_true", help="print each kernel's REG/STACK/SHARED/LOCAL (cuobjdump)")
+    p.add_argument("--lives", nargs="?", const="fused_newton", default=None, metavar="KERNEL",
+                   help="where the registers of the kernels whose name contains KERNEL (default fused_newton) are "
+                        "live and where they spill, per Python line and loop depth: each such module is compiled "
+                        "again with line information into a temporary folder and read with nvdisasm")
     p.add_argument("--vs-mjwarp", action="store_true",
                    help="also compile MuJoCo Warp's step of the scene's MuJoCo model the same way (MJCF scenes)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -196,6 +206,8 @@ def main(argv=None) -> int:
         return fail(prog, e)
     if args.resources and args.cuda_output != "cubin":
         return fail(prog, "--resources: cuobjdump reads CUBIN files; use it with --cuda-output cubin")
+    if args.lives is not None and args.cuda_output != "cubin":
+        return fail(prog, "--lives: nvdisasm reads CUBIN files; use it with --cuda-output cubin")
     if args.arch is not None and args.arch < 50:
         return fail(prog, f"--arch: an SM architecture such as 80, 90 or 100, got {args.arch}")
     try:
@@ -205,12 +217,16 @@ def main(argv=None) -> int:
     except ValueError as e:
         return fail(prog, e)
     from sap_gpu.contact_solve_fused import FUSED_TILE, fused_cholesky_for
-    from sap_gpu.precompile import find_cuobjdump, step_variants
+    from sap_gpu.precompile import find_cuobjdump, find_nvdisasm, step_variants
 
     cuobjdump = find_cuobjdump() if args.resources else None
     if args.resources and cuobjdump is None:
         return fail(prog, "--resources: cuobjdump not found; install it with pip install -e \".[cuda-tools]\" "
                           "(the nvidia-cuda-cuobjdump wheel) or put CUDA's cuobjdump on PATH")
+    args.nvdisasm = find_nvdisasm() if args.lives is not None else None
+    if args.lives is not None and args.nvdisasm is None:
+        return fail(prog, "--lives: nvdisasm not found; install it with pip install -e \".[cuda-tools]\" "
+                          "(the nvidia-cuda-nvdisasm wheel) or put CUDA's nvdisasm on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
     for (preset, path, solver, approx), cap, hessian, cholesky in itertools.product(
@@ -281,11 +297,59 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
             row["resources"] = launched_resources(kernel_resources(r.path, cuobjdump), kernels)
             for fn, res in sorted(row["resources"].items()):
                 print(f"           {fn}: " + ", ".join(f"{k} {v}" for k, v in res.items()), flush=True)
+        if args.lives is not None and any(args.lives in k for k in kernels):
+            try:
+                row["lives"] = _lives(module, block_dim, arch, [k for k in kernels if args.lives in k], args.nvdisasm)
+            except Exception as e:  # like a compile error: say which module, go on
+                print(f"FAILED --lives of {name} (block {block_dim}): {' '.join(str(e).split())[:400]}", flush=True)
+                row["error"] = f"--lives: {str(e)[:2000]}"
         rows.append(row)
     failed = sum("error" in r for r in rows)
     print(f"{label}: {total:.1f} s of compiling ({cpu_total:.1f} s of CPU time; {time.perf_counter() - t0:.1f} s "
           f"wall), {len(rows) - failed} variants compiled or cached, {failed} failed", flush=True)
     return rows
+
+
+LIVES_TOP = 8  # --lives: the Python lines printed with the most registers live (the JSON has all)
+
+
+def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str) -> dict:
+    """--lives: compile the variant again with line information into a temporary folder and print,
+    for each launched kernel of ``kernels``, its peak of live registers, the Python lines with the
+    most, and its local-memory loads and stores by loop depth. Returns the JSON of it."""
+    import dataclasses
+    import tempfile
+
+    from sap_gpu.precompile import compile_variant, kernel_lives
+
+    with tempfile.TemporaryDirectory(prefix="sap-lives-") as folder:
+        r = compile_variant(module, block_dim, arch, folder, "cubin", lineinfo=True)
+        lives = launched_resources(kernel_lives(r.path, nvdisasm), kernels)
+    out = {}
+    for key, k in sorted(lives.items()):
+        functions = ", ".join(f"{f} {n}" for f, n in sorted(k["functions"].items(), key=lambda x: -x[1]))
+        print(f"           {key}: peak {k['peak']} registers live (by function: {functions}); compiled again "
+              f"with line information in {r.seconds:.1f} s", flush=True)
+        print("             live  depth  instr  where (called from) [function]", flush=True)
+        for line in k["lines"][:LIVES_TOP]:
+            print(f"             {line.peak:4d}  {line.depth:5d}  {line.instructions:5d}  {_where(line)}", flush=True)
+        spills = [line for line in k["lines"] if line.local_loads or line.local_stores]
+        if not spills:
+            print("             local memory: none", flush=True)
+        for depth in sorted({line.depth for line in spills}):
+            at = sorted((line for line in spills if line.depth == depth),
+                        key=lambda x: -(x.local_loads + x.local_stores))
+            print(f"             local memory at loop depth {depth}: {sum(x.local_loads for x in at)} loads, "
+                  f"{sum(x.local_stores for x in at)} stores, at "
+                  + "; ".join(f"{_where(x)} {x.local_loads}/{x.local_stores}" for x in at[:4])
+                  + ("; ..." if len(at) > 4 else ""), flush=True)
+        out[key] = dict(peak=k["peak"], functions=k["functions"], lines=[dataclasses.asdict(x) for x in k["lines"]])
+    return out
+
+
+def _where(line) -> str:
+    text = line.where if line.called_from == line.where else f"{line.where} ({line.called_from})"
+    return text if line.function == "kernel" else f"{text} [{line.function}]"
 
 
 def launched_resources(resources: dict, kernels: list[str]) -> dict:
