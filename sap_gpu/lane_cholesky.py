@@ -53,8 +53,8 @@ _KERNELS: dict = {}
 # The elimination is a function of its own that CUDA does not inline (__noinline__): inlined, the
 # compiler scheduled it together with the rest of the fused Newton kernel, which then took 255
 # registers and a 264 B stack on sm_90 (approx32); called, the kernel takes 160 registers and no
-# stack (153 since the Newton loop keeps its state in memory between stages; docs/benchmarks.md §
-# Factoring in registers). Its arguments are raw pointers and byte
+# stack (153 since the Newton loop keeps its state in memory between stages; see
+# docs/benchmarks.md § Factoring in registers). Its arguments are raw pointers and byte
 # strides, so no array struct needs an address.
 _SNIPPET = r"""
 #if defined(__CUDA_ARCH__)

@@ -16,8 +16,8 @@ local memory follow, read with cuobjdump (``pip install -e ".[cuda-tools]"``). W
 --lives``) the fused Newton kernel's module (or those of the kernels named) is compiled once
 more with line information and read with nvdisasm (the same extra): the most registers live at
 once, the Python lines where they are, and every load and store of local memory (the spills)
-with its line and how many loops of the machine code hold it (docs/benchmarks.md § Where the
-registers are live).
+with its line and how many loops of the machine code hold it (see
+docs/benchmarks.md § Where the registers are live).
 
 The files go into Warp's kernel cache (``WARP_CACHE_PATH``, default ``~/.cache/warp``), where a
 GPU machine with the same Warp version looks first: copy the cache over, point

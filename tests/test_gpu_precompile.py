@@ -307,8 +307,8 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
 # kernel; test_where_the_lanes_kernel_holds_its_registers_and_where_a_cap_spills); the tile
 # Cholesky kernel takes 164. Drake's float64 rows take 64 registers and the shuffled column as
 # many again (160). Inlined, the elimination took approx32 to 255 registers and a 264 B stack.
-# A change that needs more fails here and must say why (docs/benchmarks.md § Factoring in
-# registers).
+# A change that needs more fails here and must say why (see
+# docs/benchmarks.md § Factoring in registers).
 LANE_CHOLESKY_BUDGET = {"approx32": (153, 0), "drake": (160, 0)}
 
 
