@@ -22,8 +22,9 @@
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
 #   Exit status: 0 if both steps passed.
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
-# GPU_CHECK_REGISTER_CAPS (default "none": the compiler's choice; e.g. "none 128 168") sweeps
-# SapConfig.fused_max_registers, and must be the same for prepare and run; GPU_CHECK_HESSIANS
+# GPU_CHECK_REGISTER_CAPS (default "none 128": the compiler's choice, and 16 worlds per H100 SM;
+# e.g. "none 128 168") sweeps SapConfig.fused_max_registers, and must be the same for prepare and
+# run; GPU_CHECK_HESSIANS
 # (default "rows"; "rows tiles" adds the tile assembly, timed on an H100 at 0.83x) sweeps
 # SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "tile lanes") SapConfig.fused_cholesky;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
@@ -39,7 +40,7 @@ PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
 BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-240}"
 PY="${PYTHON:-python3}"
 read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
-read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none}"
+read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none 128}"
 read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows}"
 read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-tile lanes}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
