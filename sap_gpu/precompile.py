@@ -221,13 +221,15 @@ def _function_label(label: str, kernel: str) -> str:
 
 
 def _sections(text: str, parse) -> dict:
-    """{kernel: {address: parse(line, state)}} over the ``.text.<kernel>`` sections of an nvdisasm
-    listing; ``state["function"]`` is the subroutine the line is in (None: the kernel itself)."""
+    """``{kernel: (entries, state)}`` over the ``.text.<kernel>`` sections of an nvdisasm listing:
+    ``parse(line, state, entries)`` sees every line of a section; ``state["function"]`` is the
+    subroutine the line is in (None: the kernel itself), ``state["raw"]`` its label."""
     out, kernel, state = {}, None, {}
     for line in text.splitlines():
         if line.startswith(".text."):
             kernel = line[len(".text."):].split(":", 1)[0].strip()
-            out[kernel], state = {}, {"function": None}
+            state = {"function": None, "raw": None}
+            out[kernel] = ({}, state)
             continue
         if kernel is None:
             continue
@@ -235,7 +237,7 @@ def _sections(text: str, parse) -> dict:
             state["raw"] = line.split()[0][:-1]
             state["function"] = _function_label(state["raw"], kernel)
             continue
-        parse(line, state, out[kernel])
+        parse(line, state, out[kernel][0])
     return out
 
 
@@ -287,15 +289,13 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
             callee = re.search(r"`\((\$[^)\s]+)\)", text)
             if opcode.startswith("CALL") and callee:
                 state.setdefault("calls", []).append((address, callee.group(1)))
-            state.setdefault("owner", {})[address] = state.get("raw")
+            state.setdefault("owner", {})[address] = state["raw"]
             c = _LIVE.search(line[m.end():])
             out[address] = (int(c.group(1)) if c and c.group(1) else 0, opcode, state["function"] or "kernel")
-        out["_state"] = state
 
-    def depths(kernel_out) -> dict:
+    def depths(kernel_out: dict, state: dict) -> dict:
         """address → the loops around it: the backward branches' spans that hold it, plus, in a
         subroutine, the most loops around one of its calls."""
-        state = kernel_out.pop("_state", {})
         labels, owner = state.get("labels", {}), state.get("owner", {})
         spans = [(labels[t], a) for a, t in state.get("branches", []) if t in labels and labels[t] <= a]
         own = {address: sum(lo <= address <= hi for lo, hi in spans) for address in kernel_out}
@@ -317,8 +317,9 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
             state["open"] = False
             out[int(m.group(1), 16)] = tuple(state.get("chain", ()))
 
-    counts, chains = _sections(listings[0], live), _sections(listings[1], located)
-    if not any(chains.values()) or not any(chain for k in chains.values() for chain in k.values()):
+    counts = _sections(listings[0], live)
+    chains = {kernel: entries for kernel, (entries, _) in _sections(listings[1], located).items()}
+    if not any(chain for entries in chains.values() for chain in entries.values()):
         raise RuntimeError(f"{cubin}: no line information; compile it with compile_variant(..., lineinfo=True)")
     sizes: dict = {}
 
@@ -332,9 +333,9 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
         return name(*py[0]), name(*py[-1])
 
     out = {}
-    for kernel, instructions in counts.items():
+    for kernel, (instructions, state) in counts.items():
         located_at = chains.get(kernel, {})
-        depth = depths(instructions)
+        depth = depths(instructions, state)
         per_line, functions = {}, {}
         for address, (n, opcode, function) in instructions.items():
             where, called_from = place(located_at.get(address, ()))
