@@ -327,10 +327,11 @@ class SapConfig:
             registers and eliminated with warp shuffles; no shared memory). ``lanes`` applies to
             worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
             factorization runs. The two solve the same system to rounding (last bits), so
-            iterates agree to the solver's tolerance, not bit for bit. On sm_90 ``lanes`` takes
-            fewer registers (approx32: 153 against 164) and compiles in half the time; its GPU
-            speed is not measured yet (docs/benchmarks.md § Factoring in registers). Not read by
-            the staged path, PCR or sap_ref.
+            iterates agree to the solver's tolerance, not bit for bit. On an H100 at 8192
+            humanoid worlds ``lanes`` ran 1.08× (approx32) and 1.16× (drake) the throughput of
+            ``tile``; it is not the default until timed at fewer worlds and through the device
+            tests on a GPU (docs/benchmarks.md § The fused kernel under Nsight Compute). Not read
+            by the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant

@@ -16,10 +16,20 @@ way to lay it out, written for that block shape:
 * **Back substitution**, j = m−1 … 0: x_j = (z_j − Σ_{i>j} U_ji x_i)/d_j on lane j; lane r < j
   adds U_rj x_j to its sum, with x_j read from lane j by a shuffle.
 
-Every register index is a compile-time constant (the loops over the 32 columns are unrolled), so
-the rows stay in registers: no shared memory, no local memory, and no barrier but the warp's
-own lockstep. Sizes m < 32 skip the steps past m (uniform branches); rows past m are the
-identity and their x is 0.
+The steps (k, and j of the back substitution) run as loops; the loops over the 32 columns
+inside a step are unrolled, and the step's own column of a lane's row, a register chosen at run
+time, is read by a select over the 32 (``SAP_AT``). Every register index is then a compile-time
+constant, so the rows stay in registers: no shared memory, no local memory, and no barrier but
+the warp's own lockstep. Sizes m < 32 skip the steps past m (uniform branches); rows past m are
+the identity and their x is 0.
+
+**Why the steps are not unrolled.** Unrolled too, the elimination and solve were 3,241 machine
+instructions of sm_90 (52 kB); rolled, 1,240. They execute more instructions rolled (every step
+updates all 32 columns under a predicate and selects its column), but on an H100 the fused
+kernel's warps spent 41 % of their time waiting for instructions to be fetched, and with the
+rolled steps the whole fused step at 8192 humanoid worlds ran 1.08× (approx32) and 1.16×
+(drake) the tile Cholesky's speed, where the unrolled steps ran 0.95× and 0.88×
+(docs/benchmarks.md § The fused kernel under Nsight Compute).
 
 **Pivots.** A step whose pivot d_k is not finite and > 0 stops the factorization and the call
 returns 1 (the LDLᵀ pivot is what LAPACK's potrf takes the square root of: the same test).
@@ -53,8 +63,8 @@ _KERNELS: dict = {}
 # The elimination is a function of its own that CUDA does not inline (__noinline__): inlined, the
 # compiler scheduled it together with the rest of the fused Newton kernel, which then took 255
 # registers and a 264 B stack on sm_90 (approx32); called, the kernel takes 160 registers and no
-# stack (153 since the Newton loop keeps its state in memory between stages; see
-# docs/benchmarks.md § Factoring in registers). Its arguments are raw pointers and byte
+# stack (153 since the Newton loop keeps its state in memory between stages, drake 170 with the
+# steps rolled; see docs/benchmarks.md § Factoring in registers). Its arguments are raw pointers and byte
 # strides, so no array struct needs an address.
 _SNIPPET = r"""
 #if defined(__CUDA_ARCH__)
@@ -75,6 +85,12 @@ _SNIPPET = r"""
 #define SAP_col(i) SAP_B(i)
 #define SAP_rhs(i) SAP_B(i)
 #define SAP_sol(i) SAP_B(i)
+#endif
+#if defined(__CUDA_ARCH__)
+#define SAP_AT(dst, row, k) do { dst = SCALAR(0); WP_PRAGMA_UNROLL for (int j_ = 0; j_ < 32; ++j_) \
+    dst = (j_ == (k)) ? (row)[j_] : dst; } while (0)
+#else
+#define SAP_AT(dst, row, k) do { dst = (row)[k]; } while (0)
 #endif
 struct sap_lane_cholesky {
     static SAP_NOINLINE CUDA_CALLABLE int run(const SCALAR* Hp, long long hs0, long long hs1, SCALAR* bp,
@@ -122,12 +138,12 @@ struct sap_lane_cholesky {
             xo[v] = SCALAR(0);
         }
         int bad = 0;
-        WP_PRAGMA_UNROLL
+        WP_PRAGMA_NO_UNROLL
         for (int k = 0; k < N; ++k) {  // elimination; every branch below is the same on all lanes
             if (k >= m)
                 break;
             for (int v = 0; v < VL; ++v)
-                put[v] = a[v][k];
+                SAP_AT(put[v], a[v], k);
             SAP_PUT(rhs, rb);
             const SCALAR bk = SAP_GET(rhs, k);
             SAP_PUT(col, put);  // on the CPU device the same scratch row: after every lane's read of b_k
@@ -140,16 +156,16 @@ struct sap_lane_cholesky {
             SCALAR w[VL];
             for (int v = 0; v < VL; ++v) {
                 const int r = lane + v * BD;
-                w[v] = (r > k) ? a[v][k] * inv : SCALAR(0);
+                w[v] = (r > k) ? put[v] * inv : SCALAR(0);
                 if (r == k)
                     dr[v] = dk;
             }
             WP_PRAGMA_UNROLL
-            for (int j = k + 1; j < jend; ++j) {
+            for (int j = ONE ? k + 1 : 0; j < jend; ++j) {
                 const SCALAR hj = SAP_GET(col, j);  // H_jk, from row j
                 for (int v = ONE ? k + 1 : 0; v < vend; ++v) {
                     const int r = lane + v * BD;
-                    a[v][j] = (r > k) ? a[v][j] - w[v] * hj : a[v][j];
+                    a[v][j] = (r > k && j > k) ? a[v][j] - w[v] * hj : a[v][j];
                 }
             }
             for (int v = 0; v < VL; ++v) {
@@ -161,7 +177,7 @@ struct sap_lane_cholesky {
             SCALAR invd[VL];
             for (int v = 0; v < VL; ++v)
                 invd[v] = SCALAR(1) / dr[v];
-            WP_PRAGMA_UNROLL
+            WP_PRAGMA_NO_UNROLL
             for (int jj = 0; jj < N; ++jj) {  // back substitution, j = N−1 … 0
                 const int j = N - 1 - jj;
                 if (j < m) {
@@ -171,7 +187,9 @@ struct sap_lane_cholesky {
                     const SCALAR xj = SAP_GET(sol, j);
                     for (int v = 0; v < (ONE ? j : VL); ++v) {
                         const int r = lane + v * BD;
-                        acc[v] = (r < j) ? acc[v] + a[v][j] * xj : acc[v];
+                        SCALAR arj;
+                        SAP_AT(arj, a[v], j);
+                        acc[v] = (r < j) ? acc[v] + arj * xj : acc[v];
                     }
                 }
             }
@@ -201,6 +219,7 @@ struct sap_lane_cholesky {
 #undef SAP_H
 #undef SAP_B
 #undef SAP_X
+#undef SAP_AT
 #undef SAP_NOINLINE
 return sap_lane_cholesky::run(H.data, H.strides[0], H.strides[1], b.data, b.strides[0], x.data, x.strides[0], m, lane);
 """

@@ -21,6 +21,9 @@ machine without a GPU; this module does it for exactly the variants a step launc
   spills: compiled with line information (``compile_variant(..., lineinfo=True)``), its machine
   code is read with ``nvdisasm`` (the same extra): the registers live at every instruction and
   the Python line each instruction comes from.
+* :func:`ncu_source_samples` puts an Nsight Compute profile taken on a GPU (its warp-state
+  samples and instruction counts, per machine instruction) on the same Python lines, from the
+  kernel compiled again with line information on any machine.
 
 This uses two Warp calls that are not public API (``Module._compile`` with the resolved options
 of a given block size: ``wp.compile_aot_module`` compiles a module's default block size only);
@@ -45,7 +48,8 @@ from sap_common.model import SapModel
 from .launch import LaunchRecord, record_launches
 
 __all__ = ["CUDA_OUTPUTS", "step_variants", "compile_variant", "CompileResult", "find_cuobjdump",
-           "kernel_resources", "find_nvdisasm", "kernel_lives", "SourceLives"]
+           "kernel_resources", "find_nvdisasm", "kernel_lives", "SourceLives", "ncu_source_samples",
+           "ncu_kernel_names", "SourceSamples"]
 
 CUDA_OUTPUTS = ("cubin", "ptx")
 
@@ -241,6 +245,53 @@ def _sections(text: str, parse) -> dict:
     return out
 
 
+def _opcode(text: str) -> str:
+    """The opcode of one SASS instruction's text, past a predicate (``@P0 BRA ...`` → ``BRA``)."""
+    words = text.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].rstrip(";") if words else ""
+
+
+def _located(line, state, out):
+    """A ``_sections`` parser of an ``nvdisasm --print-line-info-inline`` listing: address →
+    (the chain of source locations, innermost first, as nvdisasm lists them; the opcode)."""
+    m = _LINE.search(line)
+    if m:
+        if not state.get("open"):
+            state["chain"], state["open"] = [], True
+        state["chain"].append((m.group(1), int(m.group(2))))
+        return
+    m = _SASS.search(line)
+    if m:
+        state["open"] = False
+        out[int(m.group(1), 16)] = (tuple(state.get("chain", ())), _opcode(m.group(2)), state["function"] or "kernel")
+
+
+def _place(chain, sizes: dict) -> tuple[str, str]:
+    """(innermost Python line, the kernel line it is inlined at) of a chain of source locations;
+    a line past its file's end is C++ of a ``wp.func_native`` snippet."""
+    def name(f: str, n: int) -> str:
+        return f"{os.path.basename(f)} (native code)" if n > _py_lines(f, sizes) else f"{os.path.basename(f)}:{n}"
+
+    py = [(f, n) for f, n in chain if f.endswith(".py")]
+    if not py:
+        return "(no line)", "(no line)"
+    return name(*py[0]), name(*py[-1])
+
+
+def _line_listing(cubin: str, tool: str) -> dict:
+    """``{kernel: {address: (chain, opcode, function)}}`` of a CUBIN file with line information;
+    ``RuntimeError`` if nvdisasm fails or the file has none."""
+    run = subprocess.run([tool, "--print-line-info-inline", cubin], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed on {cubin}: {run.stderr.strip()}")
+    chains = {kernel: entries for kernel, (entries, _) in _sections(run.stdout, _located).items()}
+    if not any(chain for entries in chains.values() for chain, _, _ in entries.values()):
+        raise RuntimeError(f"{cubin}: no line information; compile it with compile_variant(..., lineinfo=True)")
+    return chains
+
+
 def _py_lines(path: str, cache: dict) -> int:
     if path not in cache:
         try:
@@ -265,12 +316,11 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
     if tool is None:
         raise RuntimeError("nvdisasm not found: install the [cuda-tools] extra (pip install -e \".[cuda-tools]\") "
                            "or put CUDA's nvdisasm on PATH")
-    listings = []
-    for flags in (["--print-life-ranges", "--life-range-mode", "count"], ["--print-line-info-inline"]):
-        run = subprocess.run([tool, *flags, cubin], capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"nvdisasm failed on {cubin}: {run.stderr.strip()}")
-        listings.append(run.stdout)
+    run = subprocess.run([tool, "--print-life-ranges", "--life-range-mode", "count", cubin], capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed on {cubin}: {run.stderr.strip()}")
+    chains = _line_listing(cubin, tool)
 
     def live(line, state, out):
         label = re.match(r"(\.L_x_\d+):", line)
@@ -305,32 +355,8 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
                     for callee in {c for _, c in state.get("calls", [])}}
         return {address: own[address] + base.get(owner[address], 0) for address in kernel_out}
 
-    def located(line, state, out):
-        m = _LINE.search(line)
-        if m:
-            if not state.get("open"):
-                state["chain"], state["open"] = [], True
-            state["chain"].append((m.group(1), int(m.group(2))))
-            return
-        m = _SASS.search(line)
-        if m:
-            state["open"] = False
-            out[int(m.group(1), 16)] = tuple(state.get("chain", ()))
-
-    counts = _sections(listings[0], live)
-    chains = {kernel: entries for kernel, (entries, _) in _sections(listings[1], located).items()}
-    if not any(chain for entries in chains.values() for chain in entries.values()):
-        raise RuntimeError(f"{cubin}: no line information; compile it with compile_variant(..., lineinfo=True)")
+    counts = _sections(run.stdout, live)
     sizes: dict = {}
-
-    def name(f: str, n: int) -> str:
-        return f"{os.path.basename(f)} (native code)" if n > _py_lines(f, sizes) else f"{os.path.basename(f)}:{n}"
-
-    def place(chain) -> tuple[str, str]:
-        py = [(f, n) for f, n in chain if f.endswith(".py")]
-        if not py:
-            return "(no line)", "(no line)"
-        return name(*py[0]), name(*py[-1])
 
     out = {}
     for kernel, (instructions, state) in counts.items():
@@ -338,7 +364,7 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
         depth = depths(instructions, state)
         per_line, functions = {}, {}
         for address, (n, opcode, function) in instructions.items():
-            where, called_from = place(located_at.get(address, ()))
+            where, called_from = _place(located_at.get(address, ((), "", ""))[0], sizes)
             functions[function] = max(functions.get(function, 0), n)
             row = per_line.setdefault((where, called_from, function, depth[address]),
                                       SourceLives(where, called_from, function, depth[address], 0, 0, 0, 0))
@@ -348,4 +374,116 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
             row.local_stores += opcode.startswith("STL")
         lines = sorted(per_line.values(), key=lambda r: (-r.peak, r.where, r.called_from, r.depth))
         out[kernel] = dict(peak=max(functions.values(), default=0), functions=functions, lines=lines)
+    return out
+
+
+# ------------------------------------------------------------------------ Nsight Compute samples
+
+@dataclass
+class SourceSamples:
+    """What Nsight Compute saw at the instructions of one kernel that come from one Python line
+    (``where``, innermost; ``called_from``, the kernel line; ``function`` as in
+    :class:`SourceLives`): ``samples``, the warp-state samples taken there (each says what a warp
+    was doing or waiting for at that moment: ``stalls``, by ncu's reason name without its
+    ``stall_`` prefix, such as ``no_inst``, ``long_sb``, ``wait``, ``selected``), and
+    ``executed``, the warp-level instructions executed there."""
+
+    where: str
+    called_from: str
+    function: str
+    instructions: int
+    samples: int
+    executed: int
+    stalls: dict
+
+
+def _ncu_tables(text: str) -> dict:
+    """``{kernel: (header, rows)}`` of ``ncu --import R --page source --csv --print-source sass``:
+    each kernel's table follows a ``"Kernel Name","<name>"`` line."""
+    import csv
+    import io
+
+    out, kernel, header = {}, None, None
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) >= 2 and row[0] == "Kernel Name":
+            kernel, header = row[1], None
+            out[kernel] = (None, [])
+        elif kernel is not None and header is None and "Address" in row:
+            header = row
+            out[kernel] = (header, [])
+        elif kernel is not None and header is not None and len(row) >= len(header) - 1:
+            out[kernel][1].append(row)
+    return {k: v for k, v in out.items() if v[0] is not None}
+
+
+def ncu_kernel_names(csv_text: str) -> list[str]:
+    """The kernels whose per-instruction tables an Nsight Compute source CSV holds."""
+    return list(_ncu_tables(csv_text))
+
+
+def _count(text: str) -> int:
+    text = text.replace(",", "").strip()
+    try:
+        return int(float(text)) if text else 0
+    except ValueError:
+        return 0
+
+
+def ncu_source_samples(csv_text: str, cubin: str, nvdisasm: str | None = None) -> dict:
+    """Nsight Compute's per-instruction counts of a kernel, per Python line: ``csv_text`` is
+    ``ncu --import REPORT --page source --csv --print-source sass`` of a report taken with the
+    ``SourceCounters`` section (``--set full``) on a GPU; ``cubin`` the same kernel compiled again
+    with line information (:func:`compile_variant` with ``lineinfo=True``, on any machine: the
+    machine code is the same, which this checks instruction by instruction). Returns ``{kernel:
+    {"samples", "executed": int, "stalls": {reason: samples}, "lines": [SourceSamples]}}`` for
+    each kernel of the report found in the CUBIN file (most samples first). ``RuntimeError`` if a
+    kernel's machine code differs from the report's (another build or configuration), if none is
+    found, or if nvdisasm is missing or fails."""
+    tool = nvdisasm or find_nvdisasm()
+    if tool is None:
+        raise RuntimeError("nvdisasm not found: install the [cuda-tools] extra (pip install -e \".[cuda-tools]\") "
+                           "or put CUDA's nvdisasm on PATH")
+    tables = _ncu_tables(csv_text)
+    if not tables:
+        raise RuntimeError("no kernel table in the Nsight Compute CSV: expected the output of ncu --import REPORT "
+                           "--page source --csv --print-source sass")
+    chains = _line_listing(cubin, tool)
+    found = {k: v for k, v in tables.items() if k in chains}
+    if not found:
+        raise RuntimeError(f"the report's kernels ({', '.join(sorted(tables))}) are not in {cubin} (its kernels: "
+                           f"{', '.join(sorted(chains))})")
+    sizes: dict = {}
+    out = {}
+    for kernel, (header, rows) in found.items():
+        col = {name: i for i, name in enumerate(header)}
+        stall_cols = {name[len("stall_"):]: i for name, i in col.items()
+                      if name.startswith("stall_") and "Not Issued" not in name}
+        listing = chains[kernel]
+        addresses = [int(r[col["Address"]], 16) for r in rows]
+        base = min(addresses)
+        differ = [a - base for a, r in zip(addresses, rows)
+                  if a - base not in listing or listing[a - base][1] != _opcode(r[col["Source"]])]
+        if differ or len(rows) != len(listing):
+            raise RuntimeError(f"{kernel}: the report's machine code is not {cubin}'s ({len(differ)} of {len(rows)} "
+                               f"instructions differ, {len(listing)} in the file): compile the configuration the "
+                               "report ran")
+        per_line, totals = {}, {"samples": 0, "executed": 0, "stalls": {}}
+        for a, r in zip(addresses, rows):
+            chain, _, function = listing[a - base]
+            where, called_from = _place(chain, sizes)
+            row = per_line.setdefault((where, called_from, function),
+                                      SourceSamples(where, called_from, function, 0, 0, 0, {}))
+            n, e = _count(r[col["Warp Stall Sampling (All Samples)"]]), _count(r[col["Instructions Executed"]])
+            row.instructions += 1
+            row.samples += n
+            row.executed += e
+            totals["samples"] += n
+            totals["executed"] += e
+            for reason, i in stall_cols.items():
+                v = _count(r[i])
+                if v:
+                    row.stalls[reason] = row.stalls.get(reason, 0) + v
+                    totals["stalls"][reason] = totals["stalls"].get(reason, 0) + v
+        lines = sorted(per_line.values(), key=lambda x: (-x.samples, x.where, x.called_from))
+        out[kernel] = dict(totals, lines=lines)
     return out

@@ -17,7 +17,10 @@ local memory follow, read with cuobjdump (``pip install -e ".[cuda-tools]"``). W
 more with line information and read with nvdisasm (the same extra): the most registers live at
 once, the Python lines where they are, and every load and store of local memory (the spills)
 with its line and how many loops of the machine code hold it (see
-docs/benchmarks.md § Where the registers are live).
+docs/benchmarks.md § Where the registers are live). With ``--ncu-source CSV``, an Nsight
+Compute profile taken on a GPU (``ncu --set full``, its source page as CSV) is put on the same
+Python lines: where the kernel's warps spent their time and what they waited for, per stage of
+the fused kernel and per line (docs/benchmarks.md § The fused kernel under Nsight Compute).
 
 The files go into Warp's kernel cache (``WARP_CACHE_PATH``, default ``~/.cache/warp``), where a
 GPU machine with the same Warp version looks first: copy the cache over, point
@@ -32,6 +35,7 @@ import contextlib
 import itertools
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -181,6 +185,11 @@ def main(argv=None) -> int:
                    help="where the registers of the kernels whose name contains KERNEL (default fused_newton) are "
                         "live and where they spill, per Python line and loop depth: each such module is compiled "
                         "again with line information into a temporary folder and read with nvdisasm")
+    p.add_argument("--ncu-source", default=None, metavar="CSV",
+                   help="an Nsight Compute profile of a kernel taken on a GPU (ncu --set full ... -o R, then ncu "
+                        "--import R.ncu-rep --page source --csv --print-source sass > CSV): its warp-state samples "
+                        "and executed instructions per Python line of the matching kernel, compiled again with line "
+                        "information as --lives does (which it implies)")
     p.add_argument("--vs-mjwarp", action="store_true",
                    help="also compile MuJoCo Warp's step of the scene's MuJoCo model the same way (MJCF scenes)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -206,6 +215,21 @@ def main(argv=None) -> int:
         return fail(prog, e)
     if args.resources and args.cuda_output != "cubin":
         return fail(prog, "--resources: cuobjdump reads CUBIN files; use it with --cuda-output cubin")
+    args.ncu_text = None
+    if args.ncu_source is not None:
+        try:
+            with open(args.ncu_source, encoding="utf-8") as f:
+                args.ncu_text = f.read()
+        except OSError as e:
+            return fail(prog, f"--ncu-source: cannot read {args.ncu_source}: {e.strerror}")
+        from sap_gpu.precompile import ncu_kernel_names
+
+        args.ncu_kernels = ncu_kernel_names(args.ncu_text)
+        if not args.ncu_kernels:
+            return fail(prog, f"--ncu-source: no kernel table in {args.ncu_source}; expected the output of ncu "
+                              "--import REPORT --page source --csv --print-source sass")
+        if args.lives is None:
+            args.lives = "fused_newton"
     if args.lives is not None and args.cuda_output != "cubin":
         return fail(prog, "--lives: nvdisasm reads CUBIN files; use it with --cuda-output cubin")
     if args.arch is not None and args.arch < 50:
@@ -269,6 +293,11 @@ def main(argv=None) -> int:
               f"{ours['max_stack']} vs {other['max_stack']} B", flush=True)
     if args.json:
         print(json.dumps(report))
+    if args.ncu_text is not None and not any("ncu" in r for r in rows):
+        print(f"{prog}: --ncu-source: none of the report's kernels ({', '.join(args.ncu_kernels)}) was compiled: "
+              "give the configuration the report ran (--preset, --newton-path, --fused-max-registers, ...)",
+              file=sys.stderr)
+        return 1
     failed = [r for r in rows + report.get("mujoco_warp_variants", []) if "error" in r]
     return 1 if failed else 0
 
@@ -299,7 +328,8 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
                 print(f"           {fn}: " + ", ".join(f"{k} {v}" for k, v in res.items()), flush=True)
         if args.lives is not None and any(args.lives in k for k in kernels):
             try:
-                row["lives"] = _lives(module, block_dim, arch, [k for k in kernels if args.lives in k], args.nvdisasm)
+                row["lives"] = _lives(module, block_dim, arch, [k for k in kernels if args.lives in k], args.nvdisasm,
+                                      args.ncu_text, row)
             except Exception as e:  # like a compile error: say which module, go on
                 print(f"FAILED --lives of {name} (block {block_dim}): {' '.join(str(e).split())[:400]}", flush=True)
                 row["error"] = f"--lives: {str(e)[:2000]}"
@@ -313,18 +343,27 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
 LIVES_TOP = 8  # --lives: the Python lines printed with the most registers live (the JSON has all)
 
 
-def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str) -> dict:
+def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str, ncu_text: str | None = None,
+           row: dict | None = None) -> dict:
     """--lives: compile the variant again with line information into a temporary folder and print,
     for each launched kernel of ``kernels``, its peak of live registers, the Python lines with the
-    most, and its local-memory loads and stores by loop depth. Returns the JSON of it."""
+    most, and its local-memory loads and stores by loop depth. Returns the JSON of it. With
+    ``ncu_text`` (--ncu-source) whose report holds one of the variant's kernels, also its samples
+    per Python line (printed, and stored in ``row["ncu"]``)."""
     import dataclasses
     import tempfile
 
-    from sap_gpu.precompile import compile_variant, kernel_lives
+    from sap_gpu.precompile import compile_variant, kernel_lives, ncu_kernel_names, ncu_source_samples
 
     with tempfile.TemporaryDirectory(prefix="sap-lives-") as folder:
         r = compile_variant(module, block_dim, arch, folder, "cubin", lineinfo=True)
-        lives = launched_resources(kernel_lives(r.path, nvdisasm), kernels)
+        full = kernel_lives(r.path, nvdisasm)
+        lives = launched_resources(full, kernels)
+        if ncu_text is not None and set(ncu_kernel_names(ncu_text)) & set(full):
+            samples = ncu_source_samples(ncu_text, r.path, nvdisasm)
+            row["ncu"] = {k: dict(v, lines=[dataclasses.asdict(x) for x in v["lines"]]) for k, v in samples.items()}
+            for key, v in samples.items():
+                _print_samples(key, v)
     out = {}
     for key, k in sorted(lives.items()):
         functions = ", ".join(f"{f} {n}" for f, n in sorted(k["functions"].items(), key=lambda x: -x[1]))
@@ -345,6 +384,41 @@ def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str)
                   + ("; ..." if len(at) > 4 else ""), flush=True)
         out[key] = dict(peak=k["peak"], functions=k["functions"], lines=[dataclasses.asdict(x) for x in k["lines"]])
     return out
+
+
+NCU_TOP = 8  # --ncu-source: the Python lines printed with the most samples (the JSON has all)
+NCU_STALLS = 4  # --ncu-source: the stall reasons named in the summary and per line
+
+
+def _pct(n: int, total: int) -> float:
+    return 100.0 * n / total if total else 0.0
+
+
+def _print_samples(kernel: str, v: dict) -> None:
+    """--ncu-source: the kernel's samples by kernel line (the stages of a fused kernel), then the
+    Python lines with the most."""
+    total, executed = v["samples"], v["executed"]
+    top = sorted(v["stalls"].items(), key=lambda x: -x[1])[:NCU_STALLS]
+    print(f"           {kernel}: Nsight Compute: {total:,} warp samples, {executed:,} warp instructions executed; "
+          "samples by state: " + ", ".join(f"{k} {_pct(n, total):.1f} %" for k, n in top), flush=True)
+    stages: dict = {}
+    for line in v["lines"]:
+        st = stages.setdefault(line.called_from, dict(samples=0, executed=0, instructions=0, stalls={}))
+        st["samples"] += line.samples
+        st["executed"] += line.executed
+        st["instructions"] += line.instructions
+        for k, n in line.stalls.items():
+            st["stalls"][k] = st["stalls"].get(k, 0) + n
+    print("             samples  executed  instr  kernel line: top states (% of all samples)", flush=True)
+    for where, st in sorted(stages.items(), key=lambda x: -x[1]["samples"])[:NCU_TOP]:
+        states = ", ".join(f"{k} {_pct(n, total):.1f}" for k, n in sorted(st["stalls"].items(), key=lambda x: -x[1])
+                           [:NCU_STALLS])
+        print(f"             {_pct(st['samples'], total):5.1f} %  {_pct(st['executed'], executed):6.1f} %  "
+              f"{st['instructions']:5d}  {where}: {states}", flush=True)
+    print("             samples  executed  instr  where (called from) [function]", flush=True)
+    for line in v["lines"][:NCU_TOP]:
+        print(f"             {_pct(line.samples, total):5.1f} %  {_pct(line.executed, executed):6.1f} %  "
+              f"{line.instructions:5d}  {_where(line)}", flush=True)
 
 
 def _where(line) -> str:

@@ -17,10 +17,15 @@
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
 #       --fused-max-registers GPU_CHECK_REGISTER_CAPS --fused-hessian GPU_CHECK_HESSIANS
 #       --fused-cholesky GPU_CHECK_CHOLESKYS
+#   then, where Nsight Compute's ncu is on PATH, a profile of the fused Newton kernel (one launch
+#   after 20 steps at 8192 humanoid worlds, --set full) for each preset of GPU_CHECK_NCU_PRESETS,
+#   written as OUT/ncu_<preset>.csv (the source page, per machine instruction: read it on any
+#   machine with sap-precompile humanoid --preset <preset> --newton-path fused --linear-solver
+#   cholesky --ncu-source OUT/ncu_<preset>.csv) and OUT/ncu_<preset>.txt (ncu's log and details page),
 #   then pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
 #   each under its own time limit (the benchmark first: its figures do not wait on the tests),
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
-#   Exit status: 0 if both steps passed.
+#   Exit status: 0 if the benchmark and the tests passed (a failed profile is reported, not fatal).
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
 # GPU_CHECK_REGISTER_CAPS (default "none 128": the compiler's choice, and 16 worlds per H100 SM;
 # e.g. "none 128 168") sweeps SapConfig.fused_max_registers, and must be the same for prepare and
@@ -28,8 +33,9 @@
 # (default "rows"; "rows tiles" adds the tile assembly, timed on an H100 at 0.83x) sweeps
 # SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "tile lanes") SapConfig.fused_cholesky;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
-# GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS (300) and
-# GPU_CHECK_BENCH_SECONDS (240) set the rest. Needs the project installed (pip install -e ".[test]")
+# GPU_CHECK_NCU_PRESETS (default "approx32"; "" for no profile) the profiles, GPU_CHECK_NCU_SECONDS
+# (120) the limit of each; GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS
+# (300) and GPU_CHECK_BENCH_SECONDS (240) set the rest. Needs the project installed (pip install -e ".[test]")
 # or importable (PYTHONPATH).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,8 +50,10 @@ read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none 128}"
 read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows}"
 read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-tile lanes}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
+read -r -a NCU_PRESETS <<< "${GPU_CHECK_NCU_PRESETS-approx32}"
+NCU_LIMIT="${GPU_CHECK_NCU_SECONDS:-120}"
 
-usage() { sed -n '2,30p' "$0" >&2; exit 2; }
+usage() { sed -n '2,39p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -92,13 +100,36 @@ run() {
         --fused-cholesky "${CHOLESKYS[@]}" --device "$DEVICE" \
         "${cuda_output[@]}" "${bench_extra[@]}" \
         --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1
-    local bench_rc=$? t1=$SECONDS
+    local bench_rc=$? bench_s=$((SECONDS - t0))
+    local ncu_note="ncu: no profile (CPU device)"
+    if [ "$DEVICE" != cpu ] && ! command -v ncu >/dev/null; then
+        ncu_note="ncu: no profile (ncu not on PATH)"
+    elif [ "$DEVICE" != cpu ]; then
+        ncu_note="ncu:"
+        for preset in "${NCU_PRESETS[@]}"; do
+            local t=$SECONDS rep="$out/ncu_$preset"
+            timeout -k 10 "$NCU_LIMIT" ncu --clock-control none -k regex:fused_newton --launch-skip 20 --launch-count 1 \
+                --set full -f -o "$rep" "$PY" -m sap_tools.benchmark humanoid --num-worlds 8192 --preset "$preset" \
+                --steps 1 --warmup 25 --structure-steps 1 --no-graph --device "$DEVICE" "${cuda_output[@]}" \
+                > "$rep.txt" 2>&1
+            local rc=$?
+            if [ -f "$rep.ncu-rep" ]; then
+                ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>> "$rep.txt"
+                ncu --import "$rep.ncu-rep" --page details --print-details all >> "$rep.txt" 2>&1
+                rm -f "$rep.ncu-rep"
+            fi
+            ncu_note+=" $preset exit $rc in $((SECONDS - t)) s;"
+        done
+    fi
+    [ "$ncu_note" = "ncu:" ] && ncu_note="ncu: no profile (GPU_CHECK_NCU_PRESETS is empty)"
+    local t1=$SECONDS
     # SIGINT at the limit: pytest stops as on Ctrl-C and still writes its summary and pytest.xml.
     timeout -s INT -k 30 "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
         "${PYTEST_EXTRA[@]}" "${pytest_args[@]}" --junitxml "$out/pytest.xml" > "$out/pytest.log" 2>&1
     local pytest_rc=$? t2=$SECONDS
     {
-        echo "benchmark: exit $bench_rc in $((t1 - t0)) s (limit $BENCH_LIMIT s)"
+        echo "benchmark: exit $bench_rc in $bench_s s (limit $BENCH_LIMIT s)"
+        echo "$ncu_note"
         echo "pytest: exit $pytest_rc in $((t2 - t1)) s (limit $PYTEST_LIMIT s): $(tail -n 1 "$out/pytest.log")"
     } | tee "$out/summary.txt"
     [ "$pytest_rc" = 0 ] && [ "$bench_rc" = 0 ]

@@ -297,6 +297,13 @@ def test_robot_rollout_with_cooperative_lanes(device, name, worlds, steps, hessi
             assert np.all(s.diagnostics()["status"] == StepStatus.CONVERGED), f"step {n}"
         _assert_same_solution(staged, fused.work.v1.numpy(), staged.work.v1.numpy(), f"{name} step {n}")
     assert max(counts) > 0, "the rollout never touched the ground"
+    if not tiles:  # H by rows over the lanes (humanoid3: two or three rows per lane) equals the staged rows
+        v = staged.work.v1.numpy()
+        with cooperative_lanes():
+            ef = fused.evaluate_at(v)
+        es = staged.evaluate_at(v)
+        for k in ("H", "H_diag", "grad"):
+            np.testing.assert_array_equal(ef[k], es[k], err_msg=f"{name}: evaluate_at {k}")
 
 
 def test_one_lane_blocked_factorization_equals_staged(device):

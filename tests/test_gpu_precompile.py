@@ -21,6 +21,8 @@ from sap_gpu.precompile import (
     find_nvdisasm,
     kernel_lives,
     kernel_resources,
+    ncu_kernel_names,
+    ncu_source_samples,
     step_variants,
 )
 from sap_tools.precompile import configurations, launched_resources
@@ -157,6 +159,65 @@ def test_kernel_lives_reads_peaks_lines_loops_and_spills(monkeypatch):
     assert by_where[("contact_solve_fused.py:5", "contact_solve_fused.py:5", 0)].peak == 2
 
 
+def _ncu_csv(kernel: str, opcodes: list[str], rows: list[tuple]) -> str:
+    """The source page of an Nsight Compute report as ``ncu --page source --csv --print-source sass``
+    writes it, cut down to the columns read and two stall reasons (with their not-issued twins,
+    which are not read): one row per instruction (samples, executed, no_inst, long_sb), the
+    kernel loaded at a device address."""
+    head = ['"Kernel Name","%s",' % kernel,
+            '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+            '"Instructions Executed","stall_long_sb","stall_no_inst","stall_long_sb (Not Issued)",'
+            '"stall_no_inst (Not Issued)"']
+    body = [f'"0x{0x7FF744A48000 + 16 * i:x}","{op} R1, R2 ;","{n:,}","0","{e:,}","{lsb}","{ni}","0","0"'
+            for i, (op, (n, e, ni, lsb)) in enumerate(zip(opcodes, rows))]
+    return "\n".join(head + body) + "\n"
+
+
+SYNTHETIC_OPCODES = ["LDC", "LDL", "CALL.REL.NOINC", "@P0 BRA", "STL", "EXIT", "FADD", "RET.REL.NODEC"]
+
+
+def test_ncu_samples_go_to_the_python_lines_of_the_same_machine_code(monkeypatch):
+    """ncu_source_samples: each instruction's samples, executed count and stall reasons go to its
+    Python line (innermost, and the kernel line it is inlined at) by its offset in the kernel,
+    checked opcode by opcode against the listing; another build's code is refused."""
+    import pathlib
+
+    import sap_gpu.precompile as pre
+
+    _, lines = _listings(str(pathlib.Path(pre.__file__).resolve().parents[1]))
+    monkeypatch.setattr(pre.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, lines, ""))
+    k = "k_1234abcd_cuda_kernel_forward"
+    rows = [(5, 10, 3, 0), (40, 100, 10, 25), (2, 100, 1, 0), (3, 100, 0, 0), (1, 10, 0, 1), (0, 10, 0, 0),
+            (7, 20, 7, 0), (2, 20, 0, 0)]
+    text = _ncu_csv(k, SYNTHETIC_OPCODES, rows)
+    assert ncu_kernel_names(text) == [k]
+    (name, v), = ncu_source_samples(text, "k.cubin", "nvdisasm").items()
+    assert name == k and v["samples"] == 60 and v["executed"] == 370
+    assert v["stalls"] == {"no_inst": 21, "long_sb": 26}  # the not-issued columns are not read
+    by = {(x.where, x.called_from): x for x in v["lines"]}
+    inner = by[("contact_problem.py:7", "contact_solve_fused.py:9")]
+    assert (inner.instructions, inner.samples, inner.executed, inner.stalls) == \
+        (3, 45, 300, {"no_inst": 11, "long_sb": 25})
+    assert v["lines"][0] is inner  # most samples first
+    native = by[("lane_cholesky.py (native code)", "lane_cholesky.py (native code)")]
+    assert (native.function, native.samples, native.instructions) == ("foo::run", 9, 2)
+    other = SYNTHETIC_OPCODES[:6] + ["FMUL", "RET.REL.NODEC"]
+    with pytest.raises(RuntimeError, match="1 of 8 instructions differ"):
+        ncu_source_samples(_ncu_csv(k, other, rows), "k.cubin", "nvdisasm")
+    with pytest.raises(RuntimeError, match="are not in k.cubin"):
+        ncu_source_samples(_ncu_csv("k_99999999_cuda_kernel_forward", SYNTHETIC_OPCODES, rows), "k.cubin", "nvdisasm")
+    with pytest.raises(RuntimeError, match="no kernel table"):
+        ncu_source_samples("not,a,report\n", "k.cubin", "nvdisasm")
+
+
+def test_ncu_source_that_holds_no_kernel_table_fails_before_any_work(tmp_path):
+    bad = tmp_path / "empty.csv"
+    bad.write_text("==PROF== Connected to process\n")
+    run = subprocess.run([sys.executable, "-m", "sap_tools.precompile", "humanoid", "--ncu-source", str(bad)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "--ncu-source: no kernel table in" in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["humanoid", "--preset", "fast"], "--preset/--line-search: contact_preset_variant: 'fast' is not valid"),
     (["humanoid", "--newton-path", "graph"], "--newton-path: 'graph' is not valid; valid: fused, staged"),
@@ -166,6 +227,7 @@ def test_kernel_lives_reads_peaks_lines_loops_and_spills(monkeypatch):
     (["humanoid", "--fused-cholesky", "lu"], "--fused-cholesky: 'lu' is not valid; valid: tile, lanes"),
     (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
     (["humanoid", "--lives", "--cuda-output", "ptx"], "--lives: nvdisasm reads CUBIN files"),
+    (["humanoid", "--ncu-source", "/no/such/report.csv"], "--ncu-source: cannot read /no/such/report.csv"),
     (["humanoid", "--arch", "9"], "--arch: an SM architecture such as 80, 90 or 100, got 9"),
     (["no_such_scene"], "no_such_scene"),
 ])
@@ -306,10 +368,12 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
 # kernel's peak of live registers is inside it (approx32: 152 there, 125 in the rest of the
 # kernel; test_where_the_lanes_kernel_holds_its_registers_and_where_a_cap_spills); the tile
 # Cholesky kernel takes 164. Drake's float64 rows take 64 registers and the shuffled column as
-# many again (160). Inlined, the elimination took approx32 to 255 registers and a 264 B stack.
+# many again (160 with the steps unrolled; 170 rolled, the select of a step's column taking the
+# rest: rolled, the call is 1,240 instructions instead of 3,241, and ran 1.16x the tile kernel
+# on an H100). Inlined, the elimination took approx32 to 255 registers and a 264 B stack.
 # A change that needs more fails here and must say why (see
 # docs/benchmarks.md § Factoring in registers).
-LANE_CHOLESKY_BUDGET = {"approx32": (153, 0), "drake": (160, 0)}
+LANE_CHOLESKY_BUDGET = {"approx32": (153, 0), "drake": (170, 0)}
 
 
 @pytest.mark.cuda_compile
