@@ -304,12 +304,17 @@ def test_ctrl_c_in_a_running_tool_ends_it_with_one_line(tmp_path):
 
     out = tmp_path / "plot.png"
     out.write_bytes(b"the old plot")
-    # The tool starts with SIGINT at its default, as from a terminal. A test run started as a
-    # background job (`pytest ... &` from a script) has SIGINT ignored, the child would inherit
-    # that, and Python does not install its Ctrl-C handler in a process that starts so.
-    proc = subprocess.Popen([sys.executable, "-m", "sap_tools.demo", "box_stack", "--steps", "1000000", "--out",
-                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=DATA.parent.parent, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # The tool starts with SIGINT delivered and handled as from a terminal. A test run started as
+    # a background job (`pytest ... &` from a script) has SIGINT ignored, and a child inherits
+    # that and its parent thread's blocked signals; Python does not install its Ctrl-C handler in
+    # a process that starts with SIGINT ignored, and a blocked SIGINT never arrives (one CI run
+    # of the whole suite saw the tool run on for 120 s after the signal). So the child unblocks
+    # SIGINT and installs Python's handler itself before it runs the tool.
+    start = ("import runpy, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+             "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv = ['sap-demo', *sys.argv[1:]]; "
+             "runpy.run_module('sap_tools.demo', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", start, "box_stack", "--steps", "1000000", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=DATA.parent.parent)
     try:
         assert proc.stdout.readline().startswith("solver:")  # the run has started
         time.sleep(1.0)
