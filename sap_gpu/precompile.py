@@ -333,7 +333,7 @@ def kernel_lives(cubin: str, nvdisasm: str | None = None) -> dict:
             for name in state.pop("pending", []):
                 state.setdefault("labels", {})[name] = address
             target = re.search(r"`\((\.L_x_\d+)\)", text)
-            opcode = text.split()[1] if text.startswith("@") else text.split()[0]
+            opcode = _opcode(text)
             if opcode.startswith("BRA") and target:
                 state.setdefault("branches", []).append((address, target.group(1)))
             callee = re.search(r"`\((\$[^)\s]+)\)", text)
