@@ -21,7 +21,19 @@ Everything here is built per scalar type and memoized:
   ``sap``, the Hunt–Crossley constraint for ``lagged`` / ``similar``; the other rows, the
   Hessian assembly (from each contact's G) and the linear solves are the same for every
   approximation, and the ``sap`` kernels carry no Hunt–Crossley code;
-* :func:`hessian_functions` (T, linear-solve scalar TL): rows of H = A + JᵀGJ.
+* :func:`hessian_functions` (T, linear-solve scalar TL): rows of H = A + JᵀGJ;
+* :func:`rolled_sums` (T): the sums over a row's or a DOF's non-zero entries that every pass
+  runs, as loops the CUDA compiler keeps rolled (below).
+
+**Rolled loops.** CUDA's compiler unrolls a loop whose trip count it cannot see (a row's list
+of non-zero columns, a DOF's list of contacts) four or more times over, with a remainder loop,
+and Warp gives a Python loop no way to ask otherwise (it emits a loop as labels and ``goto``,
+where C++'s ``#pragma unroll 1`` does not apply). In the fused Newton kernel that unrolling is
+code size, and on an H100 that kernel waits for its own instructions more than for memory
+(docs/benchmarks.md § The fused kernel under Nsight Compute). So the sums over those lists are
+``wp.func_native`` loops under ``#pragma unroll 1``, with the same operations in the same order
+as the Python they replace (Warp's ``wp::add`` and ``wp::mul``, one operation each, as Warp's
+generated code calls them), so the numbers are the same bit for bit.
 """
 
 from types import SimpleNamespace
@@ -34,7 +46,7 @@ from .constraints import hunt_crossley_term, make_terms
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["problem_types", "row_functions", "hessian_functions", "HC_DATA"]
+__all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "HC_DATA"]
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
@@ -45,6 +57,7 @@ HC_DATA = wp.types.vector(5, wp.float64)
 _PROBLEM: dict = {}
 _ROWS: dict = {}
 _HESSIAN: dict = {}
+_ROLLED: dict = {}
 
 
 def problem_types(T):
@@ -140,6 +153,108 @@ def problem_types(T):
     return _PROBLEM[T]
 
 
+# The C++ of rolled_sums: SCALAR is the objective scalar T. Array entries through wp::index,
+# sums through wp::add / wp::mul in the order of the Python each replaces (named in rolled_sums).
+_ROLLED_SPARSE_ROW_DOT = r"""
+const int n = wp::index(ncols, world, row);
+SCALAR s = SCALAR(0.0);
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < n; ++t) {
+    const int k = wp::index(cols, world, row, t);
+    s = wp::add(s, wp::mul(SCALAR(wp::index(M, world, row, k)), wp::index(x, world, k)));
+}
+return s;
+"""
+_ROLLED_A_ROW_DOTS = r"""
+const int n = wp::index(ncols, world, i);
+SCALAR s = SCALAR(0.0);
+SCALAR sv = SCALAR(0.0);
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < n; ++t) {
+    const int k = wp::index(cols, world, i, t);
+    const SCALAR a = SCALAR(wp::index(A, world, i, k));
+    s = wp::add(s, wp::mul(a, wp::sub(wp::index(v, world, k), SCALAR(wp::index(v_star, world, k)))));
+    sv = wp::add(sv, wp::mul(a, wp::index(v, world, k)));
+}
+return wp::vec_t<2, SCALAR>(s, sv);
+"""
+_ROLLED_CONTACT_ROWS_DOT = r"""
+const int n = wp::index(ncols, world, c);
+wp::vec_t<3, SCALAR> s(SCALAR(0.0), SCALAR(0.0), SCALAR(0.0));
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < n; ++t) {
+    const int k = wp::index(cols, world, c, t);
+    const wp::vec_t<3, SCALAR> Jk(SCALAR(wp::index(J, world, 3 * c, k)), SCALAR(wp::index(J, world, 3 * c + 1, k)),
+                                  SCALAR(wp::index(J, world, 3 * c + 2, k)));
+    s = wp::add(s, wp::mul(Jk, wp::index(x, world, k)));
+}
+return s;
+"""
+_ROLLED_JT_GAMMA = r"""
+SCALAR s = SCALAR(0.0);
+const int nc = wp::index(dof_ncontacts, world, i);
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < nc; ++t) {
+    const int r = 3 * wp::index(dof_contacts, world, i, t);
+    s = wp::add(wp::add(wp::add(s, wp::mul(SCALAR(wp::index(contact_J, world, r, i)), wp::index(gamma, world, r))),
+                        wp::mul(SCALAR(wp::index(contact_J, world, r + 1, i)), wp::index(gamma, world, r + 1))),
+                wp::mul(SCALAR(wp::index(contact_J, world, r + 2, i)), wp::index(gamma, world, r + 2)));
+}
+const int nl = wp::index(dof_nlimits, world, i);
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < nl; ++t) {
+    const int r = wp::index(dof_limits, world, i, t);
+    s = wp::add(s, wp::mul(SCALAR(wp::index(limit_J, world, r, i)), wp::index(gamma, world, o + r)));
+}
+WP_PRAGMA_NO_UNROLL
+for (int d = 0; d < drive_count; ++d) {
+    if (wp::index(drive_dof, d) == i)
+        s = wp::add(s, wp::index(gamma, world, o2 + d));
+}
+return s;
+"""
+
+
+def rolled_sums(T) -> SimpleNamespace:
+    """The sums over non-zero lists as loops kept rolled on CUDA (the module docstring), in
+    objective scalar ``T`` (memoized): ``sparse_row_dot`` (M[row] · x over the row's listed
+    columns), ``A_row_dots`` ((A(v − v*))_i and (A v)_i, one pass), ``contact_rows_dot`` (J_c x,
+    the 3 rows of contact c) and ``jt_gamma`` ((Jᵀγ)_i: the contacts, the limit rows and the
+    drives touching DOF i, in row order). :func:`row_functions` documents each as the function
+    of its own that calls it."""
+    if T in _ROLLED:
+        return _ROLLED[T]
+    scalar = {wp.float32: "wp::float32", wp.float64: "wp::float64"}[T]
+    V2 = wp.types.vector(2, T)
+    V3 = wp.types.vector(3, T)
+
+    @wp.func_native(_ROLLED_SPARSE_ROW_DOT.replace("SCALAR", scalar))
+    def sparse_row_dot(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                       world: int, row: int, x: wp.array2d(dtype=T)) -> T:
+        ...
+
+    @wp.func_native(_ROLLED_A_ROW_DOTS.replace("SCALAR", scalar))
+    def A_row_dots(A: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                   world: int, i: int, v: wp.array2d(dtype=T), v_star: wp.array2d(dtype=wp.float64)) -> V2:
+        ...
+
+    @wp.func_native(_ROLLED_CONTACT_ROWS_DOT.replace("SCALAR", scalar))
+    def contact_rows_dot(J: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                         world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
+        ...
+
+    @wp.func_native(_ROLLED_JT_GAMMA.replace("SCALAR", scalar))
+    def jt_gamma(contact_J: wp.array3d(dtype=wp.float64), dof_contacts: wp.array3d(dtype=int),
+                 dof_ncontacts: wp.array2d(dtype=int), limit_J: wp.array3d(dtype=wp.float64),
+                 dof_limits: wp.array3d(dtype=int), dof_nlimits: wp.array2d(dtype=int), drive_dof: wp.array(dtype=int),
+                 drive_count: int, gamma: wp.array2d(dtype=T), o: int, o2: int, world: int, i: int) -> T:
+        ...
+
+    _ROLLED[T] = SimpleNamespace(sparse_row_dot=sparse_row_dot, A_row_dots=A_row_dots,
+                                 contact_rows_dot=contact_rows_dot, jt_gamma=jt_gamma)
+    return _ROLLED[T]
+
+
 def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` with the contact
     constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; memoized).
@@ -198,47 +313,29 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
                 T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
 
-    @wp.func
-    def sparse_row_dot(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
-                       world: int, row: int, x: wp.array2d(dtype=T)) -> T:
-        """M[row] · x over the row's listed non-zero columns (rows of A, limit rows)."""
-        s = T(0.0)
-        for t in range(ncols[world, row]):
-            k = cols[world, row, t]
-            s = s + T(M[world, row, k]) * x[world, k]
-        return s
+    rolled = rolled_sums(T)
 
     @wp.func
     def A_row_dot(P: Problem, world: int, i: int, x: wp.array2d(dtype=T)) -> T:
-        """(A x)_i over the non-zero columns of row i."""
-        return sparse_row_dot(P.A, P.A_cols, P.A_ncols, world, i, x)
+        """(A x)_i over the non-zero columns of row i: Σₜ T(A[i, k]) x[k], k = A_cols[i, t] (rolled)."""
+        return rolled.sparse_row_dot(P.A, P.A_cols, P.A_ncols, world, i, x)
 
     @wp.func
     def A_row_dots(P: Problem, world: int, i: int):
-        """(A (v − v*))_i and (A v)_i in one pass over the non-zero columns of row i."""
-        s = T(0.0)
-        sv = T(0.0)
-        for t in range(P.A_ncols[world, i]):
-            k = P.A_cols[world, i, t]
-            a = T(P.A[world, i, k])
-            s = s + a * (P.v[world, k] - T(P.v_star[world, k]))
-            sv = sv + a * P.v[world, k]
-        return s, sv
+        """(A (v − v*))_i and (A v)_i in one pass over the non-zero columns of row i: with
+        a = T(A[i, k]), Σₜ a (v[k] − T(v*[k])) and Σₜ a v[k] (rolled)."""
+        s = rolled.A_row_dots(P.A, P.A_cols, P.A_ncols, world, i, P.v, P.v_star)
+        return s[0], s[1]
 
     @wp.func
     def contact_rows_dot(P: Problem, world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
-        """(J_c x) for the 3 rows of contact c, over its non-zero columns."""
-        s = V3(T(0.0), T(0.0), T(0.0))
-        for t in range(P.contact_ncols[world, c]):
-            k = P.contact_cols[world, c, t]
-            s = s + V3(T(P.contact_J[world, 3 * c, k]), T(P.contact_J[world, 3 * c + 1, k]),
-                       T(P.contact_J[world, 3 * c + 2, k])) * x[world, k]
-        return s
+        """(J_c x) for the 3 rows of contact c, over its non-zero columns: Σₜ J_c[:, k] x[k] (rolled)."""
+        return rolled.contact_rows_dot(P.contact_J, P.contact_cols, P.contact_ncols, world, c, x)
 
     @wp.func
     def limit_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
-        """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list)."""
-        return sparse_row_dot(P.limit_J, P.limit_cols, P.limit_ncols, world, r, x)
+        """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list; rolled)."""
+        return rolled.sparse_row_dot(P.limit_J, P.limit_cols, P.limit_ncols, world, r, x)
 
     @wp.func
     def momentum_pass(P: Problem, world: int, lane: int, stride: int) -> T:
@@ -291,21 +388,13 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 
     @wp.func
     def jt_gamma(P: Problem, world: int, i: int) -> T:
-        """(Jᵀγ)_i: the rows touching DOF i in row order (contacts, limits, drives)."""
-        s = T(0.0)
-        for t in range(P.dof_ncontacts[world, i]):
-            r = 3 * P.dof_contacts[world, i, t]
-            s = s + T(P.contact_J[world, r, i]) * P.gamma[world, r] + T(P.contact_J[world, r + 1, i]) * P.gamma[
-                world, r + 1] + T(P.contact_J[world, r + 2, i]) * P.gamma[world, r + 2]
+        """(Jᵀγ)_i: the rows touching DOF i in row order (rolled): from 0, for each listed contact c
+        (r = 3c) s + J[r, i] γ[r] + J[r+1, i] γ[r+1] + J[r+2, i] γ[r+2], left to right; then each
+        listed limit row r, s + J_r[i] γ[o + r]; then each drive d on DOF i, s + γ[o₂ + d]
+        (o = 3C, o₂ = o + the limit rows: where those rows' γ start)."""
         o = P.contact_J.shape[1]
-        for t in range(P.dof_nlimits[world, i]):
-            r = P.dof_limits[world, i, t]
-            s = s + T(P.limit_J[world, r, i]) * P.gamma[world, o + r]
-        o2 = o + P.limit_count
-        for d in range(P.drive_count):
-            if P.drive_dof[d] == i:
-                s = s + P.gamma[world, o2 + d]
-        return s
+        return rolled.jt_gamma(P.contact_J, P.dof_contacts, P.dof_ncontacts, P.limit_J, P.dof_limits, P.dof_nlimits,
+                               P.drive_dof, P.drive_count, P.gamma, o, o + P.limit_count, world, i)
 
     @wp.func
     def gradient_pass(P: Problem, world: int, lane: int, stride: int):

@@ -341,6 +341,21 @@ def _compile_all(variants: dict, used_by: dict, arch: int, args, cuobjdump, labe
 
 
 LIVES_TOP = 8  # --lives: the Python lines printed with the most registers live (the JSON has all)
+CODE_TOP = 8  # --lives: the kernel lines printed with the most machine instructions (the JSON has all)
+
+
+def _code_by_kernel_line(lines) -> dict:
+    """``{kernel line: machine instructions}``, most first, of a kernel's :class:`SourceLives`:
+    its code size by the kernel line each instruction is inlined at (a fused kernel's stages; a
+    subroutine's instructions go to the line of its name in brackets). On an H100 the fused
+    kernel waits for its own instructions more than for memory
+    (docs/benchmarks.md § The fused kernel under Nsight Compute), so this is a figure to bring
+    down, and it needs no GPU."""
+    code: dict = {}
+    for line in lines:
+        where = line.called_from if line.function == "kernel" else f"[{line.function}]"
+        code[where] = code.get(where, 0) + line.instructions
+    return dict(sorted(code.items(), key=lambda x: (-x[1], x[0])))
 
 
 def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str, ncu_text: str | None = None,
@@ -369,6 +384,10 @@ def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str,
         functions = ", ".join(f"{f} {n}" for f, n in sorted(k["functions"].items(), key=lambda x: -x[1]))
         print(f"           {key}: peak {k['peak']} registers live (by function: {functions}); compiled again "
               f"with line information in {r.seconds:.1f} s", flush=True)
+        code = _code_by_kernel_line(k["lines"])
+        total = sum(code.values())
+        print(f"             code: {total:,} machine instructions; the most by kernel line (a fused kernel's "
+              "stages): " + ", ".join(f"{where} {n:,}" for where, n in list(code.items())[:CODE_TOP]), flush=True)
         print("             live  depth  instr  where (called from) [function]", flush=True)
         for line in k["lines"][:LIVES_TOP]:
             print(f"             {line.peak:4d}  {line.depth:5d}  {line.instructions:5d}  {_where(line)}", flush=True)
@@ -382,7 +401,8 @@ def _lives(module, block_dim: int, arch: int, kernels: list[str], nvdisasm: str,
                   f"{sum(x.local_stores for x in at)} stores, at "
                   + "; ".join(f"{_where(x)} {x.local_loads}/{x.local_stores}" for x in at[:4])
                   + ("; ..." if len(at) > 4 else ""), flush=True)
-        out[key] = dict(peak=k["peak"], functions=k["functions"], lines=[dataclasses.asdict(x) for x in k["lines"]])
+        out[key] = dict(peak=k["peak"], functions=k["functions"], instructions=total, code=code,
+                        lines=[dataclasses.asdict(x) for x in k["lines"]])
     return out
 
 

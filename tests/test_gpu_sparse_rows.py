@@ -190,3 +190,110 @@ def test_sparse_rows_must_be_a_bool(device, bad):
     state = sap_gpu.to_device(scene.state, device)
     with pytest.raises(ValueError, match="sparse_rows: expected True .* or False"):
         solver.step(state, state, sap_gpu.to_device(scene.control, device), None, scene.dt)
+
+
+# ---------------------------------------------------------------- the rolled sums, bit for bit
+
+_ROLLED_KERNELS: dict = {}
+
+
+def _rolled_kernels(T):
+    """Two kernels over the same random lists: the rolled sums of ``sap_gpu.contact_problem``
+    (C++ loops the CUDA compiler keeps rolled) and the Python loops they replace, as the module
+    had them. One thread per (world, row)."""
+    if T in _ROLLED_KERNELS:
+        return _ROLLED_KERNELS[T]
+    import warp as wp
+
+    from sap_gpu.contact_problem import rolled_sums
+
+    rolled = rolled_sums(T)
+    V3 = wp.types.vector(3, T)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def sums(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+             x: wp.array2d(dtype=T), xs: wp.array2d(dtype=wp.float64), J: wp.array3d(dtype=wp.float64),
+             dof_rows: wp.array3d(dtype=int), dof_nrows: wp.array2d(dtype=int), limit_J: wp.array3d(dtype=wp.float64),
+             drive_dof: wp.array(dtype=int), gamma: wp.array2d(dtype=T), o: int, o2: int, python: int,
+             out: wp.array3d(dtype=T)):
+        world, r = wp.tid()
+        dot = T(0.0)
+        d1 = T(0.0)
+        d2 = T(0.0)
+        Jx = V3()
+        jtg = T(0.0)
+        if python == 0:
+            dot = rolled.sparse_row_dot(M, cols, ncols, world, r, x)
+            two = rolled.A_row_dots(M, cols, ncols, world, r, x, xs)
+            d1 = two[0]
+            d2 = two[1]
+            Jx = rolled.contact_rows_dot(J, cols, ncols, world, r, x)
+            jtg = rolled.jt_gamma(J, dof_rows, dof_nrows, limit_J, dof_rows, dof_nrows, drive_dof, drive_dof.shape[0],
+                                  gamma, o, o2, world, r)
+        else:
+            for t in range(ncols[world, r]):  # sparse_row_dot
+                k = cols[world, r, t]
+                dot = dot + T(M[world, r, k]) * x[world, k]
+            for t in range(ncols[world, r]):  # A_row_dots
+                k = cols[world, r, t]
+                a = T(M[world, r, k])
+                d1 = d1 + a * (x[world, k] - T(xs[world, k]))
+                d2 = d2 + a * x[world, k]
+            for t in range(ncols[world, r]):  # contact_rows_dot
+                k = cols[world, r, t]
+                Jx = Jx + V3(T(J[world, 3 * r, k]), T(J[world, 3 * r + 1, k]), T(J[world, 3 * r + 2, k])) * x[world, k]
+            for t in range(dof_nrows[world, r]):  # jt_gamma: contacts, limit rows, drives
+                q = 3 * dof_rows[world, r, t]
+                jtg = jtg + T(J[world, q, r]) * gamma[world, q] + T(J[world, q + 1, r]) * gamma[
+                    world, q + 1] + T(J[world, q + 2, r]) * gamma[world, q + 2]
+            for t in range(dof_nrows[world, r]):
+                q = dof_rows[world, r, t]
+                jtg = jtg + T(limit_J[world, q, r]) * gamma[world, o + q]
+            for d in range(drive_dof.shape[0]):
+                if drive_dof[d] == r:
+                    jtg = jtg + gamma[world, o2 + d]
+        out[world, r, 0] = dot
+        out[world, r, 1] = d1
+        out[world, r, 2] = d2
+        out[world, r, 3] = Jx[0]
+        out[world, r, 4] = Jx[1]
+        out[world, r, 5] = Jx[2]
+        out[world, r, 6] = jtg
+
+    _ROLLED_KERNELS[T] = sums
+    return sums
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 12), scalar=st.sampled_from(["float32", "float64"]))
+def test_rolled_sums_equal_the_python_loops_they_replace(device, seed, n, scalar):
+    """Every sum over a non-zero list that the Newton passes run (``rolled_sums``) gives the
+    numbers of the Python loop it replaced, bit for bit, on lists of any length (0 included),
+    with entries of mixed magnitude so that a changed order or rounding would show."""
+    import warp as wp
+
+    T = {"float32": wp.float32, "float64": wp.float64}[scalar]
+    rng = np.random.default_rng(seed)
+    W = 2
+    scale = lambda *shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)  # noqa: E731
+    ncols = rng.integers(0, n + 1, (W, n))
+    cols = np.zeros((W, n, n), int)
+    for w in range(W):
+        for r in range(n):
+            cols[w, r, :ncols[w, r]] = np.sort(rng.choice(n, ncols[w, r], replace=False))
+    # dof_rows lists rows < n for both the contact blocks (3 rows each) and the limit rows
+    drive_dof = rng.integers(0, n, 3)
+    o = 3 * n
+    gamma = scale(W, o + n + len(drive_dof))
+    arrays = dict(M=scale(W, n, n), cols=cols, ncols=ncols, x=scale(W, n), xs=scale(W, n), J=scale(W, 3 * n, n),
+                  dof_rows=cols, dof_nrows=ncols, limit_J=scale(W, n, n), drive_dof=drive_dof, gamma=gamma)
+    dtypes = dict(M=wp.float64, cols=int, ncols=int, x=T, xs=wp.float64, J=wp.float64, dof_rows=int, dof_nrows=int,
+                  limit_J=wp.float64, drive_dof=int, gamma=T)
+    inputs = [wp.array(arrays[k], dtype=dtypes[k], device=device) for k in dtypes]
+    kernel = _rolled_kernels(T)
+    outs = []
+    for python in (0, 1):
+        out = wp.zeros((W, n, 7), dtype=T, device=device)
+        wp.launch(kernel, dim=(W, n), inputs=[*inputs, o, o + n, python, out], device=device)
+        outs.append(out.numpy())
+    assert np.array_equal(outs[0], outs[1]), np.argwhere(outs[0] != outs[1])
