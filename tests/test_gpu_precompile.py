@@ -377,7 +377,7 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
 # on an H100). Inlined, the elimination took approx32 to 255 registers and a 264 B stack. The
 # rolled sums over non-zero lists (sap_gpu.contact_problem.rolled_sums) took approx32 from 153
 # to 162 and drake from 170 to 180: their loops keep the arrays' bases and strides in registers
-# (docs/benchmarks.md § Rolled sums: the fused kernel's code, measured without a GPU).
+# (docs/benchmarks.md § Rolled sums in the fused kernel).
 # A change that needs more fails here and must say why (see
 # docs/benchmarks.md § Factoring in registers).
 LANE_CHOLESKY_BUDGET = {"approx32": (162, 0), "drake": (180, 0)}
@@ -460,7 +460,7 @@ def test_where_the_lanes_kernel_holds_its_registers_and_where_a_cap_spills(tmp_p
 # instruction to be fetched more than for anything else (docs/benchmarks.md § The fused kernel under Nsight Compute),
 # so its code size is held like its registers: a change that needs more fails here and must say
 # why. 10,889 (approx32) and 11,628 (drake) before the sums over non-zero lists became loops the
-# compiler keeps rolled (docs/benchmarks.md § Rolled sums: the fused kernel's code, measured without a GPU).
+# compiler keeps rolled (docs/benchmarks.md § Rolled sums in the fused kernel).
 FUSED_CODE_BUDGET = {"approx32": 9072, "drake": 9806}
 
 
