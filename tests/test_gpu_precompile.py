@@ -161,6 +161,17 @@ def test_kernel_lives_reads_peaks_lines_loops_and_spills(monkeypatch):
     assert (after.peak, after.instructions, after.local_loads, after.local_stores) == (3, 2, 0, 1)
     assert by_where[("contact_solve_fused.py:5", "contact_solve_fused.py:5", 0)].peak == 2
 
+    # sap-precompile --lives' code size: every instruction counted once, by the kernel line it is
+    # inlined at; a subroutine's under its name in brackets; the most first
+    from sap_tools.precompile import _code_by_kernel_line
+
+    code = _code_by_kernel_line(k["lines"])
+    assert sum(code.values()) == sum(x.instructions for x in k["lines"])
+    assert code["contact_solve_fused.py:9"] == sum(x.instructions for x in k["lines"] if x.function == "kernel"
+                                                  and x.called_from == "contact_solve_fused.py:9") == 5
+    assert code["[foo::run]"] == sum(x.instructions for x in k["lines"] if x.function == "foo::run") > 0
+    assert list(code.values()) == sorted(code.values(), reverse=True)
+
 
 def _ncu_csv(kernel: str, opcodes: list[str], rows: list[tuple]) -> str:
     """The source page of an Nsight Compute report as ``ncu --page source --csv --print-source sass``
