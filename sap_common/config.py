@@ -321,17 +321,17 @@ class SapConfig:
             the order of its sums (last bits), so iterates agree to the solver's tolerance, not
             bit for bit. ``rows`` is the faster on a GPU (on an H100 ``tiles`` ran 0.83× its
             throughput, docs/benchmarks.md). Not read by the staged path, PCR or sap_ref.
-        fused_cholesky: how the fused Newton kernel factors H and solves for Δv: ``tile``
-            (default: Warp's tile Cholesky, cuSolverDx on CUDA, on a shared-memory tile loaded
-            from H's rows) or ``lanes`` (one row of H per lane of the world's warp, held in
-            registers and eliminated with warp shuffles; no shared memory). ``lanes`` applies to
-            worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
+        fused_cholesky: how the fused Newton kernel factors H and solves for Δv: ``lanes``
+            (default: one row of H per lane of the world's warp, held in registers and
+            eliminated with warp shuffles; no shared memory) or ``tile`` (Warp's tile Cholesky,
+            cuSolverDx on CUDA, on a shared-memory tile loaded from H's rows). ``lanes`` applies
+            to worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
             factorization runs. The two solve the same system to rounding (last bits), so
-            iterates agree to the solver's tolerance, not bit for bit. On an H100 at 8192
-            humanoid worlds ``lanes`` ran 1.08× (approx32) and 1.16× (drake) the throughput of
-            ``tile``; it is not the default until timed at fewer worlds and through the device
-            tests on a GPU (docs/benchmarks.md § The fused kernel under Nsight Compute). Not read
-            by the staged path, PCR or sap_ref.
+            iterates agree to the solver's tolerance, not bit for bit. On an H100 with humanoid
+            worlds ``lanes`` ran 1.02–1.12× (approx32) and 1.08–1.15× (drake) the throughput of
+            ``tile`` from 1024 to 8192 worlds
+            (docs/benchmarks.md § Rolled sums and the register elimination on an H100).
+            Not read by the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the
             Hunt–Crossley constraint, reads k, d, σ and the stiction tolerance; Drake's plant

@@ -269,10 +269,10 @@ DEFAULT_FUSED_HESSIAN = "rows"
 # one tile (nv ≤ 32) whose H is formed by rows. "tile": Warp's tile Cholesky (cuSolverDx on CUDA)
 # on a shared-memory tile loaded from H's rows; "lanes": one row of H per lane of the world's
 # warp, in registers, eliminated with warp shuffles (sap_gpu/lane_cholesky.py). Both solve the
-# same system to rounding. On an H100 at 8192 humanoid worlds "lanes" ran 1.08x (approx32) and
-# 1.16x (drake) the throughput of "tile"
-# (docs/benchmarks.md § The fused kernel under Nsight Compute); "tile" stays the default until
-# "lanes" has been timed at fewer worlds and has passed the device tests on a GPU in this form
-# (its steps rolled).
+# same system to rounding. "lanes" is the default because it is the faster on a GPU: on an H100
+# it ran 1.02x, 1.09x and 1.12x the throughput of "tile" at 1024, 4096 and 8192 humanoid worlds
+# with approx32 (drake 1.08x, 1.14x, 1.15x), and the device tests pass on the GPU with it
+# (docs/benchmarks.md § Rolled sums and the register elimination on an H100). Other worlds
+# (nv > 32, or H formed by tiles) take "tile" whatever this says.
 FUSED_CHOLESKYS = ("tile", "lanes")
-DEFAULT_FUSED_CHOLESKY = "tile"
+DEFAULT_FUSED_CHOLESKY = "lanes"

@@ -147,6 +147,7 @@ def _default_arch() -> int:
 def main(argv=None) -> int:
     from sap_common.config import (
         CONTACT_APPROXIMATIONS,
+        DEFAULT_FUSED_CHOLESKY,
         FUSED_CHOLESKYS,
         FUSED_HESSIANS,
         LINEAR_SOLVERS,
@@ -173,9 +174,10 @@ def main(argv=None) -> int:
     p.add_argument("--fused-hessian", nargs="+", default=["rows"], metavar="HOW",
                    help=f"SapConfig.fused_hessian, how the fused kernel forms H: {', '.join(FUSED_HESSIANS)} "
                         f"(default rows); several = each")
-    p.add_argument("--fused-cholesky", nargs="+", default=["tile"], metavar="HOW",
+    p.add_argument("--fused-cholesky", nargs="+", default=[DEFAULT_FUSED_CHOLESKY], metavar="HOW",
                    help=f"SapConfig.fused_cholesky, how the fused kernel factors H: {', '.join(FUSED_CHOLESKYS)} "
-                        f"(default tile); several = each (lanes with an H formed by rows)")
+                        f"(default {DEFAULT_FUSED_CHOLESKY}); several = each (lanes with an H formed by rows; an H "
+                        f"formed by tiles is factored by tile)")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
                         "and with a driver older than its CUDA toolkit) or ptx")
@@ -263,20 +265,25 @@ def main(argv=None) -> int:
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_hessian"] = hessian
-        if cholesky != "tile":  # the same; and only where the kernel can take it (one tile formed by rows)
-            if path != "fused" or solver != "cholesky" or fused_cholesky_for(cholesky, hessian, FUSED_TILE) != cholesky:
+        # the factorization the kernel takes with this H (lanes only for one tile formed by rows), set
+        # where it is not the one the default gives this H, and then only where the fused kernel reads it
+        cholesky = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
+        plain = cholesky == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
+        if not plain:
+            if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_cholesky"] = cholesky
         try:
             record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
         except ValueError as e:
             return fail(prog, e)
+        label = (f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
+                 + ("" if cap is None else f"/reg{cap}") + ("" if hessian == "rows" else f"/{hessian}")
+                 + ("" if plain else f"/{cholesky}"))
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))
-            used_by.setdefault(key, []).append(f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
-                                               + ("" if cap is None else f"/reg{cap}")
-                                               + ("" if hessian == "rows" else f"/{hessian}")
-                                               + ("" if cholesky == "tile" else f"/{cholesky}"))
+            if label not in used_by.setdefault(key, []):  # lanes and tile asked for an H formed by tiles: one run
+                used_by[key].append(label)
     rows = _compile_all(variants, used_by, arch, args, cuobjdump, f"{args.scene} (sap_gpu)")
     report = dict(scene=args.scene, arch=arch, cuda_output=args.cuda_output, sap_gpu=_summary(rows), variants=rows)
     if args.vs_mjwarp:

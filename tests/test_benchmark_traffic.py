@@ -76,7 +76,8 @@ def _hand_count(lanes: int, probes_per_iteration: float, tiles: bool = False, la
 
 @pytest.mark.parametrize("lanes", [32, 1])
 def test_newton_traffic_equals_a_count_by_hand_on_one_contact(device, lanes):
-    solver = _sphere_slide_step(device)
+    """H by rows, factored by the tile Cholesky (the count by hand of the other ways: below)."""
+    solver = _sphere_slide_step(device, fused_cholesky="tile")
     d = solver.diagnostics()
     its, probes = int(d["newton_iterations"][0]), int(d["line_search_iterations"][0])
     assert its >= 1 and int(solver.work.P.contact_count.numpy()[0]) == 1

@@ -47,12 +47,12 @@ def test_the_tile_hessian_of_the_fused_kernel_passes_every_stage(capsys, device,
 
 
 @pytest.mark.parametrize("preset", ["approx32", "drake"])
-def test_the_lane_cholesky_of_the_fused_kernel_passes_every_stage(capsys, device, preset):
-    """``--fused-cholesky lanes``: sap_gpu's fused kernel factors H in the lanes' registers
-    (box_stack: nv = 18, one tile); the step stays within its bars against sap_ref."""
+def test_the_tile_cholesky_of_the_fused_kernel_passes_every_stage(capsys, device, preset):
+    """``--fused-cholesky tile``: sap_gpu's fused kernel factors H by Warp's tile Cholesky instead of
+    the default lanes (box_stack: nv = 18, one tile); the step stays within its bars against sap_ref."""
     status, lines, row = _run(capsys, ["box_stack", "--steps", "30", "--every", "5", "--preset", preset,
-                                       "--fused-cholesky", "lanes", "--device", str(device)])
-    assert lines[0].endswith("; sap_gpu fused_cholesky lanes (--fused-cholesky)")
+                                       "--fused-cholesky", "tile", "--device", str(device)])
+    assert lines[0].endswith("; sap_gpu fused_cholesky tile (--fused-cholesky)")
     assert status == 0 and row["passed"] and lines[-2] == "verdict: pass"
     assert {"H", "v1", "gamma"} <= set(row["stages"]) and row["compared_contacts"] > 0
 

@@ -122,8 +122,8 @@ def test_solver_defaults():
     assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
     assert c.fused_hessian == "rows"  # lanes over H's rows in global memory (the one measured on a GPU)
     assert SapConfig(fused_hessian="Tiles").fused_hessian == "tiles"
-    assert c.fused_cholesky == "tile"  # Warp's tile Cholesky (the one measured on a GPU)
-    assert SapConfig(fused_cholesky="LANES").fused_cholesky == "lanes"
+    assert c.fused_cholesky == "lanes"  # H's rows in the lanes' registers (the faster on an H100)
+    assert SapConfig(fused_cholesky="TILE").fused_cholesky == "tile"
 
 
 def test_replace_re_expands_preset_and_keeps_explicit_choices():
@@ -290,8 +290,8 @@ def fresh_warnings(monkeypatch):
     (dict(fused_max_registers=128, contact_linear_solver="pcr"), "fused_max_registers", "newton_path='fused'"),
     (dict(fused_hessian="tiles", newton_path="staged"), "fused_hessian", "newton_path='fused'"),
     (dict(fused_hessian="tiles", contact_linear_solver="pcr"), "fused_hessian", "newton_path='fused'"),
-    (dict(fused_cholesky="lanes", newton_path="staged"), "fused_cholesky", "newton_path='fused'"),
-    (dict(fused_cholesky="lanes", contact_linear_solver="pcr"), "fused_cholesky", "newton_path='fused'"),
+    (dict(fused_cholesky="tile", newton_path="staged"), "fused_cholesky", "newton_path='fused'"),
+    (dict(fused_cholesky="tile", contact_linear_solver="pcr"), "fused_cholesky", "newton_path='fused'"),
 ])
 def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs, knob, reader):
     from sap_common.config import SapConfigWarning
@@ -314,7 +314,7 @@ def test_a_knob_the_configuration_never_reads_warns_once(fresh_warnings, kwargs,
     dict(rho=0.8, pcr_atol=0.0),  # the defaults, unchanged, are not "set"
     dict(fused_max_registers=128),
     dict(fused_hessian="tiles"),
-    dict(fused_cholesky="lanes"),
+    dict(fused_cholesky="tile"),
 ])
 def test_a_knob_the_configuration_reads_does_not_warn(fresh_warnings, kwargs):
     with warnings.catch_warnings():

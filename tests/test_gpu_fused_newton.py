@@ -59,6 +59,11 @@ HESSIAN_TERM_ROUNDINGS = 8
 
 
 def _solver(model, device, path, **config):
+    """The solver of ``path``; the fused path factors H with the tile Cholesky unless ``config``
+    says otherwise: the staged path's factorization, so that one lane reproduces it bit for bit
+    (the default register elimination is compared with it below, fused_cholesky="lanes")."""
+    if path == "fused":
+        config.setdefault("fused_cholesky", "tile")
     return sap_gpu.SolverSAP(model, max_rigid_contact=CAP, device=device, newton_path=path, **config)
 
 
@@ -332,13 +337,15 @@ def test_one_lane_blocked_factorization_equals_staged(device):
 
 def test_float32_objective_on_both_paths(device):
     """contact_solve_precision = fp32 (ℓ, ∇ℓ, the block sums in float32): equal to the staged path
-    on one lane; with 32 lanes every step converges as the staged one does."""
+    on one lane (with the staged path's factorization, as ``_solver``); with 32 lanes every step
+    converges as the staged one does."""
     scene, host = _pressed_stack(2)
     runs = {}
     for path, lanes in (("staged", False), ("fused", False), ("fused", True)):
         with cooperative_lanes(lanes):
+            fused = dict(fused_cholesky="tile") if path == "fused" else {}
             solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=16, device=device, newton_path=path,
-                                       contact_solve_precision="fp32")
+                                       contact_solve_precision="fp32", **fused)
             assert solver.work.P.v.dtype == wp.float32
             pipe = sap_gpu.CollisionPipeline(scene.sap_model, 16, solver.config, device=device)
             contacts, state = pipe.contacts(), sap_gpu.to_device(host, device)

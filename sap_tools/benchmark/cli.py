@@ -227,9 +227,10 @@ def _parser():
                         "rows in global memory) or tiles (tile products in shared memory, nv <= 32); both = a sweep "
                         "with the speed-up of tiles over rows printed (runs labelled /tiles)")
     p.add_argument("--fused-cholesky", nargs="+", default=[DEFAULT_FUSED_CHOLESKY], choices=FUSED_CHOLESKYS,
-                   help="SapConfig.fused_cholesky, how the fused Newton kernel factors H: tile (default: Warp's tile "
-                        "Cholesky) or lanes (H's rows in the lanes' registers, nv <= 32, H formed by rows); both = a "
-                        "sweep with the speed-up of lanes over tile printed (runs labelled /lanes)")
+                   help="SapConfig.fused_cholesky, how the fused Newton kernel factors H: lanes (default: H's rows in "
+                        "the lanes' registers, nv <= 32, H formed by rows) or tile (Warp's tile Cholesky; what an H "
+                        "formed by tiles takes); both = a sweep with the speed-up of lanes over tile printed (runs "
+                        "labelled /tile)")
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
@@ -318,18 +319,23 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
             for preset in presets:
                 for solver in (args.linear_solver or [None]):
                     for sparsity in dict.fromkeys(args.rows):
+                        runs = set()
                         for path, cap, hessian, cholesky in itertools.product(
                                 dict.fromkeys(args.newton_path), caps, dict.fromkeys(args.fused_hessian),
                                 dict.fromkeys(args.fused_cholesky)):
-                            if (hessian != DEFAULT_FUSED_HESSIAN or cholesky != DEFAULT_FUSED_CHOLESKY) \
-                                    and path != "fused":
+                            # the factorization the kernel takes with this H (lanes only for one tile
+                            # formed by rows), named where it is not what the default gives this H
+                            cholesky = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
+                            plain = cholesky == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
+                            if (hessian != DEFAULT_FUSED_HESSIAN or not plain) and path != "fused":
                                 continue  # the staged path has no fused kernel to form or factor H in
-                            if fused_cholesky_for(cholesky, hessian, FUSED_TILE) != cholesky:
-                                continue  # a factorization the kernel does not take with this H: a duplicate run
+                            if (path, cap, hessian, cholesky) in runs:
+                                continue  # lanes and tile asked for an H formed by tiles: one run
+                            runs.add((path, cap, hessian, cholesky))
                             run_overrides = dict(overrides)
                             if hessian != DEFAULT_FUSED_HESSIAN:
                                 run_overrides["fused_hessian"] = hessian
-                            if cholesky != DEFAULT_FUSED_CHOLESKY:
+                            if not plain:
                                 run_overrides["fused_cholesky"] = cholesky
                             if solver is not None:
                                 run_overrides["contact_linear_solver"] = solver
@@ -345,7 +351,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                                      + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
                                      + (f"/reg{cap}" if cap is not None else "")
                                      + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else "")
-                                     + (f"/{cholesky}" if cholesky != DEFAULT_FUSED_CHOLESKY else ""))
+                                     + ("" if plain else f"/{cholesky}"))
                             specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
                                               overrides=run_overrides, sparse=sparsity == "sparse", path=path,
                                               label=label, extra=extra))

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import warp as wp
 
+from sap_common.constants import DEFAULT_FUSED_CHOLESKY
 from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
@@ -296,9 +297,9 @@ def path_speedups(rows: list[dict]) -> list[dict]:
                      r.get("fused_max_registers"))
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
-    for r in rows:  # the fused runs that form H by rows and factor it by tiles, as the staged path does
+    for r in rows:  # the fused runs that form and factor H as the default configuration does
         if r.get("newton_path") == "fused" and r.get("fused_hessian", "rows") == "rows" \
-                and r.get("fused_cholesky", "tile") == "tile" and key(r) in staged:
+                and _cholesky(r) == DEFAULT_FUSED_CHOLESKY and key(r) in staged:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
             out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
@@ -323,16 +324,23 @@ def register_cap_speedups(rows: list[dict]) -> list[dict]:
 
 def hessian_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of each fused run that forms H by tile products (SapConfig.fused_hessian
-    ``tiles``) over the same run that forms it by rows, per (scene, num_worlds, preset, linear
-    solver, rows, register cap) run with both."""
+    ``tiles``) over the same run that forms it by rows with the default factorization, per (scene,
+    num_worlds, preset, linear solver, rows, register cap) run with both: the gain of setting
+    ``fused_hessian="tiles"`` alone (an H formed by tiles is factored by the tile Cholesky whatever
+    ``fused_cholesky`` says)."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
                      r.get("newton_path"), r.get("fused_max_registers"))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"
-            and r.get("fused_cholesky", "tile") == "tile"}
+            and _cholesky(r) == DEFAULT_FUSED_CHOLESKY}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
             for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian") == "tiles" and key(r) in base]
+
+
+def _cholesky(r: dict) -> str:
+    """A run's fused_cholesky; runs recorded before the field existed factored by tile."""
+    return r.get("fused_cholesky", "tile")
 
 
 def cholesky_speedups(rows: list[dict]) -> list[dict]:
@@ -341,7 +349,7 @@ def cholesky_speedups(rows: list[dict]) -> list[dict]:
     num_worlds, preset, linear solver, rows, register cap) run with both (H formed by rows)."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
                      r.get("newton_path"), r.get("fused_max_registers"), r.get("fused_hessian", "rows"))
-    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_cholesky", "tile") == "tile"}
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and _cholesky(r) == "tile"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
