@@ -55,7 +55,7 @@ docs/benchmarks.md); ``SolverSAP`` runs the staged loop for PCR whatever ``newto
 
 import warp as wp
 
-from sap_common.constants import FUSED_CHOLESKYS, FUSED_HESSIANS
+from sap_common.constants import DEFAULT_FUSED_CHOLESKY, FUSED_CHOLESKYS, FUSED_HESSIANS
 from sap_common.state import StepStatus
 
 from . import blocked_cholesky, lane_cholesky
@@ -108,6 +108,14 @@ def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
     if cholesky not in FUSED_CHOLESKYS:
         raise ValueError(f"fused_cholesky: {cholesky!r} is not valid; valid: {', '.join(FUSED_CHOLESKYS)}")
     return "lanes" if cholesky == "lanes" and n <= FUSED_TILE and fused_hessian_for(hessian, n) == "rows" else "tile"
+
+
+def swept_cholesky(cholesky: str, hessian: str) -> tuple[str, bool]:
+    """For the tools that sweep fused_cholesky × fused_hessian: how the fused kernel factors the
+    H of a world of one tile (:func:`fused_cholesky_for`), and whether that is how it factors it
+    in the default configuration (then there is nothing to set, and a run needs no label for it)."""
+    taken = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
+    return taken, taken == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
 
 
 def fused_size(nv: int) -> int:

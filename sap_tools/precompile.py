@@ -242,7 +242,7 @@ def main(argv=None) -> int:
             check_out_dir("--out", args.out, create=True)
     except ValueError as e:
         return fail(prog, e)
-    from sap_gpu.contact_solve_fused import FUSED_TILE, fused_cholesky_for
+    from sap_gpu.contact_solve_fused import swept_cholesky
     from sap_gpu.precompile import find_cuobjdump, find_nvdisasm, step_variants
 
     cuobjdump = find_cuobjdump() if args.resources else None
@@ -265,11 +265,8 @@ def main(argv=None) -> int:
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_hessian"] = hessian
-        # the factorization the kernel takes with this H (lanes only for one tile formed by rows), set
-        # where it is not the one the default gives this H, and then only where the fused kernel reads it
-        cholesky = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
-        plain = cholesky == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
-        if not plain:
+        cholesky, plain = swept_cholesky(cholesky, hessian)  # what the kernel takes with this H
+        if not plain:  # set where the default does not give it, and only where the fused kernel reads it
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_cholesky"] = cholesky

@@ -37,6 +37,7 @@ from sap_gpu.contact_solve_fused import (
     fused_hessian_for,
     fused_newton_kernel,
     fused_size,
+    swept_cholesky,
 )
 
 CAP = 16
@@ -544,3 +545,12 @@ def test_lane_cholesky_applies_to_one_tile_formed_by_rows():
     assert fused_cholesky_for("tile", "rows", 32) == "tile"
     with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not valid; valid: tile, lanes"):
         fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, cholesky="lu")
+
+
+def test_a_sweep_names_the_factorization_only_where_the_default_does_not_take_it():
+    """sap-benchmark's and sap-precompile's sweeps: (what the kernel takes, whether the default
+    configuration takes it too) for each fused_cholesky and fused_hessian."""
+    assert swept_cholesky("lanes", "rows") == ("lanes", True)
+    assert swept_cholesky("tile", "rows") == ("tile", False)
+    assert swept_cholesky("lanes", "tiles") == ("tile", True)  # an H formed by tiles: the tile Cholesky
+    assert swept_cholesky("tile", "tiles") == ("tile", True)

@@ -310,7 +310,7 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
 def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: dict) -> list[dict]:
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
     every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
-    from sap_gpu.contact_solve_fused import FUSED_TILE, fused_cholesky_for
+    from sap_gpu.contact_solve_fused import swept_cholesky
 
     specs = []
     caps = args.fused_max_registers  # none and caps, checked by _validate
@@ -323,10 +323,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                         for path, cap, hessian, cholesky in itertools.product(
                                 dict.fromkeys(args.newton_path), caps, dict.fromkeys(args.fused_hessian),
                                 dict.fromkeys(args.fused_cholesky)):
-                            # the factorization the kernel takes with this H (lanes only for one tile
-                            # formed by rows), named where it is not what the default gives this H
-                            cholesky = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
-                            plain = cholesky == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
+                            cholesky, plain = swept_cholesky(cholesky, hessian)  # what the kernel takes
                             if (hessian != DEFAULT_FUSED_HESSIAN or not plain) and path != "fused":
                                 continue  # the staged path has no fused kernel to form or factor H in
                             if (path, cap, hessian, cholesky) in runs:
