@@ -397,8 +397,8 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
 # 1,240 instructions instead of 3,241). Inlined, the elimination took approx32 to 255 registers
 # and a 264 B stack. The rolled sums over non-zero lists (sap_gpu.contact_problem.rolled_sums)
 # took approx32 from 153 to 162 and drake from 170 to 180 (docs/benchmarks.md § Rolled sums in the fused kernel).
-# Worlds per H100 multiprocessor (a scheduler's 16,384 registers hold three
-# warps of up to 168 registers, two of up to 256): approx32 12, drake 8, as many as its tile kernel
+# Worlds per H100 multiprocessor (a scheduler's 16,384 registers hold three warps of up to 168
+# registers, two of up to 256): approx32 12 (with the tile Cholesky 8), drake 8 (8)
 # (docs/benchmarks.md § Rolled sums and the register elimination on an H100).
 # A change that needs more fails here and must say why (see
 # docs/benchmarks.md § Factoring in registers).
