@@ -33,7 +33,11 @@ code size, and on an H100 that kernel waits for its own instructions more than f
 (docs/benchmarks.md § The fused kernel under Nsight Compute). So the sums over those lists are
 ``wp.func_native`` loops under ``#pragma unroll 1``, with the same operations in the same order
 as the Python they replace (Warp's ``wp::add`` and ``wp::mul``, one operation each, as Warp's
-generated code calls them), so the numbers are the same bit for bit.
+generated code calls them), so the numbers are the same bit for bit. So are the loops of H's
+rows over A's row and over each contact's columns (:func:`hessian_functions`). They read the
+arrays through row pointers formed once per call, so that an entry costs one multiply-add of
+address arithmetic instead of a full index computation per entry; that needs rows of adjacent
+elements, which :func:`check_rolled_arrays` holds the workspace's arrays to.
 """
 
 from types import SimpleNamespace
@@ -46,7 +50,7 @@ from .constraints import hunt_crossley_term, make_terms
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "HC_DATA"]
+__all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "check_rolled_arrays", "HC_DATA"]
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
@@ -153,66 +157,162 @@ def problem_types(T):
     return _PROBLEM[T]
 
 
-# The C++ of rolled_sums: SCALAR is the objective scalar T. Array entries through wp::index,
-# sums through wp::add / wp::mul in the order of the Python each replaces (named in rolled_sums).
+# The C++ of rolled_sums: SCALAR is the objective scalar T (LSCALAR the linear-solve scalar TL
+# where H is written). Sums through wp::add / wp::mul (wp::dot) in the order of the Python each
+# replaces (named in rolled_sums). Array entries are read through pointers formed once per call:
+# the row a loop walks is a base pointer and entry k is base[k] (SAP_AT: rows of adjacent
+# elements, which check_rolled_arrays holds the workspace to), a column walked by row index r is
+# base + r · row stride (SAP_ATS), in unsigned 32-bit factors: one wide multiply-add. wp::index
+# instead forms every entry's byte offset from signed ints widened to 64 bits, three to five
+# instructions per index, and the loop's listed index k goes through all of them. In the fused
+# kernel on sm_90 those address sums were most of the loops' instructions: 58 per entry of H's
+# contact terms, 48 per column of A's row, 24 and 18 now
+# (docs/benchmarks.md § Address arithmetic in the Newton loops).
+# Every index here is in range and ≥ 0 (worlds, rows, listed columns).
+_PTR = r"""
+#define SAP_ROW1(a, i) ((char*)(a).data + (unsigned long long)(unsigned)(i) * (unsigned)(a).strides[0])
+#define SAP_ROW2(a, i, j) (SAP_ROW1(a, i) + (unsigned long long)(unsigned)(j) * (unsigned)(a).strides[1])
+#define SAP_AT(type, base, k) (((type*)(base))[k])
+#define SAP_ATS(type, base, k, stride) (*(type*)((base) + (unsigned long long)(unsigned)(k) * (stride)))
+"""
+_PTR_END = r"""
+#undef SAP_ROW1
+#undef SAP_ROW2
+#undef SAP_AT
+#undef SAP_ATS
+"""
 _ROLLED_SPARSE_ROW_DOT = r"""
 const int n = wp::index(ncols, world, row);
+const char* Mr = SAP_ROW2(M, world, row);
+const char* cr = SAP_ROW2(cols, world, row);
+const char* xw = SAP_ROW1(x, world);
 SCALAR s = SCALAR(0.0);
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < n; ++t) {
-    const int k = wp::index(cols, world, row, t);
-    s = wp::add(s, wp::mul(SCALAR(wp::index(M, world, row, k)), wp::index(x, world, k)));
+    const int k = SAP_AT(const int, cr, t);
+    s = wp::add(s, wp::mul(SCALAR(SAP_AT(const wp::float64, Mr, k)), SAP_AT(const SCALAR, xw, k)));
 }
 return s;
 """
 _ROLLED_A_ROW_DOTS = r"""
 const int n = wp::index(ncols, world, i);
+const char* Ar = SAP_ROW2(A, world, i);
+const char* cr = SAP_ROW2(cols, world, i);
+const char* vw = SAP_ROW1(v, world);
+const char* sw = SAP_ROW1(v_star, world);
 SCALAR s = SCALAR(0.0);
-SCALAR sv = SCALAR(0.0);
+SCALAR sv_ = SCALAR(0.0);
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < n; ++t) {
-    const int k = wp::index(cols, world, i, t);
-    const SCALAR a = SCALAR(wp::index(A, world, i, k));
-    s = wp::add(s, wp::mul(a, wp::sub(wp::index(v, world, k), SCALAR(wp::index(v_star, world, k)))));
-    sv = wp::add(sv, wp::mul(a, wp::index(v, world, k)));
+    const int k = SAP_AT(const int, cr, t);
+    const SCALAR a = SCALAR(SAP_AT(const wp::float64, Ar, k));
+    const SCALAR vk = SAP_AT(const SCALAR, vw, k);
+    s = wp::add(s, wp::mul(a, wp::sub(vk, SCALAR(SAP_AT(const wp::float64, sw, k)))));
+    sv_ = wp::add(sv_, wp::mul(a, vk));
 }
-return wp::vec_t<2, SCALAR>(s, sv);
+return wp::vec_t<2, SCALAR>(s, sv_);
 """
 _ROLLED_CONTACT_ROWS_DOT = r"""
 const int n = wp::index(ncols, world, c);
+const char* cr = SAP_ROW2(cols, world, c);
+const char* J0 = SAP_ROW2(J, world, 3 * c);
+const unsigned s1 = J.strides[1];
+const char* J1 = J0 + s1;
+const char* J2 = J1 + s1;
+const char* xw = SAP_ROW1(x, world);
 wp::vec_t<3, SCALAR> s(SCALAR(0.0), SCALAR(0.0), SCALAR(0.0));
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < n; ++t) {
-    const int k = wp::index(cols, world, c, t);
-    const wp::vec_t<3, SCALAR> Jk(SCALAR(wp::index(J, world, 3 * c, k)), SCALAR(wp::index(J, world, 3 * c + 1, k)),
-                                  SCALAR(wp::index(J, world, 3 * c + 2, k)));
-    s = wp::add(s, wp::mul(Jk, wp::index(x, world, k)));
+    const int k = SAP_AT(const int, cr, t);
+    const wp::vec_t<3, SCALAR> Jk(SCALAR(SAP_AT(const wp::float64, J0, k)), SCALAR(SAP_AT(const wp::float64, J1, k)),
+                                  SCALAR(SAP_AT(const wp::float64, J2, k)));
+    s = wp::add(s, wp::mul(Jk, SAP_AT(const SCALAR, xw, k)));
 }
 return s;
 """
 _ROLLED_JT_GAMMA = r"""
 SCALAR s = SCALAR(0.0);
+const char* gw = SAP_ROW1(gamma, world);
 const int nc = wp::index(dof_ncontacts, world, i);
+const char* dc = SAP_ROW2(dof_contacts, world, i);
+const unsigned sJ = contact_J.strides[1];
+const char* Ji = SAP_ROW1(contact_J, world) + (unsigned long long)(unsigned)i * (unsigned)contact_J.strides[2];
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < nc; ++t) {
-    const int r = 3 * wp::index(dof_contacts, world, i, t);
-    s = wp::add(wp::add(wp::add(s, wp::mul(SCALAR(wp::index(contact_J, world, r, i)), wp::index(gamma, world, r))),
-                        wp::mul(SCALAR(wp::index(contact_J, world, r + 1, i)), wp::index(gamma, world, r + 1))),
-                wp::mul(SCALAR(wp::index(contact_J, world, r + 2, i)), wp::index(gamma, world, r + 2)));
+    const int r = 3 * SAP_AT(const int, dc, t);
+    s = wp::add(wp::add(wp::add(s, wp::mul(SCALAR(SAP_ATS(const wp::float64, Ji, r, sJ)), SAP_AT(const SCALAR, gw, r))),
+                        wp::mul(SCALAR(SAP_ATS(const wp::float64, Ji, r + 1, sJ)), SAP_AT(const SCALAR, gw, r + 1))),
+                wp::mul(SCALAR(SAP_ATS(const wp::float64, Ji, r + 2, sJ)), SAP_AT(const SCALAR, gw, r + 2)));
 }
 const int nl = wp::index(dof_nlimits, world, i);
+const char* dl = SAP_ROW2(dof_limits, world, i);
+const unsigned sL = limit_J.strides[1];
+const char* Li = SAP_ROW1(limit_J, world) + (unsigned long long)(unsigned)i * (unsigned)limit_J.strides[2];
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < nl; ++t) {
-    const int r = wp::index(dof_limits, world, i, t);
-    s = wp::add(s, wp::mul(SCALAR(wp::index(limit_J, world, r, i)), wp::index(gamma, world, o + r)));
+    const int r = SAP_AT(const int, dl, t);
+    s = wp::add(s, wp::mul(SCALAR(SAP_ATS(const wp::float64, Li, r, sL)), SAP_AT(const SCALAR, gw, o + r)));
 }
 WP_PRAGMA_NO_UNROLL
 for (int d = 0; d < drive_count; ++d) {
     if (wp::index(drive_dof, d) == i)
-        s = wp::add(s, wp::index(gamma, world, o2 + d));
+        s = wp::add(s, SAP_AT(const SCALAR, gw, o2 + d));
 }
 return s;
 """
+# hessian_functions' contact terms of row i of H (contact c, G J_i given); LSCALAR is TL.
+_ROLLED_HESSIAN_CONTACT = r"""
+const int n = wp::index(ncols, world, c);
+const char* cr = SAP_ROW2(cols, world, c);
+const char* J0 = SAP_ROW2(J, world, 3 * c);
+const unsigned s1 = J.strides[1];
+const char* J1 = J0 + s1;
+const char* J2 = J1 + s1;
+char* Hr = SAP_ROW2(H, world, i);
+WP_PRAGMA_NO_UNROLL
+for (int t = 0; t < n; ++t) {
+    const int k = SAP_AT(const int, cr, t);
+    if (k > i)
+        break;
+    const wp::vec_t<3, SCALAR> Jk(SCALAR(SAP_AT(const wp::float64, J0, k)), SCALAR(SAP_AT(const wp::float64, J1, k)),
+                                  SCALAR(SAP_AT(const wp::float64, J2, k)));
+    LSCALAR& h = SAP_AT(LSCALAR, Hr, k);
+    h = wp::add(h, LSCALAR(wp::dot(GJi, Jk)));
+}
+"""
+# hessian_functions' A part of row i of H up to the diagonal.
+_ROLLED_HESSIAN_A = r"""
+const char* Ar = SAP_ROW2(A, world, i);
+char* Hr = SAP_ROW2(H, world, i);
+WP_PRAGMA_NO_UNROLL
+for (int k = 0; k <= i; ++k)
+    SAP_AT(LSCALAR, Hr, k) = LSCALAR(SAP_AT(const wp::float64, Ar, k));
+"""
+_SCALARS = {wp.float32: "wp::float32", wp.float64: "wp::float64"}
+
+
+def _native(snippet: str, **names) -> str:
+    """A rolled loop's C++ between the pointer macros, with SCALAR, LSCALAR set."""
+    for k in sorted(names, key=len, reverse=True):  # LSCALAR before the SCALAR inside it
+        snippet = snippet.replace(k, _SCALARS[names[k]])
+    return _PTR + snippet + _PTR_END
+
+
+# The Problem's arrays that the rolled loops walk by element (``SAP_AT``: the last index steps by
+# one element, so a row's entries must be adjacent).
+ROLLED_ARRAYS = ("A", "A_cols", "v", "v_star", "dv", "gamma", "contact_J", "contact_cols", "limit_J", "limit_cols",
+                 "dof_contacts", "dof_limits")
+
+
+def check_rolled_arrays(P, H=None) -> None:
+    """Raise ``ValueError`` unless every array the rolled loops index by element (``ROLLED_ARRAYS``
+    of the Problem ``P``, and ``H`` where given) has its last index contiguous: the loops step
+    along a row by the element's size, not by the array's stride."""
+    named = [(f"P.{k}", getattr(P, k)) for k in ROLLED_ARRAYS] + ([("H", H)] if H is not None else [])
+    for name, a in named:
+        if a.strides[-1] != wp.types.type_size_in_bytes(a.dtype):
+            raise ValueError(f"{name}: the rolled Newton loops need rows of adjacent elements, got strides "
+                             f"{a.strides} for {a.dtype.__name__} (allocate it with wp.zeros / wp.empty)")
 
 
 def rolled_sums(T) -> SimpleNamespace:
@@ -224,26 +324,25 @@ def rolled_sums(T) -> SimpleNamespace:
     of its own that calls it."""
     if T in _ROLLED:
         return _ROLLED[T]
-    scalar = {wp.float32: "wp::float32", wp.float64: "wp::float64"}[T]
     V2 = wp.types.vector(2, T)
     V3 = wp.types.vector(3, T)
 
-    @wp.func_native(_ROLLED_SPARSE_ROW_DOT.replace("SCALAR", scalar))
+    @wp.func_native(_native(_ROLLED_SPARSE_ROW_DOT, SCALAR=T))
     def sparse_row_dot(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
                        world: int, row: int, x: wp.array2d(dtype=T)) -> T:
         ...
 
-    @wp.func_native(_ROLLED_A_ROW_DOTS.replace("SCALAR", scalar))
+    @wp.func_native(_native(_ROLLED_A_ROW_DOTS, SCALAR=T))
     def A_row_dots(A: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
                    world: int, i: int, v: wp.array2d(dtype=T), v_star: wp.array2d(dtype=wp.float64)) -> V2:
         ...
 
-    @wp.func_native(_ROLLED_CONTACT_ROWS_DOT.replace("SCALAR", scalar))
+    @wp.func_native(_native(_ROLLED_CONTACT_ROWS_DOT, SCALAR=T))
     def contact_rows_dot(J: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
                          world: int, c: int, x: wp.array2d(dtype=T)) -> V3:
         ...
 
-    @wp.func_native(_ROLLED_JT_GAMMA.replace("SCALAR", scalar))
+    @wp.func_native(_native(_ROLLED_JT_GAMMA, SCALAR=T))
     def jt_gamma(contact_J: wp.array3d(dtype=wp.float64), dof_contacts: wp.array3d(dtype=int),
                  dof_ncontacts: wp.array2d(dtype=int), limit_J: wp.array3d(dtype=wp.float64),
                  dof_limits: wp.array3d(dtype=int), dof_nlimits: wp.array2d(dtype=int), drive_dof: wp.array(dtype=int),
@@ -517,31 +616,39 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 
 
 def hessian_functions(T, TL) -> SimpleNamespace:
-    """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (memoized)."""
+    """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (memoized);
+    ``hessian_row`` one row, from ``A_terms`` and each touching contact's ``contact_terms`` (rolled
+    loops, as :func:`rolled_sums`) and the limit and drive rows."""
     key = (T, TL)
     if key in _HESSIAN:
         return _HESSIAN[key]
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
 
+    @wp.func_native(_native(_ROLLED_HESSIAN_CONTACT, SCALAR=T, LSCALAR=TL))
+    def contact_terms(J: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
+                      H: wp.array3d(dtype=TL), world: int, i: int, c: int, GJi: V3):
+        """Contact c's terms of row i of H up to the diagonal (rolled): for its listed columns
+        k ≤ i in ascending order, H[i, k] + TL(G J_i · J_k), J_k = T(J_c[:, k])."""
+        ...
+
+    @wp.func_native(_native(_ROLLED_HESSIAN_A, LSCALAR=TL))
+    def A_terms(A: wp.array3d(dtype=wp.float64), H: wp.array3d(dtype=TL), world: int, i: int):
+        """H[i, k] = TL(A[i, k]) for k ≤ i (rolled)."""
+        ...
+
     @wp.func
     def hessian_row(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
         """Row i of H = A + JᵀGJ up to the diagonal, in TL: A, then the contacts touching DOF i,
         the active limit rows, the drives, in row order (the Cholesky reads nothing else; the
         padding rows and columns hold the identity from allocation)."""
-        for k in range(i + 1):
-            H[world, i, k] = TL(P.A[world, i, k])
+        A_terms(P.A, H, world, i)
         for u in range(P.dof_ncontacts[world, i]):
             c = P.dof_contacts[world, i, u]
             r = 3 * c
             Ji = V3(T(P.contact_J[world, r, i]), T(P.contact_J[world, r + 1, i]), T(P.contact_J[world, r + 2, i]))
             GJi = wp.transpose(P.contact_G[world, c]) * Ji
-            for t in range(P.contact_ncols[world, c]):
-                k = P.contact_cols[world, c, t]
-                if k > i:
-                    break
-                Jk = V3(T(P.contact_J[world, r, k]), T(P.contact_J[world, r + 1, k]), T(P.contact_J[world, r + 2, k]))
-                H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
+            contact_terms(P.contact_J, P.contact_cols, P.contact_ncols, H, world, i, c, GJi)
         for u in range(P.dof_nlimits[world, i]):
             r = P.dof_limits[world, i, u]
             Gl = P.limit_G[world, r]
@@ -564,5 +671,6 @@ def hessian_functions(T, TL) -> SimpleNamespace:
             rhs[world, i, 0] = TL(-P.grad[world, i])
             hessian_row(P, world, i, H)
 
-    _HESSIAN[key] = SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows)
+    _HESSIAN[key] = SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows, A_terms=A_terms,
+                                    contact_terms=contact_terms)
     return _HESSIAN[key]

@@ -18,7 +18,8 @@ way to lay it out, written for that block shape:
 
 The steps (k, and j of the back substitution) run as loops; the loops over the 32 columns
 inside a step are unrolled, and the step's own column of a lane's row, a register chosen at run
-time, is read by a select over the 32 (``SAP_AT``). Every register index is then a compile-time
+time, is read by a tree of 31 selects on the bits of k (``SAP_AT``; it was a chain of 32 selects
+each with its own comparison, twice the instructions). Every register index is then a compile-time
 constant, so the rows stay in registers: no shared memory, no local memory, and no barrier but
 the warp's own lockstep. Sizes m < 32 skip the steps past m (uniform branches); rows past m are
 the identity and their x is 0.
@@ -86,12 +87,15 @@ _SNIPPET = r"""
 #define SAP_rhs(i) SAP_B(i)
 #define SAP_sol(i) SAP_B(i)
 #endif
-#if defined(__CUDA_ARCH__)
-#define SAP_AT(dst, row, k) do { dst = SCALAR(0); WP_PRAGMA_UNROLL for (int j_ = 0; j_ < 32; ++j_) \
-    dst = (j_ == (k)) ? (row)[j_] : dst; } while (0)
-#else
-#define SAP_AT(dst, row, k) do { dst = (row)[k]; } while (0)
-#endif
+// SAP_AT(dst, row, k): dst = row[k] for a run-time k in [0, 32), by a tree of selects on k's five
+// bits (31 selects; every index a compile-time constant, so row stays in registers). The same
+// code on the CPU device, where it is tested.
+#define SAP_AT(dst, row, k) do { const int k_ = (k); SCALAR p_[16]; \
+    WP_PRAGMA_UNROLL for (int i_ = 0; i_ < 16; ++i_) p_[i_] = (k_ & 1) ? (row)[2 * i_ + 1] : (row)[2 * i_]; \
+    WP_PRAGMA_UNROLL for (int i_ = 0; i_ < 8; ++i_) p_[i_] = (k_ & 2) ? p_[2 * i_ + 1] : p_[2 * i_]; \
+    WP_PRAGMA_UNROLL for (int i_ = 0; i_ < 4; ++i_) p_[i_] = (k_ & 4) ? p_[2 * i_ + 1] : p_[2 * i_]; \
+    WP_PRAGMA_UNROLL for (int i_ = 0; i_ < 2; ++i_) p_[i_] = (k_ & 8) ? p_[2 * i_ + 1] : p_[2 * i_]; \
+    dst = (k_ & 16) ? p_[1] : p_[0]; } while (0)
 struct sap_lane_cholesky {
     static SAP_NOINLINE CUDA_CALLABLE int run(const SCALAR* Hp, long long hs0, long long hs1, SCALAR* bp,
                                               long long bs0, SCALAR* xp, long long xs0, int m, int lane)

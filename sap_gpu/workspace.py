@@ -22,7 +22,7 @@ from sap_common.model import SapModel
 from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
-from .contact_problem import HC_DATA, problem_types
+from .contact_problem import HC_DATA, check_rolled_arrays, problem_types
 from .contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
@@ -253,6 +253,7 @@ class Workspace:
             self.newton_L = z((W, max(FUSED_TILE, 2 * SLAB_ROWS), FUSED_TILE), TL)
         else:
             self.newton_L = z((1, 1, 1), TL)
+        check_rolled_arrays(P, self.H)
         self.newton_failed = z(W, wp.int32)
         self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
             else allocate_pcr_work(TL, 1, 1, config, self.device)

@@ -13,6 +13,7 @@ import sap_tools.benchmark.cli as bench
 import sap_tools.benchmark.runs as bench_runs
 from sap_common import scenes
 from sap_tools.benchmark.cli import main, noise_channels, percentile_from_histogram
+from sap_tools.benchmark.measure import breakdown_table, kernel_times
 
 # sphere_drop with one Newton iteration per step: the most steps of its impact that may need more.
 # One on Warp's CPU device, three on an H200; more would mean a step away from the impact failed.
@@ -82,6 +83,26 @@ def test_breakdown_names_every_stage_and_sums_to_the_total(capsys, device, newto
     else:
         assert newton["calls_per_step"] == 1  # the whole loop of every world in one launch
     assert any("dominant stage:" in line for line in lines)
+    assert (b["kernels"] is None) == (not device.is_cuda)  # each kernel's device time: CUDA only
+    if device.is_cuda:
+        assert "fused_newton" in [k["kernel"] for k in b["kernels"]] or newton_path == "staged"
+        assert sum(k["percent"] for k in b["kernels"]) == pytest.approx(100.0)
+
+
+def test_kernel_times_sum_per_kernel_under_its_own_name():
+    activities = [("forward kernel fused_newton_kernel__locals__fused_newton_fcb8c202", 3.0),
+                  ("forward kernel _integrate_0a1b2c3d", 0.5), ("forward kernel _integrate_0a1b2c3d", 0.25),
+                  ("memset device", 0.25)]
+    rows = kernel_times(activities, steps=2)
+    assert [(r["kernel"], r["ms_per_step"], r["calls_per_step"]) for r in rows] == [
+        ("fused_newton", 1.5, 0.5), ("_integrate", 0.375, 1.0), ("memset device", 0.125, 0.5)]
+    assert sum(r["percent"] for r in rows) == pytest.approx(100.0)
+    stage = dict(stage="newton_loop", ms_per_step=3.0, percent=100.0, calls_per_step=1.0)
+    row = dict(label="approx32", num_worlds=8, breakdown=dict(steps=2, ms_per_step=3.0, stages=[stage], kernels=rows))
+    lines = breakdown_table(row).splitlines()
+    assert lines[3] == "  dominant stage: newton_loop (100.0 %)"
+    assert lines[4].startswith("kernels: approx32 x8, the same steps, 2.000 ms/step of device time")
+    assert [line.split()[0] for line in lines[6:]] == ["fused_newton", "_integrate", "memset"]
 
 
 def test_sweep_writes_results_that_plot(tmp_path, capsys, device):

@@ -297,3 +297,94 @@ def test_rolled_sums_equal_the_python_loops_they_replace(device, seed, n, scalar
         wp.launch(kernel, dim=(W, n), inputs=[*inputs, o, o + n, python, out], device=device)
         outs.append(out.numpy())
     assert np.array_equal(outs[0], outs[1]), np.argwhere(outs[0] != outs[1])
+
+
+_HESSIAN_KERNELS: dict = {}
+
+
+def _hessian_kernels(T, TL):
+    """Row i of H from A and the contacts of a random list (one thread per (world, row)): the
+    rolled loops of ``hessian_functions`` (``A_terms``, ``contact_terms``) or the Python loops they
+    replace, as the module had them."""
+    if (T, TL) in _HESSIAN_KERNELS:
+        return _HESSIAN_KERNELS[T, TL]
+    import warp as wp
+
+    from sap_gpu.contact_problem import hessian_functions
+
+    h = hessian_functions(T, TL)
+    V3 = wp.types.vector(3, T)
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def rows(A: wp.array3d(dtype=wp.float64), J: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int),
+             ncols: wp.array2d(dtype=int), GJ: wp.array3d(dtype=T), python: int, H: wp.array3d(dtype=TL)):
+        world, i = wp.tid()
+        if python == 0:
+            h.A_terms(A, H, world, i)
+        else:
+            for k in range(i + 1):
+                H[world, i, k] = TL(A[world, i, k])
+        for c in range(ncols.shape[1]):  # every contact (row block) of the lists touches row i here
+            GJi = V3(GJ[world, c, 0], GJ[world, c, 1], GJ[world, c, 2])
+            if python == 0:
+                h.contact_terms(J, cols, ncols, H, world, i, c, GJi)
+            else:
+                r = 3 * c
+                for t in range(ncols[world, c]):
+                    k = cols[world, c, t]
+                    if k > i:
+                        break
+                    Jk = V3(T(J[world, r, k]), T(J[world, r + 1, k]), T(J[world, r + 2, k]))
+                    H[world, i, k] = H[world, i, k] + TL(wp.dot(GJi, Jk))
+
+    _HESSIAN_KERNELS[T, TL] = rows
+    return rows
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 12),
+       scalars=st.sampled_from([("float32", "float32"), ("float64", "float32"), ("float64", "float64")]))
+def test_hessian_row_loops_equal_the_python_loops_they_replace(device, seed, n, scalars):
+    """H's A part and contact terms (``hessian_functions``' ``A_terms``, ``contact_terms``: rolled
+    loops through pointers) give the Python loops' H bit for bit, on column lists of any length
+    (0 included) that end below, at or above the row (the loop stops at the diagonal)."""
+    import warp as wp
+
+    T, TL = ({"float32": wp.float32, "float64": wp.float64}[s] for s in scalars)
+    rng = np.random.default_rng(seed)
+    W, C = 2, 3
+    scale = lambda *shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)  # noqa: E731
+    ncols = rng.integers(0, n + 1, (W, C))
+    cols = np.zeros((W, C, n), int)
+    for w in range(W):
+        for c in range(C):
+            cols[w, c, :ncols[w, c]] = np.sort(rng.choice(n, ncols[w, c], replace=False))
+    inputs = [wp.array(scale(W, n, n), dtype=wp.float64, device=device),
+              wp.array(scale(W, 3 * C, n), dtype=wp.float64, device=device),
+              wp.array(cols, dtype=int, device=device), wp.array(ncols, dtype=int, device=device),
+              wp.array(scale(W, C, 3), dtype=T, device=device)]
+    kernel = _hessian_kernels(T, TL)
+    outs = []
+    for python in (0, 1):
+        H = wp.array(np.full((W, n, n), 7.0), dtype=TL, device=device)  # above the diagonal: untouched
+        wp.launch(kernel, dim=(W, n), inputs=[*inputs, python, H], device=device)
+        outs.append(H.numpy())
+    assert np.array_equal(outs[0], outs[1]), np.argwhere(outs[0] != outs[1])
+    upper = np.triu_indices(n, 1)
+    assert np.all(outs[0][:, upper[0], upper[1]] == 7.0)
+
+
+def test_the_rolled_loops_refuse_rows_whose_elements_are_not_adjacent(device):
+    """The rolled loops step along a row by the element's size; an array whose last index is
+    strided (a transposed view) is refused by name before any kernel runs."""
+    from types import SimpleNamespace
+
+    import warp as wp
+
+    from sap_gpu.contact_problem import ROLLED_ARRAYS, check_rolled_arrays
+
+    P = SimpleNamespace(**{k: wp.zeros((2, 3, 4), dtype=wp.float64, device=device) for k in ROLLED_ARRAYS})
+    check_rolled_arrays(P, wp.zeros((2, 4, 4), dtype=wp.float32, device=device))
+    P.contact_J = wp.zeros((2, 4, 3), dtype=wp.float64, device=device).transpose((0, 2, 1))
+    with pytest.raises(ValueError, match=r"P\.contact_J: the rolled Newton loops need rows of adjacent elements"):
+        check_rolled_arrays(P)

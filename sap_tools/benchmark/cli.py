@@ -43,7 +43,9 @@ channels are all DOFs and ``u`` [N, N·m] is added to ``joint_f``.
 with the same dt, worlds, steps, warm-up, graph capture and noise, in the same process, and
 prints the ratio sap_gpu/mjwarp of world-steps/s. ``--breakdown`` adds an eager pass with
 ``SolverSAP.stage_hook``: each stage is timed with ``wp.synchronize_device`` and
-``perf_counter`` (collision around ``pipeline.collide``), reported as ms per step and %.
+``perf_counter`` (collision around ``pipeline.collide``), reported as ms per step and %; on a
+CUDA device the same steps also give each kernel's own device time (Warp's activity timing,
+CUDA events around every kernel, copy and memset), summed per kernel, as a second table.
 After the timed run, ``--structure-steps`` eager steps are counted (:func:`structure`): device
 operations per step (launches, copies, memsets: a CUDA graph's nodes) and, for sap_gpu, those
 of the Newton loop and the batch's trips through it against the per-world Newton iterations.
@@ -245,7 +247,8 @@ def _parser():
                    help=f"σ of the per-step control noise (default {DEFAULT_NOISE_STD}; 0 = none)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"noise seed (default {DEFAULT_SEED})")
     p.add_argument("--no-graph", action="store_true", help="eager launches on a CUDA device too")
-    p.add_argument("--breakdown", action="store_true", help="per-stage timing of each sap_gpu run (eager pass)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="per-stage timing of each sap_gpu run (eager pass; on CUDA also each kernel's device time)")
     p.add_argument("--breakdown-steps", type=int, default=20, help="steps of the breakdown pass (default 20)")
     p.add_argument("--vs-mjwarp", action="store_true", help="also run MuJoCo Warp on the same model (MJCF scenes)")
     p.add_argument("--mjwarp-nconmax", type=int, default=None, help="MuJoCo Warp nconmax (default: its own)")

@@ -10,6 +10,7 @@ throughput counts; :func:`table` and friends print the report. What each figure 
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import numpy as np
@@ -18,8 +19,8 @@ import warp as wp
 from sap_common.constants import DEFAULT_FUSED_CHOLESKY
 from sap_tools.progress import Progress
 
-__all__ = ["time_run", "breakdown", "structure", "validity", "table", "structure_line", "breakdown_table",
-           "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups",
+__all__ = ["time_run", "breakdown", "kernel_times", "structure", "validity", "table", "structure_line",
+           "breakdown_table", "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups",
            "hessian_speedups", "cholesky_speedups", "MIN_CONVERGED_FRACTION"]
 
 # A sap_gpu run is valid only if at least this fraction of its (world, step) pairs converged.
@@ -100,20 +101,57 @@ def breakdown(run, steps: int) -> dict:
 
     Stages in pipeline order: collision, control_noise, then the solver's (boundary_in …
     boundary_out; the Newton stages summed over iterations), then statistics. Returns
-    ``{"steps", "ms_per_step", "stages": [{"stage", "ms_per_step", "percent", "calls_per_step"}]}``.
+    ``{"steps", "ms_per_step", "stages": [{"stage", "ms_per_step", "percent", "calls_per_step"}],
+    "kernels"}``: on a CUDA device ``kernels`` is :func:`kernel_times` of the same steps (each
+    kernel's own time on the device, which the synchronizations around the stages do not
+    change), elsewhere ``None``.
     """
     timer = _StageTimer(run.device)
     run.set_stage_hook(timer)
+    cuda = run.device.is_cuda
     try:
-        for _ in range(steps):
-            timer.start()
-            run.step(mark=timer)
+        if cuda:
+            wp.timing_begin(cuda_filter=DEVICE_ACTIVITIES)
+        try:
+            for _ in range(steps):
+                timer.start()
+                run.step(mark=timer)
+        finally:
+            activities = wp.timing_end() if cuda else None
     finally:
         run.set_stage_hook(None)
     total = sum(timer.seconds.values())
     stages = [dict(stage=k, ms_per_step=1e3 * v / steps, percent=100.0 * v / total if total > 0 else 0.0,
                    calls_per_step=timer.calls[k] / steps) for k, v in timer.seconds.items()]
-    return dict(steps=steps, ms_per_step=1e3 * total / steps, stages=stages)
+    kernels = None if activities is None else kernel_times([(r.name, r.elapsed) for r in activities], steps)
+    return dict(steps=steps, ms_per_step=1e3 * total / steps, stages=stages, kernels=kernels)
+
+
+# What the breakdown times on a CUDA device with Warp's activity timing (``wp.timing_begin``):
+# the package's kernels, Warp's own (array fills, reductions), copies and memsets. Each is timed
+# on the device between CUDA events recorded around it, so the figure is the operation's own
+# time, with no launch overhead or host synchronization in it.
+DEVICE_ACTIVITIES = wp.TIMING_KERNEL | wp.TIMING_KERNEL_BUILTIN | wp.TIMING_MEMCPY | wp.TIMING_MEMSET
+# Warp names a kernel "forward kernel <qualified name>_<8 hex digits of its hash>", a local
+# kernel's qualified name with "__locals__" before the function's own name.
+_KERNEL_NAME = re.compile(r"^(?:forward|backward) kernel (?:.*__locals__)?(?P<name>.+?)(?:_[0-9a-f]{8})?$")
+
+
+def kernel_times(activities: list[tuple[str, float]], steps: int) -> list[dict]:
+    """Device time per kernel (and per kind of copy or memset) of ``steps`` steps, from Warp's
+    activity timing results as ``(name, elapsed ms)`` pairs: the kernel's own name (hash and
+    enclosing function dropped), ``ms_per_step``, ``percent`` of the summed device time and
+    ``calls_per_step``, most expensive first."""
+    ms, calls = {}, {}
+    for name, elapsed in activities:
+        m = _KERNEL_NAME.match(name)
+        key = m.group("name") if m else name
+        ms[key] = ms.get(key, 0.0) + elapsed
+        calls[key] = calls.get(key, 0) + 1
+    total = sum(ms.values())
+    rows = [dict(kernel=k, ms_per_step=v / steps, percent=100.0 * v / total if total > 0 else 0.0,
+                 calls_per_step=calls[k] / steps) for k, v in ms.items()]
+    return sorted(rows, key=lambda r: -r["ms_per_step"])
 
 
 class _OperationCounter:
@@ -265,6 +303,15 @@ def breakdown_table(row: dict) -> str:
         lines.append(f"  {s['stage']:<18} {s['ms_per_step']:>9.3f} {s['percent']:>6.1f} {s['calls_per_step']:>10.2f}")
     top = max(b["stages"], key=lambda s: s["ms_per_step"])
     lines.append(f"  dominant stage: {top['stage']} ({top['percent']:.1f} %)")
+    kernels = b.get("kernels")
+    if kernels:
+        total = sum(k["ms_per_step"] for k in kernels)
+        lines.append(f"kernels: {row['label']} x{row['num_worlds']}, the same steps, {total:.3f} ms/step of "
+                     f"device time (each operation timed on the device)")
+        lines.append(f"  {'kernel':<36} {'ms/step':>9} {'%':>6} {'calls/step':>10}")
+        for k in kernels:
+            lines.append(f"  {k['kernel']:<36} {k['ms_per_step']:>9.3f} {k['percent']:>6.1f} "
+                         f"{k['calls_per_step']:>10.2f}")
     return "\n".join(lines)
 
 
