@@ -174,12 +174,21 @@ _PTR = r"""
 #define SAP_ROW2(a, i, j) (SAP_ROW1(a, i) + (unsigned long long)(unsigned)(j) * (unsigned)(a).strides[1])
 #define SAP_AT(type, base, k) (((type*)(base))[k])
 #define SAP_ATS(type, base, k, stride) (*(type*)((base) + (unsigned long long)(unsigned)(k) * (stride)))
+// contact c's column list (n entries from cr) and its three rows of J (J0, J1, J2), in a loop
+// whose arguments are named J, cols, ncols, world, c; SAP_JK(k): column k of those rows in SCALAR
+#define SAP_CONTACT_ROWS const int n = wp::index(ncols, world, c); const char* cr = SAP_ROW2(cols, world, c); \
+    const char* J0 = SAP_ROW2(J, world, 3 * c); const unsigned s1 = J.strides[1]; const char* J1 = J0 + s1; \
+    const char* J2 = J1 + s1
+#define SAP_JK(k) wp::vec_t<3, SCALAR>(SCALAR(SAP_AT(const wp::float64, J0, k)), \
+    SCALAR(SAP_AT(const wp::float64, J1, k)), SCALAR(SAP_AT(const wp::float64, J2, k)))
 """
 _PTR_END = r"""
 #undef SAP_ROW1
 #undef SAP_ROW2
 #undef SAP_AT
 #undef SAP_ATS
+#undef SAP_CONTACT_ROWS
+#undef SAP_JK
 """
 _ROLLED_SPARSE_ROW_DOT = r"""
 const int n = wp::index(ncols, world, row);
@@ -213,19 +222,13 @@ for (int t = 0; t < n; ++t) {
 return wp::vec_t<2, SCALAR>(s, sv_);
 """
 _ROLLED_CONTACT_ROWS_DOT = r"""
-const int n = wp::index(ncols, world, c);
-const char* cr = SAP_ROW2(cols, world, c);
-const char* J0 = SAP_ROW2(J, world, 3 * c);
-const unsigned s1 = J.strides[1];
-const char* J1 = J0 + s1;
-const char* J2 = J1 + s1;
+SAP_CONTACT_ROWS;
 const char* xw = SAP_ROW1(x, world);
 wp::vec_t<3, SCALAR> s(SCALAR(0.0), SCALAR(0.0), SCALAR(0.0));
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < n; ++t) {
     const int k = SAP_AT(const int, cr, t);
-    const wp::vec_t<3, SCALAR> Jk(SCALAR(SAP_AT(const wp::float64, J0, k)), SCALAR(SAP_AT(const wp::float64, J1, k)),
-                                  SCALAR(SAP_AT(const wp::float64, J2, k)));
+    const wp::vec_t<3, SCALAR> Jk = SAP_JK(k);
     s = wp::add(s, wp::mul(Jk, SAP_AT(const SCALAR, xw, k)));
 }
 return s;
@@ -262,20 +265,14 @@ return s;
 """
 # hessian_functions' contact terms of row i of H (contact c, G J_i given); LSCALAR is TL.
 _ROLLED_HESSIAN_CONTACT = r"""
-const int n = wp::index(ncols, world, c);
-const char* cr = SAP_ROW2(cols, world, c);
-const char* J0 = SAP_ROW2(J, world, 3 * c);
-const unsigned s1 = J.strides[1];
-const char* J1 = J0 + s1;
-const char* J2 = J1 + s1;
+SAP_CONTACT_ROWS;
 char* Hr = SAP_ROW2(H, world, i);
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < n; ++t) {
     const int k = SAP_AT(const int, cr, t);
     if (k > i)
         break;
-    const wp::vec_t<3, SCALAR> Jk(SCALAR(SAP_AT(const wp::float64, J0, k)), SCALAR(SAP_AT(const wp::float64, J1, k)),
-                                  SCALAR(SAP_AT(const wp::float64, J2, k)));
+    const wp::vec_t<3, SCALAR> Jk = SAP_JK(k);
     LSCALAR& h = SAP_AT(LSCALAR, Hr, k);
     h = wp::add(h, LSCALAR(wp::dot(GJi, Jk)));
 }
@@ -292,10 +289,11 @@ _SCALARS = {wp.float32: "wp::float32", wp.float64: "wp::float64"}
 
 
 def _native(snippet: str, **names) -> str:
-    """A rolled loop's C++ between the pointer macros, with SCALAR, LSCALAR set."""
+    """A rolled loop's C++ between the pointer macros, with SCALAR, LSCALAR set (in both)."""
+    code = _PTR + snippet + _PTR_END
     for k in sorted(names, key=len, reverse=True):  # LSCALAR before the SCALAR inside it
-        snippet = snippet.replace(k, _SCALARS[names[k]])
-    return _PTR + snippet + _PTR_END
+        code = code.replace(k, _SCALARS[names[k]])
+    return code
 
 
 # The Problem's arrays that the rolled loops walk by element (``SAP_AT``: the last index steps by

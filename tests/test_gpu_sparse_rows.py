@@ -197,6 +197,17 @@ def test_sparse_rows_must_be_a_bool(device, bad):
 _ROLLED_KERNELS: dict = {}
 
 
+def _column_lists(rng, worlds: int, rows: int, n: int):
+    """Random non-zero column lists: per (world, row) a count in 0..n and that many distinct
+    columns < n in ascending order (the rest of the row 0). Returns (ncols, cols)."""
+    ncols = rng.integers(0, n + 1, (worlds, rows))
+    cols = np.zeros((worlds, rows, n), int)
+    for w in range(worlds):
+        for r in range(rows):
+            cols[w, r, :ncols[w, r]] = np.sort(rng.choice(n, ncols[w, r], replace=False))
+    return ncols, cols
+
+
 def _rolled_kernels(T):
     """Two kernels over the same random lists: the rolled sums of ``sap_gpu.contact_problem``
     (C++ loops the CUDA compiler keeps rolled) and the Python loops they replace, as the module
@@ -276,11 +287,7 @@ def test_rolled_sums_equal_the_python_loops_they_replace(device, seed, n, scalar
     rng = np.random.default_rng(seed)
     W = 2
     scale = lambda *shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)  # noqa: E731
-    ncols = rng.integers(0, n + 1, (W, n))
-    cols = np.zeros((W, n, n), int)
-    for w in range(W):
-        for r in range(n):
-            cols[w, r, :ncols[w, r]] = np.sort(rng.choice(n, ncols[w, r], replace=False))
+    ncols, cols = _column_lists(rng, W, n, n)
     # dof_rows lists rows < n for both the contact blocks (3 rows each) and the limit rows
     drive_dof = rng.integers(0, n, 3)
     o = 3 * n
@@ -354,11 +361,7 @@ def test_hessian_row_loops_equal_the_python_loops_they_replace(device, seed, n, 
     rng = np.random.default_rng(seed)
     W, C = 2, 3
     scale = lambda *shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)  # noqa: E731
-    ncols = rng.integers(0, n + 1, (W, C))
-    cols = np.zeros((W, C, n), int)
-    for w in range(W):
-        for c in range(C):
-            cols[w, c, :ncols[w, c]] = np.sort(rng.choice(n, ncols[w, c], replace=False))
+    ncols, cols = _column_lists(rng, W, C, n)
     inputs = [wp.array(scale(W, n, n), dtype=wp.float64, device=device),
               wp.array(scale(W, 3 * C, n), dtype=wp.float64, device=device),
               wp.array(cols, dtype=int, device=device), wp.array(ncols, dtype=int, device=device),
