@@ -28,11 +28,15 @@ stack for every pair, and its CUDA compile would be paid by every model.
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
 and their number to ``pair_count[world, p]``, so threads never share a slot, whichever family's
-kernel runs them. The compaction (``_select``, one thread per world) then walks the slots in
-order — pair by pair, each pair's points in its routine's order: sap_ref's generation order,
-whatever order the threads and kernels ran in. If more than ``max_rigid_contact`` were generated
-the deepest are kept (ties by generation order), in generation order, and the rest counted in
-``contacts.overflow``. Nothing is ever written beyond the capacity.
+kernel runs them. The compaction then takes two launches. ``_select_order`` (one thread per
+world) walks the slots in order — pair by pair, each pair's points in its routine's order:
+sap_ref's generation order, whatever order the threads and kernels ran in — and lists the scratch
+slot of each contact kept. If more than ``max_rigid_contact`` were generated the deepest are kept
+(ties by generation order), in generation order, and the rest counted in ``contacts.overflow``.
+``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot: the listed
+contact, or an empty slot past the count. Neighbouring threads write neighbouring slots, so its
+stores coalesce; a thread per world writing its own row of slots would put every store of a warp
+in a different row. Nothing is ever written beyond the capacity.
 """
 
 import numpy as np
@@ -335,22 +339,79 @@ def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), statu
 
 
 @wp.kernel
-def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
-            shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
-            pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
-            pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
-            pair_hcd: wp.array(dtype=wp.float64), capacity: int,
-            pairs: int, slots: int, S: Scratch,
-            count: wp.array(dtype=int), overflow: wp.array(dtype=int), shape0: wp.array2d(dtype=int),
-            shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int), body1: wp.array2d(dtype=int),
-            x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d), normal: wp.array2d(dtype=wp.vec3d),
-            phi0: wp.array2d(dtype=wp.float64), margin0: wp.array2d(dtype=wp.float64),
-            margin1: wp.array2d(dtype=wp.float64), mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
-            ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64), tau_d: wp.array2d(dtype=wp.float64),
-            hcd: wp.array2d(dtype=wp.float64)):
+def _select_order(capacity: int, pairs: int, slots: int, S: Scratch, count: wp.array(dtype=int),
+                  overflow: wp.array(dtype=int), kept: wp.array2d(dtype=int)):
+    """Which scratch slots a world keeps, in order: ``kept[world, 0 … count − 1]``. Every
+    generated contact in generation order (pair by pair, each pair's slots in order); past
+    ``capacity`` the ``capacity`` deepest, ties by generation order, still in generation order.
+    One thread per world; it reads the world's pair counts and writes one index per kept contact
+    (:func:`_select_copy` moves the contacts themselves, coalesced)."""
     world = wp.tid()
+    n = int(0)
+    for p in range(pairs):
+        n += S.pair_count[world, p]
+    out = int(0)
+    for p in range(pairs):
+        for jj in range(S.pair_count[world, p]):
+            i = S.offset[p] + jj
+            keep = int(1)
+            if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
+                rank = int(0)
+                for j in range(slots):
+                    pj = S.slot_pair[j]
+                    if j - S.offset[pj] < S.pair_count[world, pj]:
+                        if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                            rank += 1
+                if rank >= capacity:
+                    keep = 0
+            if keep == 1:
+                kept[world, out] = i
+                out += 1
+    count[world] = out
+    overflow[world] = n - out
+
+
+@wp.kernel
+def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
+                 shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
+                 pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
+                 pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
+                 pair_hcd: wp.array(dtype=wp.float64), S: Scratch, count: wp.array(dtype=int),
+                 kept: wp.array2d(dtype=int),
+                 shape0: wp.array2d(dtype=int), shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int),
+                 body1: wp.array2d(dtype=int), x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d),
+                 normal: wp.array2d(dtype=wp.vec3d), phi0: wp.array2d(dtype=wp.float64),
+                 margin0: wp.array2d(dtype=wp.float64), margin1: wp.array2d(dtype=wp.float64),
+                 mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
+                 ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64),
+                 tau_d: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64)):
+    """Contact slot ``slot`` of a world: the scratch contact ``kept[world, slot]`` with its pair's
+    shapes, bodies and materials, or empty (shapes and bodies −1, the rest 0) past the world's
+    count. One thread per (world, slot), so neighbouring threads write neighbouring slots."""
+    world, slot = wp.tid()
     zero = wp.float64(0.0)
-    for slot in range(capacity):
+    if slot < count[world]:
+        i = kept[world, slot]
+        p = S.slot_pair[i]
+        a = shape_pair[p, 0]
+        b = shape_pair[p, 1]
+        shape0[world, slot] = a
+        shape1[world, slot] = b
+        body0[world, slot] = shape_body[a]
+        body1[world, slot] = shape_body[b]
+        x0[world, slot] = S.x0[world, i]
+        x1[world, slot] = S.x1[world, i]
+        normal[world, slot] = S.normal[world, i]
+        phi0[world, slot] = S.phi[world, i]
+        margin0[world, slot] = shape_margin[a]
+        margin1[world, slot] = shape_margin[b]
+        mu[world, slot] = pair_mu[p]
+        ke[world, slot] = pair_ke[p]
+        ke0[world, slot] = pair_ke0[p]
+        ke1[world, slot] = pair_ke1[p]
+        tau_d[world, slot] = pair_tau[p]
+        hcd[world, slot] = pair_hcd[p]
+    else:
         shape0[world, slot] = -1
         shape1[world, slot] = -1
         body0[world, slot] = -1
@@ -367,45 +428,6 @@ def _select(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
         ke1[world, slot] = zero
         tau_d[world, slot] = zero
         hcd[world, slot] = zero
-    n = int(0)
-    for p in range(pairs):
-        n += S.pair_count[world, p]
-    out = int(0)
-    for p in range(pairs):  # pair by pair, each pair's slots in order: generation order
-        for jj in range(S.pair_count[world, p]):
-            i = S.offset[p] + jj
-            keep = int(1)
-            if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
-                rank = int(0)
-                for j in range(slots):
-                    pj = S.slot_pair[j]
-                    if j - S.offset[pj] < S.pair_count[world, pj]:
-                        if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
-                            rank += 1
-                if rank >= capacity:
-                    keep = 0
-            if keep == 1:
-                a = shape_pair[p, 0]
-                b = shape_pair[p, 1]
-                shape0[world, out] = a
-                shape1[world, out] = b
-                body0[world, out] = shape_body[a]
-                body1[world, out] = shape_body[b]
-                x0[world, out] = S.x0[world, i]
-                x1[world, out] = S.x1[world, i]
-                normal[world, out] = S.normal[world, i]
-                phi0[world, out] = S.phi[world, i]
-                margin0[world, out] = shape_margin[a]
-                margin1[world, out] = shape_margin[b]
-                mu[world, out] = pair_mu[p]
-                ke[world, out] = pair_ke[p]
-                ke0[world, out] = pair_ke0[p]
-                ke1[world, out] = pair_ke1[p]
-                tau_d[world, out] = pair_tau[p]
-                hcd[world, out] = pair_hcd[p]
-                out += 1
-    count[world] = out
-    overflow[world] = n - out
 
 
 class CollisionPipeline:
@@ -510,6 +532,9 @@ class CollisionPipeline:
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
         # rejected (that world got no contacts), else 0. Device array, (num_worlds,).
         self.last_status = wp.zeros(W, dtype=wp.int32, device=d)
+        # The scratch slot of each kept contact, (num_worlds, max_rigid_contact): what the two
+        # selection kernels pass between them.
+        self.kept = wp.zeros((W, max(self.max_rigid_contact, 1)), dtype=int, device=d)
 
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""
@@ -546,11 +571,11 @@ class CollisionPipeline:
         for family, family_pair, epa_first in self.families:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
-        c = contacts
-        launch_threads(_select, dim=W, device=self.device, inputs=[m.shape_pair, m.shape_body, m.shape_margin,
-                       self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd,
-                       self.max_rigid_contact,
-                       P, self.slots if P else 0, self.scratch], outputs=[c.count, c.overflow, c.shape0, c.shape1,
-                       c.body0, c.body1, c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1,
-                       c.tau_d, c.hcd])
+        c, C = contacts, self.max_rigid_contact
+        launch_threads(_select_order, dim=W, device=self.device, inputs=[C, P, self.slots if P else 0, self.scratch],
+                       outputs=[c.count, c.overflow, self.kept])
+        launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
+                       m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau,
+                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[c.shape0, c.shape1, c.body0, c.body1,
+                       c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d, c.hcd])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

@@ -116,8 +116,8 @@ def _mass_matrix(
         c = joint_child[joint_order[k]]
         R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, c]))
         Ic_scratch[world, c] = spatial_inertia(body_mass[c], R * body_com[c], R * body_inertia[c] * wp.transpose(R))
-    for i in range(lane, n_pad, bd):
-        for j in range(n_pad):
+    for i in range(n_pad):  # lanes along a row: neighbouring lanes store neighbouring entries
+        for j in range(lane, n_pad, bd):
             A_out[world, i, j] = zero
     block_sync(lane)
     for level_up in range(level_count):  # deepest level first: a body's children are complete

@@ -118,6 +118,21 @@ def device(request):
         raise pytest.UsageError(str(e)) from None
 DRAKE_ANCHORS = sorted(p for p in (DATA / "drake").glob("*.json") if p.name != "index.json")
 
+# How much of a Drake recording an anchor test follows. The default run steps the first
+# ANCHOR_DEFAULT_STEPS steps of each recording (all of a shorter one): every event of the
+# recordings happens there (the last change of a contact count is at step 286, pendulum_limit
+# reaches its stop at step 610 and turns back at 622; test_ref_solver.py checks this from the
+# data), and the rest is the same motion drifting on. The whole recording, the long-horizon
+# drift, runs under ``slow``: the 3,000-step pendulums alone take ~50 s on sap_ref.
+ANCHOR_DEFAULT_STEPS = 800
+ANCHOR_LENGTHS = [pytest.param(ANCHOR_DEFAULT_STEPS, id=f"first_{ANCHOR_DEFAULT_STEPS}_steps"),
+                  pytest.param(None, id="whole_recording", marks=pytest.mark.slow)]
+
+
+def anchor_steps(scene, length) -> int:
+    """Steps of ``scene``'s recording an anchor test takes for ``length`` (an ANCHOR_LENGTHS value)."""
+    return scene.num_steps if length is None else min(int(length), scene.num_steps)
+
 
 @pytest.fixture(scope="session")
 def drake_anchor_paths():

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import warp as wp
-from conftest import DATA, cooperative_lanes
+from conftest import ANCHOR_LENGTHS, DATA, anchor_steps, cooperative_lanes
 from test_ref_solver import CONTACT_FREE_ANCHORS, CONTACT_FREE_POSITION_TOL, CONTACT_FREE_ROTATION_TOL
 from test_ref_solver_contact import CONTACT_ANCHORS, CONTACT_POSITION_TOL, CONTACT_ROTATION_TOL
 
@@ -27,7 +27,7 @@ BATCH_SCENE = "box_stack"  # free bodies, box–box and box–plane contact, sev
 BATCH_STEPS = 8
 
 
-def _run_anchor(name, device, newton_path):
+def _run_anchor(name, device, newton_path, length=None):
     path = DATA / "drake" / f"{name}.json"
     scene = load_json(path)
     rec = load_recording(scene)
@@ -39,7 +39,8 @@ def _run_anchor(name, device, newton_path):
     state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
     worst_p = worst_r = 0.0
     counts = []
-    for n in range(1, scene.num_steps + 1):
+    steps = anchor_steps(scene, length)
+    for n in range(1, steps + 1):
         pipeline.collide(state, contacts)
         counts.append(int(contacts.count.numpy()[0]))
         with cooperative_lanes(newton_path == "fused"):
@@ -48,15 +49,16 @@ def _run_anchor(name, device, newton_path):
         dp, dr = body_pose_error(state.body_q.numpy()[0, idx], rec["body_pose_W"][n])
         worst_p, worst_r = max(worst_p, dp), max(worst_r, dr)
     if "contact_count" in rec:
-        np.testing.assert_array_equal(counts, rec["contact_count"][1:])
+        np.testing.assert_array_equal(counts, rec["contact_count"][1:steps + 1])
     return worst_p, worst_r
 
 
+@pytest.mark.parametrize("length", ANCHOR_LENGTHS)
 @pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 @pytest.mark.parametrize("name", CONTACT_FREE_ANCHORS + CONTACT_ANCHORS)
-def test_drake_preset_reproduces_the_drake_anchors(device, name, newton_path):
+def test_drake_preset_reproduces_the_drake_anchors(device, name, newton_path, length):
     """Both Newton paths, the fused one with its 32 cooperative lanes."""
-    worst_p, worst_r = _run_anchor(name, device, newton_path)
+    worst_p, worst_r = _run_anchor(name, device, newton_path, length)
     if name in CONTACT_ANCHORS:
         assert worst_p <= CONTACT_POSITION_TOL and worst_r <= CONTACT_ROTATION_TOL
     else:

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import DATA
+from conftest import ANCHOR_DEFAULT_STEPS, ANCHOR_LENGTHS, DATA, anchor_steps
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder
@@ -16,15 +16,16 @@ from sap_common.io import body_pose_error, load_json, load_recording, recorded_b
 from sap_common.state import SapContacts, StepStatus
 from sap_ref.solver import SolverSAP
 
-# The required bound for Drake's contact-free anchors over the whole recording (observed:
+# The required bound for Drake's contact-free anchors over a recording (observed over the whole of it:
 # ≤ 5e-14 m and rad; pendulum_limit and prismatic_pd reach 1e-16 through the Newton solve).
 CONTACT_FREE_POSITION_TOL = 1e-9
 CONTACT_FREE_ROTATION_TOL = 1e-9
 CONTACT_FREE_ANCHORS = ("double_pendulum", "free_spin", "pendulum_limit", "prismatic_pd")
 
 
-def run_anchor(name, **overrides):
-    """Step a Drake anchor with its solver settings; return (max position, max rotation error)."""
+def run_anchor(name, length=None, **overrides):
+    """Step a Drake anchor with its solver settings, its first ``anchor_steps(scene, length)`` steps
+    (``None``: all); return (max position, max rotation error)."""
     path = DATA / "drake" / f"{name}.json"
     scene = load_json(path)
     rec = load_recording(scene)
@@ -33,7 +34,7 @@ def run_anchor(name, **overrides):
                        **{**scene.solver_kwargs, **overrides})
     state = scene.state.copy()
     worst_p = worst_r = 0.0
-    for n in range(1, scene.num_steps + 1):
+    for n in range(1, anchor_steps(scene, length) + 1):
         solver.step(state, state, scene.control, None, scene.dt)
         assert solver.last_status[0] == StepStatus.CONVERGED
         dp, dr = body_pose_error(state.body_q[0, idx], rec["body_pose_W"][n])
@@ -41,10 +42,24 @@ def run_anchor(name, **overrides):
     return worst_p, worst_r
 
 
+@pytest.mark.parametrize("length", ANCHOR_LENGTHS)
 @pytest.mark.parametrize("name", CONTACT_FREE_ANCHORS)
-def test_drake_preset_reproduces_contact_free_anchors(name):
-    worst_p, worst_r = run_anchor(name)
+def test_drake_preset_reproduces_contact_free_anchors(name, length):
+    worst_p, worst_r = run_anchor(name, length)
     assert worst_p <= CONTACT_FREE_POSITION_TOL and worst_r <= CONTACT_FREE_ROTATION_TOL
+
+
+def test_every_event_of_the_drake_recordings_is_in_the_default_run_s_steps(drake_anchor_paths):
+    """The default run follows each anchor for ANCHOR_DEFAULT_STEPS steps (conftest): each
+    recording's contact count changes for the last time, and pendulum_limit's joint reaches the
+    stop and turns back, before then; after it, nothing new happens in any recording."""
+    for path in drake_anchor_paths:
+        rec = load_recording(load_json(path))
+        changes = np.flatnonzero(np.diff(rec["contact_count"]))
+        assert len(changes) == 0 or changes[-1] + 1 < ANCHOR_DEFAULT_STEPS, path.name
+    q = load_recording(load_json(DATA / "drake" / "pendulum_limit.json"))["q"][:, 0]
+    lowest = int(np.argmin(q))
+    assert q[lowest] < -0.49 and 0 < lowest < ANCHOR_DEFAULT_STEPS - 100  # at the stop (−0.5), then back
 
 
 def test_limit_stops_the_pendulum_without_penetration():

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import DATA
+from conftest import ANCHOR_LENGTHS, DATA, anchor_steps
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
@@ -30,7 +30,10 @@ CONTACT_POSITION_TOL = 1e-4
 CONTACT_ROTATION_TOL = 1e-3
 
 
-def run_contact_anchor(name):
+def run_contact_anchor(name, length=None):
+    """Step a Drake contact anchor through sap_ref's collision pipeline, its first
+    ``anchor_steps(scene, length)`` steps (``None``: all); return (max position error, max
+    rotation error, final state)."""
     path = DATA / "drake" / f"{name}.json"
     scene = load_json(path)
     rec = load_recording(scene)
@@ -41,7 +44,8 @@ def run_contact_anchor(name):
     state = scene.state.copy()
     worst_p = worst_r = 0.0
     counts = []
-    for n in range(1, scene.num_steps + 1):
+    steps = anchor_steps(scene, length)
+    for n in range(1, steps + 1):
         pipeline.collide(state, contacts)
         counts.append(int(contacts.count[0]))
         solver.step(state, state, scene.control, contacts, scene.dt)
@@ -49,13 +53,14 @@ def run_contact_anchor(name):
         dp, dr = body_pose_error(state.body_q[0, idx], rec["body_pose_W"][n])
         worst_p, worst_r = max(worst_p, dp), max(worst_r, dr)
     # Same contact counts as Drake's own collision query, step by step.
-    np.testing.assert_array_equal(counts, rec["contact_count"][1:])
+    np.testing.assert_array_equal(counts, rec["contact_count"][1:steps + 1])
     return worst_p, worst_r, state
 
 
+@pytest.mark.parametrize("length", ANCHOR_LENGTHS)
 @pytest.mark.parametrize("name", CONTACT_ANCHORS)
-def test_drake_preset_reproduces_contact_anchors(name):
-    worst_p, worst_r, _ = run_contact_anchor(name)
+def test_drake_preset_reproduces_contact_anchors(name, length):
+    worst_p, worst_r, _ = run_contact_anchor(name, length)
     assert worst_p <= CONTACT_POSITION_TOL and worst_r <= CONTACT_ROTATION_TOL
 
 
