@@ -387,7 +387,9 @@ def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=i
                  tau_d: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64)):
     """Contact slot ``slot`` of a world: the scratch contact ``kept[world, slot]`` with its pair's
     shapes, bodies and materials, or empty (shapes and bodies −1, the rest 0) past the world's
-    count. One thread per (world, slot), so neighbouring threads write neighbouring slots."""
+    count. One thread per (world, slot), so neighbouring threads write neighbouring slots. The two
+    branches store their own values: gathering the 16 values first and storing them once keeps
+    them all live across the branch (sm_90: 92 registers instead of 56)."""
     world, slot = wp.tid()
     zero = wp.float64(0.0)
     if slot < count[world]:
