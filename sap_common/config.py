@@ -31,6 +31,8 @@ from .constants import (
     DEFAULT_NEWTON_PATH,
     FUSED_CHOLESKYS,
     FUSED_HESSIANS,
+    FUSED_MAX_REGISTERS_AUTO,
+    FUSED_MAX_REGISTERS_NONE,
     FUSED_MAX_REGISTERS_RANGE,
     NEWTON_PATHS,
 )
@@ -308,11 +310,14 @@ class SapConfig:
             batched kernel per stage and Newton iteration). Both compute the same iterates;
             PCR always runs staged. sap_ref's single host loop is the same for either.
         fused_max_registers: a cap on the registers per thread of the fused Newton kernel on a
-            CUDA device (``None``, default: the compiler's choice; else an integer from 32 to
-            255, CUDA's ``__maxnreg__``). Fewer registers let more worlds run at once on a
-            multiprocessor; what does not fit is spilled to local memory. A tuning knob for
-            speed only: it changes no result. docs/benchmarks.md gives what it measured.
-            No effect on the CPU device, the staged path or sap_ref.
+            CUDA device: ``"auto"`` (default: sap_gpu's cap per kernel, 128 with an fp32 and 168
+            with an fp64 ``contact_linear_solve_precision`` for a world of up to 32 DOFs whose H
+            is factored in the lanes' registers, none for the other fused kernels), ``"none"``
+            (the compiler's choice) or an integer from 32 to 255 (CUDA's ``__maxnreg__``).
+            Fewer registers let more worlds run at once on a multiprocessor; what does not fit
+            is spilled to local memory. A tuning knob for speed only: it changes no result.
+            docs/benchmarks.md gives what it measured. No effect on the CPU device, the staged
+            path or sap_ref.
         fused_hessian: how the fused Newton kernel forms H = A + JᵀGJ: ``rows`` (default: the
             block's lanes build H row by row in global memory, then the tile factorization loads
             it) or ``tiles`` (H and −∇ℓ are assembled in the block's shared memory by tile
@@ -375,7 +380,7 @@ class SapConfig:
     pcr_regularization: float = 0.0
     matrixfree_representation: bool | None = None
     newton_path: str = DEFAULT_NEWTON_PATH
-    fused_max_registers: int | None = None
+    fused_max_registers: int | str | None = FUSED_MAX_REGISTERS_AUTO
     fused_hessian: str = DEFAULT_FUSED_HESSIAN
     fused_cholesky: str = DEFAULT_FUSED_CHOLESKY
     discrete_contact_approximation: str = DEFAULT_CONTACT_APPROXIMATION
@@ -437,12 +442,18 @@ class SapConfig:
                              f"{self.matrixfree_representation!r}")
         set_("matrixfree_representation", bool(self.matrixfree_representation))
         set_("newton_path", _choice("newton_path", self.newton_path, {k: k for k in NEWTON_PATHS}, NEWTON_PATHS))
-        if self.fused_max_registers is not None:
-            cap = self.fused_max_registers
+        cap = self.fused_max_registers
+        word = cap.strip().lower() if isinstance(cap, str) else None
+        if cap is None or word == FUSED_MAX_REGISTERS_AUTO:  # None: not set
+            set_("fused_max_registers", FUSED_MAX_REGISTERS_AUTO)
+        elif word == FUSED_MAX_REGISTERS_NONE:
+            set_("fused_max_registers", FUSED_MAX_REGISTERS_NONE)
+        else:
             if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or not (
                     FUSED_MAX_REGISTERS_RANGE[0] <= cap <= FUSED_MAX_REGISTERS_RANGE[1]):
-                raise ValueError(f"fused_max_registers: must be None (the compiler's choice) or an integer from "
-                                 f"{FUSED_MAX_REGISTERS_RANGE[0]} to {FUSED_MAX_REGISTERS_RANGE[1]}, got {cap!r}")
+                raise ValueError(f"fused_max_registers: must be {FUSED_MAX_REGISTERS_AUTO!r} (the default: sap_gpu's "
+                                 f"cap per kernel), {FUSED_MAX_REGISTERS_NONE!r} (the compiler's choice) or an integer "
+                                 f"from {FUSED_MAX_REGISTERS_RANGE[0]} to {FUSED_MAX_REGISTERS_RANGE[1]}, got {cap!r}")
             set_("fused_max_registers", int(cap))
         set_("fused_hessian", _choice("fused_hessian", self.fused_hessian, {k: k for k in FUSED_HESSIANS},
                                       FUSED_HESSIANS))

@@ -7,6 +7,8 @@ once and both packages import it. ``sap_gpu`` never imports ``sap_ref``. NumPy o
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 __all__ = [
@@ -27,7 +29,8 @@ __all__ = [
     # state and model checks
     "QUAT_NORM_MIN", "QUAT_NORM_MAX", "MASS_MATRIX_RTOL",
     # solver options
-    "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "FUSED_MAX_REGISTERS_RANGE",
+    "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "FUSED_MAX_REGISTERS_RANGE", "FUSED_MAX_REGISTERS_AUTO",
+    "FUSED_MAX_REGISTERS_NONE", "FUSED_AUTO_MAX_REGISTERS",
 ]
 
 # ----------------------------------------------------------------------------- collision
@@ -255,6 +258,21 @@ DEFAULT_NEWTON_PATH = "fused"
 # hardware's most a thread may hold; below 32 the fused kernel's block sums and tile pointers
 # alone would spill.
 FUSED_MAX_REGISTERS_RANGE = (32, 255)
+# SapConfig.fused_max_registers's default: sap_gpu picks the cap per fused kernel
+# (FUSED_AUTO_MAX_REGISTERS); and the setting for no cap at all (the compiler's choice). A
+# string, not None: None means "not set" to every SapConfig knob.
+FUSED_MAX_REGISTERS_AUTO = "auto"
+FUSED_MAX_REGISTERS_NONE = "none"
+# The caps "auto" gives the fused kernel of a world of one tile (nv ≤ 32) whose H is factored in
+# the lanes' registers (fused_cholesky="lanes", the default there), by the linear-solve
+# precision; every other fused kernel (the tile Cholesky, H by tiles, worlds past 32 DOFs) is left
+# to the compiler. With the compiler's choice that kernel takes 168 registers (fp32 solve) and
+# 193 (fp64) on sm_90, so by registers an H100 multiprocessor holds 12 and 10 worlds' blocks;
+# capped at 128 and 168, 16 and 12 (spilling 160 and 56 B). On an H100 at 8192 humanoid worlds
+# that made the whole step 1.03x (approx32) and 1.07x (drake) faster, at 4096 1.02x and 1.07x; at
+# 1024, fewer worlds than the GPU holds at once, 0.98x and 1.01x; on a 81-DOF world factored by
+# blocks a cap cost 6-9 % (docs/benchmarks.md § Register caps by default).
+FUSED_AUTO_MAX_REGISTERS = MappingProxyType({"fp32": 128, "fp64": 168})
 
 # SapConfig.fused_hessian: how the fused Newton kernel forms H = A + JᵀGJ. "rows": the block's
 # lanes take H's rows and write them to global memory, which the tile factorization then loads;

@@ -615,8 +615,8 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 
 def hessian_functions(T, TL) -> SimpleNamespace:
     """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (memoized);
-    ``hessian_row`` one row, from ``A_terms`` and each touching contact's ``contact_terms`` (rolled
-    loops, as :func:`rolled_sums`) and the limit and drive rows."""
+    ``hessian_row`` one row, from ``A_terms`` and ``constraint_terms`` (each touching contact's
+    ``contact_terms``, rolled loops as :func:`rolled_sums`, then the limit and drive rows)."""
     key = (T, TL)
     if key in _HESSIAN:
         return _HESSIAN[key]
@@ -636,11 +636,9 @@ def hessian_functions(T, TL) -> SimpleNamespace:
         ...
 
     @wp.func
-    def hessian_row(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
-        """Row i of H = A + JᵀGJ up to the diagonal, in TL: A, then the contacts touching DOF i,
-        the active limit rows, the drives, in row order (the Cholesky reads nothing else; the
-        padding rows and columns hold the identity from allocation)."""
-        A_terms(P.A, H, world, i)
+    def constraint_terms(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
+        """Row i of H up to the diagonal, after its A part: + the terms of the contacts touching
+        DOF i, of the active limit rows, of the drives, in row order."""
         for u in range(P.dof_ncontacts[world, i]):
             c = P.dof_contacts[world, i, u]
             r = 3 * c
@@ -662,6 +660,14 @@ def hessian_functions(T, TL) -> SimpleNamespace:
                 H[world, i, i] = H[world, i, i] + TL(P.drive_G[world, d])
 
     @wp.func
+    def hessian_row(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
+        """Row i of H = A + JᵀGJ up to the diagonal, in TL: A, then the contacts touching DOF i,
+        the active limit rows, the drives, in row order (the Cholesky reads nothing else; the
+        padding rows and columns hold the identity from allocation)."""
+        A_terms(P.A, H, world, i)
+        constraint_terms(P, world, i, H)
+
+    @wp.func
     def hessian_rows(P: Problem, world: int, lane: int, stride: int, H: wp.array3d(dtype=TL),
                      rhs: wp.array3d(dtype=TL)):
         """Rows i = lane, lane + stride, … of H (lower triangle) and of rhs = −∇ℓ, in TL."""
@@ -670,5 +676,6 @@ def hessian_functions(T, TL) -> SimpleNamespace:
             hessian_row(P, world, i, H)
 
     _HESSIAN[key] = SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows, A_terms=A_terms,
+                                    constraint_terms=constraint_terms,
                                     contact_terms=contact_terms)
     return _HESSIAN[key]

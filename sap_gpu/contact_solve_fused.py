@@ -26,11 +26,13 @@ per world) does everything of a step's stage 3 for a world, from the warm start 
            v ← v + αΔv
     v₁ ← v on participating DOFs, v* elsewhere
 
-so each world pays for its own iterations only. With ``fused_hessian="tiles"`` the world's A and
-v* are loaded into shared tiles once per step, and the evaluation's momentum pass and the line
-search's slope sums read them there (:func:`_shared_passes`). The evaluation, Hessian rows, direction and
-line-search cost are the functions of :mod:`sap_gpu.contact_problem` that the staged kernels
-call too, here with the world's rows and DOFs spread over the block's lanes. Every decision is taken from block-reduced
+so each world pays for its own iterations only. Where H is formed by tiles or factored in the
+lanes' registers (worlds of one tile, nv ≤ 32; the default there) the world's A and v* are loaded
+into shared tiles once per step, and the evaluation's momentum pass, H's A part and the line
+search's slope sums read them there, with Δv from a shared tile too (:func:`_shared_passes`).
+The evaluation, Hessian rows, direction and line-search cost are the functions of
+:mod:`sap_gpu.contact_problem` that the staged kernels call too, here with the world's rows and
+DOFs spread over the block's lanes. Every decision is taken from block-reduced
 values that all lanes hold bit for bit, so the lanes never diverge around a barrier. Lanes
 exchange data through the world's rows of the Problem arrays, with a block barrier between a
 write and a read by another lane.
@@ -55,7 +57,14 @@ docs/benchmarks.md); ``SolverSAP`` runs the staged loop for PCR whatever ``newto
 
 import warp as wp
 
-from sap_common.constants import DEFAULT_FUSED_CHOLESKY, FUSED_CHOLESKYS, FUSED_HESSIANS
+from sap_common.constants import (
+    DEFAULT_FUSED_CHOLESKY,
+    FUSED_AUTO_MAX_REGISTERS,
+    FUSED_CHOLESKYS,
+    FUSED_HESSIANS,
+    FUSED_MAX_REGISTERS_AUTO,
+    FUSED_MAX_REGISTERS_NONE,
+)
 from sap_common.state import StepStatus
 
 from . import blocked_cholesky, lane_cholesky
@@ -67,7 +76,7 @@ from .line_search import make_line_search
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["FUSED_TILE", "FUSED_HESSIANS", "FUSED_CHOLESKYS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size",
-           "fused_hessian_for", "fused_cholesky_for", "fused_newton_kernel", "launch_fused"]
+           "fused_hessian_for", "fused_cholesky_for", "fused_register_cap", "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
 # fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
@@ -108,6 +117,22 @@ def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
     if cholesky not in FUSED_CHOLESKYS:
         raise ValueError(f"fused_cholesky: {cholesky!r} is not valid; valid: {', '.join(FUSED_CHOLESKYS)}")
     return "lanes" if cholesky == "lanes" and n <= FUSED_TILE and fused_hessian_for(hessian, n) == "rows" else "tile"
+
+
+def fused_register_cap(setting, TL, n: int, hessian: str, cholesky: str) -> int | None:
+    """The register cap the fused kernel is compiled with on CUDA (``None``: the compiler's choice)
+    for ``SapConfig.fused_max_registers`` ``setting``, linear-solve scalar ``TL``, padded size
+    ``n`` and the configured ``hessian`` and ``cholesky``: an integer as given, ``None`` for
+    ``"none"``; for ``"auto"``, where H is factored in the lanes' registers
+    (:func:`fused_cholesky_for`), the cap of :data:`~sap_common.constants.FUSED_AUTO_MAX_REGISTERS`
+    for TL, else ``None``."""
+    if setting == FUSED_MAX_REGISTERS_NONE:
+        return None
+    if setting != FUSED_MAX_REGISTERS_AUTO:
+        return setting
+    if fused_cholesky_for(cholesky, hessian, n) != "lanes":
+        return None
+    return FUSED_AUTO_MAX_REGISTERS["fp32" if TL == wp.float32 else "fp64"]
 
 
 def swept_cholesky(cholesky: str, hessian: str) -> tuple[str, bool]:
@@ -265,9 +290,11 @@ def _tile_hessian(T, TL):
 
 
 def _shared_passes(T, TL):
-    """``(momentum_pass, direction_sums)`` of ``fused_hessian="tiles"``: the row functions'
-    (:func:`~sap_gpu.contact_problem.row_functions`) with A and v* read from the world's shared
-    tiles (A (32, 32) and v* (32,) in float64, loaded once per step) and Δv from the solve's
+    """``(momentum_pass, direction_sums, hessian_rows)`` where H is formed by tiles or factored in
+    the lanes' registers (a world of one tile, nv ≤ 32): the row functions'
+    (:func:`~sap_gpu.contact_problem.row_functions`) and H's rows by lanes
+    (:func:`~sap_gpu.contact_problem.hessian_functions`) with A and v* read from the world's
+    shared tiles (A (32, 32) and v* (32,) in float64, loaded once per step) and Δv from the
     shared tile x (in TL), memoized per (T, TL). v stays in global memory: a shared tile of it,
     loaded after each update, took the drake kernel's spill on sm_90 from 144 to 200 B (approx32's
     from 80 to 128 B; measured with slabs of 32 rows).
@@ -325,7 +352,20 @@ def _shared_passes(T, TL):
             dphi0 = dphi0 + P.grad[world, i] * dvi
         return V3(slope, curvature, dphi0)
 
-    _CACHE[key] = (momentum_pass, direction_sums)
+    constraint_terms = hessian_functions(T, TL).constraint_terms
+
+    @wp.func
+    def hessian_rows(P: Problem, world: int, lane: int, stride: int, H: wp.array3d(dtype=TL),
+                     rhs: wp.array3d(dtype=TL), A: wp.tile(dtype=wp.float64, shape=(ft, ft), storage="shared")):
+        """hessian_functions' hessian_rows with row i's A part, H[i, k] = TL(A[i, k]) for k ≤ i, from
+        the shared tile (the same values)."""
+        for i in range(lane, P.nv, stride):
+            rhs[world, i, 0] = TL(-P.grad[world, i])
+            for k in range(i + 1):
+                H[world, i, k] = TL(A[i, k])
+            constraint_terms(P, world, i, H)
+
+    _CACHE[key] = (momentum_pass, direction_sums, hessian_rows)
     return _CACHE[key]
 
 
@@ -364,7 +404,13 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     if tiles:
         assemble = _tile_hessian(T, TL)
         shared_factor_solve = blocked_cholesky.shared_factor_solve(FUSED_TILE, TL)
-        momentum_pass_shared, direction_sums_shared = _shared_passes(T, TL)
+    # A, v* and Δv in shared tiles for the step (_shared_passes): where H is formed by tiles or
+    # factored in the lanes' registers. Beside Warp's tile Cholesky (its own shared tiles) they
+    # took that kernel from 174 to 212 registers (approx32; drake 185) on sm_90, so it reads them
+    # from global memory.
+    shared = tiles or lanes
+    if shared:
+        momentum_pass_shared, direction_sums_shared, hessian_rows_shared = _shared_passes(T, TL)
     if lanes:
         factor_solve = lane_cholesky.lane_factor_solve(TL)
     elif single:
@@ -416,6 +462,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
             Hs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")
             Js = wp.tile_zeros(shape=(SLAB_ROWS, FUSED_TILE), dtype=TL, storage="shared")
             GJs = wp.tile_zeros(shape=(SLAB_ROWS, FUSED_TILE), dtype=TL, storage="shared")
+        if wp.static(shared):  # Δv, A and v* in shared memory for the whole step
             xs = wp.tile_zeros(shape=(FUSED_TILE, 1), dtype=TL, storage="shared")
             # A and v*, read-only for the step (zeros past their sizes)
             As = wp.tile_load(P.A[world], shape=(FUSED_TILE, FUSED_TILE), storage="shared")
@@ -436,7 +483,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
         while running != 0:
             # ---- evaluate at v: A(v − v*), A v and ℓ_A over DOFs (one pass over A), then the rows.
             ell_A = zero
-            if wp.static(tiles):
+            if wp.static(shared):
                 ell_A = momentum_pass_shared(P, world, lane, bd, As, v_star_s)
             else:
                 ell_A = f.momentum_pass(P, world, lane, bd)
@@ -476,7 +523,10 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                         failed = 1
             else:
                 # ---- H = A + JᵀGJ (lower triangle) and −∇ℓ in TL, rows of H over lanes.
-                hessian_rows(P, world, lane, bd, H, rhs)
+                if wp.static(shared):
+                    hessian_rows_shared(P, world, lane, bd, H, rhs, As)
+                else:
+                    hessian_rows(P, world, lane, bd, H, rhs)
                 if evaluate_only != 0:
                     break
                 block_sync(lane)  # H and −∇ℓ complete before the tile loads
@@ -487,6 +537,8 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 else:
                     failed = factor_solve(H[world], rhs[world], nb, lane, L[world], dv_out[world])
                 block_sync(lane)  # Δv stored by the tiles before the lanes read it
+                if wp.static(shared):
+                    wp.tile_assign(xs, wp.tile_load(dv_out[world], shape=(FUSED_TILE, 1)), offset=(0, 0))
                 for k in range(lane, nv, bd):
                     dvk = T(dv_out[world, k, 0])
                     P.dv[world, k] = dvk
@@ -498,7 +550,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 break
             f.direction_rows(P, world, lane, bd)  # Δvc = J Δv
             sums = V3()
-            if wp.static(tiles):
+            if wp.static(shared):
                 sums = direction_sums_shared(P, world, lane, bd, As, v_star_s, xs)
             else:
                 sums = f.direction_sums(P, world, lane, bd)

@@ -39,7 +39,7 @@ from . import (
 )
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
-from .contact_solve_fused import fused_newton_kernel, launch_fused
+from .contact_solve_fused import fused_newton_kernel, fused_register_cap, launch_fused
 from .device import get_device
 from .launch import launch_threads, loop_while
 from .linear_solve import cholesky_solve
@@ -74,7 +74,9 @@ class SolverSAP:
     After :meth:`step`: ``last_status``, ``last_newton_iterations``, ``last_line_search_iterations``
     and ``last_truncated_contact_count`` are device arrays over worlds (:meth:`diagnostics` gives
     NumPy copies). ``work`` holds every intermediate of the last step (A, v*, J, R, v̂, the
-    Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`.
+    Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`. ``fused_max_registers``
+    is the register cap the fused kernel is compiled with on CUDA (``SapConfig.fused_max_registers``
+    with ``"auto"`` resolved; ``None``: the compiler's choice, or no fused kernel).
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
@@ -93,8 +95,11 @@ class SolverSAP:
         self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
         approximation = cfg.discrete_contact_approximation
         self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
+        # the fused kernel's register cap on CUDA (SapConfig.fused_max_registers, "auto" resolved)
+        self.fused_max_registers = fused_register_cap(cfg.fused_max_registers, w.TL, w.H.shape[1], cfg.fused_hessian,
+                                                      cfg.fused_cholesky) if w.fused else None
         self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
-                                                max_registers=cfg.fused_max_registers,
+                                                max_registers=self.fused_max_registers,
                                                 hessian=cfg.fused_hessian,
                                                 cholesky=cfg.fused_cholesky) if w.fused else None
         # diagnostics (device arrays, refreshed by step)

@@ -28,7 +28,7 @@ from sap_common.config import LINE_SEARCH_VARIANTS, LINEAR_SOLVERS, PRESETS
 __all__ = ["Parser", "parser", "quiet_warp", "init_warp", "plain", "fail", "check_out", "check_out_dir",
            "atomic_output", "entry_point", "INTERRUPTED_STATUS", "plot_path", "load_scene_arg", "scene_solver_kwargs",
            "check_flags", "rollout_parser", "load_rollout", "warp_device", "PRESET_CHOICES", "LINE_SEARCH_CHOICES",
-           "LINEAR_SOLVER_CHOICES", "register_caps"]
+           "LINEAR_SOLVER_CHOICES", "register_caps", "register_cap_label"]
 
 # Exit status after Ctrl-C: 128 + SIGINT, the shell's convention for a process stopped by SIGINT.
 INTERRUPTED_STATUS = 130
@@ -303,13 +303,14 @@ def scene_solver_kwargs(scene, preset: str | None, line_search: str | None,
     return kwargs, "solver: " + "; ".join(notes)
 
 
-def register_caps(flag: str, values) -> list[int | None]:
-    """The values of a ``--fused-max-registers`` sweep: ``none`` (the compiler's choice) or an
-    integer SapConfig.fused_max_registers accepts, each once, in order; ``ValueError`` naming
-    ``flag`` otherwise."""
+def register_caps(flag: str, values) -> list[int | str | None]:
+    """The values of a ``--fused-max-registers`` sweep: ``auto`` (SapConfig's default: sap_gpu's
+    cap per kernel), ``none`` (the compiler's choice) or an integer SapConfig.fused_max_registers
+    accepts, each once, in order; ``ValueError`` naming ``flag`` otherwise."""
     from sap_common.config import SapConfig
-    from sap_common.constants import FUSED_MAX_REGISTERS_RANGE
+    from sap_common.constants import FUSED_MAX_REGISTERS_AUTO, FUSED_MAX_REGISTERS_NONE, FUSED_MAX_REGISTERS_RANGE
 
+    lo, hi = FUSED_MAX_REGISTERS_RANGE
     out = []
     for v in values:
         for item in str(v).split(","):
@@ -317,17 +318,23 @@ def register_caps(flag: str, values) -> list[int | None]:
             if not item:
                 continue
             try:
-                cap = None if item == "none" else int(item)
+                cap = item if item in (FUSED_MAX_REGISTERS_AUTO, FUSED_MAX_REGISTERS_NONE) else int(item)
                 SapConfig(fused_max_registers=cap)
             except ValueError:
-                lo, hi = FUSED_MAX_REGISTERS_RANGE
-                raise ValueError(f"{flag}: none or an integer from {lo} to {hi}, got {item!r}") from None
+                raise ValueError(f"{flag}: auto, none or an integer from {lo} to {hi}, got {item!r}") from None
             if cap not in out:
                 out.append(cap)
     if not out:
-        lo, hi = FUSED_MAX_REGISTERS_RANGE
-        raise ValueError(f"{flag}: give at least one value (none or {lo}..{hi})")
+        raise ValueError(f"{flag}: give at least one value (auto, none or {lo}..{hi})")
     return out
+
+
+def register_cap_label(cap) -> str:
+    """The run-label suffix of a ``--fused-max-registers`` value: ``""`` for ``auto`` (the
+    default), ``/nocap`` for ``none`` (the compiler's choice), ``/reg<N>`` for a cap N."""
+    from sap_common.constants import FUSED_MAX_REGISTERS_AUTO, FUSED_MAX_REGISTERS_NONE
+
+    return {FUSED_MAX_REGISTERS_AUTO: "", FUSED_MAX_REGISTERS_NONE: "/nocap"}.get(cap, f"/reg{cap}")
 
 
 def check_flags(preset: str | None, line_search: str | None) -> None:

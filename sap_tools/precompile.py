@@ -48,6 +48,7 @@ from sap_tools.cli import (
     init_warp,
     load_scene_arg,
     parser,
+    register_cap_label,
     register_caps,
     scene_solver_kwargs,
 )
@@ -168,9 +169,9 @@ def main(argv=None) -> int:
     p.add_argument("--approximation", nargs="+", default=["sap"],
                    help=f"contact approximations (default: sap; valid: {', '.join(CONTACT_APPROXIMATIONS)})")
     p.add_argument("--line-search", default=None, help="line search (default: the scene's, else monotone_decay)")
-    p.add_argument("--fused-max-registers", nargs="+", default=["none"], metavar="N",
-                   help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: none (default: the "
-                        "compiler's choice) or 32..255; several = each")
+    p.add_argument("--fused-max-registers", nargs="+", default=["auto"], metavar="N",
+                   help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: auto (default: "
+                        "sap_gpu's cap per kernel), none (the compiler's choice) or 32..255; several = each")
     p.add_argument("--fused-hessian", nargs="+", default=["rows"], metavar="HOW",
                    help=f"SapConfig.fused_hessian, how the fused kernel forms H: {', '.join(FUSED_HESSIANS)} "
                         f"(default rows); several = each")
@@ -259,8 +260,9 @@ def main(argv=None) -> int:
             configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps,
             dict.fromkeys(args.fused_hessian), dict.fromkeys(args.fused_cholesky)):
         kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
-        kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx,
-                      fused_max_registers=cap)
+        kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx)
+        if path == "fused" and solver == "cholesky":  # only where the fused kernel reads it (no unused-knob warning)
+            kwargs["fused_max_registers"] = cap
         if hessian != "rows":  # only where the fused kernel reads it (no unused-knob warning otherwise)
             if path != "fused" or solver != "cholesky":
                 continue
@@ -275,7 +277,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             return fail(prog, e)
         label = (f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
-                 + ("" if cap is None else f"/reg{cap}") + ("" if hessian == "rows" else f"/{hessian}")
+                 + register_cap_label(cap) + ("" if hessian == "rows" else f"/{hessian}")
                  + ("" if plain else f"/{cholesky}"))
         for key, module in record.variants.items():
             variants.setdefault(key, (module, record.kernels[key]))

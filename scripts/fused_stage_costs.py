@@ -32,14 +32,17 @@ FUSED = ROOT / "sap_gpu" / "contact_solve_fused.py"
 # occur once in the kernel, each starting a line).
 STAGES = {
     "eval2": ("            ell_A = zero\n"
-              "            if wp.static(tiles):\n"
+              "            if wp.static(shared):\n"
               "                ell_A = momentum_pass_shared(P, world, lane, bd, As, v_star_s)\n"
               "            else:\n"
               "                ell_A = f.momentum_pass(P, world, lane, bd)\n"
               "            ell_lane = f.evaluate_rows(P, world, lane, bd, ell_A)\n"
               "            block_sync(lane)  # γ of every row, before Jᵀγ\n"
               "            r2, sA, sJ, bad = f.gradient_pass(P, world, lane, bd)\n"),
-    "hess2": "                hessian_rows(P, world, lane, bd, H, rhs)\n",
+    "hess2": ("                if wp.static(shared):\n"
+              "                    hessian_rows_shared(P, world, lane, bd, H, rhs, As)\n"
+              "                else:\n"
+              "                    hessian_rows(P, world, lane, bd, H, rhs)\n"),
     "chol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], lane)\n",
     "lchol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], nv, lane)\n",
     "ls2": ("            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.ls_max_iterations, "

@@ -218,8 +218,10 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
              (["--mjwarp-njmax", "64"], "--mjwarp-njmax: needs --vs-mjwarp"),
              (["--device", "tpu"], "--device 'tpu': no such Warp device here; available: "),
              (["--vs-mjwarp"], "--vs-mjwarp: needs an MJCF scene"),
-             (["--fused-max-registers", "20"], "--fused-max-registers: none or an integer from 32 to 255, got '20'"),
-             (["--fused-max-registers", "none,x"], "--fused-max-registers: none or an integer from 32 to 255, got 'x'")]
+             (["--fused-max-registers", "20"],
+              "--fused-max-registers: auto, none or an integer from 32 to 255, got '20'"),
+             (["--fused-max-registers", "none,x"],
+              "--fused-max-registers: auto, none or an integer from 32 to 255, got 'x'")]
     for flags, message in cases:
         assert main(["sphere_drop", "--quiet", *flags]) == 2, flags
         assert message in capsys.readouterr().err, flags
@@ -378,12 +380,13 @@ def test_register_cap_speedups_divide_by_the_same_run_without_a_cap():
                     rows="sparse", newton_path=path, fused_max_registers=cap, world_steps_per_s=rate,
                     label="approx32" + (f"/reg{cap}" if cap else ""))
 
-    rows = [row("a", 4, None, 100.0), row("a", 4, 128, 150.0), row("a", 8, None, 400.0), row("a", 8, 128, 200.0),
+    rows = [row("a", 4, "none", 100.0), row("a", 4, 128, 150.0), row("a", 4, "auto", 120.0),
+            row("a", 8, None, 400.0), row("a", 8, 128, 200.0),  # None: uncapped, in files from before "auto"
             row("b", 4, 128, 1.0),  # no uncapped run of b: no speed-up
             dict(backend="mujoco_warp", scene="a", num_worlds=4, world_steps_per_s=50.0)]
     out = register_cap_speedups(rows)
     assert [(q["scene"], q["num_worlds"], q["fused_max_registers"], q["speedup"]) for q in out] == [
-        ("a", 4, 128, 1.5), ("a", 8, 128, 0.5)]
+        ("a", 4, 128, 1.5), ("a", 4, "auto", 1.2), ("a", 8, 128, 0.5)]
 
 
 def test_hessian_speedups_divide_by_the_same_run_forming_h_by_rows():
@@ -394,7 +397,7 @@ def test_hessian_speedups_divide_by_the_same_run_forming_h_by_rows():
 
     def row(scene, W, hessian, rate, path="fused"):
         return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
-                    rows="sparse", newton_path=path, fused_max_registers=None, fused_hessian=hessian,
+                    rows="sparse", newton_path=path, fused_max_registers="auto", fused_hessian=hessian,
                     fused_cholesky="tile" if hessian == "tiles" else "lanes",
                     world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
                     label="approx32" + ("/tiles" if hessian == "tiles" else ""))
@@ -434,7 +437,7 @@ def test_cholesky_speedups_divide_by_the_same_run_with_the_tile_cholesky():
 
     def row(scene, W, cholesky, rate, path="fused", hessian="rows"):
         return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
-                    rows="sparse", newton_path=path, fused_max_registers=None, fused_hessian=hessian,
+                    rows="sparse", newton_path=path, fused_max_registers="auto", fused_hessian=hessian,
                     fused_cholesky=cholesky, world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
                     label="approx32" + ("/tile" if cholesky == "tile" and hessian == "rows" else ""))
 
@@ -482,17 +485,22 @@ def test_a_tile_formed_hessian_runs_under_the_default_factorization(capsys, devi
 
 @pytest.mark.slow
 def test_register_cap_sweep_runs_the_same_iterations(capsys, device):
-    """--fused-max-registers none 64: both runs in one process, labelled, with the same Newton and
-    line-search iterations (a register cap changes where values live, not the arithmetic), and
-    the capped run's speed-up over the uncapped one printed."""
+    """--fused-max-registers none 64 auto: the runs in one process, labelled, each with the cap it
+    compiled (``register_cap``: auto's is 128 for approx32) and the same Newton and line-search
+    iterations (a register cap changes where values live, not the arithmetic), and each capped
+    run's speed-up over the uncapped one printed."""
     assert main(["sphere_drop", "--num-worlds", "2", "--steps", "4", "--warmup", "1", "--fused-max-registers", "none",
-                 "64", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+                 "64", "auto", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
     lines, result = _last_json(capsys)
-    plain, capped = result["runs"]
-    assert (plain["label"], capped["label"]) == ("approx32", "approx32/reg64")
-    assert (plain["fused_max_registers"], capped["fused_max_registers"]) == (None, 64)
+    plain, capped, auto = result["runs"]
+    assert (plain["label"], capped["label"], auto["label"]) == ("approx32/nocap", "approx32/reg64", "approx32")
+    assert (plain["fused_max_registers"], capped["fused_max_registers"], auto["fused_max_registers"]) == (
+        "none", 64, "auto")
+    assert (plain["register_cap"], capped["register_cap"], auto["register_cap"]) == (None, 64, 128)
     for key in ("newton_mean", "line_search_mean", "newton_mean_structure", "newton_max_structure"):
-        assert plain[key] == capped[key], key
-    (q,) = result["register_cap_speedups"]
-    assert q["speedup"] == pytest.approx(capped["world_steps_per_s"] / plain["world_steps_per_s"])
+        assert plain[key] == capped[key] == auto[key], key
+    q64, qauto = result["register_cap_speedups"]
+    assert q64["speedup"] == pytest.approx(capped["world_steps_per_s"] / plain["world_steps_per_s"])
+    assert qauto["speedup"] == pytest.approx(auto["world_steps_per_s"] / plain["world_steps_per_s"])
     assert any(line.startswith("speed-up register cap 64/none (approx32/reg64, 2 worlds): ") for line in lines)
+    assert any(line.startswith("speed-up register cap auto/none (approx32, 2 worlds): ") for line in lines)

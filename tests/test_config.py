@@ -117,7 +117,10 @@ def test_solver_defaults():
     assert c32.line_search_relative_slop == pytest.approx(1000 * np.finfo(np.float32).eps)
     assert c.dtype("free_motion_solve_precision") == np.float32
     assert SapConfig.from_preset("drake").dtype("free_motion_solve_precision") == np.float64
-    assert c.fused_max_registers is None  # the CUDA compiler's choice
+    assert c.fused_max_registers == "auto"  # sap_gpu's cap per fused kernel
+    assert SapConfig(fused_max_registers=" AUTO ").fused_max_registers == "auto"
+    assert SapConfig(fused_max_registers=None).fused_max_registers == "auto"  # None: not set
+    assert SapConfig(fused_max_registers="None").fused_max_registers == "none"  # the CUDA compiler's choice
     assert SapConfig(fused_max_registers=np.int64(128)).fused_max_registers == 128
     assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
     assert c.fused_hessian == "rows"  # lanes over H's rows in global memory (the one measured on a GPU)
@@ -199,8 +202,9 @@ BAD = [
     (dict(stiction_tolerance=0.0), r"stiction_tolerance: must be finite and in \(0.0, inf\) m/s"),
     (dict(stiction_tolerance=float("inf")), r"stiction_tolerance: must be finite"),
     (dict(fallback_hc_dissipation=-1.0), r"fallback_hc_dissipation: must be finite and in \[0.0, inf\) s/m"),
-    (dict(fused_max_registers=31), r"fused_max_registers: must be None \(the compiler's choice\) or an integer from "
-                                   r"32 to 255, got 31"),
+    (dict(fused_max_registers=31), r"fused_max_registers: must be 'auto' \(the default: sap_gpu's cap per kernel\), "
+                                   r"'none' \(the compiler's choice\) or an integer from 32 to 255, got 31"),
+    (dict(fused_max_registers="automatic"), r"fused_max_registers: .* from 32 to 255, got 'automatic'"),
     (dict(fused_max_registers=256), r"fused_max_registers: .* from 32 to 255, got 256"),
     (dict(fused_max_registers=True), r"fused_max_registers: .* from 32 to 255, got True"),
     (dict(fused_max_registers=128.0), r"fused_max_registers: .* from 32 to 255, got 128.0"),

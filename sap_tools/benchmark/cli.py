@@ -79,6 +79,7 @@ from sap_common.constants import (
     DEFAULT_NEWTON_PATH,
     FUSED_CHOLESKYS,
     FUSED_HESSIANS,
+    FUSED_MAX_REGISTERS_AUTO,
     NEWTON_PATHS,
 )
 from sap_common.io import LoadedScene
@@ -117,6 +118,7 @@ from sap_tools.cli import (
     entry_point,
     fail,
     parser,
+    register_cap_label,
     register_caps,
     warp_device,
 )
@@ -220,10 +222,10 @@ def _parser():
                    help=f"SolverSAP newton_path: fused (one block per world runs its whole Newton loop) or staged "
                         f"(one kernel per stage, a capture_while trip per batch iteration); default "
                         f"{DEFAULT_NEWTON_PATH}; both = a sweep with the speed-up printed")
-    p.add_argument("--fused-max-registers", nargs="+", default=["none"], metavar="N",
-                   help="SapConfig.fused_max_registers, the fused Newton kernel's CUDA register cap: none (default: "
-                        "the compiler's choice) or 32..255; several = a sweep with the speed-up over none printed "
-                        "(runs labelled /regN)")
+    p.add_argument("--fused-max-registers", nargs="+", default=["auto"], metavar="N",
+                   help="SapConfig.fused_max_registers, the fused Newton kernel's CUDA register cap: auto (default: "
+                        "sap_gpu's cap per kernel), none (the compiler's choice) or 32..255; several = a sweep with "
+                        "the speed-up over none printed (runs labelled /nocap and /regN)")
     p.add_argument("--fused-hessian", nargs="+", default=[DEFAULT_FUSED_HESSIAN], choices=FUSED_HESSIANS,
                    help="SapConfig.fused_hessian, how the fused Newton kernel forms H: rows (default: lanes over H's "
                         "rows in global memory) or tiles (tile products in shared memory, nv <= 32); both = a sweep "
@@ -339,7 +341,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                                 run_overrides["fused_cholesky"] = cholesky
                             if solver is not None:
                                 run_overrides["contact_linear_solver"] = solver
-                            if cap is not None:
+                            if cap != FUSED_MAX_REGISTERS_AUTO:
                                 run_overrides["fused_max_registers"] = cap
                             cfg = SapConfig.from_preset(preset, **run_overrides)
                             extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
@@ -349,7 +351,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                                      + (f"/{solver}" if args.linear_solver else "")
                                      + (f"/{sparsity}" if args.rows != ["sparse"] else "")
                                      + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
-                                     + (f"/reg{cap}" if cap is not None else "")
+                                     + register_cap_label(cap)
                                      + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else "")
                                      + ("" if plain else f"/{cholesky}"))
                             specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,

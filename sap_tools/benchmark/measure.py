@@ -16,7 +16,7 @@ import time
 import numpy as np
 import warp as wp
 
-from sap_common.constants import DEFAULT_FUSED_CHOLESKY
+from sap_common.constants import DEFAULT_FUSED_CHOLESKY, FUSED_MAX_REGISTERS_NONE
 from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "kernel_times", "structure", "validity", "table", "structure_line",
@@ -356,17 +356,18 @@ def path_speedups(rows: list[dict]) -> list[dict]:
 
 
 def register_cap_speedups(rows: list[dict]) -> list[dict]:
-    """world-steps/s of each run with a register cap on the fused kernel over the same run without
-    one (SapConfig.fused_max_registers None), per (scene, num_worlds, preset, linear solver, rows,
-    Newton path) run with both."""
+    """world-steps/s of each run with a register cap on the fused kernel (an integer, or ``auto``:
+    sap_gpu's cap per kernel) over the same run without one (SapConfig.fused_max_registers
+    ``none``; ``None`` in files written before ``auto`` was the default), per (scene, num_worlds,
+    preset, linear solver, rows, Newton path) run with both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
                      r.get("newton_path"), r.get("fused_hessian"), r.get("fused_cholesky"))
-    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is None}
+    uncapped = lambda r: r.get("fused_max_registers") in (None, FUSED_MAX_REGISTERS_NONE)  # noqa: E731
+    base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and uncapped(r)}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r["fused_max_registers"],
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
-            for r in rows if r["backend"] == "sap_gpu" and r.get("fused_max_registers") is not None
-            and key(r) in base]
+            for r in rows if r["backend"] == "sap_gpu" and not uncapped(r) and key(r) in base]
 
 
 def hessian_speedups(rows: list[dict]) -> list[dict]:

@@ -290,7 +290,7 @@ class SapRun:
                     converged_fraction=float(st[:, S_CONVERGED].sum() / pairs),
                     capped_steps=int(st[:, S_CAPPED].sum()), world_steps=int(st[:, S_STEPS].sum()),
                     non_finite_steps=int(st[:, S_NON_FINITE].sum()),
-                    non_finite_worlds=int((~finite).sum()))
+                    non_finite_worlds=int((~finite).sum()), register_cap=self.solver.fused_max_registers)
 
 
 class MjwarpRun:
@@ -343,7 +343,7 @@ class MjwarpRun:
                     contacts_per_world_mean=float(st[:, S_CONTACTS].sum() / pairs), contacts_per_world_max=None,
                     truncated_contacts=None, converged_fraction=float(st[:, S_CONVERGED].sum() / pairs),
                     capped_steps=int(st[:, S_CAPPED].sum()), world_steps=int(st[:, S_STEPS].sum()),
-                    non_finite_steps=None, non_finite_worlds=int((~finite).sum()),
+                    non_finite_steps=None, non_finite_worlds=int((~finite).sum()), register_cap=None,
                     overflow_worlds=int((overflow != 0).sum()),
                     overflow_flags=[f.name for f in self.mjw.OverflowType
                                     if f.value and not f.value & (f.value - 1) and np.any(overflow & f.value)])

@@ -18,10 +18,12 @@ Two figures, obtained two different ways, and named so in every output:
   Δv entry (the elimination is in registers). With ``fused_hessian="tiles"`` H is not in global
   memory at all: the phase ``hessian`` counts the lanes' writes of A's columns and of J's and
   G J's slabs to the world's scratch and the cooperative tile loads that bring them into shared
-  memory, and ``factor_solve`` only the factor check's diagonal. A and v* are then in shared tiles for the
-  whole step (the phase ``step_load``: their tile loads, once per step, so per iteration the
-  world's share of them), so the momentum pass and the direction's sums read no A or v* from
-  global memory (they read v there, densely: every v_k, k < nv, per row). Per world, the rows
+  memory, and ``factor_solve`` only the factor check's diagonal. With either (worlds of one tile,
+  nv ≤ 32) A and v* are in shared tiles for the whole step (the phase
+  ``step_load``: their tile loads, once per step, so per iteration the world's share of them), so
+  the momentum pass, H's A part and the direction's sums read no A or v* from global memory
+  (they read v there, densely: every v_k, k < nv, per row), and Δv comes from a shared tile
+  (with rows, loaded there from the solve's output). Per world, the rows
   go to lanes round-robin (DOF i, contact c, limit row r, drive d to lane ``index mod lanes``),
   as the kernel's ``range(lane, n, block_dim)`` loops do, and the
   **busiest lane** of an iteration is the sum, over the phases between two block barriers, of
@@ -101,6 +103,8 @@ class _WorldLists:
         self.tiles = self.fused and fused_hessian_for(solver.config.fused_hessian, self.n) == "tiles"
         self.lanes_cholesky = self.fused and fused_cholesky_for(solver.config.fused_cholesky,
                                                                 solver.config.fused_hessian, self.n) == "lanes"
+        # A, v* and Δv in shared tiles for the step: H formed by tiles or factored in the lanes' registers
+        self.shared = self.tiles or self.lanes_cholesky
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
                      "dof_contacts", "dof_nlimits", "dof_limits", "limit_ncols", "limit_cols", "limit_active",
@@ -141,7 +145,7 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     e = ph["evaluate_rows"]
     for i in range(nv):
         k, n = i % lanes, int(s.A_ncols[w, i])
-        if s.tiles:  # A and v* from their shared tiles (step_load), densely: v_k for every k < nv, v_i
+        if s.shared:  # A and v* from their shared tiles (step_load), densely: v_k for every k < nv, v_i
             e.load(k, t, nv + 1)
         else:
             e.load(k, _I)
@@ -199,7 +203,7 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         _tile_hessian(ph["hessian"], s, w, C, lanes)
         _shared_factor_solve(ph["factor_solve"], tl, lanes)
     else:
-        _hessian_rows(ph["hessian"], s, w, lanes)
+        _hessian_rows(ph["hessian"], s, w, lanes, s.shared)
         if s.lanes_cholesky:
             _lane_factor_solve(ph["factor_solve"], nv, tl, lanes)
         else:
@@ -209,6 +213,8 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         if not s.tiles:  # with tiles Δv is read from the shared solution tile
             r.load(i % lanes, tl)
         r.store(i % lanes, t)
+    if s.shared and not s.tiles:  # Δv's tile load into shared memory, for the direction's sums
+        r.spread(lanes, tl, FUSED_TILE, 0)
     # direction: Δvc = J Δv over rows, then the slope sums over DOFs (one barrier interval).
     dr = ph["direction"]
     for k in range(lanes):
@@ -225,7 +231,7 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         dr.store(d % lanes, t)
     for i in range(nv):
         k = i % lanes
-        if s.tiles:  # A, v* and Δv from shared tiles
+        if s.shared:  # A, v* and Δv from shared tiles
             dr.load(k, t, 2)  # v_i, ∇ℓ_i
             continue
         _rows_dot(dr, k, t, int(s.A_ncols[w, i]), 1)
@@ -255,19 +261,21 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     for i in range(nv):
         u.load(i % lanes, t, 2)
         u.store(i % lanes, t)
-    if s.tiles:  # once per step: the tiles of A (n_pad × n_pad) and v*
+    if s.shared:  # once per step: the tiles of A (n_pad × n_pad) and v*
         ph["step_load"].spread(lanes, _F64, s.n_pad * s.n_pad + nv, 0)
     return ph
 
 
-def _hessian_rows(h: _Phase, s: _WorldLists, w: int, lanes: int) -> None:
-    """hessian_rows over DOFs (``fused_hessian="rows"``): row i of H's lower triangle, −∇ℓ_i."""
+def _hessian_rows(h: _Phase, s: _WorldLists, w: int, lanes: int, shared_A: bool) -> None:
+    """hessian_rows over DOFs (``fused_hessian="rows"``): row i of H's lower triangle, −∇ℓ_i; with
+    ``shared_A`` its A part from the shared tile."""
     t, tl, nv, D = s.t, s.tl, s.nv, s.drive_count
     for i in range(nv):
         k = i % lanes
         h.load(k, t)
         h.store(k, tl)
-        h.load(k, _F64, i + 1)
+        if not shared_A:
+            h.load(k, _F64, i + 1)
         h.store(k, tl, i + 1)
         h.load(k, _I)
         for u in range(int(s.dof_ncontacts[w, i])):
