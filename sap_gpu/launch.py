@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import warp as wp
 
 __all__ = ["WORLD_BLOCK_DIM", "TILE_BLOCK_DIM", "WARP_SIZE", "world_block_dim", "launch_threads", "launch_blocks",
-           "loop_while", "record_launches", "LaunchRecord", "LaunchCall"]
+           "loop_while", "record_launches", "dry_run_open", "LaunchRecord", "LaunchCall"]
 
 WORLD_BLOCK_DIM = 32  # threads (worlds) per block of a one-thread-per-index launch on CUDA
 TILE_BLOCK_DIM = 32  # threads (lanes) of one world's block: one warp
@@ -141,11 +141,17 @@ def launch_blocks(kernel, *, num_worlds: int, device, inputs=(), outputs=(), blo
                     device=device)
 
 
+def dry_run_open() -> bool:
+    """True inside a dry run of :func:`record_launches`: what is launched there is recorded for a
+    GPU to compile, whatever device the arrays are on."""
+    return any(record.dry_run for record in _RECORDS)
+
+
 def loop_while(condition, body) -> None:
     """``wp.capture_while(condition, body)``: repeat ``body`` while ``condition[0] != 0``, without a
     host synchronization on CUDA (a conditional graph node when captured). In a dry run of
     :func:`record_launches`, ``body`` runs once."""
-    if any(record.dry_run for record in _RECORDS):
+    if dry_run_open():
         body()
         return
     wp.capture_while(condition, body)

@@ -41,7 +41,7 @@ from .arrays import GpuModel, check_array, check_device_contacts, check_device_c
 from .contact_solve import newton_kernels
 from .contact_solve_fused import fused_newton_kernel, fused_register_cap, launch_fused
 from .device import get_device
-from .launch import launch_threads, loop_while
+from .launch import dry_run_open, launch_threads, loop_while
 from .linear_solve import cholesky_solve
 from .workspace import Workspace
 
@@ -76,7 +76,8 @@ class SolverSAP:
     NumPy copies). ``work`` holds every intermediate of the last step (A, v*, J, R, v̂, the
     Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`. ``fused_max_registers``
     is the register cap the fused kernel is compiled with on CUDA (``SapConfig.fused_max_registers``
-    with ``"auto"`` resolved; ``None``: the compiler's choice, or no fused kernel).
+    with ``"auto"`` resolved; ``None``: the compiler's choice, no fused kernel, or the CPU device,
+    where a cap means nothing).
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
@@ -95,9 +96,13 @@ class SolverSAP:
         self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
         approximation = cfg.discrete_contact_approximation
         self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
-        # the fused kernel's register cap on CUDA (SapConfig.fused_max_registers, "auto" resolved)
+        # The fused kernel's register cap (SapConfig.fused_max_registers, "auto" resolved). Only CUDA
+        # reads it, and a cap makes a kernel a module of its own, so on the CPU device the kernel is
+        # built without one (one CPU compile per configuration, whatever the cap), except in a dry
+        # run of record_launches, which records what a GPU compiles (sap-precompile).
+        cuda = self.device.is_cuda or dry_run_open()
         self.fused_max_registers = fused_register_cap(cfg.fused_max_registers, w.TL, w.H.shape[1], cfg.fused_hessian,
-                                                      cfg.fused_cholesky) if w.fused else None
+                                                      cfg.fused_cholesky) if w.fused and cuda else None
         self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
                                                 max_registers=self.fused_max_registers,
                                                 hessian=cfg.fused_hessian,

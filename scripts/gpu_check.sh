@@ -28,8 +28,8 @@
 #   Exit status: 0 if the benchmark and the tests passed (a failed profile is reported, not fatal).
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
 # GPU_CHECK_REGISTER_CAPS (default "none 128": the compiler's choice, and 16 worlds per H100 SM;
-# e.g. "none 128 168") sweeps SapConfig.fused_max_registers, and must be the same for prepare and
-# run; GPU_CHECK_HESSIANS
+# e.g. "none 128 168", or "auto" for the default) sweeps SapConfig.fused_max_registers, and must
+# be the same for prepare and run; GPU_CHECK_HESSIANS
 # (default "rows"; "rows tiles" adds the tile assembly, timed on an H100 at 0.83x) sweeps
 # SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "tile lanes") SapConfig.fused_cholesky;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");

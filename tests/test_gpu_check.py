@@ -42,8 +42,8 @@ def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
     # the default sweep: each preset with the lanes' registers (the default) and with Warp's tile
     # Cholesky, each without a register cap and with 128 (16 worlds per H100 SM)
     assert sorted(r["label"] for r in result["runs"] if r["backend"] == "sap_gpu") == [
-        "approx32", "approx32/reg128", "approx32/reg128/tile", "approx32/tile",
-        "drake", "drake/reg128", "drake/reg128/tile", "drake/tile"]
+        "approx32/nocap", "approx32/nocap/tile", "approx32/reg128", "approx32/reg128/tile",
+        "drake/nocap", "drake/nocap/tile", "drake/reg128", "drake/reg128/tile"]
     assert len(result["fused_cholesky_speedups"]) == 4
     summary = (out / "summary.txt").read_text()
     assert "pytest: exit 0" in summary and "ncu: no profile (CPU device)" in summary

@@ -36,6 +36,7 @@ from sap_gpu.contact_solve_fused import (
     fused_cholesky_for,
     fused_hessian_for,
     fused_newton_kernel,
+    fused_register_cap,
     fused_size,
     swept_cholesky,
 )
@@ -545,6 +546,33 @@ def test_lane_cholesky_applies_to_one_tile_formed_by_rows():
     assert fused_cholesky_for("tile", "rows", 32) == "tile"
     with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not valid; valid: tile, lanes"):
         fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, cholesky="lu")
+
+
+def test_the_default_register_cap_is_the_lanes_kernel_s_and_only_cuda_s():
+    """fused_max_registers="auto" (the default): 128 registers with a float32 linear solve and 168
+    with float64 where H is factored in the lanes' registers, no cap for every other fused kernel;
+    "none" no cap; an integer that cap. A solver on the CPU device builds its kernel without a
+    cap (there a cap only makes another module to compile); in a dry run of record_launches,
+    which records what a GPU compiles (sap-precompile), it takes the cap CUDA takes."""
+    from sap_gpu.launch import record_launches
+
+    f32, f64 = wp.float32, wp.float64
+    assert fused_register_cap("auto", f32, 32, "rows", "lanes") == 128
+    assert fused_register_cap("auto", f64, 32, "rows", "lanes") == 168
+    assert fused_register_cap("auto", f32, 32, "rows", "tile") is None  # the tile Cholesky
+    assert fused_register_cap("auto", f32, 32, "tiles", "lanes") is None  # H formed by tiles
+    assert fused_register_cap("auto", f64, 96, "rows", "lanes") is None  # factored by blocks
+    assert fused_register_cap("none", f32, 32, "rows", "lanes") is None
+    assert fused_register_cap(96, f64, 96, "rows", "tile") == 96
+    scene = scenes.get("box_stack", num_worlds=1)
+    for preset, cap in (("approx32", 128), ("drake", 168)):
+        kwargs = dict(max_rigid_contact=scene.max_rigid_contact, contact_preset_variant=preset, device="cpu")
+        assert sap_gpu.SolverSAP(scene.sap_model, **kwargs).fused_max_registers is None
+        with record_launches(dry_run=True):
+            assert sap_gpu.SolverSAP(scene.sap_model, **kwargs).fused_max_registers == cap
+        with record_launches(dry_run=True):
+            staged = sap_gpu.SolverSAP(scene.sap_model, **kwargs, newton_path="staged")
+        assert staged.fused_max_registers is None and staged.fused_kernel is None
 
 
 def test_a_sweep_names_the_factorization_only_where_the_default_does_not_take_it():
