@@ -182,13 +182,23 @@ def support_fn(shape, X):
             return p + R @ np.array([0.0, 0.0, size[1] * np.sign(l[2])]) + size[0] * d / np.linalg.norm(d)
         if t == B:
             return p + R @ (np.sign(l) * size)
-        if t == CY:
+        if t == CY:  # along the axis (ρ = 0) every point of the cap is farthest: its centre
             rho = math.hypot(l[0], l[1])
-            return p + R @ np.array([size[0] * l[0] / rho, size[0] * l[1] / rho, size[1] * np.sign(l[2])])
+            radial = size[0] * l[:2] / rho if rho > 0 else np.zeros(2)
+            return p + R @ np.array([radial[0], radial[1], size[1] * np.sign(l[2])])
         if t == E:
             return p + R @ (size ** 2 * l / np.linalg.norm(size * l))
         return p + R @ mesh[int(np.argmax(mesh @ l))]
     return s
+
+
+def test_a_cylinder_s_support_along_its_axis_is_its_cap():
+    """The random search met a contact normal exactly along a cylinder's axis (two cylinders cap to
+    cap), where the radial direction is undefined; the support is then the cap (its centre)."""
+    X = np.array([0.1, -0.2, 0.3, 1.0, 0.0, 0.0, 0.0])
+    s = support_fn((CY, np.array([0.0625, 0.05, 0.0]), None), X)
+    assert np.array_equal(s(np.array([0.0, 0.0, 2.0])), np.array([0.1, -0.2, 0.35]))
+    assert np.array_equal(s(np.array([0.0, 0.0, -1.0])), np.array([0.1, -0.2, 0.25]))
 
 
 def overlap_margin(g0, g1, *starts):
