@@ -326,16 +326,18 @@ class SapConfig:
             the order of its sums (last bits), so iterates agree to the solver's tolerance, not
             bit for bit. ``rows`` is the faster on a GPU (on an H100 ``tiles`` ran 0.83× its
             throughput, docs/benchmarks.md). Not read by the staged path, PCR or sap_ref.
-        fused_cholesky: how the fused Newton kernel factors H and solves for Δv: ``lanes``
-            (default: one row of H per lane of the world's warp, held in registers and
-            eliminated with warp shuffles; no shared memory) or ``tile`` (Warp's tile Cholesky,
-            cuSolverDx on CUDA, on a shared-memory tile loaded from H's rows). ``lanes`` applies
-            to worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
+        fused_cholesky: how the fused Newton kernel factors H and solves for Δv: ``lanes`` (one
+            row of H per lane of the world's warp, held in registers and eliminated with warp
+            shuffles; no shared memory), ``tile`` (Warp's tile Cholesky, cuSolverDx on CUDA, on a
+            shared-memory tile loaded from H's rows) or ``auto`` (default: ``lanes`` on a GPU,
+            ``tile`` on Warp's CPU device, the faster of the two on each). ``lanes`` applies to
+            worlds of one tile (nv ≤ 32) with ``fused_hessian="rows"``; elsewhere the tile
             factorization runs. The two solve the same system to rounding (last bits), so
             iterates agree to the solver's tolerance, not bit for bit. On an H100 with humanoid
             worlds ``lanes`` ran 1.02–1.12× (approx32) and 1.08–1.15× (drake) the throughput of
-            ``tile`` from 1024 to 8192 worlds
-            (docs/benchmarks.md § Rolled sums and the register elimination on an H100).
+            ``tile`` from 1024 to 8192 worlds; on the CPU device, where a block is one lane that
+            eliminates all 32 rows itself, ``tile`` ran 1.25× (approx32) and 1.39× (drake) faster
+            (docs/benchmarks.md § The factorization on the CPU device).
             Not read by the staged path, PCR or sap_ref.
         discrete_contact_approximation: the contact constraint, ``sap`` (default: SAP's
             compliant friction cone, reads k, τ_d, β, σ), ``lagged`` or ``similar`` (the

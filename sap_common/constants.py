@@ -30,7 +30,8 @@ __all__ = [
     "QUAT_NORM_MIN", "QUAT_NORM_MAX", "MASS_MATRIX_RTOL",
     # solver options
     "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "FUSED_MAX_REGISTERS_RANGE", "FUSED_MAX_REGISTERS_AUTO",
-    "FUSED_MAX_REGISTERS_NONE", "FUSED_AUTO_MAX_REGISTERS",
+    "FUSED_MAX_REGISTERS_NONE", "FUSED_AUTO_MAX_REGISTERS", "FUSED_HESSIANS", "DEFAULT_FUSED_HESSIAN",
+    "FUSED_CHOLESKY_AUTO", "FUSED_CHOLESKYS", "DEFAULT_FUSED_CHOLESKY", "FUSED_AUTO_CHOLESKY",
 ]
 
 # ----------------------------------------------------------------------------- collision
@@ -287,10 +288,17 @@ DEFAULT_FUSED_HESSIAN = "rows"
 # one tile (nv ≤ 32) whose H is formed by rows. "tile": Warp's tile Cholesky (cuSolverDx on CUDA)
 # on a shared-memory tile loaded from H's rows; "lanes": one row of H per lane of the world's
 # warp, in registers, eliminated with warp shuffles (sap_gpu/lane_cholesky.py). Both solve the
-# same system to rounding. "lanes" is the default because it is the faster on a GPU: on an H100
-# it ran 1.02x, 1.09x and 1.12x the throughput of "tile" at 1024, 4096 and 8192 humanoid worlds
-# with approx32 (drake 1.08x, 1.14x, 1.15x), and the device tests pass on the GPU with it
-# (docs/benchmarks.md § Rolled sums and the register elimination on an H100). Other worlds
-# (nv > 32, or H formed by tiles) take "tile" whatever this says.
-FUSED_CHOLESKYS = ("tile", "lanes")
-DEFAULT_FUSED_CHOLESKY = "lanes"
+# same system to rounding. Other worlds (nv > 32, or H formed by tiles) take "tile" whatever this
+# says. The default, "auto", takes per device the faster of the two (FUSED_AUTO_CHOLESKY).
+FUSED_CHOLESKY_AUTO = "auto"
+FUSED_CHOLESKYS = (FUSED_CHOLESKY_AUTO, "tile", "lanes")
+DEFAULT_FUSED_CHOLESKY = FUSED_CHOLESKY_AUTO
+# What "auto" takes, by device kind. On a GPU "lanes": on an H100 it ran 1.02x, 1.09x and 1.12x
+# the throughput of "tile" at 1024, 4096 and 8192 humanoid worlds with approx32 (drake 1.08x,
+# 1.14x, 1.15x), and the device tests pass on the GPU with it
+# (docs/benchmarks.md § Rolled sums and the register elimination on an H100).
+# On Warp's CPU device "tile": a block runs as one lane
+# there, which then eliminates all 32 rows itself, through memory instead of shuffles, and the
+# humanoid step ran 1.25x (approx32) and 1.39x (drake) faster with "tile" at 64 worlds
+# (docs/benchmarks.md § The factorization on the CPU device).
+FUSED_AUTO_CHOLESKY = MappingProxyType({"cuda": "lanes", "cpu": "tile"})

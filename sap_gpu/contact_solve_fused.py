@@ -59,7 +59,9 @@ import warp as wp
 
 from sap_common.constants import (
     DEFAULT_FUSED_CHOLESKY,
+    FUSED_AUTO_CHOLESKY,
     FUSED_AUTO_MAX_REGISTERS,
+    FUSED_CHOLESKY_AUTO,
     FUSED_CHOLESKYS,
     FUSED_HESSIANS,
     FUSED_MAX_REGISTERS_AUTO,
@@ -76,7 +78,8 @@ from .line_search import make_line_search
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["FUSED_TILE", "FUSED_HESSIANS", "FUSED_CHOLESKYS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size",
-           "fused_hessian_for", "fused_cholesky_for", "fused_register_cap", "fused_newton_kernel", "launch_fused"]
+           "fused_hessian_for", "resolve_fused_cholesky", "fused_cholesky_for", "fused_register_cap",
+           "fused_newton_kernel", "launch_fused"]
 
 FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
 # fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
@@ -109,23 +112,37 @@ def fused_hessian_for(hessian: str, n: int) -> str:
     return "tiles" if hessian == "tiles" and n <= FUSED_TILE else "rows"
 
 
-def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
-    """How the fused kernel factors H for ``SapConfig.fused_cholesky``, the H it forms
-    (:func:`fused_hessian_for`) and padded size ``n``: ``lanes`` only where H is one tile (n = 32)
-    formed by rows, in global memory where the lanes load their rows from; a tile-formed H is
-    already in shared memory, and a larger one is factored by blocks."""
+def resolve_fused_cholesky(cholesky: str, cuda: bool) -> str:
+    """The factorization ``SapConfig.fused_cholesky`` asks for on a CUDA device (``cuda``) or
+    Warp's CPU device: ``tile`` or ``lanes`` as given; ``auto`` what
+    :data:`~sap_common.constants.FUSED_AUTO_CHOLESKY` gives for the device (``lanes`` on a GPU,
+    ``tile`` on the CPU device, where a block is one lane)."""
     if cholesky not in FUSED_CHOLESKYS:
         raise ValueError(f"fused_cholesky: {cholesky!r} is not valid; valid: {', '.join(FUSED_CHOLESKYS)}")
+    if cholesky == FUSED_CHOLESKY_AUTO:
+        return FUSED_AUTO_CHOLESKY["cuda" if cuda else "cpu"]
+    return cholesky
+
+
+def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
+    """How the fused kernel factors H for the factorization ``cholesky`` (``tile`` or ``lanes``:
+    ``SapConfig.fused_cholesky`` resolved for the device by :func:`resolve_fused_cholesky`), the H
+    it forms (:func:`fused_hessian_for`) and padded size ``n``: ``lanes`` only where H is one tile
+    (n = 32) formed by rows, in global memory where the lanes load their rows from; a tile-formed H
+    is already in shared memory, and a larger one is factored by blocks."""
+    if cholesky not in FUSED_CHOLESKYS or cholesky == FUSED_CHOLESKY_AUTO:
+        raise ValueError(f"fused_cholesky: {cholesky!r} is not a factorization; valid: tile, lanes "
+                         f"(resolve_fused_cholesky resolves {FUSED_CHOLESKY_AUTO!r} for a device)")
     return "lanes" if cholesky == "lanes" and n <= FUSED_TILE and fused_hessian_for(hessian, n) == "rows" else "tile"
 
 
 def fused_register_cap(setting, TL, n: int, hessian: str, cholesky: str) -> int | None:
     """The register cap the fused kernel is compiled with on CUDA (``None``: the compiler's choice)
     for ``SapConfig.fused_max_registers`` ``setting``, linear-solve scalar ``TL``, padded size
-    ``n`` and the configured ``hessian`` and ``cholesky``: an integer as given, ``None`` for
-    ``"none"``; for ``"auto"``, where H is factored in the lanes' registers
-    (:func:`fused_cholesky_for`), the cap of :data:`~sap_common.constants.FUSED_AUTO_MAX_REGISTERS`
-    for TL, else ``None``."""
+    ``n``, the configured ``hessian`` and the factorization ``cholesky`` (resolved for CUDA); an
+    integer as given, ``None`` for ``"none"``; for ``"auto"``, where H is factored in the lanes'
+    registers (:func:`fused_cholesky_for`), the cap of
+    :data:`~sap_common.constants.FUSED_AUTO_MAX_REGISTERS` for TL, else ``None``."""
     if setting == FUSED_MAX_REGISTERS_NONE:
         return None
     if setting != FUSED_MAX_REGISTERS_AUTO:
@@ -135,12 +152,14 @@ def fused_register_cap(setting, TL, n: int, hessian: str, cholesky: str) -> int 
     return FUSED_AUTO_MAX_REGISTERS["fp32" if TL == wp.float32 else "fp64"]
 
 
-def swept_cholesky(cholesky: str, hessian: str) -> tuple[str, bool]:
-    """For the tools that sweep fused_cholesky × fused_hessian: how the fused kernel factors the
-    H of a world of one tile (:func:`fused_cholesky_for`), and whether that is how it factors it
-    in the default configuration (then there is nothing to set, and a run needs no label for it)."""
-    taken = fused_cholesky_for(cholesky, hessian, FUSED_TILE)
-    return taken, taken == fused_cholesky_for(DEFAULT_FUSED_CHOLESKY, hessian, FUSED_TILE)
+def swept_cholesky(cholesky: str, hessian: str, cuda: bool) -> tuple[str, bool]:
+    """For the tools that sweep fused_cholesky × fused_hessian on a CUDA device (``cuda``) or the
+    CPU device: how the fused kernel factors the H of a world of one tile
+    (:func:`fused_cholesky_for`), and whether that is how it factors it in the default
+    configuration on that device (then there is nothing to set, and a run needs no label for it)."""
+    taken = fused_cholesky_for(resolve_fused_cholesky(cholesky, cuda), hessian, FUSED_TILE)
+    return taken, taken == fused_cholesky_for(resolve_fused_cholesky(DEFAULT_FUSED_CHOLESKY, cuda), hessian,
+                                              FUSED_TILE)
 
 
 def fused_size(nv: int) -> int:
@@ -379,8 +398,9 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     ``rows`` (lanes over H's rows in global memory, then the tile factorization) or ``tiles``
     (:func:`_tile_hessian`: H and −∇ℓ in shared tiles, factored and solved there in place); a
     blocked size (n > 32) always forms H by rows (:func:`fused_hessian_for`). ``cholesky``
-    (``SapConfig.fused_cholesky``) is how H is factored where it is one tile formed by rows
-    (:func:`fused_cholesky_for`): ``tile`` (Warp's tile Cholesky) or ``lanes``
+    (``SapConfig.fused_cholesky`` resolved for the device, :func:`resolve_fused_cholesky`) is how H
+    is factored where it is one tile formed by rows (:func:`fused_cholesky_for`): ``tile`` (Warp's
+    tile Cholesky) or ``lanes``
     (:func:`sap_gpu.lane_cholesky.lane_factor_solve`: H's rows in the lanes' registers).
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,

@@ -39,7 +39,7 @@ from . import (
 )
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
-from .contact_solve_fused import fused_newton_kernel, fused_register_cap, launch_fused
+from .contact_solve_fused import fused_newton_kernel, fused_register_cap, launch_fused, resolve_fused_cholesky
 from .device import get_device
 from .launch import dry_run_open, launch_threads, loop_while
 from .linear_solve import cholesky_solve
@@ -77,7 +77,9 @@ class SolverSAP:
     Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`. ``fused_max_registers``
     is the register cap the fused kernel is compiled with on CUDA (``SapConfig.fused_max_registers``
     with ``"auto"`` resolved; ``None``: the compiler's choice, no fused kernel, or the CPU device,
-    where a cap means nothing).
+    where a cap means nothing). ``fused_cholesky`` is the factorization the fused kernel was built
+    with for a world of one tile (``SapConfig.fused_cholesky`` with ``"auto"`` resolved for the
+    device: ``lanes`` on a GPU, ``tile`` on the CPU device).
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
@@ -101,12 +103,15 @@ class SolverSAP:
         # built without one (one CPU compile per configuration, whatever the cap), except in a dry
         # run of record_launches, which records what a GPU compiles (sap-precompile).
         cuda = self.device.is_cuda or dry_run_open()
+        # The factorization the fused kernel takes (SapConfig.fused_cholesky, "auto" resolved for
+        # the device the same way: a dry run takes what a GPU takes).
+        self.fused_cholesky = resolve_fused_cholesky(cfg.fused_cholesky, cuda)
         self.fused_max_registers = fused_register_cap(cfg.fused_max_registers, w.TL, w.H.shape[1], cfg.fused_hessian,
-                                                      cfg.fused_cholesky) if w.fused and cuda else None
+                                                      self.fused_cholesky) if w.fused and cuda else None
         self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
                                                 max_registers=self.fused_max_registers,
                                                 hessian=cfg.fused_hessian,
-                                                cholesky=cfg.fused_cholesky) if w.fused else None
+                                                cholesky=self.fused_cholesky) if w.fused else None
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations

@@ -480,8 +480,9 @@ def main(argv=None) -> int:
                         help="SapConfig.fused_hessian of sap_gpu's fused Newton kernel, how it forms H: rows (the "
                              "default) or tiles (tile products in shared memory, nv ≤ 32)")
     parser.add_argument("--fused-cholesky", default=None, choices=FUSED_CHOLESKYS,
-                        help="SapConfig.fused_cholesky of sap_gpu's fused Newton kernel, how it factors H: lanes (the "
-                             "default: H's rows in the lanes' registers, nv ≤ 32) or tile (Warp's tile Cholesky)")
+                        help="SapConfig.fused_cholesky of sap_gpu's fused Newton kernel, how it factors H: auto (the "
+                             "default: lanes on a GPU, tile on the CPU device), lanes (H's rows in the lanes' "
+                             "registers, nv ≤ 32) or tile (Warp's tile Cholesky)")
     args = parser.parse_args(argv)
     try:
         import sap_gpu

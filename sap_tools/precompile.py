@@ -177,8 +177,8 @@ def main(argv=None) -> int:
                         f"(default rows); several = each")
     p.add_argument("--fused-cholesky", nargs="+", default=[DEFAULT_FUSED_CHOLESKY], metavar="HOW",
                    help=f"SapConfig.fused_cholesky, how the fused kernel factors H: {', '.join(FUSED_CHOLESKYS)} "
-                        f"(default {DEFAULT_FUSED_CHOLESKY}); several = each (lanes with an H formed by rows; an H "
-                        f"formed by tiles is factored by tile)")
+                        f"(default {DEFAULT_FUSED_CHOLESKY}, which a GPU takes as lanes); several = each (lanes with "
+                        f"an H formed by rows; an H formed by tiles is factored by tile)")
     p.add_argument("--cuda-output", default="cubin", choices=("cubin", "ptx"),
                    help="what to compile to: cubin (default; what Warp loads with wp.config.cuda_output='cubin' "
                         "and with a driver older than its CUDA toolkit) or ptx")
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
             if path != "fused" or solver != "cholesky":
                 continue
             kwargs["fused_hessian"] = hessian
-        cholesky, plain = swept_cholesky(cholesky, hessian)  # what the kernel takes with this H
+        cholesky, plain = swept_cholesky(cholesky, hessian, True)  # what a GPU's kernel takes with this H
         if not plain:  # set where the default does not give it, and only where the fused kernel reads it
             if path != "fused" or solver != "cholesky":
                 continue

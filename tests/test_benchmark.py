@@ -331,8 +331,9 @@ def test_a_rare_capped_step_keeps_a_run_valid_a_frequent_one_does_not(capsys, de
     1.97e-8 against 2.12e-8 at step 288 (2.17e-8 on the H200). So the test counts the impact's c capped
     steps first: in 400 steps they are more than one in a thousand (invalid); in 1000·c + 200 steps,
     with the sphere at rest after the impact and no other step capped, they are fewer (valid), and
-    the cap is reported. The tile Cholesky: with the register elimination (the default) the
-    impact's first iteration also meets the bound, by the same kind of margin, and no step is capped."""
+    the cap is reported. The tile Cholesky (the CPU device's default, set so that a GPU runs it too):
+    with the register elimination (a GPU's default) the impact's first iteration also meets the
+    bound, by the same kind of margin, and no step is capped."""
     args = ["sphere_drop", "--num-worlds", "1", "--warmup", "1", "--max-iterations", "1", "--noise-std", "0",
             "--fused-cholesky", "tile", "--device", str(device), "--json", "--quiet"]
     assert main(args + ["--steps", "400"]) == 0
@@ -389,17 +390,19 @@ def test_register_cap_speedups_divide_by_the_same_run_without_a_cap():
         ("a", 4, 128, 1.5), ("a", 4, "auto", 1.2), ("a", 8, 128, 0.5)]
 
 
-def test_hessian_speedups_divide_by_the_same_run_forming_h_by_rows():
+@pytest.mark.parametrize("where, default", [("cuda:0", "lanes"), ("cpu", "tile")])
+def test_hessian_speedups_divide_by_the_same_run_forming_h_by_rows(where, default):
     """Each tiles run is divided by the rows run of its own scene, world count and configuration,
     and the fused/staged speed-up compares the staged run with the fused run that forms H by rows
-    (each factored as the benchmark records it: an H formed by tiles by the tile Cholesky)."""
+    (each factored as the benchmark records it: an H formed by tiles by the tile Cholesky, one
+    formed by rows the way the default takes on the run's device)."""
     from sap_tools.benchmark.measure import hessian_speedups, path_speedups
 
     def row(scene, W, hessian, rate, path="fused"):
         return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
                     rows="sparse", newton_path=path, fused_max_registers="auto", fused_hessian=hessian,
-                    fused_cholesky="tile" if hessian == "tiles" else "lanes",
-                    world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
+                    fused_cholesky="tile" if hessian == "tiles" else default,
+                    world_steps_per_s=rate, cpu_seconds=1.0, device=where,
                     label="approx32" + ("/tiles" if hessian == "tiles" else ""))
 
     rows = [row("a", 4, "rows", 100.0), row("a", 4, "tiles", 150.0), row("a", 8, "rows", 400.0),
@@ -431,14 +434,14 @@ def test_fused_hessian_sweep_runs_both_in_one_process(capsys, device):
 
 def test_cholesky_speedups_divide_by_the_same_run_with_the_tile_cholesky():
     """Each lanes run is divided by the tile run of its own scene, world count and configuration;
-    the fused path and the tile-formed H are compared with the default factorization (lanes), so a
-    tile run never stands in for a plain one."""
+    the fused path and the tile-formed H are compared with the default factorization of the run's
+    device (lanes on a GPU), so a run the default does not take never stands in for a plain one."""
     from sap_tools.benchmark.measure import cholesky_speedups, hessian_speedups, path_speedups
 
-    def row(scene, W, cholesky, rate, path="fused", hessian="rows"):
+    def row(scene, W, cholesky, rate, path="fused", hessian="rows", where="cuda:0"):
         return dict(backend="sap_gpu", scene=scene, num_worlds=W, preset="approx32", linear_solver="cholesky",
                     rows="sparse", newton_path=path, fused_max_registers="auto", fused_hessian=hessian,
-                    fused_cholesky=cholesky, world_steps_per_s=rate, cpu_seconds=1.0, device="cpu",
+                    fused_cholesky=cholesky, world_steps_per_s=rate, cpu_seconds=1.0, device=where,
                     label="approx32" + ("/tile" if cholesky == "tile" and hessian == "rows" else ""))
 
     rows = [row("a", 4, "lanes", 150.0), row("a", 4, "tile", 100.0), row("a", 8, "tile", 400.0),
@@ -448,36 +451,47 @@ def test_cholesky_speedups_divide_by_the_same_run_with_the_tile_cholesky():
         ("a", 4, 1.5), ("a", 8, 0.5)]
     assert [(q["num_worlds"], q["speedup"]) for q in path_speedups(rows)] == [(4, 3.0)]
     assert [(q["num_worlds"], q["speedup"]) for q in hessian_speedups(rows)] == [(4, 2.0)]
+    # On the CPU device the default factors by tile: the tile run is the plain one.
+    cpu = [row("a", 4, "lanes", 150.0, where="cpu"), row("a", 4, "tile", 100.0, where="cpu"),
+           row("a", 4, "tile", 50.0, path="staged", where="cpu"),
+           row("a", 4, "tile", 300.0, hessian="tiles", where="cpu")]
+    assert [q["speedup"] for q in cholesky_speedups(cpu)] == [1.5]
+    assert [q["speedup"] for q in path_speedups(cpu)] == [2.0]
+    assert [q["speedup"] for q in hessian_speedups(cpu)] == [3.0]
 
 
 def test_fused_cholesky_sweep_runs_both_in_one_process(capsys, device):
-    """--fused-cholesky tile lanes: both runs labelled, with the speed-up of lanes over tile printed;
-    the staged path and the tile-formed H (which lanes do not factor: one run, not labelled /tile)
-    run once each."""
+    """--fused-cholesky tile lanes: both runs, the one the device's default does not take labelled
+    (/tile on a GPU, /lanes on the CPU device), with the speed-up of lanes over tile printed; the
+    staged path and the tile-formed H (which lanes do not factor: one run, not labelled) run once
+    each."""
+    default = "lanes" if device.is_cuda else "tile"
+    label = {c: "approx32/fused" + ("" if c == default else f"/{c}") for c in ("tile", "lanes")}
     assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--fused-cholesky", "tile",
                  "lanes", "--fused-hessian", "rows", "tiles", "--newton-path", "fused", "staged",
                  "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
     lines, result = _last_json(capsys)
     assert result["valid"] is True
     assert [(r["label"], r["fused_hessian"], r["fused_cholesky"]) for r in result["runs"]] == [
-        ("approx32/fused/tile", "rows", "tile"), ("approx32/fused", "rows", "lanes"),
-        ("approx32/fused/tiles", "tiles", "tile"), ("approx32/staged", "rows", "lanes")]
+        (label["tile"], "rows", "tile"), (label["lanes"], "rows", "lanes"),
+        ("approx32/fused/tiles", "tiles", "tile"), ("approx32/staged", "rows", default)]
     (q,) = result["fused_cholesky_speedups"]
     tile_run, lanes_run = result["runs"][:2]
     assert q["speedup"] == pytest.approx(lanes_run["world_steps_per_s"] / tile_run["world_steps_per_s"])
-    assert any(line.startswith("speed-up fused_cholesky lanes/tile (approx32/fused, 2 worlds): ")
+    assert any(line.startswith(f"speed-up fused_cholesky lanes/tile ({label['lanes']}, 2 worlds): ")
                for line in lines)
     assert len(result["fused_hessian_speedups"]) == 1 and len(result["newton_path_speedups"]) == 1
 
 
 def test_a_tile_formed_hessian_runs_under_the_default_factorization(capsys, device):
-    """--fused-hessian rows tiles with the default fused_cholesky (lanes, which an H formed by tiles
-    does not take): the tiles run still runs, factored by tile, against the default."""
+    """--fused-hessian rows tiles with the default fused_cholesky (auto: lanes on a GPU, which an H
+    formed by tiles does not take; tile on the CPU device): the tiles run still runs, factored by
+    tile, against the default."""
     assert main(["box_stack", "--num-worlds", "2", "--steps", "2", "--warmup", "1", "--fused-hessian", "rows",
                  "tiles", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
     _, result = _last_json(capsys)
     assert [(r["label"], r["fused_hessian"], r["fused_cholesky"]) for r in result["runs"]] == [
-        ("approx32", "rows", "lanes"), ("approx32/tiles", "tiles", "tile")]
+        ("approx32", "rows", "lanes" if device.is_cuda else "tile"), ("approx32/tiles", "tiles", "tile")]
     (q,) = result["fused_hessian_speedups"]
     assert q["speedup"] == pytest.approx(result["runs"][1]["world_steps_per_s"]
                                          / result["runs"][0]["world_steps_per_s"])

@@ -47,12 +47,14 @@ def test_the_tile_hessian_of_the_fused_kernel_passes_every_stage(capsys, device,
 
 
 @pytest.mark.parametrize("preset", ["approx32", "drake"])
-def test_the_tile_cholesky_of_the_fused_kernel_passes_every_stage(capsys, device, preset):
-    """``--fused-cholesky tile``: sap_gpu's fused kernel factors H by Warp's tile Cholesky instead of
-    the default lanes (box_stack: nv = 18, one tile); the step stays within its bars against sap_ref."""
+def test_the_factorization_the_device_does_not_default_to_passes_every_stage(capsys, device, preset):
+    """``--fused-cholesky``: sap_gpu's fused kernel factors H the way the default (``auto``) does
+    not take on this device: in the lanes' registers on the CPU device, by Warp's tile Cholesky on a
+    GPU (box_stack: nv = 18, one tile); the step stays within its bars against sap_ref."""
+    other = "tile" if device.is_cuda else "lanes"
     status, lines, row = _run(capsys, ["box_stack", "--steps", "30", "--every", "5", "--preset", preset,
-                                       "--fused-cholesky", "tile", "--device", str(device)])
-    assert lines[0].endswith("; sap_gpu fused_cholesky tile (--fused-cholesky)")
+                                       "--fused-cholesky", other, "--device", str(device)])
+    assert lines[0].endswith(f"; sap_gpu fused_cholesky {other} (--fused-cholesky)")
     assert status == 0 and row["passed"] and lines[-2] == "verdict: pass"
     assert {"H", "v1", "gamma"} <= set(row["stages"]) and row["compared_contacts"] > 0
 

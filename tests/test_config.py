@@ -125,8 +125,9 @@ def test_solver_defaults():
     assert type(SapConfig(fused_max_registers=np.int64(128)).fused_max_registers) is int
     assert c.fused_hessian == "rows"  # lanes over H's rows in global memory (the one measured on a GPU)
     assert SapConfig(fused_hessian="Tiles").fused_hessian == "tiles"
-    assert c.fused_cholesky == "lanes"  # H's rows in the lanes' registers (the faster on an H100)
+    assert c.fused_cholesky == "auto"  # per device: lanes on a GPU, tile on the CPU device (the faster on each)
     assert SapConfig(fused_cholesky="TILE").fused_cholesky == "tile"
+    assert SapConfig(fused_cholesky=" Lanes ").fused_cholesky == "lanes"
 
 
 def test_replace_re_expands_preset_and_keeps_explicit_choices():
@@ -211,8 +212,8 @@ BAD = [
     (dict(fused_max_registers="128"), r"fused_max_registers: .* from 32 to 255, got '128'"),
     (dict(fused_hessian="dense"), r"fused_hessian: 'dense' is not valid; valid: rows, tiles"),
     (dict(fused_hessian=None), r"fused_hessian: None is not valid; valid: rows, tiles"),
-    (dict(fused_cholesky="ldlt"), r"fused_cholesky: 'ldlt' is not valid; valid: tile, lanes"),
-    (dict(fused_cholesky=1), r"fused_cholesky: 1 is not valid; valid: tile, lanes"),
+    (dict(fused_cholesky="ldlt"), r"fused_cholesky: 'ldlt' is not valid; valid: auto, tile, lanes"),
+    (dict(fused_cholesky=1), r"fused_cholesky: 1 is not valid; valid: auto, tile, lanes"),
 ]
 
 

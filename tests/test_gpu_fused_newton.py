@@ -38,6 +38,7 @@ from sap_gpu.contact_solve_fused import (
     fused_newton_kernel,
     fused_register_cap,
     fused_size,
+    resolve_fused_cholesky,
     swept_cholesky,
 )
 
@@ -544,8 +545,29 @@ def test_lane_cholesky_applies_to_one_tile_formed_by_rows():
         ["lanes", "lanes", "lanes", "tile", "tile"]
     assert fused_cholesky_for("lanes", "tiles", 32) == "tile"
     assert fused_cholesky_for("tile", "rows", 32) == "tile"
-    with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not valid; valid: tile, lanes"):
+    with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not a factorization; valid: tile, lanes"):
         fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, cholesky="lu")
+    with pytest.raises(ValueError, match="'auto' is not a factorization; .* resolves 'auto' for a device"):
+        fused_cholesky_for("auto", "rows", 32)
+
+
+def test_auto_factors_in_the_lanes_registers_on_a_gpu_and_by_tile_on_the_cpu_device():
+    """fused_cholesky="auto" (the default) takes per device the faster factorization: "lanes" on a
+    GPU (and in a dry run of record_launches, which records what a GPU compiles), "tile" on the CPU
+    device, where a block is one lane; "tile" and "lanes" are taken as given everywhere."""
+    from sap_gpu.launch import record_launches
+
+    assert [resolve_fused_cholesky(c, cuda) for c in ("auto", "tile", "lanes") for cuda in (True, False)] == \
+        ["lanes", "tile", "tile", "tile", "lanes", "lanes"]
+    with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not valid; valid: auto, tile, lanes"):
+        resolve_fused_cholesky("lu", True)
+    scene = scenes.get("box_stack", num_worlds=1)
+    kwargs = dict(max_rigid_contact=scene.max_rigid_contact, device="cpu")
+    assert sap_gpu.SolverSAP(scene.sap_model, **kwargs).fused_cholesky == "tile"
+    assert sap_gpu.SolverSAP(scene.sap_model, **kwargs, fused_cholesky="lanes").fused_cholesky == "lanes"
+    with record_launches(dry_run=True):
+        assert sap_gpu.SolverSAP(scene.sap_model, **kwargs).fused_cholesky == "lanes"
+        assert sap_gpu.SolverSAP(scene.sap_model, **kwargs, fused_cholesky="tile").fused_cholesky == "tile"
 
 
 def test_the_default_register_cap_is_the_lanes_kernel_s_and_only_cuda_s():
@@ -578,7 +600,10 @@ def test_the_default_register_cap_is_the_lanes_kernel_s_and_only_cuda_s():
 def test_a_sweep_names_the_factorization_only_where_the_default_does_not_take_it():
     """sap-benchmark's and sap-precompile's sweeps: (what the kernel takes, whether the default
     configuration takes it too) for each fused_cholesky and fused_hessian."""
-    assert swept_cholesky("lanes", "rows") == ("lanes", True)
-    assert swept_cholesky("tile", "rows") == ("tile", False)
-    assert swept_cholesky("lanes", "tiles") == ("tile", True)  # an H formed by tiles: the tile Cholesky
-    assert swept_cholesky("tile", "tiles") == ("tile", True)
+    for cuda, default in ((True, "lanes"), (False, "tile")):  # what "auto" takes on the device
+        other = {"lanes": "tile", "tile": "lanes"}[default]
+        assert swept_cholesky("auto", "rows", cuda) == (default, True)
+        assert swept_cholesky(default, "rows", cuda) == (default, True)
+        assert swept_cholesky(other, "rows", cuda) == (other, False)
+        for cholesky in ("auto", "lanes", "tile"):  # an H formed by tiles: the tile Cholesky, the default's
+            assert swept_cholesky(cholesky, "tiles", cuda) == ("tile", True)

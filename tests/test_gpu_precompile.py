@@ -241,7 +241,7 @@ def test_ncu_source_that_holds_no_kernel_table_fails_before_any_work(tmp_path):
     (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
     (["humanoid", "--approximation", "tamsi"], "--approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),
     (["humanoid", "--fused-hessian", "dense"], "--fused-hessian: 'dense' is not valid; valid: rows, tiles"),
-    (["humanoid", "--fused-cholesky", "lu"], "--fused-cholesky: 'lu' is not valid; valid: tile, lanes"),
+    (["humanoid", "--fused-cholesky", "lu"], "--fused-cholesky: 'lu' is not valid; valid: auto, tile, lanes"),
     (["humanoid", "--resources", "--cuda-output", "ptx"], "--resources: cuobjdump reads CUBIN files"),
     (["humanoid", "--lives", "--cuda-output", "ptx"], "--lives: nvdisasm reads CUBIN files"),
     (["humanoid", "--ncu-source", "/no/such/report.csv"], "--ncu-source: cannot read /no/such/report.csv"),
@@ -393,7 +393,7 @@ def test_the_tile_hessian_kernel_compiles_within_its_budget(tmp_path, preset):
     print(json.dumps({"fused_hessian": "tiles", "preset": preset, **res}))
 
 
-# SapConfig.fused_cholesky="lanes" (the default) without a register cap
+# SapConfig.fused_cholesky="lanes" (a GPU's default) without a register cap
 # (fused_max_registers="none"): what its fused kernel needs on sm_90 (REG, STACK B), per preset.
 # The register elimination is a call CUDA does not inline (sap_gpu/lane_cholesky.py), and the
 # kernel's peak of live registers is inside it (approx32: 159 there, 129 in the rest of the
@@ -465,7 +465,7 @@ def _lines_of_call(path: str, function: str) -> set[str]:
 @pytest.mark.skipif(find_cuobjdump() is None or find_nvdisasm() is None,
                     reason="cuobjdump or nvdisasm not installed (pip install -e \".[cuda-tools]\")")
 def test_where_the_lanes_kernel_holds_its_registers_and_where_a_cap_spills(tmp_path):
-    """approx32's fused kernel with fused_cholesky="lanes" (the default), read with kernel_lives
+    """approx32's fused kernel with fused_cholesky="lanes" (a GPU's default), read with kernel_lives
     (docs/benchmarks.md § Where the registers are live): line information leaves the machine code
     as it was (the same REG and STACK); without a cap the most registers are live inside the
     register elimination (a __noinline__ subroutine), not in the kernel's own code; a cap of 128

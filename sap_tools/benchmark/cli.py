@@ -231,10 +231,11 @@ def _parser():
                         "rows in global memory) or tiles (tile products in shared memory, nv <= 32); both = a sweep "
                         "with the speed-up of tiles over rows printed (runs labelled /tiles)")
     p.add_argument("--fused-cholesky", nargs="+", default=[DEFAULT_FUSED_CHOLESKY], choices=FUSED_CHOLESKYS,
-                   help="SapConfig.fused_cholesky, how the fused Newton kernel factors H: lanes (default: H's rows in "
-                        "the lanes' registers, nv <= 32, H formed by rows) or tile (Warp's tile Cholesky; what an H "
-                        "formed by tiles takes); both = a sweep with the speed-up of lanes over tile printed (runs "
-                        "labelled /tile)")
+                   help="SapConfig.fused_cholesky, how the fused Newton kernel factors H: auto (default: lanes on a "
+                        "GPU, tile on the CPU device), lanes (H's rows in the lanes' registers, nv <= 32, H formed by "
+                        "rows) or tile (Warp's tile Cholesky; what an H formed by tiles takes); lanes tile = a sweep "
+                        "with the speed-up of lanes over tile printed (the run the default does not take is "
+                        "labelled /lanes or /tile)")
     p.add_argument("--structure-steps", type=int, default=DEFAULT_STRUCTURE_STEPS,
                    help=f"eager steps after the timed run whose device operations are counted (default "
                         f"{DEFAULT_STRUCTURE_STEPS})")
@@ -312,9 +313,10 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     return worlds, presets, overrides, device
 
 
-def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: dict) -> list[dict]:
+def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: dict, cuda: bool) -> list[dict]:
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
-    every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``)."""
+    every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``). ``cuda``: whether the runs
+    are on a CUDA device (``fused_cholesky="auto"`` takes a factorization per device)."""
     from sap_gpu.contact_solve_fused import swept_cholesky
 
     specs = []
@@ -328,7 +330,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                         for path, cap, hessian, cholesky in itertools.product(
                                 dict.fromkeys(args.newton_path), caps, dict.fromkeys(args.fused_hessian),
                                 dict.fromkeys(args.fused_cholesky)):
-                            cholesky, plain = swept_cholesky(cholesky, hessian)  # what the kernel takes
+                            cholesky, plain = swept_cholesky(cholesky, hessian, cuda)  # what the kernel takes
                             if (hessian != DEFAULT_FUSED_HESSIAN or not plain) and path != "fused":
                                 continue  # the staged path has no fused kernel to form or factor H in
                             if (path, cap, hessian, cholesky) in runs:
@@ -434,7 +436,7 @@ def main(argv=None) -> int:
               f"{args.steps} timed steps after {args.warmup} warm-up; noise σ {args.noise_std:g} ({channels.units}) "
               f"on {channels.count} {channels.target} channels, seed {args.seed}; {device} = {_hardware(device)}"
               f"{cfg_note}")
-    specs = _run_specs(args, scene_names, worlds, presets, overrides)
+    specs = _run_specs(args, scene_names, worlds, presets, overrides, device.is_cuda)
     settings = _settings(args)
     if args.ray is not None:
         try:

@@ -346,7 +346,7 @@ def path_speedups(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:  # the fused runs that form and factor H as the default configuration does
         if r.get("newton_path") == "fused" and r.get("fused_hessian", "rows") == "rows" \
-                and _cholesky(r) == DEFAULT_FUSED_CHOLESKY and key(r) in staged:
+                and _cholesky(r) == _default_cholesky(r) and key(r) in staged:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
             out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
@@ -379,7 +379,7 @@ def hessian_speedups(rows: list[dict]) -> list[dict]:
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
                      r.get("newton_path"), r.get("fused_max_registers"))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"
-            and _cholesky(r) == DEFAULT_FUSED_CHOLESKY}
+            and _cholesky(r) == _default_cholesky(r)}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),
                  speedup=r["world_steps_per_s"] / base[key(r)]["world_steps_per_s"])
@@ -389,6 +389,14 @@ def hessian_speedups(rows: list[dict]) -> list[dict]:
 def _cholesky(r: dict) -> str:
     """A run's fused_cholesky; runs recorded before the field existed factored by tile."""
     return r.get("fused_cholesky", "tile")
+
+
+def _default_cholesky(r: dict) -> str:
+    """The factorization the default configuration takes on the device of run ``r``
+    (``fused_cholesky="auto"``: lanes on a GPU, tile on the CPU device)."""
+    from sap_gpu.contact_solve_fused import resolve_fused_cholesky
+
+    return resolve_fused_cholesky(DEFAULT_FUSED_CHOLESKY, "cuda" in str(r.get("device", "")))
 
 
 def cholesky_speedups(rows: list[dict]) -> list[dict]:

@@ -101,8 +101,8 @@ class _WorldLists:
         self.fused = bool(w.fused)
         self.n_pad = int(P.n_pad)
         self.tiles = self.fused and fused_hessian_for(solver.config.fused_hessian, self.n) == "tiles"
-        self.lanes_cholesky = self.fused and fused_cholesky_for(solver.config.fused_cholesky,
-                                                                solver.config.fused_hessian, self.n) == "lanes"
+        self.lanes_cholesky = self.fused and fused_cholesky_for(solver.fused_cholesky, solver.config.fused_hessian,
+                                                                self.n) == "lanes"
         # A, v* and Δv in shared tiles for the step: H formed by tiles or factored in the lanes' registers
         self.shared = self.tiles or self.lanes_cholesky
         self.approximation = solver.config.discrete_contact_approximation
