@@ -486,12 +486,14 @@ def test_fused_cholesky_sweep_runs_both_in_one_process(capsys, device):
 def test_a_tile_formed_hessian_runs_under_the_default_factorization(capsys, device):
     """--fused-hessian rows tiles with the default fused_cholesky (auto: lanes on a GPU, which an H
     formed by tiles does not take; tile on the CPU device): the tiles run still runs, factored by
-    tile, against the default."""
+    tile, against the default; the header says what the default takes on this device."""
     assert main(["box_stack", "--num-worlds", "2", "--steps", "2", "--warmup", "1", "--fused-hessian", "rows",
                  "tiles", "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
-    _, result = _last_json(capsys)
+    lines, result = _last_json(capsys)
+    default = "lanes" if device.is_cuda else "tile"
+    assert lines[0].startswith("sap-benchmark: box_stack ") and lines[0].endswith(f", fused_cholesky auto = {default}")
     assert [(r["label"], r["fused_hessian"], r["fused_cholesky"]) for r in result["runs"]] == [
-        ("approx32", "rows", "lanes" if device.is_cuda else "tile"), ("approx32/tiles", "tiles", "tile")]
+        ("approx32", "rows", default), ("approx32/tiles", "tiles", "tile")]
     (q,) = result["fused_hessian_speedups"]
     assert q["speedup"] == pytest.approx(result["runs"][1]["world_steps_per_s"]
                                          / result["runs"][0]["world_steps_per_s"])

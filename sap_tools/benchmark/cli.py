@@ -77,6 +77,7 @@ from sap_common.constants import (
     DEFAULT_FUSED_CHOLESKY,
     DEFAULT_FUSED_HESSIAN,
     DEFAULT_NEWTON_PATH,
+    FUSED_CHOLESKY_AUTO,
     FUSED_CHOLESKYS,
     FUSED_HESSIANS,
     FUSED_MAX_REGISTERS_AUTO,
@@ -428,6 +429,11 @@ def main(argv=None) -> int:
     cfg_note = "".join(f", {k} {v}" for k, v in overrides.items() if k != "contact_linear_solver")
     if args.linear_solver:
         cfg_note += f", contact_linear_solver {' / '.join(args.linear_solver)}"
+    if FUSED_CHOLESKY_AUTO in args.fused_cholesky and "fused" in args.newton_path:
+        from sap_gpu.contact_solve_fused import resolve_fused_cholesky
+
+        # what the default factorization is on this device (it differs between a GPU and the CPU)
+        cfg_note += f", fused_cholesky auto = {resolve_fused_cholesky(FUSED_CHOLESKY_AUTO, device.is_cuda)}"
     for scene0 in scenes0:
         dt = args.dt if args.dt is not None else scene0.dt
         C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
