@@ -688,9 +688,10 @@ def support_feature(G: Geometry, s: Convex, d: wp.vec3d):
     if has == 0:
         return 0, zero3(), zero3()
     along = wp.abs(wp.dot(d, ax))
-    if s.kind == CYLINDER and along >= wp.float64(1.0) - wp.float64(KINK_TOL):
+    kink_tol = wp.float64(KINK_TOL)  # set where every use below sees it (sap_gpu.codegen_check)
+    if s.kind == CYLINDER and along >= wp.float64(1.0) - kink_tol:
         return 2, zero3(), zero3()
-    if along > wp.float64(KINK_TOL):
+    if along > kink_tol:
         return 0, zero3(), zero3()
     hl = s.size[1]
     centre = s.p

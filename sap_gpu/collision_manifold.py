@@ -172,6 +172,7 @@ def reference_face(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
     best = wp.float64(0.0)
     side = int(0)
     face = int(0)
+    other_side_tie = wp.float64(FACE_ALIGNMENT_TIE)  # set before the branches that use it (sap_gpu.codegen_check)
     for sd in range(2):
         S = A
         direction = n
@@ -183,7 +184,7 @@ def reference_face(G: Geometry, A: Convex, B: Convex, n: wp.vec3d):
             align = wp.dot(fn, direction)
             tie = wp.float64(0.0)
             if sd != side:
-                tie = wp.float64(FACE_ALIGNMENT_TIE)
+                tie = other_side_tie
             if have == 0 or align > best + tie:
                 have = int(1)
                 best = align

@@ -177,6 +177,7 @@ def capsule_capsule(S: Scratch, world: int, pair: int, swap: int, X0: wp.transfo
                     X1: wp.transformd, s1: wp.vec3d):
     """Closest points of the segments; 2 contacts at the ends of the overlap of (nearly) parallel ones."""
     zero = wp.float64(0.0)
+    coincident = wp.float64(COINCIDENT_DISTANCE)  # set before the branches that use it (sap_gpu.codegen_check)
     a0 = segment_end(X0, s0[1], wp.float64(-1.0))
     a1 = segment_end(X0, s0[1], wp.float64(1.0))
     b0 = segment_end(X1, s1[1], wp.float64(-1.0))
@@ -190,7 +191,7 @@ def capsule_capsule(S: Scratch, world: int, pair: int, swap: int, X0: wp.transfo
         sb = wp.dot(b1 - a0, u0)
         lo = wp.max(zero, wp.min(sa, sb))
         hi = wp.min(wp.float64(2.0) * s0[1], wp.max(sa, sb))
-        if hi - lo > wp.float64(COINCIDENT_DISTANCE):
+        if hi - lo > coincident:
             for e in range(2):
                 s = lo
                 if e == 1:
@@ -209,7 +210,7 @@ def capsule_capsule(S: Scratch, world: int, pair: int, swap: int, X0: wp.transfo
         # Inside both segments: the common perpendicular (sap_ref.collision_primitive.capsule_capsule).
         d = wp.dot(pb - pa, fallback)
         side = d
-        if wp.abs(d) <= wp.float64(COINCIDENT_DISTANCE):
+        if wp.abs(d) <= coincident:
             side = wp.dot(wp.transform_get_translation(X1) - wp.transform_get_translation(X0), fallback)
         n = fallback
         if side < zero:
