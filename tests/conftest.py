@@ -60,6 +60,10 @@ def pytest_addoption(parser):
     parser.addoption("--cuda-output", default=None, choices=("cubin", "ptx"),
                      help="what Warp compiles CUDA modules to (wp.config.cuda_output; default: Warp's choice). "
                           "cubin loads the files sap-precompile and --precompile-arch write")
+    parser.addoption("--warp-optimization-level", type=int, default=None, choices=(0, 1, 2, 3),
+                     help="compile every Warp module at this optimization level (wp.config.optimization_level; "
+                          "default: Warp's, 3). 0 runs the kernels as written, with nothing folded away: "
+                          "undefined behaviour that an optimizer hides shows there (docs/testing.md § Markers)")
 
 
 def pytest_configure(config):
@@ -67,6 +71,10 @@ def pytest_configure(config):
         import warp as wp
 
         wp.config.cuda_output = config.getoption("--cuda-output")
+    if config.getoption("--warp-optimization-level") is not None:
+        import warp as wp
+
+        wp.config.optimization_level = config.getoption("--warp-optimization-level")
     arch = config.getoption("--precompile-arch")
     if arch is not None:
         if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
