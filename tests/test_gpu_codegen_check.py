@@ -1,15 +1,16 @@
-"""No kernel of sap_gpu reads a constant where Warp's generated code may have left it unset
+"""No kernel of the project reads a constant where Warp's generated code may have left it unset
 (sap_gpu/codegen_check.py says how Warp 1.19 does that, and the rule kernel code follows).
 
 The generated C++ is read, not compiled, so the whole check takes seconds: every Warp module that
-sap_gpu defines at import, plus the modules that steps of the scenes below build (the fused Newton
-kernel of each preset, line search, contact approximation and way of forming and factoring H, the
-staged loop's kernels, the factorizations, the contact weights), with the options a GPU builds them
-with (a dry run, ``sap_gpu.precompile.step_variants``). The slow run adds every combination of
-the fused kernel's options.
+sap_gpu, sap_newton and the benchmark define at import, plus the modules that steps of the scenes
+below build (the fused Newton kernel of each preset, line search, contact approximation and way of
+forming and factoring H, the staged loop's kernels, the factorizations, the contact weights), with
+the options a GPU builds them with (a dry run, ``sap_gpu.precompile.step_variants``). The slow run
+adds every combination of the fused kernel's options.
 """
 
 import importlib
+import importlib.util
 import itertools
 import pkgutil
 
@@ -54,17 +55,27 @@ EVERY_FUSED = [
 ]
 
 
-def _import_every_sap_gpu_module():
+# The project's other Warp kernels: the Newton integration's transfers and solver (with the
+# [newton] extra, which README's test install has) and the benchmark's noise and statistics.
+OTHER_KERNEL_MODULES = ("sap_newton.transfer", "sap_newton.solver", "sap_tools.benchmark.runs")
+KERNEL_PACKAGES = ("sap_gpu", "sap_newton", "sap_tools")
+
+
+def _import_every_kernel_module():
     for info in pkgutil.walk_packages(sap_gpu.__path__, "sap_gpu."):
         importlib.import_module(info.name)
+    for name in OTHER_KERNEL_MODULES:
+        if name.startswith("sap_newton") and importlib.util.find_spec("newton") is None:
+            continue  # without the [newton] extra there is no sap_newton to run
+        importlib.import_module(name)
 
 
 def _defined_at_import():
-    """(module, CPU block size) for each Warp module holding a kernel written in sap_gpu."""
+    """(module, CPU block size) for each Warp module holding a kernel written in the project."""
     from warp._src.context import user_modules  # Warp's registry of the modules kernels were put in
 
     return [(m, 1) for m in list(user_modules.values())
-            if any(getattr(k.func, "__module__", "").startswith("sap_gpu") for k in m.kernels.values())]
+            if any(getattr(k.func, "__module__", "").startswith(KERNEL_PACKAGES) for k in m.kernels.values())]
 
 
 def _built_by_steps(steps):
@@ -132,15 +143,15 @@ def test_the_check_follows_loops_branches_and_phis():
                                                                  ("f", "var_11", 21)]
 
 
-def test_no_kernel_of_sap_gpu_reads_an_unset_constant():
-    _import_every_sap_gpu_module()
+def test_no_kernel_of_the_project_reads_an_unset_constant():
+    _import_every_kernel_module()
     modules = _built_by_steps(STEPS)
     names = {m.name for m, _ in modules}
     modules += [(m, block_dim) for m, block_dim in _defined_at_import() if m.name not in names]  # not launched above
     names = {m.name for m, _ in modules}
     # The step's families are all there: the checked set is not empty or partial by accident.
     for part in ("fused_newton", "solve_single", "solve_blocked", "_collide_convex", "_collide_heightfield",
-                 "evaluate", "line_search", "sap_gpu.holonomic", "contact_weights"):
+                 "evaluate", "line_search", "sap_gpu.holonomic", "contact_weights", "sap_tools.benchmark.runs"):
         assert any(part in n for n in names), (part, sorted(names))
     problems = check_modules(modules)
     assert not problems, "constants read where they may be unset:\n" + _report(problems)
