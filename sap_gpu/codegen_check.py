@@ -1,4 +1,4 @@
-"""A check of the C++ that Warp generates from sap_gpu's kernels: constants read where they may be unset.
+"""A check of the C++ that Warp generates from the project's kernels: constants read where they may be unset.
 
 Warp 1.19 makes a named Python constant (``KINK_TOL`` in ``wp.float64(KINK_TOL)``) a variable of the
 generated function at the first place the function's source names it, and every later use of the
@@ -15,7 +15,7 @@ The rule for kernel code: a named constant used inside a branch and again after 
 local at the function's top level first (``tol = wp.float64(TOL)``) and the local is used. This
 module finds every violation in generated source (:func:`unset_constant_reads`), and
 :func:`check_modules` runs it over Warp modules; ``tests/test_gpu_codegen_check.py`` holds every
-kernel of sap_gpu to it. The scan reads the generated code's structure (braces, and Warp's
+kernel of sap_gpu, sap_newton and the benchmark to it. The scan reads the generated code's structure (braces, and Warp's
 ``start_for_N:`` / ``end_for_N:`` labels around loops), which is the layout of warp-lang 1.19.
 """
 
