@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import random_constrained_models
 from test_gpu_sparse_rows import _inputs
-from test_gpu_stages import LINE_SEARCHES, PRESETS
+from variants import PAIRED_LINE_SEARCH, PRESETS, preset_line_search_params
 
 import sap_gpu
 from sap_common import scenes
@@ -100,6 +100,12 @@ def _hessian_rounding_bound(solver):
     return np.array(out)
 
 
+def _preset_config(preset, **config):
+    """``preset`` with its default pair's line search (tests/variants.py), for the tests that sweep
+    the presets alone: they compile the kernels the pair's tests compile."""
+    return dict(contact_preset_variant=preset, line_search_variant=PAIRED_LINE_SEARCH[preset], **config)
+
+
 def _step(solver, state, control, contacts, device, dt=1e-3):
     out = sap_gpu.to_device(state, device)
     solver.step(sap_gpu.to_device(state, device), out, sap_gpu.to_device(control, device),
@@ -157,8 +163,9 @@ def _ell_order_bound(solver, v, ell):
 
 # ---------------------------------------------------------------------------- one lane: equal
 
-@settings(max_examples=12)
-@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=4)
+@given(case=random_constrained_models())
 def test_one_lane_fused_equals_staged(device, case, preset, line_search):
     """Random models with every joint type, limits, drives and contacts: one step on each path."""
     if device.is_cuda:
@@ -177,18 +184,19 @@ def test_one_lane_fused_equals_staged(device, case, preset, line_search):
         np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
-@settings(max_examples=8)
-@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=3)
+@given(case=random_constrained_models(holonomic=True))
 def test_one_lane_fused_equals_staged_with_holonomic_constraints(device, case, preset, line_search):
     """Couplers, distance, ball, weld and axis-alignment rows (the tail of the limit rows, no
     clamp) take the same sums on both paths: equal on one lane."""
     test_one_lane_fused_equals_staged.hypothesis.inner_test(device, case, preset, line_search)
 
 
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
-@settings(max_examples=6)
-@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
-       line_search=st.sampled_from(LINE_SEARCHES))
+@settings(max_examples=2)
+@given(case=random_constrained_models(hunt_crossley=True))
 def test_one_lane_fused_equals_staged_under_hunt_crossley(device, approximation, case, preset, line_search):
     """The Hunt–Crossley contact term on both paths: equal on one lane, as the friction cone."""
     if device.is_cuda:
@@ -210,8 +218,9 @@ def test_one_lane_fused_equals_staged_under_hunt_crossley(device, approximation,
 
 # ---------------------------------------------------------------------------- 32 lanes
 
-@settings(max_examples=12)
-@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES))
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=4)
+@given(case=random_constrained_models())
 def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_search):
     """32 lanes: ∇ℓ, γ, H equal to the staged ones, ℓ up to the sum order, v₁ to the solver tolerance."""
     model, state, control, contacts = _inputs(case, device)
@@ -235,10 +244,10 @@ def test_cooperative_lanes_solve_the_staged_problem(device, case, preset, line_s
     assert np.isfinite(out_f.joint_q).all() == np.isfinite(out_s.joint_q).all()
 
 
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
-@settings(max_examples=6)
-@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
-       line_search=st.sampled_from(LINE_SEARCHES))
+@settings(max_examples=2)
+@given(case=random_constrained_models(hunt_crossley=True))
 def test_cooperative_lanes_solve_the_staged_problem_under_hunt_crossley(device, approximation, case, preset,
                                                                         line_search):
     """32 lanes under lagged and similar: ∇ℓ, γ, H equal to the staged ones, v₁ to the solver tolerance."""
@@ -435,12 +444,14 @@ def test_the_fused_kernel_fits_in_shared_memory(device):
     """The fused kernel's shared memory (Warp's count of its tiles, from the module metadata of
     a CPU build: on CUDA the cuSolverDx workspace may add to it) stays within a block's budget:
     one tile (nv ≤ 32, H formed by rows or by tiles) under the 48 KiB default, the blocked
-    factorization (nv = 81, padded to 96, float64) under an H100's 227 KiB opt-in maximum."""
+    factorization (nv = 81, padded to 96, float64) under an H100's 227 KiB opt-in maximum. Each
+    linear-solve scalar with the line search of a preset that takes it (tests/variants.py: the
+    kernels the other tests compile; the line search does not change the shared memory)."""
     cpu = wp.get_device("cpu")
-    for TL in (wp.float32, wp.float64):
+    for TL, preset in ((wp.float32, "approx32"), (wp.float64, "approx64")):
         for n, budget, hessian in ((32, DEFAULT_SHARED_PER_BLOCK, "rows"), (32, DEFAULT_SHARED_PER_BLOCK, "tiles"),
                                    (96, SM90_MAX_SHARED_PER_BLOCK, "rows")):
-            kernel = fused_newton_kernel(wp.float64, TL, "monotone_decay", n, hessian=hessian)
+            kernel = fused_newton_kernel(wp.float64, TL, PAIRED_LINE_SEARCH[preset], n, hessian=hessian)
             meta = kernel.module.load(cpu, block_dim=sap_gpu.launch.TILE_BLOCK_DIM).meta
             (smem,) = [v for k, v in meta.items() if k.endswith("forward_smem_bytes")]
             assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}, {hessian}: {smem} bytes"
@@ -480,24 +491,23 @@ def _tiles_against_rows(device, case, config, lanes):
 @given(random_constrained_models(), st.sampled_from(PRESETS), st.booleans())
 def test_tile_hessian_is_the_row_hessian_to_its_rounding(device, case, preset, lanes):
     """fused_hessian="tiles" (H by tile products in shared memory) against "rows": random models
-    with every joint type, limits, drives and contacts, on one lane and on 32 (the preset's line
-    search: the assembly does not depend on it, and each search is a kernel to compile)."""
-    _tiles_against_rows(device, case, dict(contact_preset_variant=preset), lanes)
+    with every joint type, limits, drives and contacts, on one lane and on 32 (each preset with its
+    pair's line search: the assembly does not depend on it, and each search is a kernel to compile)."""
+    _tiles_against_rows(device, case, _preset_config(preset), lanes)
 
 
 @settings(max_examples=6)
 @given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.booleans())
 def test_tile_hessian_with_holonomic_constraints(device, case, preset, lanes):
     """Couplers, distance, ball, weld and axis-alignment rows: dense rows of J in the limit slabs."""
-    _tiles_against_rows(device, case, dict(contact_preset_variant=preset), lanes)
+    _tiles_against_rows(device, case, _preset_config(preset), lanes)
 
 
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
 @settings(max_examples=4)
 @given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS))
 def test_tile_hessian_under_hunt_crossley(device, approximation, case, preset):
-    _tiles_against_rows(device, case, dict(contact_preset_variant=preset, discrete_contact_approximation=approximation),
-                        True)
+    _tiles_against_rows(device, case, _preset_config(preset, discrete_contact_approximation=approximation), True)
 
 
 def test_tile_hessian_applies_to_one_tile_only():
@@ -523,7 +533,7 @@ def test_lane_cholesky_solves_the_tile_cholesky_problem(device, case, preset, la
     runs = {}
     with cooperative_lanes(lanes):
         for cholesky in ("tile", "lanes"):
-            solver = _solver(model, device, "fused", fused_cholesky=cholesky, contact_preset_variant=preset)
+            solver = _solver(model, device, "fused", fused_cholesky=cholesky, **_preset_config(preset))
             _step(solver, state, control, contacts, device)
             runs[cholesky] = solver
         tile, lane = runs["tile"], runs["lanes"]

@@ -13,7 +13,8 @@ from conftest import cooperative_lanes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import random_constrained_models
-from test_gpu_stages import LINE_SEARCHES, LINEAR_SOLVERS, PRESETS
+from test_gpu_stages import LINEAR_SOLVERS
+from variants import preset_line_search_params
 
 import sap_gpu
 from sap_common import scenes
@@ -83,9 +84,10 @@ def _assert_equal_runs(a, b, what):
         np.testing.assert_array_equal(da[k], db[k], err_msg=f"{what}: {k}")
 
 
-@settings(max_examples=15)
-@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
-       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=5)
+@given(case=random_constrained_models(), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+       newton_path=st.sampled_from(NEWTON_PATHS))
 def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_solver, newton_path):
     """Random models with every joint type, limits, drives and contacts: one step, both row paths,
     on either Newton path (the fused one with its 32 cooperative lanes: the lanes split the DOFs
@@ -107,9 +109,10 @@ def test_sparse_rows_equal_dense_rows(device, case, preset, line_search, linear_
             np.testing.assert_array_equal(x, eb[k], err_msg=f"evaluate_at: {k}")
 
 
-@settings(max_examples=8)
-@given(random_constrained_models(holonomic=True), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
-       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=3)
+@given(case=random_constrained_models(holonomic=True), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+       newton_path=st.sampled_from(NEWTON_PATHS))
 def test_sparse_rows_equal_dense_rows_with_holonomic_constraints(device, case, preset, line_search, linear_solver,
                                                                   newton_path):
     """The holonomic constraint rows' column lists: sparse and dense rows give equal steps."""
@@ -117,10 +120,10 @@ def test_sparse_rows_equal_dense_rows_with_holonomic_constraints(device, case, p
                                                             newton_path)
 
 
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
-@settings(max_examples=6)
-@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
-       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+@settings(max_examples=2)
+@given(case=random_constrained_models(hunt_crossley=True), linear_solver=st.sampled_from(LINEAR_SOLVERS),
        newton_path=st.sampled_from(NEWTON_PATHS))
 def test_sparse_rows_equal_dense_rows_under_hunt_crossley(device, approximation, case, preset, line_search,
                                                           linear_solver, newton_path):

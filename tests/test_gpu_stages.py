@@ -17,6 +17,7 @@ from conftest import cooperative_lanes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import random_constrained_models
+from variants import preset_line_search_params
 
 import sap_gpu
 from sap_common.config import NEWTON_PATHS, SapConfig
@@ -29,8 +30,6 @@ from sap_ref.solver import SolverSAP as RefSolver
 from sap_tools.tolerances import RESIDUAL_GAP_FACTOR, TOL, fp32_hessian_tol
 
 # The tolerance table (each entry with its reason) is shared with sap-compare-backends.
-PRESETS = ("approx32", "approx64", "drake")
-LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 LINEAR_SOLVERS = ("cholesky", "pcr")
 # Roundings of one row's γ relative to |γ| (_grad_roundoff): the longest formulas (the friction
 # cone's sliding branch: y = R⁻¹(v̂ − vc), the soft norm of y_t, γ_n, γ_t = μγ_n·y_t/|y_t|; the
@@ -72,22 +71,29 @@ def _setup(case, device, newton_path="staged", **config):
     return model, state, control, contacts, ref, gpu
 
 
-# 25 examples per run; SAP_STAGE_EXAMPLES=600 shakes it harder (done before each change lands).
-@settings(max_examples=int(os.environ.get("SAP_STAGE_EXAMPLES", "25")))
-@given(random_constrained_models(), st.sampled_from(PRESETS), st.sampled_from(LINE_SEARCHES),
-       st.sampled_from(LINEAR_SOLVERS), st.sampled_from(NEWTON_PATHS))
+# SAP_STAGE_EXAMPLES (25) examples per run, a third of them per (preset, line search) pair
+# (tests/variants.py); SAP_STAGE_EXAMPLES=600 shakes it harder (done before each change lands).
+STAGE_EXAMPLES = int(os.environ.get("SAP_STAGE_EXAMPLES", "25"))
+PAIRS_PER_RUN = 3
+
+
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
+@settings(max_examples=max(1, STAGE_EXAMPLES // PAIRS_PER_RUN))
+@given(case=random_constrained_models(), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+       newton_path=st.sampled_from(NEWTON_PATHS))
 def test_stages_match_sap_ref(device, case, preset, line_search, linear_solver, newton_path):
     """Both Newton paths; the fused one with its 32 cooperative lanes (conftest.cooperative_lanes)."""
     _check_stages(device, case, preset, line_search, linear_solver, newton_path, "sap")
 
 
-# The Hunt–Crossley approximations on both Newton paths: 10 examples per (approximation, path) per
-# run (SAP_STAGE_EXAMPLES scales them as above), Hunt–Crossley materials (finite stiffness, d ≥ 0).
+# The Hunt–Crossley approximations on both Newton paths: 9 examples per (approximation, path) per
+# run, 3 per pair (SAP_STAGE_EXAMPLES scales them as above), Hunt–Crossley materials (finite
+# stiffness, d ≥ 0).
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
 @pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 @pytest.mark.parametrize("approximation", ["lagged", "similar"])
-@settings(max_examples=max(1, int(os.environ.get("SAP_STAGE_EXAMPLES", "25")) * 2 // 5))
-@given(case=random_constrained_models(hunt_crossley=True), preset=st.sampled_from(PRESETS),
-       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS))
+@settings(max_examples=max(1, STAGE_EXAMPLES * 2 // 5 // PAIRS_PER_RUN))
+@given(case=random_constrained_models(hunt_crossley=True), linear_solver=st.sampled_from(LINEAR_SOLVERS))
 def test_hunt_crossley_stages_match_sap_ref(device, approximation, newton_path, case, preset, line_search,
                                             linear_solver):
     """Stage by stage under lagged and similar: the Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s), then γ, ℓ,
@@ -95,13 +101,13 @@ def test_hunt_crossley_stages_match_sap_ref(device, approximation, newton_path, 
     _check_stages(device, case, preset, line_search, linear_solver, newton_path, approximation)
 
 
-# Holonomic constraints of every type on random trees, both Newton paths: 10 examples per path per
-# run (SAP_STAGE_EXAMPLES scales them as above). The rows (g₀, J, w, R, v̂), then γ, ℓ, ∇ℓ, H at
-# the same v, then the full step, as for every other row.
+# Holonomic constraints of every type on random trees, both Newton paths: 9 examples per path per
+# run, 3 per pair (SAP_STAGE_EXAMPLES scales them as above). The rows (g₀, J, w, R, v̂), then γ,
+# ℓ, ∇ℓ, H at the same v, then the full step, as for every other row.
+@pytest.mark.parametrize("preset, line_search", preset_line_search_params())
 @pytest.mark.parametrize("newton_path", NEWTON_PATHS)
-@settings(max_examples=max(1, int(os.environ.get("SAP_STAGE_EXAMPLES", "25")) * 2 // 5))
-@given(case=random_constrained_models(holonomic=True), preset=st.sampled_from(PRESETS),
-       line_search=st.sampled_from(LINE_SEARCHES), linear_solver=st.sampled_from(LINEAR_SOLVERS),
+@settings(max_examples=max(1, STAGE_EXAMPLES * 2 // 5 // PAIRS_PER_RUN))
+@given(case=random_constrained_models(holonomic=True), linear_solver=st.sampled_from(LINEAR_SOLVERS),
        sparse=st.booleans())
 def test_holonomic_stages_match_sap_ref(device, newton_path, case, preset, line_search, linear_solver, sparse):
     """Stage by stage with couplers, distance (rigid and compliant), ball, weld and axis-alignment

@@ -87,3 +87,16 @@ def test_the_repeatable_profile_draws_no_literals_harvested_from_the_code():
     if not hasattr(providers, "_get_local_constants"):
         pytest.skip("this Hypothesis harvests no literals")
     assert len(providers._get_local_constants()) == 0
+
+
+def test_the_default_pairs_take_every_preset_and_every_line_search_once():
+    """tests/variants.py: the default run's (preset, line search) pairs are a diagonal of the
+    product, and -m slow takes every other pair."""
+    from variants import DEFAULT_PAIRS, LINE_SEARCHES, PRESETS, preset_line_search_params
+
+    presets, searches = zip(*DEFAULT_PAIRS)
+    assert sorted(presets) == sorted(PRESETS) and sorted(searches) == sorted(LINE_SEARCHES)
+    params = preset_line_search_params()
+    assert len({tuple(p.values) for p in params}) == len(params) == len(PRESETS) * len(LINE_SEARCHES)
+    slow = {tuple(p.values) for p in params if any(m.name == "slow" for m in p.marks)}
+    assert slow == {tuple(p.values) for p in params} - set(DEFAULT_PAIRS)

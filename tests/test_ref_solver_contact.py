@@ -1,6 +1,8 @@
 """SolverSAP with contact: Drake's contact anchors and the spec's physics checklist.
 
-Every checklist test runs over the three line searches × the three presets.
+Every checklist test runs over the three line searches × the three presets; the box-sticks test
+over the three (preset, line search) pairs of the default run, and the other six under ``-m slow``
+(tests/variants.py).
 """
 
 import json
@@ -8,6 +10,7 @@ import json
 import numpy as np
 import pytest
 from conftest import ANCHOR_LENGTHS, DATA, anchor_steps
+from variants import preset_line_search_params
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
@@ -90,8 +93,7 @@ def _run(model, control, cfg_kwargs, steps, dt=1e-3):
     return solver, state, contacts
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("ls", LINE_SEARCHES)
+@pytest.mark.parametrize("preset, ls", preset_line_search_params())  # tests/variants.py: 3 pairs, 6 under -m slow
 def test_box_sticks_below_mu_m_g_and_slides_above(ls, preset):
     g, mu = 9.81, 0.5
     kw = dict(contact_preset_variant=preset, line_search_variant=ls)
