@@ -16,21 +16,20 @@ import pkgutil
 
 import pytest
 import warp as wp
+from variants import DEFAULT_PAIRS, LINE_SEARCHES, PRESETS
 
 import sap_gpu
 from sap_common import scenes
 from sap_gpu.codegen_check import check_modules, module_source, unset_constant_reads
 from sap_gpu.precompile import step_variants
 
-PRESETS = ("approx32", "approx64", "drake")
-LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
 APPROXIMATIONS = ("sap", "lagged", "similar")
 
 # Each value of each option at least once, on scenes with every kind of constraint and collision
 # family: (scene, config).
 STEPS = [
     ("humanoid", dict(contact_preset_variant=preset, line_search_variant=ls, discrete_contact_approximation=ap))
-    for preset, ls, ap in zip(PRESETS, LINE_SEARCHES, APPROXIMATIONS)
+    for (preset, ls), ap in zip(DEFAULT_PAIRS, APPROXIMATIONS)
 ] + [
     ("humanoid", dict(fused_cholesky="tile")),
     ("humanoid", dict(fused_hessian="tiles", contact_preset_variant="drake")),

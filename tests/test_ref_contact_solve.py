@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
+from variants import LINE_SEARCHES, PRESETS
 
 from sap_common.config import SapConfig
 from sap_common.state import StepStatus
@@ -12,8 +13,6 @@ from sap_ref.contact_jacobian import contact_regularization, delassus_weights
 from sap_ref.contact_solve import SapProblem, cost_along_line, evaluate, hessian, solve, stopping_criterion
 from sap_ref.line_search import armijo_decay, exact_root, monotone_decay
 
-LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
-PRESETS = ("approx32", "approx64", "drake")
 H_STEP = 1e-3
 # See test_ref_constraints: FD noise of O(1e-6) relative; errors of a wrong formula are O(1).
 FD_RTOL = 3e-5

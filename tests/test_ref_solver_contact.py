@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 from conftest import ANCHOR_LENGTHS, DATA, anchor_steps
-from variants import preset_line_search_params
+from variants import LINE_SEARCHES, PRESETS, preset_line_search_params
 
 from sap_common import scenes
 from sap_common.builder import ModelBuilder, solid_box_inertia
@@ -21,8 +21,6 @@ from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import hessian
 from sap_ref.solver import SolverSAP
 
-LINE_SEARCHES = ("monotone_decay", "armijo_decay", "exact_root")
-PRESETS = ("approx32", "approx64", "drake")
 CONTACT_ANCHORS = ("sphere_drop", "sphere_slide", "box_corners_slide", "cylinder_roll", "mesh_rock")
 # The required bounds for Drake's contact anchors. Observed with the drake preset: ≤ 1e-15 for the
 # sphere scenes and cylinder_roll (the same contact point as Drake's, to rounding); mesh_rock 1.0e-5 m
