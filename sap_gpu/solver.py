@@ -337,7 +337,9 @@ class SolverSAP:
         saved = (N.abs_tol, N.rel_tol, N.max_iterations)
         # A negative tolerance is never met: evaluate goes on to assemble H for every world.
         N.abs_tol, N.rel_tol, N.max_iterations = w.T(-1.0), w.T(-1.0), -1
-        done, iterations, status = N.done.numpy(), N.iterations.numpy(), N.status.numpy()
+        # Copies: on the CPU device .numpy() is a view of the array, which the zeroing below would
+        # clear too, and the step's Newton counts would be restored as zeros.
+        done, iterations, status = N.done.numpy().copy(), N.iterations.numpy().copy(), N.status.numpy().copy()
         N.done.zero_()
         N.iterations.zero_()
         try:

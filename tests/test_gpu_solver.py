@@ -136,6 +136,28 @@ def test_identical_worlds_are_identical_and_runs_repeat(device, preset, newton_p
 
 
 @pytest.mark.parametrize("newton_path", NEWTON_PATHS)
+def test_evaluate_at_leaves_the_step_diagnostics_alone(device, newton_path):
+    """``evaluate_at`` runs the Newton path's evaluation on the step's buffers and restores the
+    loop's status, counts and done flags: the diagnostics read after it are the step's. On the CPU
+    device ``.numpy()`` is a view, and the saved counts were once cleared with the live ones."""
+    scene = scenes.get(BATCH_SCENE, num_worlds=2)
+    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=32, device=device, newton_path=newton_path)
+    pipeline = sap_gpu.CollisionPipeline(scene.sap_model, 32, solver.config, device=device)
+    contacts = pipeline.contacts()
+    state = sap_gpu.to_device(_perturbed_states(scene, seed=2), device)
+    control = sap_gpu.to_device(scene.control, device)
+    pipeline.collide(state, contacts)
+    with cooperative_lanes(newton_path == "fused"):
+        solver.step(state, state, control, contacts, 2e-3)
+        before = solver.diagnostics()
+        assert np.all(before["newton_iterations"] > 0) and np.all(before["status"] == StepStatus.CONVERGED)
+        solver.evaluate_at(solver.work.v1.numpy() + 0.1)
+    after = solver.diagnostics()
+    for k, x in before.items():
+        np.testing.assert_array_equal(after[k], x, err_msg=k)
+
+
+@pytest.mark.parametrize("newton_path", NEWTON_PATHS)
 def test_a_world_of_a_mixed_batch_equals_its_solo_run(device, newton_path):
     scene = scenes.get(BATCH_SCENE, num_worlds=3)
     state = _perturbed_states(scene, seed=1)

@@ -216,6 +216,9 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
     with cooperative_lanes(newton_path == "fused"):
         gpu.step(sap_gpu.to_device(state, device), out_gpu, sap_gpu.to_device(control, device),
                  sap_gpu.to_device(contacts, device), 1e-3)
+    # The device's last cost-criterion inputs (ℓ at v₁, ℓ before the last update, its α), read
+    # before evaluate_at below reuses the Newton buffers.
+    last = {k: float(getattr(gpu.work.N, k).numpy()[0]) for k in ("ell", "ell_prev", "alpha_prev")}
     out_ref = state.copy()
     ref.step(state, out_ref, control, contacts, 1e-3)
     r, cfg, nv = ref.last_results[0], ref.config, model.joint_dof_count
@@ -351,8 +354,19 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
         ok, res, scale = stopping_criterion(p, ev, cfg)
         # Within the Newton tolerance, or at the same cost to the cost criterion's precision.
         # (ev_ref: sap_ref's v₁ on the same problem p, since p carries the device's inputs.)
-        assert ok or abs(ev.ell - ev_ref.ell) <= 10 * (cfg.cost_abs_tol + cfg.cost_rel_tol * abs(ev.ell)) \
+        same_cost = abs(ev.ell - ev_ref.ell) <= 10 * (cfg.cost_abs_tol + cfg.cost_rel_tol * abs(ev.ell)) \
             + 1e-9 * max(1.0, abs(ev.ell))
+        if not (ok or same_cost):
+            # Only where sap_ref, too, stopped on the cost criterion away from optimality: a loose
+            # cost criterion (monotone_decay's 5e-3) also fires where Newton's steps stall, and two
+            # runs whose float32 solves round differently stall at different points
+            # (docs/formulation.md § Stopping criteria; tests/data/monotone_decay_stall.npz is
+            # one). Then the device's stop must be that criterion's own, by its last update: ℓ at
+            # v₁ as sap_ref evaluates it, the ℓ before, and α > ½.
+            assert not stopping_criterion(p, ev_ref, cfg)[0], "sap_ref met optimality; sap_gpu stopped elsewhere"
+            assert last["ell"] == pytest.approx(ev.ell, rel=TOL["fp64"], abs=TOL["ell_abs"]), "ℓ at v1"
+            assert last["alpha_prev"] > 0.5 and abs(last["ell_prev"] - last["ell"]) < cfg.cost_abs_tol \
+                + cfg.cost_rel_tol * 0.5 * (abs(last["ell"]) + abs(last["ell_prev"])), f"no cost-criterion stop: {last}"
         rest = np.setdiff1d(np.arange(nv), dofs)  # non-participating DOFs keep v = v*
         _close(v_gpu[rest], gpu.work.v_star.numpy()[0, rest], 0.0, "v1 = v* off the participating trees")
         # v₁ itself: ℓ = ½‖v − v*‖²_A + (convex terms) is A-strongly convex, so any two velocities
