@@ -21,13 +21,14 @@ from sap_common.constants import (
 from sap_common.model import JointType, SapModel
 
 from .blocked_cholesky import block_sync
-from .contact_jacobian import add_point_jacobian_along
+from .kinematics import add_point_jacobian_along
 from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "participation", "row_support",
-           "make_terms", "hunt_crossley_term", "SOFT_NORM_EPS", "STICTION", "SLIDING", "NO_CONTACT"]
+__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "hunt_crossley_data", "HC_DATA",
+           "participation", "row_support", "make_terms", "hunt_crossley_term", "SOFT_NORM_EPS", "STICTION", "SLIDING",
+           "NO_CONTACT"]
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
 _FOUR_PI2 = 4.0 * np.pi**2
@@ -36,7 +37,11 @@ _FOUR_PI2 = 4.0 * np.pi**2
 _LIMIT_R_FACTOR = LIMIT_BETA * LIMIT_BETA / _FOUR_PI2
 _DRIVE_R_FACTOR = DRIVE_BETA * DRIVE_BETA / _FOUR_PI2
 _TWO_THIRDS = 2.0 / 3.0  # the antiderivative's ⅔, rounded in float64 as sap_ref rounds it
+_SQRT3 = float(np.sqrt(3.0))  # in float64: arithmetic between constants inside a Warp kernel is float32
 _HC_TERMS: dict = {}
+_HC_KERNELS: dict = {}
+# Per contact of a Hunt–Crossley step: (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]).
+HC_DATA = wp.types.vector(5, wp.float64)
 
 
 class LimitLayout:
@@ -185,6 +190,52 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
         q0_out[world, i] = joint_q_in[world, dof_coord[dof]]
         Kp_out[world, i] = Kp
         Kd_out[world, i] = Kd
+
+
+def _hunt_crossley_kernel(T):
+    @wp.kernel(enable_backward=False, module="unique")
+    def hunt_crossley_kernel(nv: int, dt: wp.float64, sigma: wp.float64, stiction_tolerance: wp.float64,
+                             count_in: wp.array(dtype=int), mu_in: wp.array2d(dtype=wp.float64),
+                             ke_in: wp.array2d(dtype=wp.float64), hcd_in: wp.array2d(dtype=wp.float64),
+                             phi0_in: wp.array2d(dtype=wp.float64), w_in: wp.array2d(dtype=wp.float64),
+                             J_in: wp.array3d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
+                             hc_out: wp.array2d(dtype=HC_DATA), vn0_out: wp.array2d(dtype=wp.float64)):
+        world, c = wp.tid()  # one thread per contact slot; slots past the world's count return
+        if c >= count_in[world]:
+            return
+        vn = wp.float64(0.0)
+        for k in range(nv):
+            vn = vn + J_in[world, 3 * c + 2, k] * v0_in[world, k]
+        w = T(w_in[world, c])
+        mu = T(mu_in[world, c])
+        ke = T(ke_in[world, c])
+        d = T(hcd_in[world, c])
+        vn0 = T(vn)
+        h = T(dt)
+        w_rms = wp.sqrt(w * w + w * w + w * w) / T(_SQRT3)
+        R_t = T(sigma) * wp.max(T(0.5) * (w + w), w_rms)
+        fe0 = ke * -T(phi0_in[world, c])
+        n0 = wp.max(T(0.0), h * fe0) * wp.max(T(0.0), T(1.0) - d * vn0)
+        eps = wp.max(T(stiction_tolerance), mu * R_t * n0)
+        hc_out[world, c] = HC_DATA(wp.float64(ke), wp.float64(d), wp.float64(fe0), wp.float64(n0), wp.float64(eps))
+        vn0_out[world, c] = wp.float64(vn0)
+
+    return hunt_crossley_kernel
+
+
+def hunt_crossley_data(m, contacts, precision: str, dt, sigma, stiction_tolerance, w, J, v0, hc, vn0) -> None:
+    """Launch: each contact's Hunt–Crossley data ``hc = (k, d, fₑ₀, n₀, ε_s)`` and ``vn0``, one thread
+    per (world, contact slot), in ``sap_contact_weight_precision``
+    (docs/formulation.md § Hunt–Crossley contact): vₙ₀ = (J v₀)ₙ, fₑ₀ = −kφ₀,
+    n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊, ε_s = max(v_s, μ σ w_t n₀) with w_t = max(w, ‖(w, w, w)‖/√3).
+    Counterpart of :func:`sap_ref.constraints.hunt_crossley_data`; Drake:
+    ``SapHuntCrossleyConstraint::DoMakeData``."""
+    T = wp.float32 if precision == "fp32" else wp.float64
+    if T not in _HC_KERNELS:
+        _HC_KERNELS[T] = _hunt_crossley_kernel(T)
+    launch_threads(_HC_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.nv, wp.float64(dt),
+                   wp.float64(sigma), wp.float64(stiction_tolerance), contacts.count, contacts.mu, contacts.ke,
+                   contacts.hcd, contacts.phi0, w, J, v0], outputs=[hc, vn0])
 
 
 @wp.kernel(enable_backward=False, module="unique")

@@ -4,8 +4,10 @@ Counterpart of :mod:`sap_ref.contact_jacobian`, one thread per (world, contact s
 contact c (rows 3c, 3c+1, 3c+2 = t₁, t₂, n) is ``R_WCᵀ [J_v,1(p₁) − J_v,0(p₀)]``; a body's point
 Jacobian column for DOF k on its path to the root is ``S_v,k + S_ω,k × (p − p_k)`` with p_k the
 origin of the joint's child body. Weights, R and v̂ are computed in the scalar type of
-``sap_contact_weight_precision`` (kernels built per type) and stored as float64; so is the
-Hunt–Crossley data of a ``lagged`` / ``similar`` step (:func:`hunt_crossley_data`).
+``sap_contact_weight_precision`` (kernels built per type) and stored as float64. The
+Hunt–Crossley data of a ``lagged`` / ``similar`` step is constraint data, built in
+:func:`sap_gpu.constraints.hunt_crossley_data` as sap_ref builds it in :mod:`sap_ref.constraints`.
+The point Jacobians the rows are made of are :mod:`sap_gpu.kinematics`'.
 """
 
 import math
@@ -14,17 +16,16 @@ import warp as wp
 
 from sap_common.constants import WEIGHT_FLOOR
 
+from .kinematics import add_point_jacobian
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["contact_geometry", "contact_weights", "hunt_crossley_data", "WEIGHT_FLOOR"]
+__all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
 
-# 4π² and √3, computed here in float64: arithmetic between constants inside a Warp kernel is float32.
+# 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
 FOUR_PI2 = 4.0 * math.pi * math.pi
-SQRT3 = math.sqrt(3.0)
 _KERNELS: dict = {}
-_HC_KERNELS: dict = {}
 
 
 @wp.func
@@ -75,43 +76,6 @@ def midpoint_weight(k0: wp.float64, k1: wp.float64) -> wp.float64:
     if inf0 or k0 + k1 <= wp.float64(0.0):
         return wp.float64(0.5)
     return k0 / (k0 + k1)
-
-
-@wp.func
-def add_point_jacobian(world: int, body: int, p: wp.vec3d, R_WC: wp.mat33d, sign: wp.float64, row: int,
-                       body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
-                       joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
-                       dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
-    """J[row:row+3] += sign · R_WCᵀ J_v(body, p) (the world, body −1, adds nothing)."""
-    b = body
-    Rt = wp.transpose(R_WC)
-    while b >= 0:
-        j = body_joint[b]
-        o = wp.transform_get_translation(body_X[world, b])
-        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
-            S = dof_S[world, k]
-            w = wp.vec3d(S[0], S[1], S[2])
-            col = Rt * (wp.vec3d(S[3], S[4], S[5]) + wp.cross(w, p - o))
-            for a in range(3):
-                J[world, row + a, k] = J[world, row + a, k] + sign * col[a]
-        b = body_parent[b]
-
-
-@wp.func
-def add_point_jacobian_along(world: int, body: int, p: wp.vec3d, n: wp.vec3d, sign: wp.float64, row: int,
-                             body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
-                             joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
-                             dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
-    """J[row] += sign · n̂ᵀ J_v(body, p): one direction of a point velocity (distance limits)."""
-    b = body
-    while b >= 0:
-        j = body_joint[b]
-        o = wp.transform_get_translation(body_X[world, b])
-        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
-            S = dof_S[world, k]
-            col = wp.vec3d(S[3], S[4], S[5]) + wp.cross(wp.vec3d(S[0], S[1], S[2]), p - o)
-            J[world, row, k] = J[world, row, k] + sign * wp.dot(n, col)
-        b = body_parent[b]
 
 
 @wp.kernel
@@ -240,51 +204,3 @@ def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma
                    m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt), wp.float64(beta),
                    wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0, contacts.ke,
                    contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])
-
-
-def _hunt_crossley_kernel(T):
-    from .contact_problem import HC_DATA
-
-    @wp.kernel(enable_backward=False, module="unique")
-    def hunt_crossley_kernel(nv: int, dt: wp.float64, sigma: wp.float64, stiction_tolerance: wp.float64,
-                             count_in: wp.array(dtype=int), mu_in: wp.array2d(dtype=wp.float64),
-                             ke_in: wp.array2d(dtype=wp.float64), hcd_in: wp.array2d(dtype=wp.float64),
-                             phi0_in: wp.array2d(dtype=wp.float64), w_in: wp.array2d(dtype=wp.float64),
-                             J_in: wp.array3d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
-                             hc_out: wp.array2d(dtype=HC_DATA), vn0_out: wp.array2d(dtype=wp.float64)):
-        world, c = wp.tid()  # one thread per contact slot; slots past the world's count return
-        if c >= count_in[world]:
-            return
-        vn = wp.float64(0.0)
-        for k in range(nv):
-            vn = vn + J_in[world, 3 * c + 2, k] * v0_in[world, k]
-        w = T(w_in[world, c])
-        mu = T(mu_in[world, c])
-        ke = T(ke_in[world, c])
-        d = T(hcd_in[world, c])
-        vn0 = T(vn)
-        h = T(dt)
-        w_rms = wp.sqrt(w * w + w * w + w * w) / T(SQRT3)
-        R_t = T(sigma) * wp.max(T(0.5) * (w + w), w_rms)
-        fe0 = ke * -T(phi0_in[world, c])
-        n0 = wp.max(T(0.0), h * fe0) * wp.max(T(0.0), T(1.0) - d * vn0)
-        eps = wp.max(T(stiction_tolerance), mu * R_t * n0)
-        hc_out[world, c] = HC_DATA(wp.float64(ke), wp.float64(d), wp.float64(fe0), wp.float64(n0), wp.float64(eps))
-        vn0_out[world, c] = wp.float64(vn0)
-
-    return hunt_crossley_kernel
-
-
-def hunt_crossley_data(m, contacts, precision: str, dt, sigma, stiction_tolerance, w, J, v0, hc, vn0) -> None:
-    """Launch: each contact's Hunt–Crossley data ``hc = (k, d, fₑ₀, n₀, ε_s)`` and ``vn0``, one thread
-    per (world, contact slot), in ``sap_contact_weight_precision``
-    (docs/formulation.md § Hunt–Crossley contact): vₙ₀ = (J v₀)ₙ, fₑ₀ = −kφ₀,
-    n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊, ε_s = max(v_s, μ σ w_t n₀) with w_t = max(w, ‖(w, w, w)‖/√3).
-    Counterpart of :func:`sap_ref.constraints.hunt_crossley_data`; Drake:
-    ``SapHuntCrossleyConstraint::DoMakeData``."""
-    T = wp.float32 if precision == "fp32" else wp.float64
-    if T not in _HC_KERNELS:
-        _HC_KERNELS[T] = _hunt_crossley_kernel(T)
-    launch_threads(_HC_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.nv, wp.float64(dt),
-                   wp.float64(sigma), wp.float64(stiction_tolerance), contacts.count, contacts.mu, contacts.ke,
-                   contacts.hcd, contacts.phi0, w, J, v0], outputs=[hc, vn0])

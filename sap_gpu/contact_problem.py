@@ -46,7 +46,7 @@ import warp as wp
 
 from sap_common.state import StepStatus
 
-from .constraints import hunt_crossley_term, make_terms
+from .constraints import HC_DATA, hunt_crossley_term, make_terms
 
 wp.set_module_options({"enable_backward": False})
 
@@ -54,9 +54,6 @@ __all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums",
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
-
-# Per contact of a Hunt–Crossley step: (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]).
-HC_DATA = wp.types.vector(5, wp.float64)
 
 _PROBLEM: dict = {}
 _ROWS: dict = {}

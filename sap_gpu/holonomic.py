@@ -15,7 +15,8 @@ import warp as wp
 from sap_common.constants import CONSTRAINT_DISTANCE_MIN, CONSTRAINT_DISTANCE_MIN_RELATIVE, HOLONOMIC_BETA
 from sap_common.model import ConstraintType, SapModel
 
-from .contact_jacobian import add_point_jacobian_along, contact_frame
+from .contact_jacobian import contact_frame
+from .kinematics import add_point_jacobian_along
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})

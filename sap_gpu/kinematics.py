@@ -27,7 +27,8 @@ from .launch import launch_blocks, launch_threads
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["forward_kinematics", "body_poses", "motion_subspaces", "round_poses", "quat_norm_ok", "PRISMATIC",
-           "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6"]
+           "REVOLUTE", "BALL", "FIXED", "FREE", "DISTANCE", "D6", "add_point_jacobian",
+           "add_point_jacobian_along"]
 
 PRISMATIC = wp.constant(int(JointType.PRISMATIC))
 REVOLUTE = wp.constant(int(JointType.REVOLUTE))
@@ -309,3 +310,45 @@ def motion_subspaces(m, joint_q, body_X, dof_S) -> None:
 def round_poses(body_X, body_X_out) -> None:
     """Launch: poses rounded through float32 (``use_f64_boundary_pose=False``)."""
     launch_threads(_round_poses, dim=body_X.shape, device=body_X.device, inputs=[body_X], outputs=[body_X_out])
+
+
+# ----------------------------------------------------------------------------- point Jacobians
+# Counterpart of sap_ref.kinematics.point_jacobian, added into a row block of J in place: the contact,
+# limit and holonomic stages build their rows with these.
+
+
+@wp.func
+def add_point_jacobian(world: int, body: int, p: wp.vec3d, R_WC: wp.mat33d, sign: wp.float64, row: int,
+                       body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+                       joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
+                       dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
+    """J[row:row+3] += sign · R_WCᵀ J_v(body, p) (the world, body −1, adds nothing)."""
+    b = body
+    Rt = wp.transpose(R_WC)
+    while b >= 0:
+        j = body_joint[b]
+        o = wp.transform_get_translation(body_X[world, b])
+        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            S = dof_S[world, k]
+            w = wp.vec3d(S[0], S[1], S[2])
+            col = Rt * (wp.vec3d(S[3], S[4], S[5]) + wp.cross(w, p - o))
+            for a in range(3):
+                J[world, row + a, k] = J[world, row + a, k] + sign * col[a]
+        b = body_parent[b]
+
+
+@wp.func
+def add_point_jacobian_along(world: int, body: int, p: wp.vec3d, n: wp.vec3d, sign: wp.float64, row: int,
+                             body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+                             joint_qd_start: wp.array(dtype=int), body_X: wp.array2d(dtype=wp.transformd),
+                             dof_S: wp.array2d(dtype=wp.spatial_vectord), J: wp.array3d(dtype=wp.float64)):
+    """J[row] += sign · n̂ᵀ J_v(body, p): one direction of a point velocity (distance limits)."""
+    b = body
+    while b >= 0:
+        j = body_joint[b]
+        o = wp.transform_get_translation(body_X[world, b])
+        for k in range(joint_qd_start[j], joint_qd_start[j + 1]):
+            S = dof_S[world, k]
+            col = wp.vec3d(S[3], S[4], S[5]) + wp.cross(wp.vec3d(S[0], S[1], S[2]), p - o)
+            J[world, row, k] = J[world, row, k] + sign * wp.dot(n, col)
+        b = body_parent[b]

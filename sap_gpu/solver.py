@@ -202,7 +202,7 @@ class SolverSAP:
                                          w.A, body_X, w.R_WC, w.p0, w.p1, w.contact_J, w.contact_w, w.contact_R,
                                          w.contact_v_hat)
         if cfg.discrete_contact_approximation != "sap":  # Hunt–Crossley: fₑ₀, n₀ (from vₙ₀ = (J v₀)ₙ), ε_s
-            contact_jacobian.hunt_crossley_data(m, contacts, cfg.sap_contact_weight_precision, h, cfg.contact_sigma,
+            constraints.hunt_crossley_data(m, contacts, cfg.sap_contact_weight_precision, h, cfg.contact_sigma,
                                                 cfg.stiction_tolerance, w.contact_w, w.contact_J, w.v0, w.contact_hc,
                                                 w.contact_vn0)
         self._stage("contact_jacobian")

@@ -22,7 +22,8 @@ from sap_common.model import SapModel
 from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
-from .contact_problem import HC_DATA, check_rolled_arrays, problem_types
+from .constraints import HC_DATA
+from .contact_problem import check_rolled_arrays, problem_types
 from .contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
