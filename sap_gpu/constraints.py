@@ -1,10 +1,12 @@
 """Constraint rows on the device: limits, drives, participation, and the terms ℓᵢ, γᵢ, Gᵢ.
 
-Counterpart of :mod:`sap_ref.constraints`. Limit and drive rows are laid out once per model
-(host side, :func:`limit_layout`); every step a kernel decides which limit rows are inside the
-window ``q₀ ± 2h·max(|v₀|, |v*|)`` and fills their J, R, v̂ (docs/formulation.md § Limits), and sets the drives'
-near-rigid gains (docs/formulation.md § Drives). The terms are built per scalar type (``contact_solve_precision``)
-by :func:`make_terms`.
+Counterpart of :mod:`sap_ref.constraints`. The scalar rows (limits, holonomic constraints,
+drives: :mod:`sap_common.rows`) are laid out once per model (:class:`RowLayout`, one slot per row
+a world can have, kind by kind); every step a kernel decides which limit rows are inside the
+window ``q₀ ± 2h·max(|v₀|, |v*|)`` and fills their J, R, v̂ (docs/formulation.md § Limits), another
+writes the drive rows and sets the drives' near-rigid gains (docs/formulation.md § Drives), and
+:mod:`sap_gpu.holonomic` fills the holonomic constraints' rows. The terms are built per scalar
+type (``contact_solve_precision``) by :func:`make_terms`.
 """
 
 import numpy as np
@@ -18,7 +20,8 @@ from sap_common.constants import (
     LIMIT_WINDOW_FACTOR,
     SOFT_NORM_EPS,
 )
-from sap_common.model import JointType, SapModel
+from sap_common.model import SapModel
+from sap_common.rows import RowKind, scalar_row_layout
 
 from .blocked_cholesky import block_sync
 from .kinematics import add_point_jacobian_along
@@ -26,7 +29,7 @@ from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["LimitLayout", "limit_layout", "limit_constraints", "drive_constraints", "hunt_crossley_data", "HC_DATA",
+__all__ = ["RowLayout", "row_layout", "limit_constraints", "drive_constraints", "hunt_crossley_data", "HC_DATA",
            "participation", "row_support", "make_terms", "hunt_crossley_term", "SOFT_NORM_EPS", "STICTION", "SLIDING",
            "NO_CONTACT"]
 
@@ -44,38 +47,38 @@ _HC_KERNELS: dict = {}
 HC_DATA = wp.types.vector(5, wp.float64)
 
 
-class LimitLayout:
-    """Static limit rows of a model, in sap_ref's order (joint by joint, lower then upper).
+class RowLayout:
+    """A model's scalar rows on the device (:func:`sap_common.rows.scalar_row_layout`): ``count``
+    (S) slots, the limit rows first (``limit_count``), then the holonomic constraints' rows
+    (from ``holonomic_row0``), then the drives (from ``drive_row0``, ``drive_count``).
 
-    ``kind`` 0: a scalar DOF (``index`` = DOF), 1: a distance joint (``index`` = joint);
-    ``side`` −1 lower, +1 upper.
+    ``kind`` (S,): each row's :class:`~sap_common.rows.RowKind`. The limit rows:
+    ``limit_kind`` 0 a scalar DOF's (``limit_index`` = DOF), 1 a distance joint's (``limit_index``
+    = joint); ``limit_side`` −1 lower, +1 upper. ``drive_dof`` (D,): each drive's DOF. Arrays of
+    a kind without rows hold one unused entry, so kernel signatures never change.
     """
 
-    def __init__(self, kind, index, side, device):
-        self.count = len(kind)
-        self.kind = wp.array(np.asarray(kind, np.int32).reshape(-1), dtype=int, device=device)
-        self.index = wp.array(np.asarray(index, np.int32).reshape(-1), dtype=int, device=device)
-        self.side = wp.array(np.asarray(side, np.int32).reshape(-1), dtype=int, device=device)
+    def __init__(self, model: SapModel, device):
+        layout = scalar_row_layout(model)
+        self.host = layout
+        self.count = layout.count
+        self.limit_count = len(layout.rows(RowKind.LIMIT))
+        self.holonomic_row0 = int(layout.start[RowKind.HOLONOMIC])
+        self.drive_row0 = int(layout.start[RowKind.DRIVE])
+        self.drive_count = len(layout.drive_dof)
+
+        def arr(x):
+            x = np.asarray(x, np.int32).reshape(-1)
+            return wp.array(x if len(x) else np.zeros(1, np.int32), dtype=int, device=device)
+
+        self.kind = arr(layout.kind)
+        self.limit_kind, self.limit_index, self.limit_side = (arr(layout.limit_kind), arr(layout.limit_index),
+                                                              arr(layout.limit_side))
+        self.drive_dof = arr(layout.drive_dof)
 
 
-def limit_layout(model: SapModel, device) -> LimitLayout:
-    kind, index, side = [], [], []
-    for j in range(model.joint_count):
-        jt = JointType(int(model.joint_type[j]))
-        d0 = int(model.joint_qd_start[j])
-        if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
-            for dof in range(d0, int(model.joint_qd_start[j + 1])):
-                if model.joint_limit_ke[dof] <= 0.0:
-                    continue
-                for s, bound in ((-1, model.joint_limit_lower[dof]), (1, model.joint_limit_upper[dof])):
-                    if np.isfinite(bound):
-                        kind.append(0), index.append(dof), side.append(s)
-        elif jt == JointType.DISTANCE and model.joint_limit_ke[d0] > 0.0:
-            if model.joint_limit_lower[d0] > 0.0:
-                kind.append(1), index.append(j), side.append(-1)
-            if np.isfinite(model.joint_limit_upper[d0]):
-                kind.append(1), index.append(j), side.append(1)
-    return LimitLayout(kind, index, side, device)
+def row_layout(model: SapModel, device) -> RowLayout:
+    return RowLayout(model, device)
 
 
 @wp.kernel
@@ -85,26 +88,27 @@ def _limit_constraints(
     body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int), dof_coord: wp.array(dtype=int),
     limit_lower: wp.array(dtype=wp.float64), limit_upper: wp.array(dtype=wp.float64),
     limit_ke: wp.array(dtype=wp.float64), limit_kd: wp.array(dtype=wp.float64),
-    row_kind: wp.array(dtype=int), row_index: wp.array(dtype=int), row_side: wp.array(dtype=int),
-    row_count: int, nv: int, dt: wp.float64,
+    limit_kind: wp.array(dtype=int), limit_index: wp.array(dtype=int), limit_side: wp.array(dtype=int),
+    limit_count: int, nv: int, dt: wp.float64,
     joint_q_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
     v_star_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
     body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
     active_out: wp.array2d(dtype=int), J_out: wp.array3d(dtype=wp.float64), R_out: wp.array2d(dtype=wp.float64),
     v_hat_out: wp.array2d(dtype=wp.float64),
 ):
-    """One thread per (world, limit row): each row reads the step's poses and writes only its own row."""
+    """One thread per (world, limit row): each row reads the step's poses and writes only its own row
+    (the limit rows are the first scalar rows)."""
     world, r = wp.tid()
     zero = wp.float64(0.0)
-    if r < row_count:
+    if r < limit_count:
         for k in range(nv):
             J_out[world, r, k] = zero
-        side = row_side[r]
+        side = limit_side[r]
         active = int(0)
         g0 = zero
         slot = int(0)
-        if row_kind[r] == 0:
-            dof = row_index[r]
+        if limit_kind[r] == 0:
+            dof = limit_index[r]
             slot = dof
             q = joint_q_in[world, dof_coord[dof]]
             window = wp.float64(LIMIT_WINDOW_FACTOR) * dt * wp.max(wp.abs(v0_in[world, dof]),
@@ -119,7 +123,7 @@ def _limit_constraints(
                     g0 = limit_upper[dof] - q
             J_out[world, r, dof] = wp.float64(-side)
         else:
-            j = row_index[r]
+            j = limit_index[r]
             slot = joint_qd_start[j]
             p = joint_parent[j]
             c = joint_child[j]
@@ -166,14 +170,20 @@ def _limit_constraints(
 @wp.kernel
 def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype=wp.float64),
                 target_kd: wp.array(dtype=wp.float64), drive_dof: wp.array(dtype=int), drive_count: int,
-                dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
-                q0_out: wp.array2d(dtype=wp.float64), Kp_out: wp.array2d(dtype=wp.float64),
-                Kd_out: wp.array2d(dtype=wp.float64)):
-    """Drake's effective PD gains: lowered (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr. One
-    thread per (world, drive)."""
+                row0: int, nv: int, dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64),
+                A_in: wp.array3d(dtype=wp.float64), q0_out: wp.array2d(dtype=wp.float64),
+                Kp_out: wp.array2d(dtype=wp.float64), Kd_out: wp.array2d(dtype=wp.float64),
+                active_out: wp.array2d(dtype=int), J_out: wp.array3d(dtype=wp.float64)):
+    """Drive i's row (row0 + i: J = e_dofᵀ, always in use) and Drake's effective PD gains: lowered
+    (ratio kept) until R = 1/(h(hKp+Kd)) reaches R_nr. One thread per (world, drive)."""
     world, i = wp.tid()
     if i < drive_count:
         dof = drive_dof[i]
+        r = row0 + i
+        for k in range(nv):
+            J_out[world, r, k] = wp.float64(0.0)
+        J_out[world, r, dof] = wp.float64(1.0)
+        active_out[world, r] = 1
         Kp = target_ke[dof]
         Kd = target_kd[dof]
         R_nr = wp.float64(_DRIVE_R_FACTOR) / A_in[world, dof, dof]
@@ -239,10 +249,10 @@ def hunt_crossley_data(m, contacts, precision: str, dt, sigma, stiction_toleranc
 
 
 @wp.kernel(enable_backward=False, module="unique")
-def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limit_count: int,
-                   drive_dof: wp.array(dtype=int), drive_count: int, count_in: wp.array(dtype=int),
-                   contact_J_in: wp.array3d(dtype=wp.float64), limit_active_in: wp.array2d(dtype=int),
-                   limit_J_in: wp.array3d(dtype=wp.float64), tree_scratch: wp.array2d(dtype=int),
+def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, row_count: int,
+                   count_in: wp.array(dtype=int), contact_J_in: wp.array3d(dtype=wp.float64),
+                   row_active_in: wp.array2d(dtype=int), row_J_in: wp.array3d(dtype=wp.float64),
+                   tree_scratch: wp.array2d(dtype=int),
                    v0_in: wp.array2d(dtype=wp.float64), v_star_in: wp.array2d(dtype=wp.float64),
                    dof_mask_out: wp.array2d(dtype=int), v_out: wp.array2d(dtype=wp.float64)):
     """Trees touched by a constraint row; the Newton start: v₀ there, v* elsewhere.
@@ -261,11 +271,8 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
         for row in range(3 * count_in[world]):
             if contact_J_in[world, row, k] != wp.float64(0.0):
                 touched = 1
-        for r in range(limit_count):
-            if limit_active_in[world, r] != 0 and limit_J_in[world, r, k] != wp.float64(0.0):
-                touched = 1
-        for i in range(drive_count):
-            if drive_dof[i] == k:
+        for r in range(row_count):
+            if row_active_in[world, r] != 0 and row_J_in[world, r, k] != wp.float64(0.0):
                 touched = 1
         if touched == 1:
             tree_scratch[world, dof_tree[k]] = 1
@@ -280,18 +287,18 @@ def _participation(dof_tree: wp.array(dtype=int), nv: int, tree_count: int, limi
 
 
 @wp.kernel
-def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype=int),
-                 contact_J_in: wp.array3d(dtype=wp.float64), limit_active_in: wp.array2d(dtype=int),
-                 limit_J_in: wp.array3d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
+def _row_support(nv: int, row_count: int, dense: int, count_in: wp.array(dtype=int),
+                 contact_J_in: wp.array3d(dtype=wp.float64), row_active_in: wp.array2d(dtype=int),
+                 row_J_in: wp.array3d(dtype=wp.float64), A_in: wp.array3d(dtype=wp.float64),
                  contact_cols_out: wp.array3d(dtype=int), contact_ncols_out: wp.array2d(dtype=int),
-                 limit_cols_out: wp.array3d(dtype=int), limit_ncols_out: wp.array2d(dtype=int),
+                 row_cols_out: wp.array3d(dtype=int), row_ncols_out: wp.array2d(dtype=int),
                  A_cols_out: wp.array3d(dtype=int), A_ncols_out: wp.array2d(dtype=int),
                  dof_contacts_out: wp.array3d(dtype=int), dof_ncontacts_out: wp.array2d(dtype=int),
-                 dof_limits_out: wp.array3d(dtype=int), dof_nlimits_out: wp.array2d(dtype=int)):
-    """Ascending lists of the columns where a contact's 3 rows, a limit row or a row of A is not 0,
-    and the transposed lists: per DOF, the contacts and active limit rows that list it.
+                 dof_rows_out: wp.array3d(dtype=int), dof_nrows_out: wp.array2d(dtype=int)):
+    """Ascending lists of the columns where a contact's 3 rows, a scalar row in use or a row of A
+    is not 0, and the transposed lists: per DOF, the contacts and scalar rows in use that list it.
 
-    One thread per (world, k): contact k's list, limit row k's, row k of A's and DOF k's lists
+    One thread per (world, k): contact k's list, scalar row k's, row k of A's and DOF k's lists
     (each where k is in range); every list is built by one thread in ascending order from J and
     A directly, so no thread waits for another. ``dense != 0`` lists every column (the plain
     path). A NaN entry counts as non-zero, so a non-finite J or A still reaches the products and
@@ -308,14 +315,14 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                 contact_cols_out[world, k, n] = col
                 n = n + 1
         contact_ncols_out[world, k] = n
-    if k < limit_count:
+    if k < row_count:
         n = int(0)
-        if limit_active_in[world, k] != 0:
+        if row_active_in[world, k] != 0:
             for col in range(nv):
-                if dense != 0 or limit_J_in[world, k, col] != zero:
-                    limit_cols_out[world, k, n] = col
+                if dense != 0 or row_J_in[world, k, col] != zero:
+                    row_cols_out[world, k, n] = col
                     n = n + 1
-        limit_ncols_out[world, k] = n
+        row_ncols_out[world, k] = n
     if k < nv:
         n = int(0)
         for col in range(nv):
@@ -331,56 +338,58 @@ def _row_support(nv: int, limit_count: int, dense: int, count_in: wp.array(dtype
                 m = m + 1
         dof_ncontacts_out[world, k] = m
         m = int(0)
-        for r in range(limit_count):
-            if limit_active_in[world, r] != 0 and (dense != 0 or limit_J_in[world, r, k] != zero):
-                dof_limits_out[world, k, m] = r
+        for r in range(row_count):
+            if row_active_in[world, r] != 0 and (dense != 0 or row_J_in[world, r, k] != zero):
+                dof_rows_out[world, k, m] = r
                 m = m + 1
-        dof_nlimits_out[world, k] = m
+        dof_nrows_out[world, k] = m
 
 
-def limit_constraints(m, layout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
-    """Launch: which limit rows are in their window this step, with J, R, v̂ (docs/formulation.md § Limits)."""
-    if layout.count == 0:
+def limit_constraints(m, layout: RowLayout, dt, joint_q, v0, v_star, A, body_X, dof_S, active, J, R, v_hat) -> None:
+    """Launch: which limit rows (the layout's first ``limit_count`` scalar rows) are in their window
+    this step, with J, R, v̂ (docs/formulation.md § Limits)."""
+    if layout.limit_count == 0:
         return
-    launch_threads(_limit_constraints, dim=(m.num_worlds, layout.count), device=m.device,
+    launch_threads(_limit_constraints, dim=(m.num_worlds, layout.limit_count), device=m.device,
                    inputs=[m.joint_parent, m.joint_child,
                    m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint, m.dof_coord,
-                   m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.kind,
-                   layout.index, layout.side, layout.count, m.nv, wp.float64(dt), joint_q, v0, v_star, A, body_X,
-                   dof_S], outputs=[active, J, R, v_hat])
+                   m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.limit_kind,
+                   layout.limit_index, layout.limit_side, layout.limit_count, m.nv, wp.float64(dt), joint_q, v0,
+                   v_star, A, body_X, dof_S], outputs=[active, J, R, v_hat])
 
 
-def drive_constraints(m, drive_dof, drive_count, dt, joint_q, A, q0, Kp, Kd) -> None:
-    """Launch: each drive row's q₀ and near-rigid effective gains (docs/formulation.md § Drives)."""
-    if drive_count == 0:
+def drive_constraints(m, layout: RowLayout, dt, joint_q, A, q0, Kp, Kd, active, J) -> None:
+    """Launch: each drive's row (the layout's drive rows) with its q₀ and near-rigid effective gains
+    (docs/formulation.md § Drives)."""
+    if layout.drive_count == 0:
         return
-    launch_threads(_drive_constraints, dim=(m.num_worlds, drive_count), device=m.device,
-                   inputs=[m.dof_coord, m.joint_target_ke,
-                   m.joint_target_kd, drive_dof, drive_count, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd])
+    launch_threads(_drive_constraints, dim=(m.num_worlds, layout.drive_count), device=m.device,
+                   inputs=[m.dof_coord, m.joint_target_ke, m.joint_target_kd, layout.drive_dof, layout.drive_count,
+                   layout.drive_row0, m.nv, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd, active, J])
 
 
-def participation(m, limit_count, drive_dof, drive_count, contacts, contact_J, limit_active, limit_J, tree_scratch,
-                  v0, v_star, dof_mask, v) -> None:
+def participation(m, row_count, contacts, contact_J, row_active, row_J, tree_scratch, v0, v_star, dof_mask,
+                  v) -> None:
     """Launch: participating DOFs and the Newton warm start."""
     launch_blocks(_participation, num_worlds=m.num_worlds, device=m.device, inputs=[m.dof_tree, m.nv,
-                  m.tree_count, limit_count, drive_dof, drive_count, contacts.count, contact_J, limit_active, limit_J,
-                  tree_scratch, v0, v_star], outputs=[dof_mask, v])
+                  m.tree_count, row_count, contacts.count, contact_J, row_active, row_J, tree_scratch, v0, v_star],
+                  outputs=[dof_mask, v])
 
 
-def row_support(m, limit_count, dense, contacts, contact_J, limit_active, limit_J, A, contact_cols, contact_ncols,
-                limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits) -> None:
-    """Launch: the non-zero columns of every contact block, active limit row and row of A, and
-    per DOF the contacts and active limit rows whose lists hold it (ascending).
+def row_support(m, row_count, dense, contacts, contact_J, row_active, row_J, A, contact_cols, contact_ncols,
+                row_cols, row_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_rows, dof_nrows) -> None:
+    """Launch: the non-zero columns of every contact block, scalar row in use and row of A, and
+    per DOF the contacts and scalar rows in use whose lists hold it (ascending).
 
     The Newton loop's products (J·v, Jᵀγ, JᵀGJ, A·x) run over these lists only; an entry left
     out is exactly zero, so the sums are the dense ones term for term (``dense=True``: every
     column, the plain path kept for comparison, ``SolverSAP.sparse_rows = False``). The
     per-DOF lists serve the fused Newton loop, whose lanes own DOFs (Jᵀγ and rows of H).
     """
-    items = max(contact_J.shape[1] // 3, limit_count, m.nv)  # contact slots, limit rows, DOFs
-    launch_threads(_row_support, dim=(m.num_worlds, items), device=m.device, inputs=[m.nv, limit_count, int(dense),
-                   contacts.count, contact_J, limit_active, limit_J, A], outputs=[contact_cols, contact_ncols,
-                   limit_cols, limit_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_limits, dof_nlimits])
+    items = max(contact_J.shape[1] // 3, row_count, m.nv)  # contact slots, scalar rows, DOFs
+    launch_threads(_row_support, dim=(m.num_worlds, items), device=m.device, inputs=[m.nv, row_count, int(dense),
+                   contacts.count, contact_J, row_active, row_J, A], outputs=[contact_cols, contact_ncols,
+                   row_cols, row_ncols, A_cols, A_ncols, dof_contacts, dof_ncontacts, dof_rows, dof_nrows])
 
 
 def make_terms(T):

@@ -12,15 +12,17 @@ loops compute the same numbers bit for bit.
 
 Everything here is built per scalar type and memoized:
 
-* :func:`problem_types` (objective scalar T): the ``Problem`` struct (one step's A, v*, J, R,
-  v̂, μ, the Hunt–Crossley data, limit and drive rows, their non-zero column lists, the Newton
-  state) and the ``Newton`` struct (per-world iteration state and the solver settings);
+* :func:`problem_types` (objective scalar T): the ``Problem`` struct (one step's A, v*, the
+  contacts' J, R, v̂, μ and Hunt–Crossley data, the scalar rows, their non-zero column lists, the
+  Newton state) and the ``Newton`` struct (per-world iteration state and the solver settings);
 * :func:`row_functions` (T, contact approximation): row products, the terms γ, G, ℓ of every
   row, the gradient and stopping sums, the direction's row velocities and the line-search cost
-  φ(α). The contact term is chosen here, when the kernels are built: the friction cone for
-  ``sap``, the Hunt–Crossley constraint for ``lagged`` / ``similar``; the other rows, the
-  Hessian assembly (from each contact's G) and the linear solves are the same for every
-  approximation, and the ``sap`` kernels carry no Hunt–Crossley code;
+  φ(α). Every pass walks the contacts, then the scalar rows (limits, holonomic constraints,
+  drives: :mod:`sap_common.rows`), whose term ``row_term`` dispatches on the row's kind. The
+  contact term is chosen here, when the kernels are built: the friction cone for ``sap``, the
+  Hunt–Crossley constraint for ``lagged`` / ``similar``; the scalar rows, the Hessian assembly
+  (from each row's G) and the linear solves are the same for every approximation, and the
+  ``sap`` kernels carry no Hunt–Crossley code;
 * :func:`hessian_functions` (T, linear-solve scalar TL): rows of H = A + JᵀGJ;
 * :func:`rolled_sums` (T): the sums over a row's or a DOF's non-zero entries that every pass
   runs, as loops the CUDA compiler keeps rolled (below).
@@ -44,6 +46,7 @@ from types import SimpleNamespace
 
 import warp as wp
 
+from sap_common.rows import RowKind
 from sap_common.state import StepStatus
 
 from .constraints import HC_DATA, hunt_crossley_term, make_terms
@@ -53,6 +56,8 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "check_rolled_arrays", "HC_DATA"]
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
+DRIVE = wp.constant(int(RowKind.DRIVE))
+HOLONOMIC = wp.constant(int(RowKind.HOLONOMIC))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
 
 _PROBLEM: dict = {}
@@ -70,12 +75,15 @@ def problem_types(T):
 
     @wp.struct
     class Problem:
-        """One step's SAP problem for every world (float64 inputs, read as T)."""
+        """One step's SAP problem for every world (float64 inputs, read as T).
+
+        Rows: the 3C contact rows (3 per slot), then the S scalar rows (``row_*``: limits,
+        holonomic constraints' rows, drives, kind by kind; ``row_kind`` says which, :mod:`sap_common.rows`).
+        ``vc``, ``dvc`` and ``gamma`` hold the contacts' 3C entries first, then the scalar rows'."""
         nv: int
         n_pad: int
-        limit_count: int
-        bilateral_start: int  # limit rows from here on are holonomic constraint rows (no clamp)
-        drive_count: int
+        row_count: int
+        drive_row0: int  # the first drive row: drive d is row drive_row0 + d
         h: wp.float64
         A: wp.array3d(dtype=wp.float64)
         v_star: wp.array2d(dtype=wp.float64)
@@ -87,10 +95,14 @@ def problem_types(T):
         contact_mu: wp.array2d(dtype=wp.float64)
         # Hunt–Crossley data per contact (lagged/similar): (k, d, fₑ₀, n₀, ε_s); a stand-in under sap.
         contact_hc: wp.array2d(dtype=HC5)
-        limit_active: wp.array2d(dtype=int)
-        limit_J: wp.array3d(dtype=wp.float64)
-        limit_R: wp.array2d(dtype=wp.float64)
-        limit_v_hat: wp.array2d(dtype=wp.float64)
+        # The scalar rows: kind (RowKind), whether in use this step (a limit inside its window; every
+        # holonomic and drive row), J, and R, v̂ (limit and holonomic rows).
+        row_kind: wp.array(dtype=int)
+        row_active: wp.array2d(dtype=int)
+        row_J: wp.array3d(dtype=wp.float64)
+        row_R: wp.array2d(dtype=wp.float64)
+        row_v_hat: wp.array2d(dtype=wp.float64)
+        # The drive rows' parameters, by drive d (row drive_row0 + d).
         drive_dof: wp.array(dtype=int)
         drive_q0: wp.array2d(dtype=wp.float64)
         drive_Kp: wp.array2d(dtype=wp.float64)
@@ -99,19 +111,19 @@ def problem_types(T):
         v_target: wp.array2d(dtype=wp.float64)
         u0: wp.array2d(dtype=wp.float64)
         effort: wp.array(dtype=wp.float64)
-        # Non-zero columns (constraints.row_support): of each contact's 3 rows, of each limit
+        # Non-zero columns (constraints.row_support): of each contact's 3 rows, of each scalar
         # row, of each row of A. Every J and A product runs over these lists.
         contact_cols: wp.array3d(dtype=int)
         contact_ncols: wp.array2d(dtype=int)
-        limit_cols: wp.array3d(dtype=int)
-        limit_ncols: wp.array2d(dtype=int)
+        row_cols: wp.array3d(dtype=int)
+        row_ncols: wp.array2d(dtype=int)
         A_cols: wp.array3d(dtype=int)
         A_ncols: wp.array2d(dtype=int)
-        # Transposed: per DOF, the contacts and active limit rows listing it (ascending).
+        # Transposed: per DOF, the contacts and active scalar rows listing it (ascending).
         dof_contacts: wp.array3d(dtype=int)
         dof_ncontacts: wp.array2d(dtype=int)
-        dof_limits: wp.array3d(dtype=int)
-        dof_nlimits: wp.array2d(dtype=int)
+        dof_rows: wp.array3d(dtype=int)
+        dof_nrows: wp.array2d(dtype=int)
         # Newton state (objective scalar T)
         v: wp.array2d(dtype=T)
         dv: wp.array2d(dtype=T)
@@ -120,11 +132,10 @@ def problem_types(T):
         dvc: wp.array2d(dtype=T)
         dp: wp.array2d(dtype=T)  # A v at the last evaluated v (the stopping test's momentum scale)
         line: wp.array2d(dtype=T)  # per world: ℓ_A(v), Δpᵀ(v − v*), ΔvᵀAΔv
-        gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, limits, drives)
+        gamma: wp.array2d(dtype=T)  # per row: γ at the last evaluated v (contacts 3C, then the scalar rows)
         # G = −∂γ/∂vc of each row at the last evaluated v (kept for the assembly of H).
         contact_G: wp.array2d(dtype=M33)
-        limit_G: wp.array2d(dtype=T)
-        drive_G: wp.array2d(dtype=T)
+        row_G: wp.array2d(dtype=T)
 
     @wp.struct
     class Newton:
@@ -244,19 +255,14 @@ for (int t = 0; t < nc; ++t) {
                         wp::mul(SCALAR(SAP_ATS(const wp::float64, Ji, r + 1, sJ)), SAP_AT(const SCALAR, gw, r + 1))),
                 wp::mul(SCALAR(SAP_ATS(const wp::float64, Ji, r + 2, sJ)), SAP_AT(const SCALAR, gw, r + 2)));
 }
-const int nl = wp::index(dof_nlimits, world, i);
-const char* dl = SAP_ROW2(dof_limits, world, i);
-const unsigned sL = limit_J.strides[1];
-const char* Li = SAP_ROW1(limit_J, world) + (unsigned long long)(unsigned)i * (unsigned)limit_J.strides[2];
+const int nl = wp::index(dof_nrows, world, i);
+const char* dl = SAP_ROW2(dof_rows, world, i);
+const unsigned sL = row_J.strides[1];
+const char* Li = SAP_ROW1(row_J, world) + (unsigned long long)(unsigned)i * (unsigned)row_J.strides[2];
 WP_PRAGMA_NO_UNROLL
 for (int t = 0; t < nl; ++t) {
     const int r = SAP_AT(const int, dl, t);
     s = wp::add(s, wp::mul(SCALAR(SAP_ATS(const wp::float64, Li, r, sL)), SAP_AT(const SCALAR, gw, o + r)));
-}
-WP_PRAGMA_NO_UNROLL
-for (int d = 0; d < drive_count; ++d) {
-    if (wp::index(drive_dof, d) == i)
-        s = wp::add(s, SAP_AT(const SCALAR, gw, o2 + d));
 }
 return s;
 """
@@ -295,8 +301,8 @@ def _native(snippet: str, **names) -> str:
 
 # The Problem's arrays that the rolled loops walk by element (``SAP_AT``: the last index steps by
 # one element, so a row's entries must be adjacent).
-ROLLED_ARRAYS = ("A", "A_cols", "v", "v_star", "dv", "gamma", "contact_J", "contact_cols", "limit_J", "limit_cols",
-                 "dof_contacts", "dof_limits")
+ROLLED_ARRAYS = ("A", "A_cols", "v", "v_star", "dv", "gamma", "contact_J", "contact_cols", "row_J", "row_cols",
+                 "dof_contacts", "dof_rows")
 
 
 def check_rolled_arrays(P, H=None) -> None:
@@ -314,8 +320,8 @@ def rolled_sums(T) -> SimpleNamespace:
     """The sums over non-zero lists as loops kept rolled on CUDA (the module docstring), in
     objective scalar ``T`` (memoized): ``sparse_row_dot`` (M[row] · x over the row's listed
     columns), ``A_row_dots`` ((A(v − v*))_i and (A v)_i, one pass), ``contact_rows_dot`` (J_c x,
-    the 3 rows of contact c) and ``jt_gamma`` ((Jᵀγ)_i: the contacts, the limit rows and the
-    drives touching DOF i, in row order). :func:`row_functions` documents each as the function
+    the 3 rows of contact c) and ``jt_gamma`` ((Jᵀγ)_i: the contacts and the scalar rows touching
+    DOF i, in row order). :func:`row_functions` documents each as the function
     of its own that calls it."""
     if T in _ROLLED:
         return _ROLLED[T]
@@ -339,9 +345,9 @@ def rolled_sums(T) -> SimpleNamespace:
 
     @wp.func_native(_native(_ROLLED_JT_GAMMA, SCALAR=T))
     def jt_gamma(contact_J: wp.array3d(dtype=wp.float64), dof_contacts: wp.array3d(dtype=int),
-                 dof_ncontacts: wp.array2d(dtype=int), limit_J: wp.array3d(dtype=wp.float64),
-                 dof_limits: wp.array3d(dtype=int), dof_nlimits: wp.array2d(dtype=int), drive_dof: wp.array(dtype=int),
-                 drive_count: int, gamma: wp.array2d(dtype=T), o: int, o2: int, world: int, i: int) -> T:
+                 dof_ncontacts: wp.array2d(dtype=int), row_J: wp.array3d(dtype=wp.float64),
+                 dof_rows: wp.array3d(dtype=int), dof_nrows: wp.array2d(dtype=int), gamma: wp.array2d(dtype=T), o: int,
+                 world: int, i: int) -> T:
         ...
 
     _ROLLED[T] = SimpleNamespace(sparse_row_dot=sparse_row_dot, A_row_dots=A_row_dots,
@@ -354,9 +360,9 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; memoized).
 
     Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
-    (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term``),
-    the products (``A_row_dot``,
-    ``A_row_dots``, ``contact_rows_dot``, ``limit_row_dot``), and the strided passes of one
+    (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term`` and
+    ``row_term``, a scalar row's by its kind), the products (``A_row_dot``,
+    ``A_row_dots``, ``contact_rows_dot``, ``scalar_row_dot``), and the strided passes of one
     Newton iteration: ``momentum_pass``, ``evaluate_rows``, ``gradient_pass``, ``newton_stop``,
     ``direction_rows``, ``direction_sums`` and ``cost_along_line`` (φ(α) and its derivatives).
     """
@@ -368,14 +374,6 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     Problem, Newton = problem_types(T)
     V3 = wp.types.vector(3, T)
     friction_cone, limit_term, drive_term = make_terms(T)
-
-    @wp.func
-    def bilateral_row(P: Problem, r: int) -> int:
-        """1 for a holonomic constraint's row (the tail of the limit rows), else 0."""
-        b = int(0)
-        if r >= P.bilateral_start:
-            b = 1
-        return b
 
     @wp.func
     def contact_params(P: Problem, world: int, c: int):
@@ -407,6 +405,25 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
                 T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
 
+    @wp.func
+    def row_term(P: Problem, world: int, r: int, vc: T):
+        """γ, G, ℓ of scalar row r (in use this step) at row velocity vc, by its kind
+        (:mod:`sap_common.rows`): a drive's PD term; else the limit term, one-sided for a limit
+        and bilateral for a holonomic constraint's row."""
+        kind = P.row_kind[r]
+        gamma = T(0.0)
+        G = T(0.0)
+        ell = T(0.0)
+        if kind == DRIVE:
+            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, r - P.drive_row0)
+            gamma, G, ell = drive_term(vc, T(P.h), q0, qt, vt, u, Kp, Kd, e)
+        else:
+            bilateral = int(0)
+            if kind == HOLONOMIC:
+                bilateral = 1
+            gamma, G, ell = limit_term(vc, T(P.row_R[world, r]), T(P.row_v_hat[world, r]), bilateral)
+        return gamma, G, ell
+
     rolled = rolled_sums(T)
 
     @wp.func
@@ -427,9 +444,9 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         return rolled.contact_rows_dot(P.contact_J, P.contact_cols, P.contact_ncols, world, c, x)
 
     @wp.func
-    def limit_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
-        """J_r x of limit row r over its non-zero columns (0 for an inactive row: empty list; rolled)."""
-        return rolled.sparse_row_dot(P.limit_J, P.limit_cols, P.limit_ncols, world, r, x)
+    def scalar_row_dot(P: Problem, world: int, r: int, x: wp.array2d(dtype=T)) -> T:
+        """J_r x of scalar row r over its non-zero columns (0 for an inactive row: empty list; rolled)."""
+        return rolled.sparse_row_dot(P.row_J, P.row_cols, P.row_ncols, world, r, x)
 
     @wp.func
     def momentum_pass(P: Problem, world: int, lane: int, stride: int) -> T:
@@ -445,7 +462,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 
     @wp.func
     def evaluate_rows(P: Problem, world: int, lane: int, stride: int, ell_start: T) -> T:
-        """Rows r = lane, lane + stride, … of contacts, then limits, then drives: vc = J v, γ, G
+        """Rows r = lane, lane + stride, … of contacts, then of the scalar rows: vc = J v, γ, G
         into the Problem's rows; returns ``ell_start`` + the lane's Σ ℓᵢ in that order."""
         ell = ell_start
         for c in range(lane, P.contact_count[world], stride):
@@ -457,38 +474,25 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
                 P.vc[world, 3 * c + a] = Jv[a]
                 P.gamma[world, 3 * c + a] = g[a]
         o = P.contact_J.shape[1]
-        for r in range(lane, P.limit_count, stride):
-            vcl = limit_row_dot(P, world, r, P.v)
-            P.vc[world, o + r] = vcl
+        for r in range(lane, P.row_count, stride):
+            vcr = scalar_row_dot(P, world, r, P.v)
+            P.vc[world, o + r] = vcr
             P.gamma[world, o + r] = T(0.0)
-            P.limit_G[world, r] = T(0.0)
-            if P.limit_active[world, r] != 0:
-                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]),
-                                        bilateral_row(P, r))
-                ell = ell + ll
-                P.gamma[world, o + r] = gl
-                P.limit_G[world, r] = Gl
-        o2 = o + P.limit_count
-        h = T(P.h)
-        for i in range(lane, P.drive_count, stride):
-            vcd = P.v[world, P.drive_dof[i]]
-            P.vc[world, o2 + i] = vcd
-            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
-            gd, Gd, ld = drive_term(vcd, h, q0, qt, vt, u, Kp, Kd, e)
-            ell = ell + ld
-            P.gamma[world, o2 + i] = gd
-            P.drive_G[world, i] = Gd
+            P.row_G[world, r] = T(0.0)
+            if P.row_active[world, r] != 0:
+                gr, Gr, lr = row_term(P, world, r, vcr)
+                ell = ell + lr
+                P.gamma[world, o + r] = gr
+                P.row_G[world, r] = Gr
         return ell
 
     @wp.func
     def jt_gamma(P: Problem, world: int, i: int) -> T:
         """(Jᵀγ)_i: the rows touching DOF i in row order (rolled): from 0, for each listed contact c
         (r = 3c) s + J[r, i] γ[r] + J[r+1, i] γ[r+1] + J[r+2, i] γ[r+2], left to right; then each
-        listed limit row r, s + J_r[i] γ[o + r]; then each drive d on DOF i, s + γ[o₂ + d]
-        (o = 3C, o₂ = o + the limit rows: where those rows' γ start)."""
-        o = P.contact_J.shape[1]
-        return rolled.jt_gamma(P.contact_J, P.dof_contacts, P.dof_ncontacts, P.limit_J, P.dof_limits, P.dof_nlimits,
-                               P.drive_dof, P.drive_count, P.gamma, o, o + P.limit_count, world, i)
+        listed scalar row r, s + J_r[i] γ[o + r] (o = 3C: where the scalar rows' γ start)."""
+        return rolled.jt_gamma(P.contact_J, P.dof_contacts, P.dof_ncontacts, P.row_J, P.dof_rows, P.dof_nrows, P.gamma,
+                               P.contact_J.shape[1], world, i)
 
     @wp.func
     def gradient_pass(P: Problem, world: int, lane: int, stride: int):
@@ -534,15 +538,12 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     def direction_rows(P: Problem, world: int, lane: int, stride: int):
         """Rows r = lane, lane + stride, …: Δvc = J Δv into P.dvc."""
         o = P.contact_J.shape[1]
-        o2 = o + P.limit_count
         for c in range(lane, P.contact_count[world], stride):
             Jdv = contact_rows_dot(P, world, c, P.dv)
             for a in range(3):
                 P.dvc[world, 3 * c + a] = Jdv[a]
-        for r in range(lane, P.limit_count, stride):
-            P.dvc[world, o + r] = limit_row_dot(P, world, r, P.dv)
-        for i in range(lane, P.drive_count, stride):
-            P.dvc[world, o2 + i] = P.dv[world, P.drive_dof[i]]
+        for r in range(lane, P.row_count, stride):
+            P.dvc[world, o + r] = scalar_row_dot(P, world, r, P.dv)
 
     @wp.func
     def direction_sums(P: Problem, world: int, lane: int, stride: int) -> V3:
@@ -580,30 +581,20 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
             dell = dell - wp.dot(d, g)
             d2ell = d2ell + wp.dot(d, G * d)
         o = P.contact_J.shape[1]
-        for r in range(lane, P.limit_count, stride):
-            if P.limit_active[world, r] != 0:
-                vcl = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
-                gl, Gl, ll = limit_term(vcl, T(P.limit_R[world, r]), T(P.limit_v_hat[world, r]),
-                                        bilateral_row(P, r))
-                ell = ell + ll
-                dell = dell - P.dvc[world, o + r] * gl
-                d2ell = d2ell + P.dvc[world, o + r] * Gl * P.dvc[world, o + r]
-        o2 = o + P.limit_count
-        h = T(P.h)
-        for i in range(lane, P.drive_count, stride):
-            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, i)
-            vcd = P.vc[world, o2 + i] + alpha * P.dvc[world, o2 + i]
-            gd, Gd, ld = drive_term(vcd, h, q0, qt, vt, u, Kp, Kd, e)
-            ell = ell + ld
-            dell = dell - P.dvc[world, o2 + i] * gd
-            d2ell = d2ell + P.dvc[world, o2 + i] * Gd * P.dvc[world, o2 + i]
+        for r in range(lane, P.row_count, stride):
+            if P.row_active[world, r] != 0:
+                vcr = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
+                gr, Gr, lr = row_term(P, world, r, vcr)
+                ell = ell + lr
+                dell = dell - P.dvc[world, o + r] * gr
+                d2ell = d2ell + P.dvc[world, o + r] * Gr * P.dvc[world, o + r]
         return V3(ell, dell, d2ell)
 
     _ROWS[key] = SimpleNamespace(
         T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, contact_term=contact_term,
         approximation=approximation, limit_term=limit_term,
-        drive_term=drive_term, contact_params=contact_params, drive_params=drive_params, A_row_dot=A_row_dot,
-        A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot, limit_row_dot=limit_row_dot,
+        drive_term=drive_term, row_term=row_term, contact_params=contact_params, drive_params=drive_params,
+        A_row_dot=A_row_dot, A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot, scalar_row_dot=scalar_row_dot,
         momentum_pass=momentum_pass, evaluate_rows=evaluate_rows, jt_gamma=jt_gamma, gradient_pass=gradient_pass,
         newton_stop=newton_stop, direction_rows=direction_rows, direction_sums=direction_sums,
         cost_along_line=cost_along_line)
@@ -635,32 +626,29 @@ def hessian_functions(T, TL) -> SimpleNamespace:
     @wp.func
     def constraint_terms(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
         """Row i of H up to the diagonal, after its A part: + the terms of the contacts touching
-        DOF i, of the active limit rows, of the drives, in row order."""
+        DOF i, then of the scalar rows touching it with G ≠ 0, in row order."""
         for u in range(P.dof_ncontacts[world, i]):
             c = P.dof_contacts[world, i, u]
             r = 3 * c
             Ji = V3(T(P.contact_J[world, r, i]), T(P.contact_J[world, r + 1, i]), T(P.contact_J[world, r + 2, i]))
             GJi = wp.transpose(P.contact_G[world, c]) * Ji
             contact_terms(P.contact_J, P.contact_cols, P.contact_ncols, H, world, i, c, GJi)
-        for u in range(P.dof_nlimits[world, i]):
-            r = P.dof_limits[world, i, u]
-            Gl = P.limit_G[world, r]
-            Jr = P.limit_J[world, r, i]
-            if Gl != T(0.0):
-                for t in range(P.limit_ncols[world, r]):
-                    k = P.limit_cols[world, r, t]
+        for u in range(P.dof_nrows[world, i]):
+            r = P.dof_rows[world, i, u]
+            Gr = P.row_G[world, r]
+            Jr = P.row_J[world, r, i]
+            if Gr != T(0.0):
+                for t in range(P.row_ncols[world, r]):
+                    k = P.row_cols[world, r, t]
                     if k > i:
                         break
-                    H[world, i, k] = H[world, i, k] + TL(Gl * T(Jr) * T(P.limit_J[world, r, k]))
-        for d in range(P.drive_count):
-            if P.drive_dof[d] == i:
-                H[world, i, i] = H[world, i, i] + TL(P.drive_G[world, d])
+                    H[world, i, k] = H[world, i, k] + TL(Gr * T(Jr) * T(P.row_J[world, r, k]))
 
     @wp.func
     def hessian_row(P: Problem, world: int, i: int, H: wp.array3d(dtype=TL)):
         """Row i of H = A + JᵀGJ up to the diagonal, in TL: A, then the contacts touching DOF i,
-        the active limit rows, the drives, in row order (the Cholesky reads nothing else; the
-        padding rows and columns hold the identity from allocation)."""
+        then the scalar rows, in row order (the Cholesky reads nothing else; the padding rows and
+        columns hold the identity from allocation)."""
         A_terms(P.A, H, world, i)
         constraint_terms(P, world, i, H)
 

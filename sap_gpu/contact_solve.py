@@ -99,19 +99,15 @@ def _build(T, TL, variant, solver, approximation):
                 k = P.contact_cols[world, c, t]
                 Jk = contact_row_J(P, world, c, k)
                 S.diag[world, k] = S.diag[world, k] + wp.dot(Jk, GL * Jk)
-        for r in range(P.limit_count):
-            S.limit_G[world, r] = TL(0.0)
-            if P.limit_active[world, r] != 0:
-                GlL = TL(P.limit_G[world, r])
-                S.limit_G[world, r] = GlL
-                for t in range(P.limit_ncols[world, r]):
-                    k = P.limit_cols[world, r, t]
-                    Jl = TL(P.limit_J[world, r, k])
-                    S.diag[world, k] = S.diag[world, k] + Jl * GlL * Jl
-        for i in range(P.drive_count):
-            S.drive_G[world, i] = TL(P.drive_G[world, i])
-            dof = P.drive_dof[i]
-            S.diag[world, dof] = S.diag[world, dof] + S.drive_G[world, i]
+        for r in range(P.row_count):
+            S.row_G[world, r] = TL(0.0)
+            if P.row_active[world, r] != 0:
+                GrL = TL(P.row_G[world, r])
+                S.row_G[world, r] = GrL
+                for t in range(P.row_ncols[world, r]):
+                    k = P.row_cols[world, r, t]
+                    Jr = TL(P.row_J[world, r, k])
+                    S.diag[world, k] = S.diag[world, k] + Jr * GrL * Jr
 
     @wp.func
     def hessian_product(P: Problem, S: PcrWork, world: int, n: int, src: wp.array2d(dtype=TL),
@@ -133,20 +129,17 @@ def _build(T, TL, variant, solver, approximation):
             for t in range(n):
                 k = P.contact_cols[world, c, t]
                 dst[world, k] = dst[world, k] + wp.dot(contact_row_J(P, world, c, k), g)
-        for r in range(P.limit_count):
-            if P.limit_active[world, r] != 0:
-                n = P.limit_ncols[world, r]
-                ul = TL(0.0)
+        for r in range(P.row_count):
+            if P.row_active[world, r] != 0:
+                n = P.row_ncols[world, r]
+                ur = TL(0.0)
                 for t in range(n):
-                    k = P.limit_cols[world, r, t]
-                    ul = ul + TL(P.limit_J[world, r, k]) * src[world, k]
-                gl = S.limit_G[world, r] * ul
+                    k = P.row_cols[world, r, t]
+                    ur = ur + TL(P.row_J[world, r, k]) * src[world, k]
+                gr = S.row_G[world, r] * ur
                 for t in range(n):
-                    k = P.limit_cols[world, r, t]
-                    dst[world, k] = dst[world, k] + TL(P.limit_J[world, r, k]) * gl
-        for i in range(P.drive_count):
-            dof = P.drive_dof[i]
-            dst[world, dof] = dst[world, dof] + S.drive_G[world, i] * src[world, dof]
+                    k = P.row_cols[world, r, t]
+                    dst[world, k] = dst[world, k] + TL(P.row_J[world, r, k]) * gr
 
     pcr_iterate = make_pcr(TL, Problem, hessian_product)
 

@@ -7,8 +7,8 @@ world needs. Here one launch (``wp.launch_tiled``, :data:`sap_gpu.launch.TILE_BL
 per world) does everything of a step's stage 3 for a world, from the warm start to v₁:
 
     v ← v_init
-    loop:  evaluate   lanes over DOFs: A(v − v*), A v, ℓ_A;  lanes over rows (contacts, limits,
-                      drives): vc = J v, γ, G, ℓᵢ;  lanes over DOFs: ∇ℓ = A(v − v*) − Jᵀγ and the
+    loop:  evaluate   lanes over DOFs: A(v − v*), A v, ℓ_A;  lanes over rows (contacts, then the
+                      scalar rows): vc = J v, γ, G, ℓᵢ;  lanes over DOFs: ∇ℓ = A(v − v*) − Jᵀγ and the
                       stopping sums;  one block reduction (ℓ, ℓ_A, the three norms, a finite flag)
            stop?      the staged path's tests, in the same order (NON_FINITE, CONVERGED, MAX_ITERATIONS)
            H          fused_hessian="rows": lanes over rows of H: row i = A_i + Σ JᵢᵀGJ over the
@@ -176,15 +176,15 @@ def _tile_hessian(T, TL):
     write the shared tiles one element at a time: they write what is per-lane work to the world's
     global scratch rows, and cooperative tile loads bring it into shared memory.
 
-    * lanes over columns k write column k of A + diag(d) (in TL; d: the drives' G, and 1 past
-      A's padded size n_pad, so H is the identity on the padding) to the slab and −∇ℓ_k to
-      ``rhs``; tile loads bring them into H and x;
+    * lanes over columns k write column k of A (in TL; and 1 on the diagonal past A's padded
+      size n_pad, so H is the identity on the padding) to the slab and −∇ℓ_k to ``rhs``; tile
+      loads bring them into H and x;
     * the rows in slabs of :data:`SLAB_ROWS` (16): lanes over columns k write the slab's J (rows
       0–15 of ``slab``) and G J (rows 16–31; G J in T, rounded to TL), then
       ``tile_matmul(Jᵀ, GJ, H)`` adds the slab.
       Contacts go :data:`CONTACTS_PER_SLAB` to a slab (3 rows each; a contact past the world's
-      count enters as zeros); limit and holonomic rows with G ≠ 0 (the active ones) 16 to a slab,
-      in row order, so a world with no active limit row adds no limit slab.
+      count enters as zeros); the scalar rows (limits, holonomic constraints, drives) with G ≠ 0
+      16 to a slab, in row order, so a world with no such row adds no slab of them.
 
     The whole of H is formed (both triangles); its entries are the row path's up to the order of
     the sums and the rounding of J and G J to TL. A comes from the world's shared tile of it
@@ -234,14 +234,11 @@ def _tile_hessian(T, TL):
         bd = wp.block_dim()
         nv = P.nv
         n_pad = P.n_pad
-        for k in range(lane, ft, bd):  # lanes over columns: column k of A + diag(d) into the slab, −∇ℓ_k
+        for k in range(lane, ft, bd):  # lanes over columns: column k of A (+ 1 past n_pad) into the slab, −∇ℓ_k
             xk = TL(0.0)
             dk = TL(0.0)
             if k < nv:
                 xk = TL(-P.grad[world, k])
-                for d in range(P.drive_count):
-                    if P.drive_dof[d] == k:
-                        dk = dk + TL(P.drive_G[world, d])
             elif k >= n_pad:  # A holds the identity up to n_pad and nothing beyond
                 dk = TL(1.0)
             rhs[k, 0] = xk
@@ -275,13 +272,13 @@ def _tile_hessian(T, TL):
                     slab[r, k] = TL(0.0)
                     slab[sr + r, k] = TL(0.0)
             add_slab(H, J, GJ, slab, lane)
-        nl = P.limit_count
+        nl = P.row_count
         r0 = int(0)
-        while r0 < nl:  # the active rows only (G ≠ 0), up to SLAB_ROWS to a slab; every lane scans alike
+        while r0 < nl:  # the scalar rows with G ≠ 0 only, up to SLAB_ROWS to a slab; every lane scans alike
             r1 = r0
             m = int(0)
             while m < sr and r1 < nl:
-                if P.limit_G[world, r1] != T(0.0):
+                if P.row_G[world, r1] != T(0.0):
                     m = m + 1
                 r1 = r1 + 1
             if m > 0:
@@ -289,11 +286,11 @@ def _tile_hessian(T, TL):
                 for k in range(lane, ft, bd):
                     u = int(0)
                     for r in range(r0, r1):
-                        Gl = P.limit_G[world, r]
+                        Gl = P.row_G[world, r]
                         if Gl != T(0.0):
                             jl = T(0.0)
                             if k < nv:
-                                jl = T(P.limit_J[world, r, k])
+                                jl = T(P.row_J[world, r, k])
                             slab[u, k] = TL(jl)
                             slab[sr + u, k] = TL(Gl * jl)
                             u = u + 1

@@ -1,10 +1,10 @@
 """Holonomic constraint rows on the device: couplers, distance, ball, weld and axis alignment.
 
 Counterpart of :mod:`sap_ref.holonomic` (docs/formulation.md § Holonomic constraints). The rows
-live in the tail of the limit rows (rows ``L_lim … L_lim + E − 1`` of ``limit_J``, ``limit_R``,
-``limit_v_hat``, ``limit_active``), so the participation, the non-zero column lists, the
-Hessian, the line search and both Newton paths treat them as scalar rows; ``Problem.
-bilateral_start`` marks where they begin, and the row term drops the clamp there (γ = y,
+are scalar rows of kind HOLONOMIC (:mod:`sap_common.rows`), after the limit rows (rows
+``row0 … row0 + E − 1`` of the scalar rows' ``row_J``, ``row_R``, ``row_v_hat``, ``row_active``),
+so the participation, the non-zero column lists, the Hessian, the line search and both Newton
+paths treat them as every scalar row; their term is the limit term without the clamp (γ = y,
 G = 1/R). One thread per world builds every constraint's g₀, J, its Delassus weight, R and v̂
 each step, in float64.
 """
@@ -234,7 +234,7 @@ def _holonomic_rows(
 
 def holonomic_constraints(m, layout: HolonomicLayout, row0: int, dt: float, joint_q, A, body_X, dof_S, active, J, R,
                           v_hat, g0) -> None:
-    """Launch: every holonomic constraint's rows into limit rows ``row0 …`` with J, R, v̂ and g₀
+    """Launch: every holonomic constraint's rows into scalar rows ``row0 …`` with J, R, v̂ and g₀
     (docs/formulation.md § Holonomic constraints)."""
     if layout.count == 0:
         return

@@ -56,8 +56,7 @@ def pcr_types(TL):
             pinv: wp.array2d(dtype=TL)
             diag: wp.array2d(dtype=TL)
             contact_G: wp.array2d(dtype=M33)
-            limit_G: wp.array2d(dtype=TL)
-            drive_G: wp.array2d(dtype=TL)
+            row_G: wp.array2d(dtype=TL)  # the scalar rows' G (0 where a row is not in use)
             iterations: wp.array(dtype=int)  # summed over the step's solves
             residual: wp.array(dtype=TL)  # largest final ‖b − Hx‖/‖b‖ of the step's solves
             max_iterations: int
@@ -69,15 +68,15 @@ def pcr_types(TL):
     return _TYPES[TL]
 
 
-def allocate_pcr_work(TL, W: int, n: int, config, device, contacts: int = 1, limits: int = 1, drives: int = 1):
-    """A :func:`pcr_types` work struct for W worlds of size n, settings from ``config``."""
+def allocate_pcr_work(TL, W: int, n: int, config, device, contacts: int = 1, rows: int = 1):
+    """A :func:`pcr_types` work struct for W worlds of size n (``contacts`` contact slots, ``rows``
+    scalar rows), settings from ``config``."""
     PcrWork, M33 = pcr_types(TL)
     S = PcrWork()
     for name in ("x", "r", "z", "p", "Hz", "Hp", "best", "pinv", "diag"):
         setattr(S, name, wp.zeros((W, n), dtype=TL, device=device))
     S.contact_G = wp.zeros((W, max(contacts, 1)), dtype=M33, device=device)
-    S.limit_G = wp.zeros((W, max(limits, 1)), dtype=TL, device=device)
-    S.drive_G = wp.zeros((W, max(drives, 1)), dtype=TL, device=device)
+    S.row_G = wp.zeros((W, max(rows, 1)), dtype=TL, device=device)
     S.iterations = wp.zeros(W, dtype=int, device=device)
     S.residual = wp.zeros(W, dtype=TL, device=device)
     S.max_iterations = config.pcr_max_iterations

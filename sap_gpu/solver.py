@@ -23,6 +23,7 @@ import warp as wp
 from sap_common.collision_rules import check_contact_materials, check_hunt_crossley_materials
 from sap_common.config import SapConfig
 from sap_common.model import SapModel
+from sap_common.rows import RowKind
 from sap_common.state import SapContacts, SapControl, SapState
 from sap_common.time_step import check_time_step, time_step_bound
 
@@ -206,7 +207,7 @@ class SolverSAP:
                                                 cfg.stiction_tolerance, w.contact_w, w.contact_J, w.v0, w.contact_hc,
                                                 w.contact_vn0)
         self._stage("contact_jacobian")
-        #    limit and drive rows, the participating DOFs and every row's non-zero columns
+        #    the scalar rows (limits, holonomic constraints, drives), the participating DOFs, non-zero columns
         self._constraint_rows(contacts, h, body_X, dof_S)
         self._stage("constraints")
         # 3. contact solve: Newton on ℓ(v)
@@ -252,19 +253,20 @@ class SolverSAP:
         return contacts
 
     def _constraint_rows(self, contacts: SapContacts, h: float, body_X, dof_S) -> None:
-        """Stage 2's rows besides the contacts: limits, holonomic constraints, drives, participation,
-        non-zero columns."""
+        """Stage 2's scalar rows (limits, holonomic constraints, drives: :mod:`sap_common.rows`), the
+        participation and every row's non-zero columns."""
         m, w, P = self.m, self.work, self.work.P
-        constraints.limit_constraints(m, w.limits, h, w.q0, w.v0, w.v_star, w.A, body_X, dof_S, w.limit_active,
-                                      w.limit_J, w.limit_R, w.limit_v_hat)
-        holonomic.holonomic_constraints(m, w.holonomic, w.limits.count, h, w.q0, w.A, body_X, dof_S, w.limit_active,
-                                        w.limit_J, w.limit_R, w.limit_v_hat, w.holonomic_g0)
-        constraints.drive_constraints(m, w.drive_dof, w.drive_count, h, w.q0, w.A, w.drive_q0, w.drive_Kp, w.drive_Kd)
-        constraints.participation(m, w.scalar_rows, w.drive_dof, w.drive_count, contacts, w.contact_J,
-                                  w.limit_active, w.limit_J, w.tree_scratch, w.v0, w.v_star, w.dof_mask, w.v_init)
-        constraints.row_support(m, w.scalar_rows, not self.sparse_rows, contacts, w.contact_J, w.limit_active,
-                                w.limit_J, w.A, P.contact_cols, P.contact_ncols, P.limit_cols, P.limit_ncols,
-                                P.A_cols, P.A_ncols, P.dof_contacts, P.dof_ncontacts, P.dof_limits, P.dof_nlimits)
+        rows = w.rows
+        constraints.limit_constraints(m, rows, h, w.q0, w.v0, w.v_star, w.A, body_X, dof_S, w.row_active, w.row_J,
+                                      w.row_R, w.row_v_hat)
+        holonomic.holonomic_constraints(m, w.holonomic, rows.holonomic_row0, h, w.q0, w.A, body_X, dof_S,
+                                        w.row_active, w.row_J, w.row_R, w.row_v_hat, w.holonomic_g0)
+        constraints.drive_constraints(m, rows, h, w.q0, w.A, w.drive_q0, w.drive_Kp, w.drive_Kd, w.row_active, w.row_J)
+        constraints.participation(m, rows.count, contacts, w.contact_J, w.row_active, w.row_J, w.tree_scratch, w.v0,
+                                  w.v_star, w.dof_mask, w.v_init)
+        constraints.row_support(m, rows.count, not self.sparse_rows, contacts, w.contact_J, w.row_active, w.row_J,
+                                w.A, P.contact_cols, P.contact_ncols, P.row_cols, P.row_ncols, P.A_cols, P.A_ncols,
+                                P.dof_contacts, P.dof_ncontacts, P.dof_rows, P.dof_nrows)
 
     def _newton(self, h: float) -> None:
         """Stage 3: the fused loop in one launch, or the staged loop under ``wp.capture_while``."""
@@ -324,14 +326,14 @@ class SolverSAP:
         Newton path (the fused kernel evaluates once and stops). Returns NumPy arrays:
         ``ell (W,)``, ``grad (W, nv)``, ``H (W, nv, nv)`` (symmetric, from the lower triangle the
         kernels form; None with PCR, which never forms it), ``H_diag (W, nv)``,
-        ``contact_gamma (W, C, 3)`` (0 in unused slots), ``limit_gamma (W, L)``
-        (0 for inactive rows), ``holonomic_gamma (W, E)`` (the holonomic constraints' rows),
-        ``drive_gamma (W, D)``.
+        ``contact_gamma (W, C, 3)`` (0 in unused slots), ``row_gamma (W, S)`` (every scalar row's, 0
+        for a row not in use) and by kind ``limit_gamma (W, L)``, ``holonomic_gamma (W, E)`` (the
+        holonomic constraints' rows), ``drive_gamma (W, D)``.
         """
         w, kk = self.work, self.kernels
         P, N = w.P, w.N
-        W, nv, C, L = self.m.num_worlds, self.m.nv, self.config.max_rigid_contact, w.limits.count
-        E = w.holonomic.rows
+        W, nv, C = self.m.num_worlds, self.m.nv, self.config.max_rigid_contact
+        rows = w.rows.host
         v = np.asarray(v, dtype=np.float64).reshape(W, nv)
         P.v.assign(v.astype(np.float32 if w.T == wp.float32 else np.float64))
         saved = (N.abs_tol, N.rel_tol, N.max_iterations)
@@ -360,9 +362,11 @@ class SolverSAP:
             out = dict(ell=N.ell.numpy().astype(np.float64), grad=P.grad.numpy().astype(np.float64), H=H,
                        H_diag=(w.pcr_work.diag.numpy().astype(np.float64) if pcr else
                                np.diagonal(H, axis1=1, axis2=2).copy()),
-                       contact_gamma=contact_gamma, limit_gamma=gamma[:, 3 * C:3 * C + L],
-                       holonomic_gamma=gamma[:, 3 * C + L:3 * C + L + E],
-                       drive_gamma=gamma[:, 3 * C + L + E:3 * C + L + E + w.drive_count])
+                       contact_gamma=contact_gamma, row_gamma=gamma[:, 3 * C:3 * C + rows.count])
+            for name, kind in (("limit_gamma", RowKind.LIMIT), ("holonomic_gamma", RowKind.HOLONOMIC),
+                               ("drive_gamma", RowKind.DRIVE)):
+                r = rows.rows(kind)
+                out[name] = out["row_gamma"][:, r.start:r.stop]
         finally:
             N.abs_tol, N.rel_tol, N.max_iterations = saved
             N.done.assign(done)

@@ -5,9 +5,10 @@
 and write it, so a step allocates nothing and can be captured in a CUDA graph. The buffers are
 built in the order of the time step, one method per stage, and every one is documented there
 with its shape, unit and meaning. Per-world arrays have a leading ``num_worlds`` axis W; B is
-the body count, nq/nv the coordinate and DOF counts, C the contact capacity, L the limit rows
-and D the drives (a stage with none of something still gets a 1-entry array, so kernel
-signatures never change). Velocities and forces are in SAP order (docs/conventions.md).
+the body count, nq/nv the coordinate and DOF counts, C the contact capacity, S the scalar rows
+(L limit rows, E holonomic constraint rows, D drives: :mod:`sap_common.rows`); a stage with
+none of something still gets a 1-entry array, so kernel signatures never change. Velocities
+and forces are in SAP order (docs/conventions.md).
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ class Workspace:
     ``model`` under ``config`` on ``m.device`` (see the module docstring for the notation).
 
     Besides the buffers it holds what sizes them: ``n_pad`` (the free-motion system's padded
-    size), ``limits`` (:class:`~sap_gpu.constraints.LimitLayout`), ``drive_count`` and
-    ``drive_dof``, ``fused`` (stage 3 runs the fused loop) and ``T``/``TL`` (the Warp scalars of
-    the objective and of the Newton linear solve).
+    size), ``rows`` (:class:`~sap_gpu.constraints.RowLayout`, the scalar rows), ``holonomic``
+    (:class:`~sap_gpu.holonomic.HolonomicLayout`), ``fused`` (stage 3 runs the fused loop) and
+    ``T``/``TL`` (the Warp scalars of the objective and of the Newton linear solve).
     """
 
     def __init__(self, model: SapModel, m: GpuModel, config: SapConfig):
@@ -152,29 +153,26 @@ class Workspace:
         self.empty_contacts = make_contacts(W, C, self.device)
 
     def _constraints(self, model: SapModel, m: GpuModel) -> None:
-        """Stage 2, limit and drive rows and who takes part in the solve.
+        """Stage 2, the scalar rows (limits, holonomic constraints, drives) and who takes part in
+        the solve.
 
-        limit_active: 1 where a limit row is inside its window this step, (W, L).  limit_J,
-        limit_R [s·…], limit_v_hat: the active rows' J (W, L, nv), R and v̂ (W, L). Rows from
-        ``limits.count`` on are the holonomic constraints' (``holonomic``, their g₀ in
-        ``holonomic_g0 (W, E)``; docs/formulation.md § Holonomic constraints): L = limits + E.
+        row_active: 1 where a scalar row is in use this step (a limit row inside its window;
+        every holonomic and drive row), (W, S).  row_J, row_R [s·…], row_v_hat: the rows' J
+        (W, S, nv), R and v̂ (W, S) (R and v̂ of the limit and holonomic rows). The rows of each
+        kind are ``rows`` (:class:`~sap_gpu.constraints.RowLayout`); the holonomic constraints'
+        g₀ is in ``holonomic_g0 (W, E)`` (docs/formulation.md § Holonomic constraints).
         drive_q0, drive_Kp, drive_Kd: each drive's q₀ and near-rigid gains, (W, D).
         dof_mask: 1 for a DOF that takes part in the Newton solve (its tree has a row), (W, nv).
         tree_scratch: per tree, (W, trees).  v_init: the Newton warm start, (W, nv).
         """
         z, W, nv = self._zeros, m.num_worlds, m.nv
-        self.limits = constraints.limit_layout(model, self.device)
+        self.rows = constraints.row_layout(model, self.device)
         self.holonomic = holonomic.holonomic_layout(model, self.device)
-        # Scalar rows: the limits, then the holonomic constraints' rows (bilateral).
-        self.scalar_rows = self.limits.count + self.holonomic.rows
-        L = max(self.scalar_rows, 1)
+        S = max(self.rows.count, 1)
         self.holonomic_g0 = z((W, max(self.holonomic.rows, 1)))
-        self.limit_active, self.limit_J = z((W, L), wp.int32), z((W, L, nv))
-        self.limit_R, self.limit_v_hat = z((W, L)), z((W, L))
-        driven = np.flatnonzero((model.joint_target_ke > 0) | (model.joint_target_kd > 0)).astype(np.int32)
-        self.drive_count = len(driven)
-        self.drive_dof = wp.array(driven if len(driven) else np.zeros(1, np.int32), dtype=int, device=self.device)
-        D = max(self.drive_count, 1)
+        self.row_active, self.row_J = z((W, S), wp.int32), z((W, S, nv))
+        self.row_R, self.row_v_hat = z((W, S)), z((W, S))
+        D = max(self.rows.drive_count, 1)
         self.drive_q0, self.drive_Kp, self.drive_Kd = z((W, D)), z((W, D)), z((W, D))
         self.dof_mask, self.tree_scratch = z((W, nv), wp.int32), z((W, max(model.tree_count, 1)), wp.int32)
         self.v_init = z((W, nv))
@@ -189,7 +187,7 @@ class Workspace:
         padding the identity (a 1-entry stand-in with PCR).  newton_rhs, newton_dv: −∇ℓ and Δv,
         (W, ns, 1) (with ``fused_hessian="tiles"`` Δv stays in shared memory and newton_dv is not
         written).  newton_L: the blocked factorization's scratch, or with ``fused_hessian="tiles"``
-        the tile assembly's scratch, (W, 32, 32): A + diag(d), then each slab's J rows (0–15) and
+        the tile assembly's scratch, (W, 32, 32): A's columns, then each slab's J rows (0–15) and
         G J (16–31), then the factor check's copy of H's diagonal.  newton_failed: 1 where the
         last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
         with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
@@ -197,34 +195,34 @@ class Workspace:
         ``n_pad``.
         """
         z, W, nv, C = self._zeros, m.num_worlds, m.nv, config.max_rigid_contact
-        L, D = self.scalar_rows, self.drive_count
+        S = self.rows.count
         T = wp.float32 if config.contact_solve_precision == "fp32" else wp.float64
         TL = wp.float32 if config.contact_linear_solve_precision == "fp32" else wp.float64
         self.T, self.TL = T, TL
         Problem, Newton = problem_types(T)
-        rows = max(3 * C + L + D, 1)
+        rows = max(3 * C + S, 1)
         P = Problem()
-        P.nv, P.n_pad, P.limit_count, P.drive_count, P.h = nv, self.n_pad, L, D, wp.float64(0.0)
-        P.bilateral_start = self.limits.count
+        P.nv, P.n_pad, P.row_count, P.drive_row0, P.h = nv, self.n_pad, S, self.rows.drive_row0, wp.float64(0.0)
         P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)
         P.contact_hc = self.contact_hc
-        P.limit_active, P.limit_J, P.limit_R, P.limit_v_hat = (self.limit_active, self.limit_J, self.limit_R,
-                                                               self.limit_v_hat)
-        P.drive_dof, P.drive_q0, P.drive_Kp, P.drive_Kd = self.drive_dof, self.drive_q0, self.drive_Kp, self.drive_Kd
+        P.row_kind, P.row_active, P.row_J = self.rows.kind, self.row_active, self.row_J
+        P.row_R, P.row_v_hat = self.row_R, self.row_v_hat
+        P.drive_dof, P.drive_q0 = self.rows.drive_dof, self.drive_q0
+        P.drive_Kp, P.drive_Kd = self.drive_Kp, self.drive_Kd
         P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, m.joint_effort_limit
         P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
         P.vc, P.dvc, P.dp, P.line = z((W, rows), T), z((W, rows), T), z((W, nv), T), z((W, 3), T)
         P.gamma = z((W, rows), T)
         P.contact_G = z((W, max(C, 1)), wp.types.matrix((3, 3), T))
-        P.limit_G, P.drive_G = z((W, max(L, 1)), T), z((W, max(D, 1)), T)
+        P.row_G = z((W, max(S, 1)), T)
         P.contact_count = z(W, wp.int32)
         P.contact_cols, P.contact_ncols = z((W, C, nv), wp.int32), z((W, C), wp.int32)
-        P.limit_cols, P.limit_ncols = z((W, max(L, 1), nv), wp.int32), z((W, max(L, 1)), wp.int32)
+        P.row_cols, P.row_ncols = z((W, max(S, 1), nv), wp.int32), z((W, max(S, 1)), wp.int32)
         P.A_cols, P.A_ncols = z((W, nv, nv), wp.int32), z((W, nv), wp.int32)
         P.dof_contacts, P.dof_ncontacts = z((W, nv, max(C, 1)), wp.int32), z((W, nv), wp.int32)
-        P.dof_limits, P.dof_nlimits = z((W, nv, max(L, 1)), wp.int32), z((W, nv), wp.int32)
+        P.dof_rows, P.dof_nrows = z((W, nv, max(S, 1)), wp.int32), z((W, nv), wp.int32)
         self.P = P
         N = Newton()
         N.ell, N.ell_prev, N.alpha_prev = z(W, T), z(W, T), z(W, T)
@@ -256,7 +254,7 @@ class Workspace:
             self.newton_L = z((1, 1, 1), TL)
         check_rolled_arrays(P, self.H)
         self.newton_failed = z(W, wp.int32)
-        self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, L, D) if pcr \
+        self.pcr_work = allocate_pcr_work(TL, W, nv, config, self.device, C, S) if pcr \
             else allocate_pcr_work(TL, 1, 1, config, self.device)
         self.loop_condition = z(1, wp.int32)
 

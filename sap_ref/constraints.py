@@ -16,6 +16,10 @@ Three kinds, each a set of rows ``J`` (so vc = J v) with per-row parameters:
 * drives (PD toward targets with an effort limit, feed-forward ``joint_act`` inside the
   clamp), docs/formulation.md § Drives: ``γ = h·clamp(−Kp(q₀ + h v − q_d) − Kd(v − v_d) + u₀, ±e)``.
 
+Limits, drives and the holonomic constraints (:mod:`sap_ref.holonomic`) are *scalar rows*
+(:mod:`sap_common.rows`): :class:`ScalarRows` holds them in one table, kind after kind, and
+:func:`scalar_row_terms` evaluates each kind's term on its rows.
+
 Drake: ``SapFrictionConeConstraint``, ``SapHuntCrossleyConstraint``, ``SapLimitConstraint``,
 ``SapPdControllerConstraint``.
 """
@@ -37,8 +41,10 @@ from sap_common.constants import (
     SOFT_NORM_EPS,
 )
 from sap_common.model import JointType, SapModel
+from sap_common.rows import ROW_KINDS, RowKind, driven_dofs
 
 from .contact_jacobian import delassus_weights
+from .holonomic import HolonomicRows, holonomic_terms
 from .kinematics import point_jacobian
 
 __all__ = [
@@ -62,6 +68,10 @@ __all__ = [
     "DriveConstraints",
     "drive_constraints",
     "drive_terms",
+    "ScalarRows",
+    "scalar_rows",
+    "scalar_row_terms",
+    "ROW_TERMS",
 ]
 
 STICTION, SLIDING, NO_CONTACT = 0, 1, 2
@@ -398,7 +408,7 @@ def drive_constraints(model: SapModel, joint_q, A, dt: float, q_target, v_target
     With ``R = 1/(h(h Kp + Kd))`` and ``R_nr = β² w/(4π²)`` (β = 0.1, w = 1/A_dd): if R < R_nr,
     keep the ratio Kd/Kp and lower the gains until R = R_nr.
     """
-    driven = np.flatnonzero((model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0))
+    driven = driven_dofs(model)
     nv = model.joint_dof_count
     q_of_dof = np.zeros(nv)
     for j in range(model.joint_count):
@@ -446,3 +456,101 @@ def drive_terms(vc: np.ndarray, d: DriveConstraints):
     with np.errstate(invalid="ignore"):  # e·(|y| − e/2) is not used where e = inf
         phi = np.where(inside, dt(0.5) * y * y, e * (np.abs(y) - dt(0.5) * e))
     return gamma, G, (h / c) * phi
+
+
+# ----------------------------------------------------------------------------- the scalar rows
+
+
+@dataclass
+class ScalarRows:
+    """Every scalar constraint row of one world's step in one table (S rows), kind after kind in
+    the order of :data:`sap_common.rows.ROW_KINDS`: the active limit rows, the holonomic
+    constraints' rows, the drive rows (docs/formulation.md § The cost and its derivatives).
+
+    Attributes:
+        kind: :class:`~sap_common.rows.RowKind` of each row, (S,).
+        J: the rows, (S, n) (n: the DOFs the table is restricted to).
+        R, v_hat: regularization and bias velocity of the limit and holonomic rows, (S,)
+            (1 and 0 on the drive rows, whose term does not read them).
+        drive: the drive rows' parameters (:class:`DriveConstraints`, one per DRIVE row, in order).
+    """
+
+    kind: np.ndarray
+    J: np.ndarray
+    R: np.ndarray
+    v_hat: np.ndarray
+    drive: DriveConstraints
+
+    @classmethod
+    def from_parts(cls, drive: DriveConstraints, limit=None, holonomic=None) -> "ScalarRows":
+        """The table of ``limit`` and ``holonomic`` rows, each ``(J, R, v̂)`` or None (no row), and the
+        drive rows of ``drive``, in the order of ``ROW_KINDS`` (float64; J on the columns of ``drive.J``)."""
+        n, D = drive.J.shape[1], len(drive.dof)
+        none = (np.zeros((0, n)), np.zeros(0), np.zeros(0))
+        blocks = {RowKind.LIMIT: none if limit is None else limit,
+                  RowKind.HOLONOMIC: none if holonomic is None else holonomic,
+                  RowKind.DRIVE: (drive.J, np.ones(D), np.zeros(D))}
+        kind = np.concatenate([np.full(len(blocks[k][1]), int(k), np.int32) for k in ROW_KINDS])
+        J, R, v_hat = (np.concatenate([np.asarray(blocks[k][i], np.float64) for k in ROW_KINDS]) for i in range(3))
+        return cls(kind=kind, J=J.reshape(len(kind), n), R=R, v_hat=v_hat, drive=drive)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def rows(self, kind: RowKind) -> slice:
+        """The rows of ``kind`` (a slice, empty if there are none: the kinds are contiguous, in
+        ascending order)."""
+        return slice(int(np.searchsorted(self.kind, kind, "left")), int(np.searchsorted(self.kind, kind, "right")))
+
+    def count(self, kind: RowKind) -> int:
+        """The number of rows of ``kind``."""
+        sl = self.rows(kind)
+        return sl.stop - sl.start
+
+    def segments(self):
+        """``(kind, rows)`` of every kind, in the order of ``ROW_KINDS`` (a kind without rows gives
+        an empty slice, which sums add as zero)."""
+        for kind in ROW_KINDS:
+            yield kind, self.rows(kind)
+
+    def with_rows(self, kind: RowKind, J=None, R=None, v_hat=None) -> "ScalarRows":
+        """A copy with the rows of ``kind`` given new values (those given; J on the table's columns).
+        How a test substitutes another implementation's rows of one kind into this problem."""
+        sl = self.rows(kind)
+        new = {"J": self.J.copy(), "R": self.R.copy(), "v_hat": self.v_hat.copy()}
+        for name, value in (("J", J), ("R", R), ("v_hat", v_hat)):
+            if value is not None:
+                new[name][sl] = value
+        return ScalarRows(kind=self.kind, drive=self.drive, **new)
+
+    def astype(self, dtype) -> "ScalarRows":
+        c = lambda x: np.asarray(x, dtype=dtype)  # noqa: E731
+        return ScalarRows(kind=self.kind, J=c(self.J), R=c(self.R), v_hat=c(self.v_hat), drive=self.drive)
+
+    def restricted(self, dofs: np.ndarray) -> "ScalarRows":
+        """The rows on the columns ``dofs`` (the participating DOFs)."""
+        drive = DriveConstraints(**{**self.drive.__dict__, "J": self.drive.J[:, dofs]})
+        return ScalarRows(kind=self.kind, J=self.J[:, dofs], R=self.R, v_hat=self.v_hat, drive=drive)
+
+
+def scalar_rows(limits: LimitConstraints, holonomic: HolonomicRows, drives: DriveConstraints) -> ScalarRows:
+    """The step's scalar rows from its set-up stages, in the order of ``ROW_KINDS``."""
+    return ScalarRows.from_parts(drives, limit=(limits.J, limits.R, limits.v_hat),
+                                 holonomic=(holonomic.J, holonomic.R, holonomic.v_hat))
+
+
+# Each kind's term on its rows: (vc of those rows, the table, their slice) -> (gamma, G, ell).
+ROW_TERMS = {
+    RowKind.LIMIT: lambda vc, rows, sl: limit_terms(vc, rows.R[sl], rows.v_hat[sl]),
+    RowKind.HOLONOMIC: lambda vc, rows, sl: holonomic_terms(vc, rows.R[sl], rows.v_hat[sl]),
+    RowKind.DRIVE: lambda vc, rows, sl: drive_terms(vc, rows.drive),
+}
+
+
+def scalar_row_terms(vc: np.ndarray, rows: ScalarRows):
+    """``(gamma, G, ell)`` of every scalar row at row velocities ``vc`` (S,): each kind's term
+    (:data:`ROW_TERMS`) on its rows, in the dtype of ``vc``."""
+    gamma, G, ell = np.zeros_like(vc), np.zeros_like(vc), np.zeros_like(vc)
+    for kind, sl in rows.segments():
+        gamma[sl], G[sl], ell[sl] = ROW_TERMS[kind](vc[sl], rows, sl)
+    return gamma, G, ell

@@ -31,12 +31,13 @@ from .constraints import (
     DriveConstraints,
     HuntCrossley,
     LimitConstraints,
-    drive_terms,
+    ScalarRows,
     friction_cone,
     hunt_crossley,
-    limit_terms,
+    scalar_row_terms,
+    scalar_rows,
 )
-from .holonomic import HolonomicRows, holonomic_terms
+from .holonomic import HolonomicRows
 from .line_search import LineSearchResult, line_search
 from .linear_solve import PcrResult, PcrSettings, cholesky_solve, pcr
 
@@ -60,7 +61,8 @@ __all__ = [
 
 @dataclass
 class SapProblem:
-    """One world's SAP problem on its n participating DOFs, in ``dtype``.
+    """One world's SAP problem on its n participating DOFs, in ``dtype``: the contacts, then the
+    scalar rows (limits, holonomic constraints, drives: :mod:`sap_common.rows`).
 
     Attributes:
         dofs: participating DOF indices into the world's velocity vector, (n,).
@@ -68,12 +70,10 @@ class SapProblem:
         v_star: free-motion velocity, (n,).
         contact_J, contact_R, contact_v_hat, contact_mu: contact rows, (C, 3, n), (C, 3), (C, 3), (C,);
             R and v̂ are the friction cones' (the ``sap`` approximation).
-        limit_J, limit_R, limit_v_hat: limit rows, (L, n), (L,), (L,).
-        drive: drive rows (J restricted to the participating DOFs).
+        rows: the scalar rows (:class:`~sap_ref.constraints.ScalarRows`, J restricted to the
+            participating DOFs, J, R, v̂ in ``dtype``), S rows.
         contact_hc: the Hunt–Crossley data of the contacts under ``lagged``/``similar`` (then the
             contacts are Hunt–Crossley constraints and R, v̂ are not read), None under ``sap``.
-        hol_J, hol_R, hol_v_hat: the holonomic constraint rows, (E, n), (E,), (E,)
-            (docs/formulation.md § Holonomic constraints).
     """
 
     dofs: np.ndarray
@@ -83,20 +83,8 @@ class SapProblem:
     contact_R: np.ndarray
     contact_v_hat: np.ndarray
     contact_mu: np.ndarray
-    limit_J: np.ndarray
-    limit_R: np.ndarray
-    limit_v_hat: np.ndarray
-    drive: DriveConstraints
+    rows: ScalarRows
     contact_hc: HuntCrossley | None = None
-    hol_J: np.ndarray | None = None
-    hol_R: np.ndarray | None = None
-    hol_v_hat: np.ndarray | None = None
-
-    def __post_init__(self):
-        if self.hol_J is None:  # no holonomic constraint
-            self.hol_J = np.zeros((0, len(self.dofs)), dtype=self.A.dtype)
-            self.hol_R = np.zeros(0, dtype=self.A.dtype)
-            self.hol_v_hat = np.zeros(0, dtype=self.A.dtype)
 
     @property
     def dtype(self):
@@ -104,7 +92,7 @@ class SapProblem:
 
     @property
     def constraint_count(self) -> int:
-        return len(self.contact_mu) + len(self.limit_R) + len(self.drive.dof) + len(self.hol_R)
+        return len(self.contact_mu) + len(self.rows)
 
 
 @dataclass
@@ -118,9 +106,8 @@ class Evaluation:
         momentum: A v (for the stopping criterion), (n,).
         jt_gamma: Jᵀγ, the generalized constraint impulse, (n,).
         contact_vc, contact_gamma, contact_G, contact_mode: (C, 3), (C, 3), (C, 3, 3), (C,).
-        limit_vc, limit_gamma, limit_G: (L,) each.
-        drive_vc, drive_gamma, drive_G: (D,) each.
-        hol_vc, hol_gamma, hol_G: the holonomic rows', (E,) each.
+        row_vc, row_gamma, row_G: the scalar rows', (S,) each (``problem.rows.rows(kind)`` selects a
+            kind's).
     """
 
     v: np.ndarray
@@ -133,15 +120,9 @@ class Evaluation:
     contact_gamma: np.ndarray
     contact_G: np.ndarray
     contact_mode: np.ndarray
-    limit_vc: np.ndarray
-    limit_gamma: np.ndarray
-    limit_G: np.ndarray
-    drive_vc: np.ndarray
-    drive_gamma: np.ndarray
-    drive_G: np.ndarray
-    hol_vc: np.ndarray
-    hol_gamma: np.ndarray
-    hol_G: np.ndarray
+    row_vc: np.ndarray
+    row_gamma: np.ndarray
+    row_G: np.ndarray
 
 
 @dataclass
@@ -204,82 +185,89 @@ def make_problem(model: SapModel, A, v_star, contact_J, contact_R, contact_v_hat
                  contact_hc: HuntCrossley | None = None, holonomic: HolonomicRows | None = None) -> SapProblem:
     """Restrict everything to the participating DOFs and cast to ``contact_solve_precision``
     (``contact_hc``: the contacts are Hunt–Crossley constraints with this data; ``holonomic``: the
-    holonomic constraint rows, none when None)."""
+    holonomic constraint rows, none when None). The limit, holonomic and drive rows become the
+    problem's scalar rows (:func:`~sap_ref.constraints.scalar_rows`)."""
     dt = precision_dtype(precision)
     if holonomic is None:
         holonomic = HolonomicRows.empty(model.joint_dof_count)
-    dofs = participating_dofs(model, contact_J, limits.J, drives.J, holonomic.J)
+    rows = scalar_rows(limits, holonomic, drives)
+    dofs = participating_dofs(model, contact_J, rows.J)
     cast = lambda x: np.asarray(x, dtype=dt)  # noqa: E731
-    restricted_drive = DriveConstraints(**{**drives.__dict__, "J": drives.J[:, dofs]})
     return SapProblem(
         dofs=dofs, A=cast(A[np.ix_(dofs, dofs)]), v_star=cast(v_star[dofs]),
         contact_J=cast(contact_J[:, :, dofs]), contact_R=cast(contact_R), contact_v_hat=cast(contact_v_hat),
-        contact_mu=cast(contact_mu), limit_J=cast(limits.J[:, dofs]), limit_R=cast(limits.R),
-        limit_v_hat=cast(limits.v_hat), drive=restricted_drive,
+        contact_mu=cast(contact_mu), rows=rows.restricted(dofs).astype(dt),
         contact_hc=None if contact_hc is None else contact_hc.astype(dt),
-        hol_J=cast(holonomic.J[:, dofs]), hol_R=cast(holonomic.R), hol_v_hat=cast(holonomic.v_hat),
     )
 
 
-def _constraint_terms(p: SapProblem, contact_vc, limit_vc, drive_vc, hol_vc):
+def _contact_terms(p: SapProblem, contact_vc):
     if p.contact_hc is None:
-        cg, cG, cl, mode = friction_cone(contact_vc, p.contact_R, p.contact_v_hat, p.contact_mu)
-    else:
-        cg, cG, cl, mode = hunt_crossley(contact_vc, p.contact_mu, p.contact_hc)
-    lg, lG, ll = limit_terms(limit_vc, p.limit_R, p.limit_v_hat)
-    dg, dG, dl = drive_terms(drive_vc, p.drive)
-    hg, hG, hl = holonomic_terms(hol_vc, p.hol_R, p.hol_v_hat)
-    return (cg, cG, cl, mode), (lg, lG, ll), (dg, dG, dl), (hg, hG, hl)
+        return friction_cone(contact_vc, p.contact_R, p.contact_v_hat, p.contact_mu)
+    return hunt_crossley(contact_vc, p.contact_mu, p.contact_hc)
+
+
+def _row_products(rows: ScalarRows, J: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``J x`` of the scalar rows, one product per kind (:meth:`ScalarRows.segments`)."""
+    out = np.zeros(len(rows), dtype=np.result_type(J.dtype, x.dtype))
+    for _, sl in rows.segments():
+        out[sl] = J[sl] @ x
+    return out
+
+
+def _sum_by_kind(rows: ScalarRows, start, term):
+    """``start + term(rows of the first kind) + term(rows of the next) + …``, left to right in the
+    order of ``ROW_KINDS``: how every sum over the scalar rows adds them."""
+    total = start
+    for _, sl in rows.segments():
+        total = total + term(sl)
+    return total
 
 
 def evaluate(p: SapProblem, v: np.ndarray) -> Evaluation:
     """ℓ(v), ∇ℓ(v), γ(v), G(v) (docs/formulation.md § The cost and its derivatives)."""
     v = np.asarray(v, dtype=p.dtype)
+    J = p.rows.J
     cvc = np.einsum("cin,n->ci", p.contact_J, v)
-    lvc = p.limit_J @ v
-    dvc = p.drive.J.astype(p.dtype) @ v
-    hvc = p.hol_J @ v
-    (cg, cG, cl, mode), (lg, lG, ll), (dg, dG, dl), (hg, hG, hl) = _constraint_terms(p, cvc, lvc, dvc, hvc)
+    rvc = _row_products(p.rows, J, v)
+    cg, cG, cl, mode = _contact_terms(p, cvc)
+    rg, rG, rl = scalar_row_terms(rvc, p.rows)
     dv = v - p.v_star
     momentum = p.A @ v
     A_dv = p.A @ dv
-    jt_gamma = (np.einsum("cin,ci->n", p.contact_J, cg) + p.limit_J.T @ lg + p.drive.J.astype(p.dtype).T @ dg
-                + p.hol_J.T @ hg)
+    jt_gamma = _sum_by_kind(p.rows, np.einsum("cin,ci->n", p.contact_J, cg), lambda sl: J[sl].T @ rg[sl])
     ell_A = p.dtype.type(0.5) * dv @ A_dv
-    return Evaluation(v=v, ell=ell_A + cl.sum() + ll.sum() + dl.sum() + hl.sum(), ell_A=ell_A,
+    return Evaluation(v=v, ell=_sum_by_kind(p.rows, ell_A + cl.sum(), lambda sl: rl[sl].sum()), ell_A=ell_A,
                       grad=A_dv - jt_gamma, momentum=momentum, jt_gamma=jt_gamma, contact_vc=cvc, contact_gamma=cg,
-                      contact_G=cG, contact_mode=mode, limit_vc=lvc, limit_gamma=lg, limit_G=lG, drive_vc=dvc,
-                      drive_gamma=dg, drive_G=dG, hol_vc=hvc, hol_gamma=hg, hol_G=hG)
+                      contact_G=cG, contact_mode=mode, row_vc=rvc, row_gamma=rg, row_G=rG)
 
 
 def hessian(p: SapProblem, ev: Evaluation) -> np.ndarray:
     """``H = A + Jᵀ G J`` (SPD when A is SPD and every Gᵢ is PSD)."""
-    Jd = p.drive.J.astype(p.dtype)
-    return (p.A + np.einsum("cim,cij,cjn->mn", p.contact_J, ev.contact_G, p.contact_J)
-            + p.limit_J.T @ (ev.limit_G[:, None] * p.limit_J) + Jd.T @ (ev.drive_G[:, None] * Jd)
-            + p.hol_J.T @ (ev.hol_G[:, None] * p.hol_J))
+    J = p.rows.J
+    return _sum_by_kind(p.rows, p.A + np.einsum("cim,cij,cjn->mn", p.contact_J, ev.contact_G, p.contact_J),
+                        lambda sl: J[sl].T @ (ev.row_G[sl][:, None] * J[sl]))
 
 
 def _linear_solve_terms(p: SapProblem, ev: Evaluation, dtype):
     c = lambda x: np.asarray(x, dtype=dtype)  # noqa: E731
-    return (c(p.A), c(p.contact_J), c(ev.contact_G), c(p.limit_J), c(ev.limit_G), c(p.drive.J), c(ev.drive_G),
-            c(p.hol_J), c(ev.hol_G))
+    return c(p.A), c(p.contact_J), c(ev.contact_G), c(p.rows.J), c(ev.row_G)
 
 
 def hessian_product(p: SapProblem, ev: Evaluation, x: np.ndarray, precision: str = "fp64") -> np.ndarray:
     """``H x = A x + Jᵀ(G(J x))`` without forming H, every factor rounded to ``precision``."""
-    A, cJ, cG, lJ, lG, dJ, dG, hJ, hG = _linear_solve_terms(p, ev, precision_dtype(precision))
+    A, cJ, cG, rJ, rG = _linear_solve_terms(p, ev, precision_dtype(precision))
     x = np.asarray(x, dtype=A.dtype)
     cvc = np.einsum("cin,n->ci", cJ, x)
-    return (A @ x + np.einsum("cin,ci->n", cJ, np.einsum("cij,cj->ci", cG, cvc))
-            + lJ.T @ (lG * (lJ @ x)) + dJ.T @ (dG * (dJ @ x)) + hJ.T @ (hG * (hJ @ x)))
+    return _sum_by_kind(p.rows, A @ x + np.einsum("cin,ci->n", cJ, np.einsum("cij,cj->ci", cG, cvc)),
+                        lambda sl: rJ[sl].T @ (rG[sl] * (rJ[sl] @ x)))
 
 
 def hessian_diagonal(p: SapProblem, ev: Evaluation, precision: str = "fp64") -> np.ndarray:
     """``diag(H)_k = A_kk + Σ_i (J_iᵀ G_i J_i)_kk`` in ``precision``."""
-    A, cJ, cG, lJ, lG, dJ, dG, hJ, hG = _linear_solve_terms(p, ev, precision_dtype(precision))
-    return (np.diag(A) + np.einsum("cik,cij,cjk->k", cJ, cG, cJ) + (lJ * lJ).T @ lG + (dJ * dJ).T @ dG
-            + (hJ * hJ).T @ hG)
+    A, cJ, cG, rJ, rG = _linear_solve_terms(p, ev, precision_dtype(precision))
+    return _sum_by_kind(p.rows, np.diag(A) + np.einsum("cik,cij,cjk->k", cJ, cG, cJ),
+                        lambda sl: (rJ[sl] * rJ[sl]).T @ rG[sl])
 
 
 def newton_direction(p: SapProblem, ev: Evaluation, config: SapConfig):
@@ -312,19 +300,17 @@ def cost_along_line(p: SapProblem, ev: Evaluation, dv: np.ndarray):
     d2_A = dv @ dp
     slope_A = dp @ (ev.v - p.v_star)
     c_dvc = np.einsum("cin,n->ci", p.contact_J, dv)
-    l_dvc = p.limit_J @ dv
-    d_dvc = p.drive.J.astype(p.dtype) @ dv
-    h_dvc = p.hol_J @ dv
+    r_dvc = _row_products(p.rows, p.rows.J, dv)
 
     def phi(alpha: float):
         a = p.dtype.type(alpha)
-        (cg, cG, cl, _), (lg, lG, ll), (dg, dG, dl), (hg, hG, hl) = _constraint_terms(
-            p, ev.contact_vc + a * c_dvc, ev.limit_vc + a * l_dvc, ev.drive_vc + a * d_dvc, ev.hol_vc + a * h_dvc)
-        ell = (ev.ell_A + a * slope_A + p.dtype.type(0.5) * a * a * d2_A + cl.sum() + ll.sum() + dl.sum()
-               + hl.sum())
-        dell = slope_A + a * d2_A - np.sum(c_dvc * cg) - l_dvc @ lg - d_dvc @ dg - h_dvc @ hg
-        d2ell = (d2_A + np.einsum("ci,cij,cj->", c_dvc, cG, c_dvc) + l_dvc @ (lG * l_dvc) + d_dvc @ (dG * d_dvc)
-                 + h_dvc @ (hG * h_dvc))
+        cg, cG, cl, _ = _contact_terms(p, ev.contact_vc + a * c_dvc)
+        rg, rG, rl = scalar_row_terms(ev.row_vc + a * r_dvc, p.rows)
+        ell = _sum_by_kind(p.rows, ev.ell_A + a * slope_A + p.dtype.type(0.5) * a * a * d2_A + cl.sum(),
+                           lambda sl: rl[sl].sum())
+        dell = _sum_by_kind(p.rows, slope_A + a * d2_A - np.sum(c_dvc * cg), lambda sl: -(r_dvc[sl] @ rg[sl]))
+        d2ell = _sum_by_kind(p.rows, d2_A + np.einsum("ci,cij,cj->", c_dvc, cG, c_dvc),
+                             lambda sl: r_dvc[sl] @ (rG[sl] * r_dvc[sl]))
         return float(ell), float(dell), float(d2ell)
 
     return phi

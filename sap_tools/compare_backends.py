@@ -35,6 +35,7 @@ import numpy as np
 from sap_common.constants import FUSED_CHOLESKYS, FUSED_HESSIANS, HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import JointType
+from sap_common.rows import RowKind
 from sap_ref.collision import CollisionPipeline
 from sap_ref.constraints import friction_cone, hunt_crossley
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal
@@ -255,16 +256,16 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         d["R"] = _close_rel(gpu.work.contact_R.numpy()[0, :C], r.R, wtol)
         d["v_hat"] = _close(gpu.work.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], wtol)
     # Limit rows: the same active set, then J, R and v̂.
-    L = gpu.work.limits.count
+    L = gpu.work.rows.limit_count  # the limit rows are the first scalar rows
     active = np.zeros(0, dtype=bool)
     if L:
-        active = gpu.work.limit_active.numpy()[0, :L].astype(bool)
+        active = gpu.work.row_active.numpy()[0, :L].astype(bool)
         d["limit_rows"] = Check(float(abs(int(active.sum()) - len(r.limits.R))), float(len(r.limits.R)),
                                 float(abs(int(active.sum()) - len(r.limits.R))))
         if active.sum() == len(r.limits.R):
-            limit_R = gpu.work.limit_R.numpy()[0, :L][active]
-            limit_v_hat = gpu.work.limit_v_hat.numpy()[0, :L][active]
-            d["limit_J"] = _close(gpu.work.limit_J.numpy()[0, :L][active], r.limits.J, jtol)
+            limit_R = gpu.work.row_R.numpy()[0, :L][active]
+            limit_v_hat = gpu.work.row_v_hat.numpy()[0, :L][active]
+            d["limit_J"] = _close(gpu.work.row_J.numpy()[0, :L][active], r.limits.J, jtol)
             if cfg.use_f64_boundary_pose:
                 d["limit_R"] = _close_rel(limit_R, r.limits.R, TOL["fp64"])
                 d["limit_v_hat"] = _close(limit_v_hat, r.limits.v_hat, TOL["fp64"])
@@ -281,9 +282,10 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     else:
         limit_R = limit_v_hat = None
     hol = _holonomic_rows(d, gpu, r, model, state, cfg, jtol, dt) if model.constraint_count else None
-    if gpu.work.drive_count:
-        d["drive_Kp"] = _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"])
-        d["drive_Kd"] = _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"])
+    D = gpu.work.rows.drive_count
+    if D:
+        d["drive_Kp"] = _close_rel(gpu.work.drive_Kp.numpy()[0, :D], r.drives.Kp, TOL["fp64"])
+        d["drive_Kd"] = _close_rel(gpu.work.drive_Kd.numpy()[0, :D], r.drives.Kd, TOL["fp64"])
     if r.problem is not None:
         # γ, ℓ, ∇ℓ, H at sap_ref's v₁, with sap_ref's objective given the device's v*, J, R and v̂
         # (under approx32 they differ by float32 ulps; this isolates the Newton stage).
@@ -296,11 +298,12 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
             p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
                                     contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
         if L and active.any() and limit_R is not None:
-            p = dataclasses.replace(p, limit_J=gpu.work.limit_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
-                                    limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
+            p = dataclasses.replace(p, rows=p.rows.with_rows(
+                RowKind.LIMIT, J=gpu.work.row_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
+                R=limit_R.astype(p.dtype), v_hat=limit_v_hat.astype(p.dtype)))
         if hol is not None:
-            p = dataclasses.replace(p, hol_J=hol[0][:, dofs].astype(p.dtype), hol_R=hol[1].astype(p.dtype),
-                                    hol_v_hat=hol[2].astype(p.dtype))
+            p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.HOLONOMIC, J=hol[0][:, dofs].astype(p.dtype),
+                                                             R=hol[1].astype(p.dtype), v_hat=hol[2].astype(p.dtype)))
         v = r.v1.copy()
         ev_gpu = gpu.evaluate_at(v[None])
         ev_ref = evaluate(p, v[dofs])
@@ -308,7 +311,7 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         terms = max(np.abs(ev_ref.jt_gamma).max(initial=0.0), np.abs(ev_ref.grad + ev_ref.jt_gamma).max(initial=0.0))
         d["grad"] = _close(ev_gpu["grad"][0, dofs], ev_ref.grad, TOL["fp64"], scale=terms)
         # H (or diag H) in float32 is accumulated term by term: A plus one term per row.
-        rows = 3 * C + len(p.limit_R) + len(p.hol_R) + len(p.drive.dof)
+        rows = 3 * C + len(p.rows)
         htol = TOL["fp64"] if cfg.contact_linear_solve_precision == "fp64" else fp32_hessian_tol(rows)
         # Plus what the round-off of the device's contact velocities may move G by (a contact at a
         # region boundary of its cone: see _contact_hessian_roundoff).
@@ -327,7 +330,8 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
         if C:
             d["gamma"] = _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"])
         if hol is not None:
-            d["holonomic_gamma"] = _close(ev_gpu["holonomic_gamma"][0], ev_ref.hol_gamma, TOL["fp64"])
+            hol_gamma = ev_ref.row_gamma[p.rows.rows(RowKind.HOLONOMIC)]
+            d["holonomic_gamma"] = _close(ev_gpu["holonomic_gamma"][0], hol_gamma, TOL["fp64"])
         # v₁ by optimality: ‖v − v'‖_A ≤ ‖∇ℓ(v)‖_A⁻¹ + ‖∇ℓ(v')‖_A⁻¹ (ℓ is A-strongly convex).
         v_gpu = out_gpu.joint_qd.numpy()[0]
         ev = evaluate(p, v_gpu[dofs])
@@ -385,17 +389,17 @@ def _contact_hessian_roundoff(p, ev, eps: float) -> np.ndarray:
 
 
 def _holonomic_rows(d: dict, gpu, r, model, state, cfg, jtol, dt: float):
-    """The holonomic constraint rows (the tail of the device's limit rows) against sap_ref's, into
+    """The holonomic constraint rows (the device's scalar rows of that kind) against sap_ref's, into
     ``d``; returns the device's (J, R, v̂) of every row (a row left out: J = 0, R = 1, v̂ = 0, as
     sap_ref's stand-in), or None when the rows taken differ."""
-    L, E, h = gpu.work.limits.count, gpu.work.holonomic.rows, r.holonomic
-    active = gpu.work.limit_active.numpy()[0, L:L + E].astype(bool)
+    L, E, h = gpu.work.rows.holonomic_row0, gpu.work.holonomic.rows, r.holonomic
+    active = gpu.work.row_active.numpy()[0, L:L + E].astype(bool)
     differ = float(np.sum(active != h.active))
     d["holonomic_rows"] = Check(differ, float(E), differ)
     if differ:
         return None
-    J, R = gpu.work.limit_J.numpy()[0, L:L + E], gpu.work.limit_R.numpy()[0, L:L + E]
-    v_hat, g0 = gpu.work.limit_v_hat.numpy()[0, L:L + E], gpu.work.holonomic_g0.numpy()[0, :E]
+    J, R = gpu.work.row_J.numpy()[0, L:L + E], gpu.work.row_R.numpy()[0, L:L + E]
+    v_hat, g0 = gpu.work.row_v_hat.numpy()[0, L:L + E], gpu.work.holonomic_g0.numpy()[0, :E]
     d["holonomic_J"] = _close(J[active], h.J[active], jtol)
     if cfg.use_f64_boundary_pose:
         d["holonomic_g0"] = _close(g0, h.g0, TOL["fp64"])

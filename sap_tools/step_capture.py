@@ -22,6 +22,7 @@ import numpy as np
 
 from sap_common.config import SapConfig
 from sap_common.model import ConstraintType, JointType, SapModel
+from sap_common.rows import RowKind
 from sap_common.state import SapContacts, SapControl, SapState, StepStatus
 from sap_ref.collision import CollisionPipeline
 from sap_ref.constraints import NO_CONTACT, SLIDING, STICTION
@@ -331,7 +332,7 @@ def summary(cap: StepCapture) -> list[str]:
         lines.append(f"The world's inputs were not finite: nothing was solved (status {status_text(int(r.status))}).")
         return lines
     C, p, sol = cap.contact_count, r.problem, r.solve
-    L, D, E = len(p.limit_R), len(p.drive.dof), len(p.hol_R)
+    L, E, D = (p.rows.count(k) for k in (RowKind.LIMIT, RowKind.HOLONOMIC, RowKind.DRIVE))
     rows = [_plural(C, "contact")] + ([_plural(L, "joint-limit row")] if L else []) + (
         [_plural(E, "holonomic constraint row")] if E else []) + ([_plural(D, "drive row")] if D else [])
     if p.constraint_count == 0:
@@ -391,11 +392,13 @@ def holonomic_rows(cap: StepCapture) -> list[dict]:
     if h is None or r.solve is None or not len(h.R):
         return []
     ev = r.solve.evaluation
+    rows = r.problem.rows.rows(RowKind.HOLONOMIC)
+    rate, gamma = ev.row_vc[rows], ev.row_gamma[rows]
     out = []
     for i in range(len(h.R)):
         k = int(h.constraint[i])
         regime = "left out" if not h.active[i] else ("near-rigid" if h.near_rigid[i] else "compliant")
         out.append(dict(row=i, constraint=m.constraint_name[k], type=ConstraintType(int(m.constraint_type[k])).name,
-                        component=i - int(m.constraint_row_start[k]), g0=float(h.g0[i]), rate=float(ev.hol_vc[i]),
-                        v_hat=float(h.v_hat[i]), R=float(h.R[i]), regime=regime, gamma=float(ev.hol_gamma[i])))
+                        component=i - int(m.constraint_row_start[k]), g0=float(h.g0[i]), rate=float(rate[i]),
+                        v_hat=float(h.v_hat[i]), R=float(h.R[i]), regime=regime, gamma=float(gamma[i])))
     return out

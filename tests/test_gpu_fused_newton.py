@@ -73,19 +73,18 @@ def _solver(model, device, path, **config):
 def _hessian_rounding_bound(solver):
     """Per world, an entrywise bound on |H_tiles − H_rows| for the problem of ``solver``'s last
     ``evaluate_at`` (the G it left): each way's H_ik is a sum of m + 1 terms, A_ik and one per
-    constraint row (m: 3 per contact, the limit and drive rows), each term rounded at most
+    constraint row (m: 3 per contact, and the scalar rows), each term rounded at most
     HESSIAN_TERM_ROUNDINGS times and the sum once per term, in any order; so each way is within
     (m + HESSIAN_TERM_ROUNDINGS)·u·M_ik of the exact H, with M_ik = |A_ik| + Σ_c |J_c,i|ᵀ|G_c||J_c,k| +
-    Σ_r |G_r||J_r,i||J_r,k| + [i = k]·Σ_d |G_d| (the sum of the terms' magnitudes, G elementwise),
-    and the two ways are within twice that of each other."""
+    Σ_r |G_r||J_r,i||J_r,k| (the sum of the terms' magnitudes, G elementwise, r over the scalar rows:
+    limits, holonomic constraints, drives), and the two ways are within twice that of each other."""
     w, P = solver.work, solver.work.P
     nv = solver.m.nv
     u = 0.5 * np.finfo(np.float32 if w.TL == wp.float32 else np.float64).eps
     A = np.abs(w.A.numpy()[:, :nv, :nv])
     Jc, Gc = np.abs(P.contact_J.numpy()), np.abs(P.contact_G.numpy())
-    Jl, Gl = np.abs(P.limit_J.numpy()), np.abs(P.limit_G.numpy())
-    Gd, dof = np.abs(P.drive_G.numpy()), P.drive_dof.numpy()
-    nc, L, D = P.contact_count.numpy(), P.limit_count, P.drive_count
+    Jl, Gl = np.abs(P.row_J.numpy()), np.abs(P.row_G.numpy())
+    nc, L = P.contact_count.numpy(), P.row_count
     out = []
     for q in range(len(A)):
         C = int(nc[q])
@@ -93,9 +92,7 @@ def _hessian_rounding_bound(solver):
         M = A[q] + np.einsum("cai,cab,cbk->ik", J3, Gc[q, :C], J3)
         if L:
             M += np.einsum("r,ri,rk->ik", Gl[q, :L], Jl[q, :L], Jl[q, :L])
-        for d in range(D):
-            M[dof[d], dof[d]] += Gd[q, d]
-        m = 3 * C + L + D
+        m = 3 * C + L
         out.append(2 * (m + HESSIAN_TERM_ROUNDINGS) * u * M)
     return np.array(out)
 

@@ -122,25 +122,29 @@ def test_humanoid_set_up_with_lanes_matches_sap_ref(device):
 @given(random_models(max_bodies=6, num_worlds=W))
 def test_participation_with_lanes_marks_the_touched_trees(device, case):
     """The participating DOFs (one block per world: clear, mark, read) against a NumPy count of the
-    trees a contact row, an active limit row or a drive touches, with one lane and with 32."""
+    trees a contact row or a scalar row in use (two limit rows, sometimes inactive, and a drive's
+    row e_dof, always in use) touches, with one lane and with 32."""
     from types import SimpleNamespace
 
     from sap_gpu import constraints
 
     model = case[0]
-    nv, C, L = model.joint_dof_count, 3, 2
+    nv, C, L = model.joint_dof_count, 3, 3
     rng = np.random.default_rng(nv)
     count = rng.integers(0, C + 1, W).astype(np.int32)
     J = np.where(rng.random((W, 3 * C, nv)) < 0.15, rng.normal(size=(W, 3 * C, nv)), 0.0)
     active = rng.integers(0, 2, (W, L)).astype(np.int32)
-    limit_J = np.where(rng.random((W, L, nv)) < 0.2, 1.0, 0.0)
-    drive_dof = np.array([int(rng.integers(0, nv))], np.int32)
+    row_J = np.where(rng.random((W, L, nv)) < 0.2, 1.0, 0.0)
+    drive_dof = int(rng.integers(0, nv))
+    row_J[:, 2] = 0.0
+    row_J[:, 2, drive_dof] = 1.0
+    active[:, 2] = 1
     v0, v_star = rng.normal(size=(W, nv)), rng.normal(size=(W, nv))
     tree = np.asarray(model.dof_tree)
     want = np.zeros((W, nv), np.int32)
     for w in range(W):
-        touched = (J[w, :3 * count[w]] != 0).any(0) | ((active[w][:, None] != 0) & (limit_J[w] != 0)).any(0)
-        touched[drive_dof] = True
+        touched = (J[w, :3 * count[w]] != 0).any(0) | ((active[w][:, None] != 0) & (row_J[w] != 0)).any(0)
+        assert touched[drive_dof]
         want[w] = np.isin(tree, tree[touched])
     m = GpuModel(model, device)
 
@@ -150,9 +154,8 @@ def test_participation_with_lanes_marks_the_touched_trees(device, case):
         v = wp.zeros((W, nv), **f64)
         with cooperative_lanes(lanes):
             constraints.participation(
-                m, L, wp.array(drive_dof, dtype=int, device=device), 1,
-                SimpleNamespace(count=wp.array(count, dtype=int, device=device)), wp.array(J, **f64),
-                wp.array(active, dtype=int, device=device), wp.array(limit_J, **f64),
+                m, L, SimpleNamespace(count=wp.array(count, dtype=int, device=device)), wp.array(J, **f64),
+                wp.array(active, dtype=int, device=device), wp.array(row_J, **f64),
                 wp.zeros((W, max(model.tree_count, 1)), dtype=int, device=device), wp.array(v0, **f64),
                 wp.array(v_star, **f64), mask, v)
         return mask.numpy(), v.numpy()

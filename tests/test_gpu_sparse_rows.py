@@ -1,7 +1,7 @@
 """The Newton loop's sparse products against the plain dense path (docs/testing.md § Fast paths against plain paths).
 
 ``SolverSAP.sparse_rows`` (default True) runs every J and A product of the Newton loop over the
-non-zero columns of each contact block, limit row and row of A (``constraints.row_support``);
+non-zero columns of each contact block, scalar row and row of A (``constraints.row_support``);
 False lists every column. An entry left out is exactly zero, so the two paths add the same
 non-zero terms in the same order: results must be *equal*, not close (``np.array_equal``; the
 only possible difference is the sign of a zero, which compares equal).
@@ -57,17 +57,17 @@ def _nonzero_columns(rows):
 
 def _check_lists(solver, sparse):
     """The support lists of world 0 are exactly the non-zero columns (every column when dense)."""
-    P, nv, L = solver.work.P, solver.m.nv, solver.work.limits.count
+    P, nv, S = solver.work.P, solver.m.nv, solver.work.rows.count
     C = int(P.contact_count.numpy()[0])
     J, cols, ncols = solver.work.contact_J.numpy()[0], P.contact_cols.numpy()[0], P.contact_ncols.numpy()[0]
     for c in range(C):
         want = _nonzero_columns(J[3 * c:3 * c + 3]) if sparse else np.arange(nv)
         np.testing.assert_array_equal(cols[c, :ncols[c]], want, err_msg=f"contact {c}")
-    active = solver.work.limit_active.numpy()[0]
-    lJ, lcols, lncols = solver.work.limit_J.numpy()[0], P.limit_cols.numpy()[0], P.limit_ncols.numpy()[0]
-    for r in range(L):
-        want = np.arange(0) if not active[r] else (_nonzero_columns(lJ[r:r + 1]) if sparse else np.arange(nv))
-        np.testing.assert_array_equal(lcols[r, :lncols[r]], want, err_msg=f"limit row {r}")
+    active = solver.work.row_active.numpy()[0]
+    rJ, rcols, rncols = solver.work.row_J.numpy()[0], P.row_cols.numpy()[0], P.row_ncols.numpy()[0]
+    for r in range(S):
+        want = np.arange(0) if not active[r] else (_nonzero_columns(rJ[r:r + 1]) if sparse else np.arange(nv))
+        np.testing.assert_array_equal(rcols[r, :rncols[r]], want, err_msg=f"scalar row {r}")
     A, acols, ancols = solver.work.A.numpy()[0], P.A_cols.numpy()[0], P.A_ncols.numpy()[0]
     for i in range(nv):
         want = _nonzero_columns(A[i:i + 1, :nv]) if sparse else np.arange(nv)
@@ -227,9 +227,8 @@ def _rolled_kernels(T):
     @wp.kernel(enable_backward=False, module="unique")
     def sums(M: wp.array3d(dtype=wp.float64), cols: wp.array3d(dtype=int), ncols: wp.array2d(dtype=int),
              x: wp.array2d(dtype=T), xs: wp.array2d(dtype=wp.float64), J: wp.array3d(dtype=wp.float64),
-             dof_rows: wp.array3d(dtype=int), dof_nrows: wp.array2d(dtype=int), limit_J: wp.array3d(dtype=wp.float64),
-             drive_dof: wp.array(dtype=int), gamma: wp.array2d(dtype=T), o: int, o2: int, python: int,
-             out: wp.array3d(dtype=T)):
+             dof_rows: wp.array3d(dtype=int), dof_nrows: wp.array2d(dtype=int), row_J: wp.array3d(dtype=wp.float64),
+             gamma: wp.array2d(dtype=T), o: int, python: int, out: wp.array3d(dtype=T)):
         world, r = wp.tid()
         dot = T(0.0)
         d1 = T(0.0)
@@ -242,8 +241,7 @@ def _rolled_kernels(T):
             d1 = two[0]
             d2 = two[1]
             Jx = rolled.contact_rows_dot(J, cols, ncols, world, r, x)
-            jtg = rolled.jt_gamma(J, dof_rows, dof_nrows, limit_J, dof_rows, dof_nrows, drive_dof, drive_dof.shape[0],
-                                  gamma, o, o2, world, r)
+            jtg = rolled.jt_gamma(J, dof_rows, dof_nrows, row_J, dof_rows, dof_nrows, gamma, o, world, r)
         else:
             for t in range(ncols[world, r]):  # sparse_row_dot
                 k = cols[world, r, t]
@@ -256,16 +254,13 @@ def _rolled_kernels(T):
             for t in range(ncols[world, r]):  # contact_rows_dot
                 k = cols[world, r, t]
                 Jx = Jx + V3(T(J[world, 3 * r, k]), T(J[world, 3 * r + 1, k]), T(J[world, 3 * r + 2, k])) * x[world, k]
-            for t in range(dof_nrows[world, r]):  # jt_gamma: contacts, limit rows, drives
+            for t in range(dof_nrows[world, r]):  # jt_gamma: contacts, then the scalar rows
                 q = 3 * dof_rows[world, r, t]
                 jtg = jtg + T(J[world, q, r]) * gamma[world, q] + T(J[world, q + 1, r]) * gamma[
                     world, q + 1] + T(J[world, q + 2, r]) * gamma[world, q + 2]
             for t in range(dof_nrows[world, r]):
                 q = dof_rows[world, r, t]
-                jtg = jtg + T(limit_J[world, q, r]) * gamma[world, o + q]
-            for d in range(drive_dof.shape[0]):
-                if drive_dof[d] == r:
-                    jtg = jtg + gamma[world, o2 + d]
+                jtg = jtg + T(row_J[world, q, r]) * gamma[world, o + q]
         out[world, r, 0] = dot
         out[world, r, 1] = d1
         out[world, r, 2] = d2
@@ -291,20 +286,19 @@ def test_rolled_sums_equal_the_python_loops_they_replace(device, seed, n, scalar
     W = 2
     scale = lambda *shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)  # noqa: E731
     ncols, cols = _column_lists(rng, W, n, n)
-    # dof_rows lists rows < n for both the contact blocks (3 rows each) and the limit rows
-    drive_dof = rng.integers(0, n, 3)
+    # dof_rows lists rows < n for both the contact blocks (3 rows each) and the scalar rows
     o = 3 * n
-    gamma = scale(W, o + n + len(drive_dof))
+    gamma = scale(W, o + n)
     arrays = dict(M=scale(W, n, n), cols=cols, ncols=ncols, x=scale(W, n), xs=scale(W, n), J=scale(W, 3 * n, n),
-                  dof_rows=cols, dof_nrows=ncols, limit_J=scale(W, n, n), drive_dof=drive_dof, gamma=gamma)
+                  dof_rows=cols, dof_nrows=ncols, row_J=scale(W, n, n), gamma=gamma)
     dtypes = dict(M=wp.float64, cols=int, ncols=int, x=T, xs=wp.float64, J=wp.float64, dof_rows=int, dof_nrows=int,
-                  limit_J=wp.float64, drive_dof=int, gamma=T)
+                  row_J=wp.float64, gamma=T)
     inputs = [wp.array(arrays[k], dtype=dtypes[k], device=device) for k in dtypes]
     kernel = _rolled_kernels(T)
     outs = []
     for python in (0, 1):
         out = wp.zeros((W, n, 7), dtype=T, device=device)
-        wp.launch(kernel, dim=(W, n), inputs=[*inputs, o, o + n, python, out], device=device)
+        wp.launch(kernel, dim=(W, n), inputs=[*inputs, o, python, out], device=device)
         outs.append(out.numpy())
     assert np.array_equal(outs[0], outs[1]), np.argwhere(outs[0] != outs[1])
 

@@ -24,6 +24,7 @@ from sap_common.config import NEWTON_PATHS, SapConfig
 from sap_common.constants import HOLONOMIC_BETA
 from sap_common.conventions import joint_qd_public_to_sap
 from sap_common.model import ConstraintType, JointType
+from sap_common.rows import RowKind
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
 from sap_ref.solver import SolverSAP as RefSolver
@@ -130,10 +131,7 @@ def _grad_roundoff(p, ev, v):
     n = len(v)
     av = np.abs(v)
     rows = [(p.contact_J[c], ev.contact_G[c], ev.contact_gamma[c]) for c in range(len(p.contact_J))]
-    rows += [(p.limit_J[r][None], np.array([[ev.limit_G[r]]]), ev.limit_gamma[r:r + 1]) for r in range(len(p.limit_J))]
-    drive_J = p.drive.J.astype(float)
-    rows += [(drive_J[d][None], np.array([[ev.drive_G[d]]]), ev.drive_gamma[d:d + 1]) for d in range(len(drive_J))]
-    rows += [(p.hol_J[r][None], np.array([[ev.hol_G[r]]]), ev.hol_gamma[r:r + 1]) for r in range(len(p.hol_J))]
+    rows += [(p.rows.J[r][None], np.array([[ev.row_G[r]]]), ev.row_gamma[r:r + 1]) for r in range(len(p.rows))]
     m = sum(len(g) for _, _, g in rows)
     out = np.zeros(n)
     for J, G, gamma in rows:
@@ -144,15 +142,15 @@ def _grad_roundoff(p, ev, v):
 
 
 def _check_holonomic_rows(gpu, r, model, state, cfg, jtol):
-    """The device's holonomic rows (the tail of its limit rows) against sap_ref's: the same rows
+    """The device's holonomic rows (its scalar rows of that kind) against sap_ref's: the same rows
     taken, J, g₀, R, v̂. Returns the device's (J, R, v̂) of every row."""
-    L, E = gpu.work.limits.count, gpu.work.holonomic.rows
+    L, E = gpu.work.rows.holonomic_row0, gpu.work.holonomic.rows
     h = r.holonomic
-    active = gpu.work.limit_active.numpy()[0, L:L + E].astype(bool)
+    active = gpu.work.row_active.numpy()[0, L:L + E].astype(bool)
     np.testing.assert_array_equal(active, h.active)
-    J = gpu.work.limit_J.numpy()[0, L:L + E]
-    R = gpu.work.limit_R.numpy()[0, L:L + E]
-    v_hat = gpu.work.limit_v_hat.numpy()[0, L:L + E]
+    J = gpu.work.row_J.numpy()[0, L:L + E]
+    R = gpu.work.row_R.numpy()[0, L:L + E]
+    v_hat = gpu.work.row_v_hat.numpy()[0, L:L + E]
     g0 = gpu.work.holonomic_g0.numpy()[0, :E]
     _close(J[active], h.J[active], jtol, "holonomic J")
     if cfg.use_f64_boundary_pose:
@@ -269,12 +267,13 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
         eps_bound = wtol * hc.eps + r.contacts.mu * cfg.contact_sigma * r.w * n0_bound * (1 + wtol)
         assert np.all(np.abs(data[:, 4] - hc.eps) <= eps_bound), "eps"
     # Limit and drive rows: the same active set, J, R and v̂.
-    if gpu.work.limits.count:
-        active = gpu.work.limit_active.numpy()[0, :gpu.work.limits.count].astype(bool)
+    L = gpu.work.rows.limit_count  # the limit rows are the first scalar rows
+    if L:
+        active = gpu.work.row_active.numpy()[0, :L].astype(bool)
         assert active.sum() == len(r.limits.R)
-        _close(gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active], r.limits.J, jtol, "limit J")
-        limit_R = gpu.work.limit_R.numpy()[0, :gpu.work.limits.count][active]
-        limit_v_hat = gpu.work.limit_v_hat.numpy()[0, :gpu.work.limits.count][active]
+        _close(gpu.work.row_J.numpy()[0, :L][active], r.limits.J, jtol, "limit J")
+        limit_R = gpu.work.row_R.numpy()[0, :L][active]
+        limit_v_hat = gpu.work.row_v_hat.numpy()[0, :L][active]
         if cfg.use_f64_boundary_pose:
             _close_rel(limit_R, r.limits.R, TOL["fp64"], "limit R")
             _close(limit_v_hat, r.limits.v_hat, TOL["fp64"], "limit v_hat")
@@ -294,9 +293,10 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
             assert np.all(np.abs(limit_R - r.limits.R) <= rtol * np.abs(r.limits.R)), "limit R (fp32 pose)"
     if model.constraint_count:
         hol_J, hol_R, hol_v_hat = _check_holonomic_rows(gpu, r, model, state, cfg, jtol)
-    if gpu.work.drive_count:
-        _close_rel(gpu.work.drive_Kp.numpy()[0, :gpu.work.drive_count], r.drives.Kp, TOL["fp64"], "drive Kp")
-        _close_rel(gpu.work.drive_Kd.numpy()[0, :gpu.work.drive_count], r.drives.Kd, TOL["fp64"], "drive Kd")
+    D = gpu.work.rows.drive_count
+    if D:
+        _close_rel(gpu.work.drive_Kp.numpy()[0, :D], r.drives.Kp, TOL["fp64"], "drive Kp")
+        _close_rel(gpu.work.drive_Kd.numpy()[0, :D], r.drives.Kd, TOL["fp64"], "drive Kd")
     # Stage 3 at a fixed v (sap_ref's solution): γ, ℓ, ∇ℓ, H, isolated from stages 1–2 by giving
     # sap_ref's objective the device's v*, J, R and v̂ of contacts and limits (they differ by
     # float32 ulps under approx32).
@@ -312,13 +312,13 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
             data = gpu.work.contact_hc.numpy()[0, :C].astype(p.dtype)
             p = dataclasses.replace(p, contact_hc=dataclasses.replace(p.contact_hc, k=data[:, 0], d=data[:, 1],
                                                                       fe0=data[:, 2], n0=data[:, 3], eps=data[:, 4]))
-    if gpu.work.limits.count and active.any():
-        J_lim = gpu.work.limit_J.numpy()[0, :gpu.work.limits.count][active][:, dofs]
-        p = dataclasses.replace(p, limit_J=J_lim.astype(p.dtype),
-                                limit_R=limit_R.astype(p.dtype), limit_v_hat=limit_v_hat.astype(p.dtype))
+    if L and active.any():
+        J_lim = gpu.work.row_J.numpy()[0, :L][active][:, dofs]
+        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.LIMIT, J=J_lim.astype(p.dtype),
+                                                         R=limit_R.astype(p.dtype), v_hat=limit_v_hat.astype(p.dtype)))
     if model.constraint_count:
-        p = dataclasses.replace(p, hol_J=hol_J[:, dofs].astype(p.dtype), hol_R=hol_R.astype(p.dtype),
-                                hol_v_hat=hol_v_hat.astype(p.dtype))
+        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.HOLONOMIC, J=hol_J[:, dofs].astype(p.dtype),
+                                                         R=hol_R.astype(p.dtype), v_hat=hol_v_hat.astype(p.dtype)))
     v = r.v1.copy()
     with cooperative_lanes(newton_path == "fused"):
         ev_gpu = gpu.evaluate_at(v[None])
@@ -330,7 +330,7 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
     allowed = TOL["fp64"] * max(1.0, terms) + _grad_roundoff(p, ev_ref, v[dofs])
     assert np.all(err <= allowed), f"grad: |Δ| = {err.max():.3e}, allowed {allowed[np.argmax(err - allowed)]:.3e}"
     # H (or diag H) in float32 is accumulated term by term: A plus one term per row.
-    rows = 3 * C + len(p.limit_R) + len(p.hol_R) + len(p.drive.dof)
+    rows = 3 * C + len(p.rows)
     htol = TOL["fp64"] if cfg.contact_linear_solve_precision == "fp64" else fp32_hessian_tol(rows)
     if cfg.contact_linear_solver == "cholesky":
         _close(ev_gpu["H"][0][np.ix_(dofs, dofs)], hessian(p, ev_ref), htol, "H")
@@ -344,7 +344,8 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
     if C:
         _close(ev_gpu["contact_gamma"][0, :C], ev_ref.contact_gamma, TOL["fp64"], "contact gamma")
     if model.constraint_count:
-        _close(ev_gpu["holonomic_gamma"][0], ev_ref.hol_gamma, TOL["fp64"], "holonomic gamma")
+        _close(ev_gpu["holonomic_gamma"][0], ev_ref.row_gamma[p.rows.rows(RowKind.HOLONOMIC)], TOL["fp64"],
+               "holonomic gamma")
     # Full step: sap_gpu's v₁ solves sap_ref's problem (optimality or cost criterion met) and is
     # as close to sap_ref's v₁ as the two residuals allow, when both converged.
     status = gpu.diagnostics()["status"][0]

@@ -19,6 +19,7 @@ from sap_common.constants import HOLONOMIC_BETA
 from sap_common.io.json_scene import load_json
 from sap_common.io.scene import LoadedScene
 from sap_common.model import ConstraintType, SapModel
+from sap_common.rows import RowKind
 from sap_ref.collision import CollisionPipeline
 from sap_ref.free_motion import free_motion
 from sap_ref.holonomic import constraint_kinematics, holonomic_constraints, rotation_vector
@@ -353,7 +354,7 @@ def test_builtin_scene_keeps_its_constraint(name):
     r = solver.last_results[0]
     assert r.holonomic is not None and len(r.holonomic.R) == m.constraint_row_count
     # The constraint carries load: its impulses are not zero.
-    gamma = r.solve.evaluation.hol_gamma
+    gamma = r.solve.evaluation.row_gamma[r.problem.rows.rows(RowKind.HOLONOMIC)]
     assert len(gamma) == m.constraint_row_count and np.abs(gamma).max() > 0.0
 
 

@@ -9,7 +9,7 @@ from variants import LINE_SEARCHES, PRESETS
 
 from sap_common.config import SapConfig
 from sap_common.state import StepStatus
-from sap_ref.constraints import DriveConstraints, HuntCrossley
+from sap_ref.constraints import DriveConstraints, HuntCrossley, ScalarRows
 from sap_ref.contact_jacobian import contact_regularization, delassus_weights
 from sap_ref.contact_solve import SapProblem, cost_along_line, evaluate, hessian, solve, stopping_criterion
 from sap_ref.line_search import armijo_decay, exact_root, monotone_decay
@@ -47,8 +47,9 @@ def problems(draw):
                              v_target=rng.normal(size=D), u0=rng.normal(size=D), Kp=10 ** rng.uniform(0, 4, D),
                              Kd=10 ** rng.uniform(-1, 2, D), effort=np.where(rng.random(D) < 0.5, np.inf, 5.0),
                              h=H_STEP)
+    rows = ScalarRows.from_parts(drive, limit=(limit_J, limit_R, limit_v_hat))
     return SapProblem(dofs=np.arange(n), A=A, v_star=v_star, contact_J=J, contact_R=R, contact_v_hat=v_hat,
-                      contact_mu=mu, limit_J=limit_J, limit_R=limit_R, limit_v_hat=limit_v_hat, drive=drive), rng
+                      contact_mu=mu, rows=rows), rng
 
 
 def _near_border(p, v, h):
@@ -58,8 +59,7 @@ def _near_border(p, v, h):
         for s in (1, -1):
             e = evaluate(p, v + s * d)
             if (not np.array_equal(e.contact_mode, base.contact_mode)
-                    or not np.array_equal(e.limit_G > 0, base.limit_G > 0)
-                    or not np.array_equal(e.drive_G > 0, base.drive_G > 0)):
+                    or not np.array_equal(e.row_G > 0, base.row_G > 0)):
                 return True
     return False
 
@@ -141,8 +141,7 @@ def test_quadratic_problem_converges_in_one_newton_step():
                              v_target=np.zeros(2), u0=np.zeros(2), Kp=np.array([100.0, 50.0]), Kd=np.array([10.0, 5.0]),
                              effort=np.full(2, np.inf), h=0.01)
     p = SapProblem(dofs=np.arange(n), A=A, v_star=np.ones(n), contact_J=np.zeros((0, 3, n)), contact_R=np.zeros((0, 3)),
-                   contact_v_hat=np.zeros((0, 3)), contact_mu=np.zeros(0), limit_J=np.zeros((0, n)),
-                   limit_R=np.zeros(0), limit_v_hat=np.zeros(0), drive=drive)
+                   contact_v_hat=np.zeros((0, 3)), contact_mu=np.zeros(0), rows=ScalarRows.from_parts(drive))
     for ls in LINE_SEARCHES:
         res = solve(p, np.zeros(n), SapConfig.from_preset("drake", line_search_variant=ls))
         assert res.status & StepStatus.CONVERGED and res.iterations == 1
@@ -211,8 +210,12 @@ def _stall_problem():
         if tail:
             groups.setdefault(head, {})[tail] = d[key][()] if d[key].ndim == 0 else d[key]
     fields = {k: d[k] for k in d.files if "." not in k and k not in ("v_start", "v_ref")}
+    # The file keeps the problem's first layout (limit, holonomic and drive rows apart).
+    rows = ScalarRows.from_parts(DriveConstraints(**groups["drive"]),
+                                 limit=tuple(fields.pop(f"limit_{x}") for x in ("J", "R", "v_hat")),
+                                 holonomic=tuple(fields.pop(f"hol_{x}") for x in ("J", "R", "v_hat")))
     hc = groups["contact_hc"]
-    p = SapProblem(**fields, drive=DriveConstraints(**groups["drive"]),
+    p = SapProblem(**fields, rows=rows,
                    contact_hc=HuntCrossley(**{k: (bool(v) if k == "similar" else v) for k, v in hc.items()}))
     return p, d["v_start"], d["v_ref"]
 

@@ -7,7 +7,7 @@ Two figures, obtained two different ways, and named so in every output:
   Newton iteration of a world, *derived from its access pattern*: the functions of
   ``sap_gpu/contact_problem.py`` it calls are walked here, phase by phase, over the lists the
   step really built (each world's contact count, the non-zero columns of every row of A and
-  of J, the rows touching every DOF, the active limit rows, the drives) and each world's
+  of J, the rows touching every DOF, the scalar rows in use and their kinds) and each world's
   Newton and line-search iteration counts. Every array element the source reads counts as one
   load and every element it writes as one store, with the element's size in bytes (a
   ``vec3d`` is one load of 24 B); nothing is assumed cached, so two reads of ``v[k]`` in one
@@ -24,7 +24,7 @@ Two figures, obtained two different ways, and named so in every output:
   the momentum pass, H's A part and the direction's sums read no A or v* from global memory
   (they read v there, densely: every v_k, k < nv, per row), and Δv comes from a shared tile
   (with rows, loaded there from the solve's output). Per world, the rows
-  go to lanes round-robin (DOF i, contact c, limit row r, drive d to lane ``index mod lanes``),
+  go to lanes round-robin (DOF i, contact c, scalar row r to lane ``index mod lanes``),
   as the kernel's ``range(lane, n, block_dim)`` loops do, and the
   **busiest lane** of an iteration is the sum, over the phases between two block barriers, of
   the largest lane's count: the dependent loads one world's iteration waits for. Its **own**
@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from sap_common.rows import RowKind
 from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_cholesky_for, fused_hessian_for
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
@@ -94,7 +95,7 @@ class _WorldLists:
     def __init__(self, solver):
         w = solver.work
         P = w.P
-        self.nv, self.limit_count, self.drive_count = int(P.nv), int(P.limit_count), int(P.drive_count)
+        self.nv, self.row_count = int(P.nv), int(P.row_count)
         self.n = int(w.H.shape[1])
         self.t = wp.types.type_size_in_bytes(P.v.dtype)
         self.tl = wp.types.type_size_in_bytes(w.H.dtype)
@@ -107,8 +108,8 @@ class _WorldLists:
         self.shared = self.tiles or self.lanes_cholesky
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
-                     "dof_contacts", "dof_nlimits", "dof_limits", "limit_ncols", "limit_cols", "limit_active",
-                     "limit_G", "dof_mask", "drive_dof"):
+                     "dof_contacts", "dof_nrows", "dof_rows", "row_ncols", "row_cols", "row_active",
+                     "row_G", "row_kind", "dof_mask"):
             setattr(self, name, _np(getattr(P, name)))
         self.iterations = _np(w.N.iterations)
         self.ls_iterations = _np(w.N.ls_iterations)
@@ -131,17 +132,22 @@ def _contact_params(ph: _Phase, lane: int, approximation: str) -> None:
         ph.load(lane, _F64)
 
 
-def _drive_params(ph: _Phase, lane: int) -> None:
-    ph.load(lane, _I)  # drive_dof
-    ph.load(lane, _F64, 7)  # q₀, q_target, v_target, u₀, Kp, Kd, effort
+def _row_params(ph: _Phase, lane: int, kind: int) -> None:
+    """``row_term``'s reads of a scalar row in use: its kind, then a drive's parameters or R, v̂."""
+    ph.load(lane, _I)  # row_kind
+    if kind == RowKind.DRIVE:
+        ph.load(lane, _I)  # drive_dof
+        ph.load(lane, _F64, 7)  # q₀, q_target, v_target, u₀, Kp, Kd, effort
+    else:
+        ph.load(lane, _F64, 2)  # R, v̂
 
 
 def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     """Per-lane loads and stores of each phase of one Newton iteration of world ``w``."""
-    t, tl, nv, L, D = s.t, s.tl, s.nv, s.limit_count, s.drive_count
+    t, tl, nv, S = s.t, s.tl, s.nv, s.row_count
     C = int(s.contact_count[w])
     ph = {name: _Phase(lanes) for name in NEWTON_PHASES}
-    # evaluate: momentum_pass over DOFs, then evaluate_rows over contacts, limits, drives (no barrier between).
+    # evaluate: momentum_pass over DOFs, then evaluate_rows over contacts, scalar rows (no barrier between).
     e = ph["evaluate_rows"]
     for i in range(nv):
         k, n = i % lanes, int(s.A_ncols[w, i])
@@ -163,26 +169,19 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         _contact_params(e, k, s.approximation)
         e.store(k, 9 * t)  # G
         e.store(k, t, 6)  # vc, γ
-    for r in range(L):
+    for r in range(S):
         k = r % lanes
-        _rows_dot(e, k, t, int(s.limit_ncols[w, r]), 1)
+        _rows_dot(e, k, t, int(s.row_ncols[w, r]), 1)
         e.store(k, t, 3)  # vc, γ, G
         e.load(k, _I)  # active
-        if s.limit_active[w, r]:
-            e.load(k, _F64, 2)
+        if s.row_active[w, r]:
+            _row_params(e, k, int(s.row_kind[r]))
             e.store(k, t, 2)
-    for d in range(D):
-        k = d % lanes
-        e.load(k, _I)
-        e.load(k, t)
-        e.store(k, t)
-        _drive_params(e, k)
-        e.store(k, t, 2)
     # gradient_pass over DOFs: Jᵀγ from the per-DOF lists, ∇ℓ, the stopping sums.
     g = ph["evaluate_gradient"]
     for i in range(nv):
         k = i % lanes
-        nc, nl = int(s.dof_ncontacts[w, i]), int(s.dof_nlimits[w, i])
+        nc, nl = int(s.dof_ncontacts[w, i]), int(s.dof_nrows[w, i])
         g.load(k, _I)
         g.load(k, _I, nc)
         g.load(k, _F64, 3 * nc)
@@ -191,8 +190,6 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         g.load(k, _I, nl)
         g.load(k, _F64, nl)
         g.load(k, t, nl)
-        g.load(k, _I, D)  # drive_dof of every drive
-        g.load(k, t, int((s.drive_dof[:D] == i).sum()))
         g.load(k, t)
         g.store(k, t)  # grad
         g.load(k, _I)  # dof_mask
@@ -222,13 +219,9 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
     for c in range(C):
         _rows_dot(dr, c % lanes, t, int(s.contact_ncols[w, c]), 3)
         dr.store(c % lanes, t, 3)
-    for rr in range(L):
-        _rows_dot(dr, rr % lanes, t, int(s.limit_ncols[w, rr]), 1)
+    for rr in range(S):
+        _rows_dot(dr, rr % lanes, t, int(s.row_ncols[w, rr]), 1)
         dr.store(rr % lanes, t)
-    for d in range(D):
-        dr.load(d % lanes, _I)
-        dr.load(d % lanes, t)
-        dr.store(d % lanes, t)
     for i in range(nv):
         k = i % lanes
         if s.shared:  # A, v* and Δv from shared tiles
@@ -247,16 +240,12 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         k = c % lanes
         p.load(k, t, 9)  # vc (3), Δvc (3 + 3)
         _contact_params(p, k, s.approximation)
-    for rr in range(L):
+    for rr in range(S):
         k = rr % lanes
         p.load(k, _I)
-        if s.limit_active[w, rr]:
+        if s.row_active[w, rr]:
             p.load(k, t, 5)
-            p.load(k, _F64, 2)
-    for d in range(D):
-        k = d % lanes
-        _drive_params(p, k)
-        p.load(k, t, 5)
+            _row_params(p, k, int(s.row_kind[rr]))
     u = ph["update"]
     for i in range(nv):
         u.load(i % lanes, t, 2)
@@ -269,7 +258,7 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
 def _hessian_rows(h: _Phase, s: _WorldLists, w: int, lanes: int, shared_A: bool) -> None:
     """hessian_rows over DOFs (``fused_hessian="rows"``): row i of H's lower triangle, −∇ℓ_i; with
     ``shared_A`` its A part from the shared tile."""
-    t, tl, nv, D = s.t, s.tl, s.nv, s.drive_count
+    t, tl, nv = s.t, s.tl, s.nv
     for i in range(nv):
         k = i % lanes
         h.load(k, t)
@@ -292,39 +281,31 @@ def _hessian_rows(h: _Phase, s: _WorldLists, w: int, lanes: int, shared_A: bool)
                 h.load(k, tl)
                 h.store(k, tl)
         h.load(k, _I)
-        for u in range(int(s.dof_nlimits[w, i])):
-            r = int(s.dof_limits[w, i, u])
+        for u in range(int(s.dof_nrows[w, i])):
+            r = int(s.dof_rows[w, i, u])
             h.load(k, _I)
             h.load(k, t)
             h.load(k, _F64)
-            if s.limit_G[w, r] != 0:
+            if s.row_G[w, r] != 0:
                 h.load(k, _I)
-                for tt in range(int(s.limit_ncols[w, r])):
+                for tt in range(int(s.row_ncols[w, r])):
                     h.load(k, _I)
-                    if int(s.limit_cols[w, r, tt]) > i:
+                    if int(s.row_cols[w, r, tt]) > i:
                         break
                     h.load(k, _F64)
                     h.load(k, tl)
                     h.store(k, tl)
-        for d in range(D):
-            h.load(k, _I)
-            if int(s.drive_dof[d]) == i:
-                h.load(k, tl)
-                h.load(k, t)
-                h.store(k, tl)
 
 
 def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None:
-    """The tile assembly (``fused_hessian="tiles"``), lanes over the 32 columns: A + diag(d) and
-    −∇ℓ written to the world's scratch and loaded as tiles, then per slab the lanes' J and G J
+    """The tile assembly (``fused_hessian="tiles"``), lanes over the 32 columns: A and −∇ℓ
+    written to the world's scratch and loaded as tiles, then per slab the lanes' J and G J
     entries and the slab's two tile loads."""
-    t, tl, nv, L, D, ft, sr = s.t, s.tl, s.nv, s.limit_count, s.drive_count, FUSED_TILE, SLAB_ROWS
-    for col in range(ft):  # lanes over columns: column k of A + diag(d) to the slab, −∇ℓ_k
+    t, tl, nv, L, ft, sr = s.t, s.tl, s.nv, s.row_count, FUSED_TILE, SLAB_ROWS
+    for col in range(ft):  # lanes over columns: column k of A to the slab, −∇ℓ_k
         k = col % lanes
         if col < nv:
             h.load(k, t)  # ∇ℓ_k
-            h.load(k, _I, D)  # drive_dof of every drive
-            h.load(k, t, int((s.drive_dof[:D] == col).sum()))
         h.store(k, tl)  # −∇ℓ_k
         h.store(k, tl, ft)  # (A's column from its shared tile)
     h.spread(lanes, tl, ft * ft + ft, 0)  # the tiles of H and of −∇ℓ
@@ -340,7 +321,7 @@ def _tile_hessian(h: _Phase, s: _WorldLists, w: int, C: int, lanes: int) -> None
                 h.store(k, tl, 6)
             h.store(k, tl, 2 * (sr - 3 * CONTACTS_PER_SLAB))  # the slab's tail rows
         h.spread(lanes, tl, 2 * sr * ft, 0)  # the slab's J and G J tiles
-    active = [r for r in range(L) if s.limit_G[w, r] != 0]
+    active = [r for r in range(L) if s.row_G[w, r] != 0]
     for k in range(lanes):  # every lane scans the rows' G for the slab boundaries (and again to fill)
         h.load(k, t, L)
     for a0 in range(0, len(active), sr):

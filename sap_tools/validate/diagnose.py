@@ -38,6 +38,7 @@ import numpy as np
 from sap_common import spatial
 from sap_common.enums import ShapeType
 from sap_common.io.drake import drake_qv_to_joint
+from sap_common.rows import RowKind
 from sap_ref import collision as ref_collision
 from sap_ref.contact_solve import evaluate, stopping_criterion
 from sap_ref.integration import integrate_positions
@@ -513,9 +514,10 @@ def _recording_stages(ctx, n, result, pairs, recorded, v1, q1):
                 jt = np.zeros(len(v1))
                 jt[dofs] = np.einsum("cjn,cj->n", r.problem.contact_J, ev.contact_gamma)
                 rows.append(_stage("generalized contact force Jᵀγ/h [N, N·m]", jt / h, tau_c, STAGE_RTOL))
-            if len(r.problem.drive.dof) and actuated is not None:
+            drives = r.problem.rows.drive
+            if len(drives.dof) and actuated is not None:
                 u = np.zeros(len(v1))
-                u[r.problem.drive.dof] = ev.drive_gamma / h
+                u[drives.dof] = ev.row_gamma[r.problem.rows.rows(RowKind.DRIVE)] / h
                 rows.append(_stage("actuation: drive force [N, N·m]", u[actuated], Bu[actuated], STAGE_RTOL))
     if pairs and "force" in recorded[0] and result.contacts is not None and result.solve is not None:
         i = [p[0] for p in pairs]
