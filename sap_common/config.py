@@ -8,6 +8,13 @@ or from a line-search-dependent default; explicit values always win::
     cfg.line_search_max_iterations      # 100: exact_root's default, since it was not given
     cfg.replace(contact_preset_variant="approx32")   # re-expands the preset, keeps overrides
 
+The knobs are grouped by the code that reads them (:data:`GROUPS`); each group is a read-only
+property holding the resolved values under short names, and ``from_preset`` and ``replace`` take
+a group object as a keyword too::
+
+    cfg.line_search.max_iterations      # the same 100, as LineSearchSettings.max_iterations
+    SapConfig.from_preset("drake", line_search=LineSearchSettings(variant="exact_root"))  # == cfg
+
 Names are normalized before validation: case and ``-``/``_`` are ignored
 (``approx-32`` → ``approx32``), and precisions accept ``fp32``/``f32``/``float32``/``single``
 and the NumPy dtypes. Bad values raise ``ValueError`` naming the field and the valid values.
@@ -56,6 +63,14 @@ __all__ = [
     "precision_dtype",
     "normalize_preset",
     "SapConfigWarning",
+    "GROUPS",
+    "GROUP_SETTINGS",
+    "NewtonSettings",
+    "LineSearchSettings",
+    "LinearSolveSettings",
+    "ContactModelSettings",
+    "GpuKernelSettings",
+    "TimeStepSettings",
 ]
 
 PRECISIONS = ("fp32", "fp64")
@@ -263,9 +278,233 @@ def _real(field_name: str, value, *, low: float, low_open: bool, high: float = m
     return x
 
 
+# ----------------------------------------------------------------------------- groups
+
+def _knob(flat: str):
+    """A group field standing for the SapConfig knob ``flat``; ``None`` means "not set"."""
+    return field(default=None, metadata={"knob": flat})
+
+
+class _Group:
+    """What every settings group shares: the map from its attributes to SapConfig's knobs."""
+
+    @classmethod
+    def knobs(cls) -> dict[str, str]:
+        """``{group attribute: SapConfig knob}``, in field order."""
+        return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls)}
+
+
+@dataclass(frozen=True)
+class NewtonSettings(_Group):
+    """When Newton's method on the SAP cost stops (``cfg.newton``; Newton's method, not the Newton
+    physics engine of ``sap_newton``). Read by the Newton loop: ``sap_ref.contact_solve`` (its
+    ``solve`` and ``stopping_criterion``) and sap_ref's line search ``exact_root``, which stops at
+    once where the slope is below the cost criterion; in sap_gpu, its Newton loop and line searches.
+
+    Attributes:
+        max_iterations: Newton iteration cap (``max_iterations``).
+        optimality_abs_tol / optimality_rel_tol: ε_a and ε_r of the optimality criterion
+            (``optimality_abs_tol`` / ``optimality_rel_tol``).
+        cost_abs_tol / cost_rel_tol: the cost criterion (``cost_abs_tol`` / ``cost_rel_tol``;
+            line-search-dependent defaults).
+    """
+
+    max_iterations: int | None = _knob("max_iterations")
+    optimality_abs_tol: float | None = _knob("optimality_abs_tol")
+    optimality_rel_tol: float | None = _knob("optimality_rel_tol")
+    cost_abs_tol: float | None = _knob("cost_abs_tol")
+    cost_rel_tol: float | None = _knob("cost_rel_tol")
+
+
+@dataclass(frozen=True)
+class LineSearchSettings(_Group):
+    """The line search along each Newton direction (``cfg.line_search``). Read by
+    ``sap_ref.line_search`` (every search takes this group; ``exact_root`` also takes the cost
+    tolerances of :class:`NewtonSettings`) and, in sap_gpu, by the line-search kernels.
+
+    Attributes:
+        variant: ``monotone_decay``, ``armijo_decay`` or ``exact_root`` (``line_search_variant``).
+        max_iterations: probes per line search (``line_search_max_iterations``; 40, or 100 for
+            ``exact_root``).
+        rho: ``armijo_decay``'s decay factor (``rho``).
+        armijo_c: ``armijo_decay``'s sufficient-decrease constant (``armijo_c``).
+        relative_slop: the cost slop relative to the local cost (``line_search_relative_slop``).
+    """
+
+    variant: str | None = _knob("line_search_variant")
+    max_iterations: int | None = _knob("line_search_max_iterations")
+    rho: float | None = _knob("rho")
+    armijo_c: float | None = _knob("armijo_c")
+    relative_slop: float | None = _knob("line_search_relative_slop")
+
+
+@dataclass(frozen=True)
+class LinearSolveSettings(_Group):
+    """The linear solves (``cfg.linear_solve``): the Newton system H Δv = −∇ℓ and, with
+    ``matrixfree_representation``, the free motion's A (v* − v₀) = h k. Read by
+    ``sap_ref.contact_solve.newton_direction``, ``sap_ref.linear_solve.PcrSettings.from_config``
+    and the free motion; in sap_gpu, by the Cholesky and PCR kernels.
+
+    Attributes:
+        solver: ``cholesky`` or ``pcr`` (``contact_linear_solver``).
+        precision: ``fp32``/``fp64`` of the Newton system's solve (``contact_linear_solve_precision``).
+        pcr_max_iterations / pcr_rtol / pcr_atol / pcr_regularization: PCR's cap, stopping rule
+            and Jacobi regularization (the ``pcr_*`` knobs).
+        matrixfree_representation: the free motion by PCR too (``matrixfree_representation``).
+    """
+
+    solver: str | None = _knob("contact_linear_solver")
+    precision: str | None = _knob("contact_linear_solve_precision")
+    pcr_max_iterations: int | None = _knob("pcr_max_iterations")
+    pcr_rtol: float | None = _knob("pcr_rtol")
+    pcr_atol: float | None = _knob("pcr_atol")
+    pcr_regularization: float | None = _knob("pcr_regularization")
+    matrixfree_representation: bool | None = _knob("matrixfree_representation")
+
+
+@dataclass(frozen=True)
+class ContactModelSettings(_Group):
+    """The contact constraints (``cfg.contact_model``): which approximation, the material values of
+    shapes that set none, the contact weights and points, and the contact slots. Read by the
+    collision (slots, fallback materials) and the constraint stage (``sap_ref.contact_jacobian``,
+    ``sap_ref.constraints``, the solver's contact parameters) of either backend.
+
+    Attributes:
+        approximation: ``sap``, ``lagged`` or ``similar`` (``discrete_contact_approximation``).
+        tau_d: τ_d of a shape that sets none (``contact_tau_d``; ``sap`` only).
+        beta: near-rigid threshold β (``contact_beta``; ``sap`` only).
+        sigma: friction regularization σ (``contact_sigma``).
+        fallback_stiffness / fallback_mu: k and μ of a shape that sets none.
+        stiction_tolerance: v_s of the Hunt–Crossley friction (``lagged``, ``similar``).
+        fallback_hc_dissipation: Hunt–Crossley d of a shape that sets none (``lagged``, ``similar``).
+        weight_mode: ``body_inertia`` or ``diag_delassus`` (``contact_weight_mode``).
+        point_mode: ``witness_point`` or ``contact_midpoint`` (``contact_point_mode``).
+        weight_precision: ``fp32``/``fp64`` of w, R, v̂ (``sap_contact_weight_precision``).
+        max_rigid_contact: contact slots per world (``max_rigid_contact``).
+    """
+
+    approximation: str | None = _knob("discrete_contact_approximation")
+    tau_d: float | None = _knob("contact_tau_d")
+    beta: float | None = _knob("contact_beta")
+    sigma: float | None = _knob("contact_sigma")
+    fallback_stiffness: float | None = _knob("fallback_stiffness")
+    fallback_mu: float | None = _knob("fallback_mu")
+    stiction_tolerance: float | None = _knob("stiction_tolerance")
+    fallback_hc_dissipation: float | None = _knob("fallback_hc_dissipation")
+    weight_mode: str | None = _knob("contact_weight_mode")
+    point_mode: str | None = _knob("contact_point_mode")
+    weight_precision: str | None = _knob("sap_contact_weight_precision")
+    max_rigid_contact: int | None = _knob("max_rigid_contact")
+
+
+@dataclass(frozen=True)
+class GpuKernelSettings(_Group):
+    """How sap_gpu lays its Newton loop on the device (``cfg.gpu_kernel``): read by sap_gpu's
+    solver when it builds its kernels; sap_ref reads none of it. None of it changes an iterate
+    beyond the last bits (the choices of ``fused_hessian`` and ``fused_cholesky``).
+
+    Attributes:
+        newton_path: ``fused`` or ``staged`` (``newton_path``).
+        fused_max_registers: the fused kernel's register cap (``fused_max_registers``).
+        fused_hessian: ``rows`` or ``tiles`` (``fused_hessian``).
+        fused_cholesky: ``auto``, ``tile`` or ``lanes`` (``fused_cholesky``).
+    """
+
+    newton_path: str | None = _knob("newton_path")
+    fused_max_registers: int | str | None = _knob("fused_max_registers")
+    fused_hessian: str | None = _knob("fused_hessian")
+    fused_cholesky: str | None = _knob("fused_cholesky")
+
+
+@dataclass(frozen=True)
+class TimeStepSettings(_Group):
+    """The preset and what the time step's stages read outside the contact model, the Newton loop
+    and the linear solves (``cfg.time_step``; not the step length h, which ``step`` takes): the
+    boundary's pose precision, the free motion's precision, the precision of ℓ, ∇ℓ and H, and the
+    position update. Read by the solver's step (``sap_ref.solver``, ``sap_gpu.solver``) and its
+    stages: ``sap_ref.boundary``, ``sap_ref.free_motion``, ``sap_ref.contact_solve``,
+    ``sap_ref.integration``.
+
+    Attributes:
+        preset: ``approx32``, ``approx64`` or ``drake`` (``contact_preset_variant``).
+        f64_boundary_pose: the boundary pose in float64 (``use_f64_boundary_pose``).
+        free_motion_precision: ``fp32``/``fp64`` of the free motion solve (``free_motion_solve_precision``).
+        contact_solve_precision: ``fp32``/``fp64`` of ℓ, ∇ℓ, H (``contact_solve_precision``).
+        position_integration: ``midpoint`` or ``sap_euler`` (``position_integration``).
+    """
+
+    preset: str | None = _knob("contact_preset_variant")
+    f64_boundary_pose: bool | None = _knob("use_f64_boundary_pose")
+    free_motion_precision: str | None = _knob("free_motion_solve_precision")
+    contact_solve_precision: str | None = _knob("contact_solve_precision")
+    position_integration: str | None = _knob("position_integration")
+
+
+# SapConfig's attribute for each group -> its settings class.
+GROUP_SETTINGS = MappingProxyType({
+    "newton": NewtonSettings,
+    "line_search": LineSearchSettings,
+    "linear_solve": LinearSolveSettings,
+    "contact_model": ContactModelSettings,
+    "gpu_kernel": GpuKernelSettings,
+    "time_step": TimeStepSettings,
+})
+# Group -> the SapConfig knobs it holds: every knob in exactly one group (tests/test_config.py).
+GROUPS = MappingProxyType({name: tuple(cls.knobs().values()) for name, cls in GROUP_SETTINGS.items()})
+
+
+class _GroupView:
+    """A read-only attribute of SapConfig: its group ``cls`` holding the config's resolved knobs.
+    Computed on each read, so the flat fields stay the one source of equality, hashing and replace."""
+
+    def __init__(self, cls, what: str):
+        self.cls = cls
+        self.__doc__ = f"{what}, resolved (:class:`{cls.__name__}`)."
+
+    def __get__(self, config, owner=None):
+        if config is None:
+            return self
+        return self.cls(**{attr: getattr(config, knob) for attr, knob in self.cls.knobs().items()})
+
+
+def _flatten_groups(kwargs: dict) -> dict:
+    """``kwargs`` with each group object replaced by the knobs it sets, under their flat names.
+
+    ``ValueError`` for a group of the wrong class, or for a knob given both flat and in a group
+    with different values (naming both)."""
+    flat = {k: v for k, v in kwargs.items() if k not in GROUP_SETTINGS}
+    for name, group in kwargs.items():
+        if name not in GROUP_SETTINGS or group is None:
+            continue
+        cls = GROUP_SETTINGS[name]
+        if not isinstance(group, cls):
+            raise ValueError(f"{name}: expected a {cls.__name__}, got {type(group).__name__}")
+        for attr, knob in cls.knobs().items():
+            value = getattr(group, attr)
+            if value is None:
+                continue
+            if flat.get(knob) is not None and flat[knob] != value:
+                raise ValueError(f"{knob}={flat[knob]!r} conflicts with {name}.{attr}={value!r}: give one of them")
+            flat[knob] = value
+    return flat
+
+
+class _PresetDefault(str):
+    """The type of ``from_preset``'s default preset: equal to "approx32", but told apart from an
+    explicit "approx32" so that a ``time_step`` group's preset does not conflict with the default."""
+
+
+_PRESET_DEFAULT = _PresetDefault("approx32")
+
+
 @dataclass(frozen=True)
 class SapConfig:
     """Every knob of the SAP time step (docs/presets.md). ``None`` = preset / dependent default.
+
+    The flat fields below are the configuration; the groups ``newton``, ``line_search``,
+    ``linear_solve``, ``contact_model``, ``gpu_kernel`` and ``time_step`` are read-only views of
+    them (:data:`GROUPS`), so equality, hashing and ``replace`` see the flat fields only. The
+    constructor takes flat fields only; ``from_preset`` and ``replace`` also take groups.
 
     Attributes:
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
@@ -496,6 +735,15 @@ class SapConfig:
                                               low_open=False, note=" s/m"))
         _warn_unused_knobs(self)
 
+    # ------------------------------------------------------------------ groups
+
+    newton = _GroupView(NewtonSettings, "The Newton loop's stopping rules")
+    line_search = _GroupView(LineSearchSettings, "The line search")
+    linear_solve = _GroupView(LinearSolveSettings, "The linear solves")
+    contact_model = _GroupView(ContactModelSettings, "The contact constraints")
+    gpu_kernel = _GroupView(GpuKernelSettings, "How sap_gpu lays its Newton loop on the device")
+    time_step = _GroupView(TimeStepSettings, "The preset and the time step's other stages")
+
     # ------------------------------------------------------------------ constructors
 
     @classmethod
@@ -504,26 +752,37 @@ class SapConfig:
         return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 
     @classmethod
-    def from_preset(cls, contact_preset_variant: str = "approx32", **overrides) -> "SapConfig":
+    def from_preset(cls, contact_preset_variant: str = _PRESET_DEFAULT, **overrides) -> "SapConfig":
         """Expand preset ``contact_preset_variant``, then apply ``overrides`` (each wins).
 
         ``SapConfig.from_preset("drake", line_search_variant="exact_root")`` and
         ``SapConfig.from_preset(**scene.solver_kwargs)`` both work. ``None`` values mean
         "not set". Unknown override names raise ``ValueError`` listing the valid knobs.
+
+        An override may also be a group (``line_search=LineSearchSettings(variant="exact_root")``):
+        the knobs it sets (its fields that are not ``None``) apply as if given flat, so a resolved
+        group such as ``cfg.line_search`` sets all of its knobs explicitly. A knob given both flat
+        (or as ``contact_preset_variant``) and in a group with a different value raises ``ValueError``.
         """
         valid = cls.knob_names()
-        unknown = sorted(set(overrides) - set(valid))
+        unknown = sorted(set(overrides) - set(valid) - set(GROUP_SETTINGS))
         if unknown:
             raise ValueError(f"unknown SapConfig knob(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        if type(contact_preset_variant) is not _PresetDefault:
+            overrides["contact_preset_variant"] = contact_preset_variant
+        overrides = _flatten_groups(overrides)
+        preset = overrides.pop("contact_preset_variant", "approx32")
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        return cls(contact_preset_variant=contact_preset_variant, **overrides)
+        return cls(contact_preset_variant=preset, **overrides)
 
     def replace(self, **overrides) -> "SapConfig":
         """A new config: this one's explicit choices plus ``overrides``, re-expanded.
 
         Changing ``contact_preset_variant`` or ``line_search_variant`` refreshes every knob
-        that was never set explicitly.
+        that was never set explicitly. Groups are accepted as in :meth:`from_preset`; what they
+        set wins over this config's explicit choices like a flat override.
         """
+        overrides = _flatten_groups(overrides)
         kept = {k: getattr(self, k) for k in self._explicit if k != "contact_preset_variant"}
         preset = overrides.pop("contact_preset_variant", self.contact_preset_variant)
         return SapConfig.from_preset(preset, **{**kept, **overrides})

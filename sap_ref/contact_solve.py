@@ -317,15 +317,18 @@ def cost_along_line(p: SapProblem, ev: Evaluation, dv: np.ndarray):
 
 
 def stopping_criterion(p: SapProblem, ev: Evaluation, config: SapConfig):
-    """``(reached, r, s)``: r = ‖D̃∇ℓ‖, s = max(‖D̃Av‖, ‖D̃Jᵀγ‖), reached if r ≤ ε_a + ε_r s."""
+    """``(reached, r, s)``: r = ‖D̃∇ℓ‖, s = max(‖D̃Av‖, ‖D̃Jᵀγ‖), reached if r ≤ ε_a + ε_r s
+    (``config.newton``'s optimality tolerances)."""
+    newton = config.newton
     d = p.dtype.type(1.0) / np.sqrt(np.diag(p.A))
     r = float(np.linalg.norm(d * ev.grad))
     s = float(max(np.linalg.norm(d * ev.momentum), np.linalg.norm(d * ev.jt_gamma)))
-    return r <= config.optimality_abs_tol + config.optimality_rel_tol * s, r, s
+    return r <= newton.optimality_abs_tol + newton.optimality_rel_tol * s, r, s
 
 
 def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
     """Newton iterations from ``v_guess`` (docs/formulation.md § Newton loop); never raises on a failed solve."""
+    newton = config.newton
     v = np.asarray(v_guess, dtype=p.dtype).copy()
     ev = evaluate(p, v)
     history, ls_iterations, cost_reached = [], 0, False
@@ -340,7 +343,7 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         if optimal or cost_reached:
             status |= StepStatus.CONVERGED
             break
-        if k == config.max_iterations:
+        if k == newton.max_iterations:
             status |= StepStatus.MAX_ITERATIONS
             break
         dv, ok, lin, fallback = newton_direction(p, ev, config)
@@ -352,7 +355,8 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         if not ok:
             status |= StepStatus.LINEAR_SOLVE_FAILURE
             break
-        ls = line_search(cost_along_line(p, ev, dv), float(ev.ell), float(ev.grad @ dv), config)
+        ls = line_search(cost_along_line(p, ev, dv), float(ev.ell), float(ev.grad @ dv), config.line_search,
+                         cost_abs_tol=newton.cost_abs_tol, cost_rel_tol=newton.cost_rel_tol)
         ls_iterations += ls.iterations
         history.append(NewtonIterate(v=v.copy(), ell=float(ev.ell), residual=r, dv=dv, alpha=ls.alpha, line_search=ls,
                                      linear_solve=lin, fallback=fallback))
@@ -366,7 +370,7 @@ def solve(p: SapProblem, v_guess: np.ndarray, config: SapConfig) -> SolveResult:
         ell = float(ev.ell)
         # Drake's cost criterion, tested at the top of the next iteration (docs/formulation.md § Stopping criteria).
         cost_reached = (abs(ell_prev - ell)
-                        < config.cost_abs_tol + config.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
+                        < newton.cost_abs_tol + newton.cost_rel_tol * 0.5 * (abs(ell) + abs(ell_prev))
                         and ls.alpha > 0.5)
     _, r, s = stopping_criterion(p, ev, config) if np.all(np.isfinite(ev.grad)) else (False, np.inf, np.inf)
     return SolveResult(v=v, evaluation=ev, iterations=k, line_search_iterations=ls_iterations, status=status,

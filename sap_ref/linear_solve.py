@@ -56,7 +56,9 @@ class PcrSettings:
 
     @classmethod
     def from_config(cls, config: SapConfig) -> "PcrSettings":
-        return cls(config.pcr_max_iterations, config.pcr_rtol, config.pcr_atol, config.pcr_regularization)
+        """The ``pcr_*`` knobs of ``config.linear_solve``."""
+        ls = config.linear_solve
+        return cls(ls.pcr_max_iterations, ls.pcr_rtol, ls.pcr_atol, ls.pcr_regularization)
 
 
 @dataclass

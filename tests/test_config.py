@@ -6,7 +6,22 @@ import warnings
 import numpy as np
 import pytest
 
-from sap_common.config import PRESETS, SapConfig, normalize_preset, precision_dtype
+from sap_common.config import (
+    GROUP_SETTINGS,
+    GROUPS,
+    LINE_SEARCH_VARIANTS,
+    PRESETS,
+    ContactModelSettings,
+    GpuKernelSettings,
+    LinearSolveSettings,
+    LineSearchSettings,
+    NewtonSettings,
+    SapConfig,
+    SapConfigWarning,
+    TimeStepSettings,
+    normalize_preset,
+    precision_dtype,
+)
 
 # docs/presets.md § Presets, written out here independently of sap_common.config.PRESETS.
 TABLE = {
@@ -337,3 +352,139 @@ def test_every_preset_and_line_search_with_its_defaults_is_silent(fresh_warnings
                     for approx in ("sap", "lagged", "similar"):
                         SapConfig.from_preset(preset, line_search_variant=ls, contact_linear_solver=solver,
                                               discrete_contact_approximation=approx)
+
+
+# ----------------------------------------------------------------------------- groups
+
+# docs/presets.md § Knobs by group: group -> {group attribute: flat knob}, written out here
+# independently of the field metadata sap_common.config derives GROUPS from.
+GROUP_TABLE = {
+    "newton": dict(max_iterations="max_iterations", optimality_abs_tol="optimality_abs_tol",
+                   optimality_rel_tol="optimality_rel_tol", cost_abs_tol="cost_abs_tol", cost_rel_tol="cost_rel_tol"),
+    "line_search": dict(variant="line_search_variant", max_iterations="line_search_max_iterations", rho="rho",
+                        armijo_c="armijo_c", relative_slop="line_search_relative_slop"),
+    "linear_solve": dict(solver="contact_linear_solver", precision="contact_linear_solve_precision",
+                         pcr_max_iterations="pcr_max_iterations", pcr_rtol="pcr_rtol", pcr_atol="pcr_atol",
+                         pcr_regularization="pcr_regularization",
+                         matrixfree_representation="matrixfree_representation"),
+    "contact_model": dict(approximation="discrete_contact_approximation", tau_d="contact_tau_d",
+                          beta="contact_beta", sigma="contact_sigma", fallback_stiffness="fallback_stiffness",
+                          fallback_mu="fallback_mu", stiction_tolerance="stiction_tolerance",
+                          fallback_hc_dissipation="fallback_hc_dissipation", weight_mode="contact_weight_mode",
+                          point_mode="contact_point_mode", weight_precision="sap_contact_weight_precision",
+                          max_rigid_contact="max_rigid_contact"),
+    "gpu_kernel": dict(newton_path="newton_path", fused_max_registers="fused_max_registers",
+                       fused_hessian="fused_hessian", fused_cholesky="fused_cholesky"),
+    "time_step": dict(preset="contact_preset_variant", f64_boundary_pose="use_f64_boundary_pose",
+                      free_motion_precision="free_motion_solve_precision",
+                      contact_solve_precision="contact_solve_precision", position_integration="position_integration"),
+}
+
+
+def test_every_knob_is_in_exactly_one_group():
+    knobs = [k for group in GROUPS.values() for k in group]
+    fields = [f.name for f in dataclasses.fields(SapConfig) if f.name != "_explicit"]
+    assert len(fields) == 38 and sorted(knobs) == sorted(fields)  # each once: no knob left out, none twice
+    assert {name: cls.knobs() for name, cls in GROUP_SETTINGS.items()} == GROUP_TABLE
+    assert {name: tuple(table.values()) for name, table in GROUP_TABLE.items()} == dict(GROUPS)
+    assert set(GROUPS).isdisjoint(SapConfig.knob_names())  # groups are views, not fields: equality ignores them
+
+
+@pytest.mark.parametrize("ls", LINE_SEARCH_VARIANTS)
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_group_properties_hold_the_resolved_knobs(preset, ls):
+    for overrides in (dict(), dict(contact_linear_solver="pcr", discrete_contact_approximation="lagged",
+                                   newton_path="staged")):
+        cfg = SapConfig.from_preset(preset, line_search_variant=ls, **overrides)
+        for name, table in GROUP_TABLE.items():
+            group = getattr(cfg, name)
+            assert type(group) is GROUP_SETTINGS[name]
+            for attr, knob in table.items():
+                value = getattr(group, attr)
+                assert value is not None and value == getattr(cfg, knob) and type(value) is type(getattr(cfg, knob))
+    assert SapConfig.from_preset(preset, line_search_variant=ls).line_search.max_iterations == (
+        100 if ls == "exact_root" else 40)  # the line-search-dependent default, resolved
+
+
+# One group object per group, each setting some knobs, and the same knobs given flat.
+GROUPED_AND_FLAT = [
+    (dict(newton=NewtonSettings(max_iterations=7, cost_rel_tol=1e-9)), dict(max_iterations=7, cost_rel_tol=1e-9)),
+    (dict(line_search=LineSearchSettings(variant="exact_root")), dict(line_search_variant="exact_root")),
+    (dict(line_search=LineSearchSettings(variant="armijo", rho=0.5, relative_slop=0.0)),
+     dict(line_search_variant="armijo", rho=0.5, line_search_relative_slop=0.0)),
+    (dict(linear_solve=LinearSolveSettings(solver="pcr", precision="fp64", pcr_rtol=1e-8)),
+     dict(contact_linear_solver="pcr", contact_linear_solve_precision="fp64", pcr_rtol=1e-8)),
+    (dict(contact_model=ContactModelSettings(approximation="lagged", stiction_tolerance=1e-3, max_rigid_contact=8,
+                                             weight_mode="diag_delassus")),
+     dict(discrete_contact_approximation="lagged", stiction_tolerance=1e-3, max_rigid_contact=8,
+          contact_weight_mode="diag_delassus")),
+    (dict(gpu_kernel=GpuKernelSettings(newton_path="staged")), dict(newton_path="staged")),
+    (dict(time_step=TimeStepSettings(position_integration="sap_euler", free_motion_precision="fp64")),
+     dict(position_integration="sap_euler", free_motion_solve_precision="fp64")),
+    (dict(line_search=LineSearchSettings(variant="exact_root"), newton=NewtonSettings(max_iterations=9), rho=0.8),
+     dict(line_search_variant="exact_root", max_iterations=9, rho=0.8)),
+]
+
+
+@pytest.mark.parametrize("grouped, flat", GROUPED_AND_FLAT)
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_a_group_keyword_equals_its_flat_knobs(preset, grouped, flat):
+    g, f = SapConfig.from_preset(preset, **grouped), SapConfig.from_preset(preset, **flat)
+    assert g == f and g.as_dict() == f.as_dict()
+    assert g._explicit == f._explicit  # what replace() keeps when the preset changes
+    base = SapConfig.from_preset(preset, rho=0.6, line_search_variant="armijo_decay", newton_path="staged")
+    assert base.replace(**grouped) == base.replace(**flat)  # a group wins over the explicit choices, as flat does
+    assert base.replace(**grouped).replace(contact_preset_variant="drake") == \
+        base.replace(**flat).replace(contact_preset_variant="drake")
+
+
+def test_groups_name_the_preset_and_rebuild_a_config():
+    assert SapConfig.from_preset(time_step=TimeStepSettings(preset="drake")) == SapConfig.from_preset("drake")
+    assert SapConfig().replace(time_step=TimeStepSettings(preset="approx64")).contact_preset_variant == "approx64"
+    with warnings.catch_warnings():
+        # A resolved group sets every knob it holds, pcr_rtol too, where Cholesky does not read it.
+        warnings.simplefilter("ignore", SapConfigWarning)
+        for preset in PRESET_NAMES:
+            for ls in LINE_SEARCH_VARIANTS:
+                cfg = SapConfig.from_preset(preset, line_search_variant=ls, discrete_contact_approximation="similar")
+                assert SapConfig.from_preset(**{name: getattr(cfg, name) for name in GROUPS}) == cfg
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: SapConfig.from_preset("drake", rho=0.5, line_search=LineSearchSettings(rho=0.6)),
+     r"rho=0.5 conflicts with line_search.rho=0.6"),
+    (lambda: SapConfig.from_preset(line_search_variant="exact_root", line_search=LineSearchSettings(variant="armijo")),
+     r"line_search_variant='exact_root' conflicts with line_search.variant='armijo'"),
+    (lambda: SapConfig.from_preset("approx64", time_step=TimeStepSettings(preset="drake")),
+     r"contact_preset_variant='approx64' conflicts with time_step.preset='drake'"),
+    (lambda: SapConfig.from_preset(contact_sigma=1e-2, contact_model=ContactModelSettings(sigma=1e-3)),
+     r"contact_sigma=0.01 conflicts with contact_model.sigma=0.001"),
+    (lambda: SapConfig().replace(pcr_rtol=1e-8, linear_solve=LinearSolveSettings(pcr_rtol=1e-9)),
+     r"pcr_rtol=1e-08 conflicts with linear_solve.pcr_rtol=1e-09"),
+    (lambda: SapConfig.from_preset(line_search=NewtonSettings()),
+     r"line_search: expected a LineSearchSettings, got NewtonSettings"),
+    (lambda: SapConfig.from_preset(line_search=LineSearchSettings(variant="wolfe")),
+     r"line_search_variant: 'wolfe' is not valid"),  # validated as the flat knob, under its flat name
+])
+def test_a_knob_given_flat_and_grouped_differently_raises(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_a_knob_given_flat_and_grouped_alike_is_accepted():
+    cfg = SapConfig.from_preset("drake", rho=0.5, line_search=LineSearchSettings(variant="armijo_decay", rho=0.5))
+    assert (cfg.rho, cfg.line_search_variant) == (0.5, "armijo_decay")
+    # replace(): an explicit choice of the config is replaced, not contradicted.
+    assert cfg.replace(line_search=LineSearchSettings(rho=0.6)).rho == 0.6
+
+
+def test_groups_are_frozen_and_hashable():
+    cfg = SapConfig()
+    for name in GROUPS:
+        group = getattr(cfg, name)
+        attr = next(iter(GROUP_TABLE[name]))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(group, attr, None)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(cfg, name, group)
+        assert hash(group) == hash(getattr(SapConfig(), name)) and group == getattr(SapConfig(), name)

@@ -156,26 +156,27 @@ def quadratic(a, b):
 
 
 CFG = SapConfig(line_search_variant="exact_root")
+COST_TOL = dict(cost_abs_tol=CFG.newton.cost_abs_tol, cost_rel_tol=CFG.newton.cost_rel_tol)  # exact_root's
 
 
 def test_exact_root_finds_the_minimum_and_may_overrelax():
     for a, b in ((1.0, 0.7), (2.0, 1.0), (1.0, 1.2)):
-        res = exact_root(quadratic(a, b), 0.0, -b, CFG)
+        res = exact_root(quadratic(a, b), 0.0, -b, CFG.line_search, **COST_TOL)
         assert res.alpha == pytest.approx(b / a, rel=1e-7) and not res.failed
-    assert exact_root(quadratic(1.0, 3.0), 0.0, -3.0, CFG).alpha == 1.5  # φ'(1.5) ≤ 0: α_max
-    assert exact_root(quadratic(1.0, 1.0), 0.0, 1.0, CFG).failed  # not a descent direction
+    assert exact_root(quadratic(1.0, 3.0), 0.0, -3.0, CFG.line_search, **COST_TOL).alpha == 1.5  # φ'(1.5) ≤ 0: α_max
+    assert exact_root(quadratic(1.0, 1.0), 0.0, 1.0, CFG.line_search, **COST_TOL).failed  # not a descent direction
 
 
 def test_exact_root_on_a_kinked_function():
     # φ(α) = (α − 0.3)² + 5·max(0, α − 0.5)²: piecewise smooth, minimum at 0.3.
     phi = lambda x: ((x - 0.3) ** 2 + 5 * max(0, x - 0.5) ** 2, 2 * (x - 0.3) + 10 * max(0, x - 0.5),  # noqa: E731
                      2 + (10 if x > 0.5 else 0))
-    res = exact_root(phi, 0.09, -0.6, CFG)
+    res = exact_root(phi, 0.09, -0.6, CFG.line_search, **COST_TOL)
     assert res.alpha == pytest.approx(0.3, abs=1e-7) and res.iterations <= 10
 
 
 def test_monotone_decay_halves_until_decrease():
-    cfg = SapConfig()
+    cfg = SapConfig().line_search
     assert monotone_decay(quadratic(1.0, 1.0), 0.0, -1.0, cfg).alpha == 1.0
     res = monotone_decay(quadratic(10.0, 1.0), 0.0, -1.0, cfg)  # minimum at 0.1: α = 1, ½ rise above φ(0)
     assert res.alpha == 0.125 and [p[0] for p in res.probes] == [1.0, 0.5, 0.25, 0.125]
@@ -184,11 +185,18 @@ def test_monotone_decay_halves_until_decrease():
 
 
 def test_armijo_decay_backtracks_with_rho():
-    cfg = SapConfig(line_search_variant="armijo_decay", rho=0.5)
+    cfg = SapConfig(line_search_variant="armijo_decay", rho=0.5).line_search
     assert armijo_decay(quadratic(0.1, 1.0), 0.0, -1.0, cfg).alpha == 2.0  # still descending at 1/ρ
     res = armijo_decay(quadratic(10.0, 1.0), 0.0, -1.0, cfg)
     assert res.alpha in (0.125, 0.0625) and not res.failed  # the backtracked points around 0.1
     assert armijo_decay(quadratic(1.0, 1.0), 0.0, 1.0, cfg).failed
+
+
+@pytest.mark.parametrize("search", [monotone_decay, armijo_decay])
+def test_a_line_search_refuses_the_whole_config(search):
+    # SapConfig.max_iterations is the Newton loop's cap: read as the line search's, it would be wrong.
+    with pytest.raises(TypeError, match=r"expected a LineSearchSettings \(config.line_search\), got SapConfig"):
+        search(quadratic(1.0, 1.0), 0.0, -1.0, SapConfig())
 
 
 # A problem the random search found (docs/formulation.md § Stopping criteria): seven Hunt–Crossley
