@@ -43,7 +43,8 @@ import numpy as np
 
 from .enums import JointType
 
-__all__ = ["RowKind", "ROW_KINDS", "ScalarRowLayout", "scalar_row_layout", "driven_dofs", "limit_slots"]
+__all__ = ["RowKind", "ROW_KINDS", "WINDOWED_KINDS", "ScalarRowLayout", "scalar_row_layout", "driven_dofs",
+           "limit_slots"]
 
 
 class RowKind(enum.IntEnum):
@@ -57,6 +58,14 @@ class RowKind(enum.IntEnum):
 # The order of the kinds in every world's scalar rows (and in every sum over them). It is the order
 # of the kinds' values, so that ``ScalarRowLayout.start`` can be indexed by kind.
 ROW_KINDS = (RowKind.LIMIT, RowKind.HOLONOMIC, RowKind.DRIVE)
+
+
+# The kinds whose rows may be out of use in a step: a limit row outside its window (docs/formulation.md
+# § Limits); a pass over the rows tests these rows' flag. A drive row is in use every step. A
+# holonomic row that cannot be formed (a distance constraint whose points meet) has J = 0, R = 1,
+# v̂ = 0 in sap_ref, so no impulse; sap_gpu marks it not in use, which its loop over the limit term's
+# rows (limits and holonomic rows together) tests anyway.
+WINDOWED_KINDS = frozenset({RowKind.LIMIT})
 
 
 def driven_dofs(model) -> np.ndarray:

@@ -48,30 +48,32 @@ HC_DATA = wp.types.vector(5, wp.float64)
 
 
 class RowLayout:
-    """A model's scalar rows on the device (:func:`sap_common.rows.scalar_row_layout`): ``count``
-    (S) slots, the limit rows first (``limit_count``), then the holonomic constraints' rows
-    (from ``holonomic_row0``), then the drives (from ``drive_row0``, ``drive_count``).
+    """A model's scalar rows on the device (:func:`sap_common.rows.scalar_row_layout`, ``host``):
+    ``count`` (S) slots, kind by kind, ``start`` the first row of each kind (indexed by
+    :class:`~sap_common.rows.RowKind`) and S last; the limit rows first (``limit_count``), then the
+    holonomic constraints' rows (from ``holonomic_row0``), then the drives (from ``drive_row0``,
+    ``drive_count``).
 
-    ``kind`` (S,): each row's :class:`~sap_common.rows.RowKind`. The limit rows:
-    ``limit_kind`` 0 a scalar DOF's (``limit_index`` = DOF), 1 a distance joint's (``limit_index``
-    = joint); ``limit_side`` −1 lower, +1 upper. ``drive_dof`` (D,): each drive's DOF. Arrays of
-    a kind without rows hold one unused entry, so kernel signatures never change.
+    The limit rows on the device: ``limit_kind`` 0 a scalar DOF's (``limit_index`` = DOF), 1 a
+    distance joint's (``limit_index`` = joint); ``limit_side`` −1 lower, +1 upper. ``drive_dof``
+    (D,): each drive's DOF. Arrays of a kind without rows hold one unused entry, so kernel
+    signatures never change.
     """
 
     def __init__(self, model: SapModel, device):
         layout = scalar_row_layout(model)
         self.host = layout
         self.count = layout.count
+        self.start = tuple(int(x) for x in layout.start)
         self.limit_count = len(layout.rows(RowKind.LIMIT))
-        self.holonomic_row0 = int(layout.start[RowKind.HOLONOMIC])
-        self.drive_row0 = int(layout.start[RowKind.DRIVE])
+        self.holonomic_row0 = self.start[RowKind.HOLONOMIC]
+        self.drive_row0 = self.start[RowKind.DRIVE]
         self.drive_count = len(layout.drive_dof)
 
         def arr(x):
             x = np.asarray(x, np.int32).reshape(-1)
             return wp.array(x if len(x) else np.zeros(1, np.int32), dtype=int, device=device)
 
-        self.kind = arr(layout.kind)
         self.limit_kind, self.limit_index, self.limit_side = (arr(layout.limit_kind), arr(layout.limit_index),
                                                               arr(layout.limit_side))
         self.drive_dof = arr(layout.drive_dof)

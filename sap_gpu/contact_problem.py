@@ -18,7 +18,7 @@ Everything here is built per scalar type and memoized:
 * :func:`row_functions` (T, contact approximation): row products, the terms γ, G, ℓ of every
   row, the gradient and stopping sums, the direction's row velocities and the line-search cost
   φ(α). Every pass walks the contacts, then the scalar rows (limits, holonomic constraints,
-  drives: :mod:`sap_common.rows`), whose term ``row_term`` dispatches on the row's kind. The
+  drives: :mod:`sap_common.rows`) kind by kind, each kind with its term (``row_terms``). The
   contact term is chosen here, when the kernels are built: the friction cone for ``sap``, the
   Hunt–Crossley constraint for ``lagged`` / ``similar``; the scalar rows, the Hessian assembly
   (from each row's G) and the linear solves are the same for every approximation, and the
@@ -46,18 +46,25 @@ from types import SimpleNamespace
 
 import warp as wp
 
-from sap_common.rows import RowKind
+from sap_common.rows import ROW_KINDS, WINDOWED_KINDS, RowKind
 from sap_common.state import StepStatus
 
 from .constraints import HC_DATA, hunt_crossley_term, make_terms
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "check_rolled_arrays", "HC_DATA"]
+__all__ = ["problem_types", "row_functions", "hessian_functions", "rolled_sums", "check_rolled_arrays", "HC_DATA",
+           "ROW_START", "ROW_END", "ROW_TERM_KINDS"]
 
 CONVERGED = wp.constant(int(StepStatus.CONVERGED))
-DRIVE = wp.constant(int(RowKind.DRIVE))
-HOLONOMIC = wp.constant(int(RowKind.HOLONOMIC))
+# Problem.row_start: the first scalar row of each kind (indexed by RowKind) and, last, their count.
+ROW_START = wp.types.vector(len(ROW_KINDS) + 1, int)
+ROW_END = wp.constant(len(ROW_KINDS))
+# The scalar rows' terms, each with the kinds it serves (contiguous in ROW_KINDS; every kind once):
+# a pass over the scalar rows walks them term by term, one loop per term, each spreading its rows over
+# the lanes from lane 0. LIMIT and HOLONOMIC share the limit term (the clamp dropped from the first
+# holonomic row on), DRIVE has its own (row_functions' ``row_terms`` holds the functions).
+ROW_TERM_KINDS = ((RowKind.LIMIT, RowKind.HOLONOMIC), (RowKind.DRIVE,))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
 
 _PROBLEM: dict = {}
@@ -78,12 +85,12 @@ def problem_types(T):
         """One step's SAP problem for every world (float64 inputs, read as T).
 
         Rows: the 3C contact rows (3 per slot), then the S scalar rows (``row_*``: limits,
-        holonomic constraints' rows, drives, kind by kind; ``row_kind`` says which, :mod:`sap_common.rows`).
-        ``vc``, ``dvc`` and ``gamma`` hold the contacts' 3C entries first, then the scalar rows'."""
+        holonomic constraints' rows, drives, kind by kind, :mod:`sap_common.rows`; the rows of kind
+        k are ``row_start[k] … row_start[k + 1] − 1``, S = ``row_start[ROW_END]``). ``vc``, ``dvc``
+        and ``gamma`` hold the contacts' 3C entries first, then the scalar rows'."""
         nv: int
         n_pad: int
-        row_count: int
-        drive_row0: int  # the first drive row: drive d is row drive_row0 + d
+        row_start: ROW_START
         h: wp.float64
         A: wp.array3d(dtype=wp.float64)
         v_star: wp.array2d(dtype=wp.float64)
@@ -95,14 +102,13 @@ def problem_types(T):
         contact_mu: wp.array2d(dtype=wp.float64)
         # Hunt–Crossley data per contact (lagged/similar): (k, d, fₑ₀, n₀, ε_s); a stand-in under sap.
         contact_hc: wp.array2d(dtype=HC5)
-        # The scalar rows: kind (RowKind), whether in use this step (a limit inside its window; every
-        # holonomic and drive row), J, and R, v̂ (limit and holonomic rows).
-        row_kind: wp.array(dtype=int)
+        # The scalar rows: whether in use this step (a limit inside its window; every holonomic and
+        # drive row), J, and R, v̂ (limit and holonomic rows).
         row_active: wp.array2d(dtype=int)
         row_J: wp.array3d(dtype=wp.float64)
         row_R: wp.array2d(dtype=wp.float64)
         row_v_hat: wp.array2d(dtype=wp.float64)
-        # The drive rows' parameters, by drive d (row drive_row0 + d).
+        # The drive rows' parameters, by drive d (row row_start[DRIVE] + d).
         drive_dof: wp.array(dtype=int)
         drive_q0: wp.array2d(dtype=wp.float64)
         drive_Kp: wp.array2d(dtype=wp.float64)
@@ -361,7 +367,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 
     Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
     (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term`` and
-    ``row_term``, a scalar row's by its kind), the products (``A_row_dot``,
+    ``row_terms``, each scalar-row kind's term), the products (``A_row_dot``,
     ``A_row_dots``, ``contact_rows_dot``, ``scalar_row_dot``), and the strided passes of one
     Newton iteration: ``momentum_pass``, ``evaluate_rows``, ``gradient_pass``, ``newton_stop``,
     ``direction_rows``, ``direction_sums`` and ``cost_along_line`` (φ(α) and its derivatives).
@@ -405,24 +411,55 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
                 T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
 
+    # The terms of the scalar rows (ROW_TERM_KINDS), wp.func (P, world, r, vc) -> (γ, G, ℓ) of row r at
+    # row velocity vc. A pass walks the rows term by term with the term fixed when the kernel is built:
+    # a branch on a row's kind inside one loop, or a loop per kind, costs the Newton kernels registers
+    # and spills (docs/benchmarks.md § The scalar rows' loops).
     @wp.func
-    def row_term(P: Problem, world: int, r: int, vc: T):
-        """γ, G, ℓ of scalar row r (in use this step) at row velocity vc, by its kind
-        (:mod:`sap_common.rows`): a drive's PD term; else the limit term, one-sided for a limit
-        and bilateral for a holonomic constraint's row."""
-        kind = P.row_kind[r]
-        gamma = T(0.0)
-        G = T(0.0)
-        ell = T(0.0)
-        if kind == DRIVE:
-            q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, r - P.drive_row0)
-            gamma, G, ell = drive_term(vc, T(P.h), q0, qt, vt, u, Kp, Kd, e)
-        else:
-            bilateral = int(0)
-            if kind == HOLONOMIC:
-                bilateral = 1
-            gamma, G, ell = limit_term(vc, T(P.row_R[world, r]), T(P.row_v_hat[world, r]), bilateral)
-        return gamma, G, ell
+    def limit_row_term(P: Problem, world: int, r: int, vc: T):
+        """A limit's one-sided term (docs/formulation.md § Limits), or a holonomic constraint's
+        row: the same without the clamp (docs/formulation.md § Holonomic constraints)."""
+        bilateral = int(0)
+        if r >= P.row_start[wp.static(int(RowKind.HOLONOMIC))]:
+            bilateral = 1
+        return limit_term(vc, T(P.row_R[world, r]), T(P.row_v_hat[world, r]), bilateral)
+
+    @wp.func
+    def drive_row_term(P: Problem, world: int, r: int, vc: T):
+        """A drive's PD term (docs/formulation.md § Drives), drive d = r − row_start[DRIVE]."""
+        q0, qt, vt, u, Kp, Kd, e = drive_params(P, world, r - P.row_start[wp.static(int(RowKind.DRIVE))])
+        return drive_term(vc, T(P.h), q0, qt, vt, u, Kp, Kd, e)
+
+    row_terms = {ROW_TERM_KINDS[0]: limit_row_term, ROW_TERM_KINDS[1]: drive_row_term}
+    # For the loops below, unrolled when a kernel is built: each term's first row kind, the kind
+    # after its last, and whether its rows can be out of use this step (sap_common.rows.WINDOWED_KINDS).
+    term_first = [int(kinds[0]) for kinds in ROW_TERM_KINDS]
+    term_end = [int(kinds[-1]) + 1 for kinds in ROW_TERM_KINDS]
+    term_windowed = [any(k in WINDOWED_KINDS for k in kinds) for kinds in ROW_TERM_KINDS]
+    terms = [row_terms[kinds] for kinds in ROW_TERM_KINDS]
+
+    def row_passes(term):
+        """``(evaluate, along_line)`` of one scalar row r in use, with ``term``: evaluate stores its γ
+        and G and returns ``ell`` + its ℓ; along_line returns ``s`` + its ℓ, dℓ/dα, d²ℓ/dα² at
+        v + αΔv (o = 3C, where the scalar rows' vc, Δvc and γ start)."""
+
+        @wp.func
+        def evaluate(P: Problem, world: int, o: int, r: int, vc: T, ell: T) -> T:
+            gr, Gr, lr = term(P, world, r, vc)
+            P.gamma[world, o + r] = gr
+            P.row_G[world, r] = Gr
+            return ell + lr
+
+        @wp.func
+        def along_line(P: Problem, world: int, o: int, r: int, alpha: T, s: V3) -> V3:
+            d = P.dvc[world, o + r]
+            gr, Gr, lr = term(P, world, r, P.vc[world, o + r] + alpha * d)
+            return V3(s[0] + lr, s[1] - d * gr, s[2] + d * Gr * d)
+
+        return evaluate, along_line
+
+    row_evaluate = [row_passes(term)[0] for term in terms]
+    row_along_line = [row_passes(term)[1] for term in terms]
 
     rolled = rolled_sums(T)
 
@@ -474,16 +511,22 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
                 P.vc[world, 3 * c + a] = Jv[a]
                 P.gamma[world, 3 * c + a] = g[a]
         o = P.contact_J.shape[1]
-        for r in range(lane, P.row_count, stride):
-            vcr = scalar_row_dot(P, world, r, P.v)
-            P.vc[world, o + r] = vcr
-            P.gamma[world, o + r] = T(0.0)
-            P.row_G[world, r] = T(0.0)
-            if P.row_active[world, r] != 0:
-                gr, Gr, lr = row_term(P, world, r, vcr)
-                ell = ell + lr
-                P.gamma[world, o + r] = gr
-                P.row_G[world, r] = Gr
+        # The scalar rows term by term (a loop unrolled when the kernel is built; each term's rows
+        # from lane 0); rows out of use this step (windowed kinds only) get no impulse.
+        for f in range(wp.static(len(terms))):
+            r0 = lane  # the first kind's rows start at row 0
+            if wp.static(term_first[f] != 0):
+                r0 = P.row_start[wp.static(term_first[f])] + lane
+            for r in range(r0, P.row_start[wp.static(term_end[f])], stride):
+                vcr = scalar_row_dot(P, world, r, P.v)
+                P.vc[world, o + r] = vcr
+                if wp.static(term_windowed[f]):
+                    P.gamma[world, o + r] = T(0.0)
+                    P.row_G[world, r] = T(0.0)
+                    if P.row_active[world, r] != 0:
+                        ell = wp.static(row_evaluate[f])(P, world, o, r, vcr, ell)
+                else:
+                    ell = wp.static(row_evaluate[f])(P, world, o, r, vcr, ell)
         return ell
 
     @wp.func
@@ -542,7 +585,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
             Jdv = contact_rows_dot(P, world, c, P.dv)
             for a in range(3):
                 P.dvc[world, 3 * c + a] = Jdv[a]
-        for r in range(lane, P.row_count, stride):
+        for r in range(lane, P.row_start[ROW_END], stride):
             P.dvc[world, o + r] = scalar_row_dot(P, world, r, P.dv)
 
     @wp.func
@@ -580,20 +623,24 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
             ell = ell + l
             dell = dell - wp.dot(d, g)
             d2ell = d2ell + wp.dot(d, G * d)
+        sums = V3(ell, dell, d2ell)
         o = P.contact_J.shape[1]
-        for r in range(lane, P.row_count, stride):
-            if P.row_active[world, r] != 0:
-                vcr = P.vc[world, o + r] + alpha * P.dvc[world, o + r]
-                gr, Gr, lr = row_term(P, world, r, vcr)
-                ell = ell + lr
-                dell = dell - P.dvc[world, o + r] * gr
-                d2ell = d2ell + P.dvc[world, o + r] * Gr * P.dvc[world, o + r]
-        return V3(ell, dell, d2ell)
+        for f in range(wp.static(len(terms))):  # term by term, as evaluate_rows
+            r0 = lane  # the first kind's rows start at row 0
+            if wp.static(term_first[f] != 0):
+                r0 = P.row_start[wp.static(term_first[f])] + lane
+            for r in range(r0, P.row_start[wp.static(term_end[f])], stride):
+                if wp.static(term_windowed[f]):
+                    if P.row_active[world, r] != 0:
+                        sums = wp.static(row_along_line[f])(P, world, o, r, alpha, sums)
+                else:
+                    sums = wp.static(row_along_line[f])(P, world, o, r, alpha, sums)
+        return sums
 
     _ROWS[key] = SimpleNamespace(
         T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, contact_term=contact_term,
         approximation=approximation, limit_term=limit_term,
-        drive_term=drive_term, row_term=row_term, contact_params=contact_params, drive_params=drive_params,
+        drive_term=drive_term, row_terms=row_terms, contact_params=contact_params, drive_params=drive_params,
         A_row_dot=A_row_dot, A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot, scalar_row_dot=scalar_row_dot,
         momentum_pass=momentum_pass, evaluate_rows=evaluate_rows, jt_gamma=jt_gamma, gradient_pass=gradient_pass,
         newton_stop=newton_stop, direction_rows=direction_rows, direction_sums=direction_sums,

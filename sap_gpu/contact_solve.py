@@ -28,7 +28,7 @@ import warp as wp
 
 from sap_common.state import StepStatus
 
-from .contact_problem import hessian_functions, row_functions
+from .contact_problem import ROW_END, hessian_functions, row_functions
 from .line_search import make_line_search
 from .linear_solve import make_pcr, pcr_types
 
@@ -99,7 +99,7 @@ def _build(T, TL, variant, solver, approximation):
                 k = P.contact_cols[world, c, t]
                 Jk = contact_row_J(P, world, c, k)
                 S.diag[world, k] = S.diag[world, k] + wp.dot(Jk, GL * Jk)
-        for r in range(P.row_count):
+        for r in range(P.row_start[ROW_END]):
             S.row_G[world, r] = TL(0.0)
             if P.row_active[world, r] != 0:
                 GrL = TL(P.row_G[world, r])
@@ -129,7 +129,7 @@ def _build(T, TL, variant, solver, approximation):
             for t in range(n):
                 k = P.contact_cols[world, c, t]
                 dst[world, k] = dst[world, k] + wp.dot(contact_row_J(P, world, c, k), g)
-        for r in range(P.row_count):
+        for r in range(P.row_start[ROW_END]):
             if P.row_active[world, r] != 0:
                 n = P.row_ncols[world, r]
                 ur = TL(0.0)

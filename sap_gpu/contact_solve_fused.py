@@ -71,7 +71,7 @@ from sap_common.state import StepStatus
 
 from . import blocked_cholesky, lane_cholesky
 from .blocked_cholesky import block_max_int, block_sync
-from .contact_problem import hessian_functions, row_functions
+from .contact_problem import ROW_END, hessian_functions, row_functions
 from .launch import TILE_BLOCK_DIM, launch_blocks
 from .line_search import make_line_search
 
@@ -272,7 +272,7 @@ def _tile_hessian(T, TL):
                     slab[r, k] = TL(0.0)
                     slab[sr + r, k] = TL(0.0)
             add_slab(H, J, GJ, slab, lane)
-        nl = P.row_count
+        nl = P.row_start[ROW_END]
         r0 = int(0)
         while r0 < nl:  # the scalar rows with G ≠ 0 only, up to SLAB_ROWS to a slab; every lane scans alike
             r1 = r0

@@ -24,7 +24,7 @@ from . import blocked_cholesky, constraints, holonomic
 from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .constraints import HC_DATA
-from .contact_problem import check_rolled_arrays, problem_types
+from .contact_problem import ROW_START, check_rolled_arrays, problem_types
 from .contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_size
 from .launch import launch_threads
 from .linear_solve import allocate_pcr_work
@@ -202,12 +202,13 @@ class Workspace:
         Problem, Newton = problem_types(T)
         rows = max(3 * C + S, 1)
         P = Problem()
-        P.nv, P.n_pad, P.row_count, P.drive_row0, P.h = nv, self.n_pad, S, self.rows.drive_row0, wp.float64(0.0)
+        P.nv, P.n_pad, P.h = nv, self.n_pad, wp.float64(0.0)
         P.A, P.v_star, P.dof_mask = self.A, self.v_star, self.dof_mask
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)
         P.contact_hc = self.contact_hc
-        P.row_kind, P.row_active, P.row_J = self.rows.kind, self.row_active, self.row_J
+        P.row_start = ROW_START(*self.rows.start)
+        P.row_active, P.row_J = self.row_active, self.row_J
         P.row_R, P.row_v_hat = self.row_R, self.row_v_hat
         P.drive_dof, P.drive_q0 = self.rows.drive_dof, self.drive_q0
         P.drive_Kp, P.drive_Kd = self.drive_Kp, self.drive_Kd

@@ -84,7 +84,7 @@ def _hessian_rounding_bound(solver):
     A = np.abs(w.A.numpy()[:, :nv, :nv])
     Jc, Gc = np.abs(P.contact_J.numpy()), np.abs(P.contact_G.numpy())
     Jl, Gl = np.abs(P.row_J.numpy()), np.abs(P.row_G.numpy())
-    nc, L = P.contact_count.numpy(), P.row_count
+    nc, L = P.contact_count.numpy(), solver.work.rows.count
     out = []
     for q in range(len(A)):
         C = int(nc[q])

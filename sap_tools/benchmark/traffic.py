@@ -44,7 +44,8 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from sap_common.rows import RowKind
+from sap_common.rows import WINDOWED_KINDS, RowKind
+from sap_gpu.contact_problem import ROW_TERM_KINDS
 from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_cholesky_for, fused_hessian_for
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
@@ -95,7 +96,11 @@ class _WorldLists:
     def __init__(self, solver):
         w = solver.work
         P = w.P
-        self.nv, self.row_count = int(P.nv), int(P.row_count)
+        self.nv, self.row_count = int(P.nv), int(w.rows.count)
+        self.row_kind = w.rows.host.kind  # each scalar row's kind (static)
+        # each scalar row's place in its term's loop (the loops spread their rows from lane 0)
+        first = {k: int(w.rows.start[kinds[0]]) for kinds in ROW_TERM_KINDS for k in kinds}
+        self.row_index = np.array([r - first[RowKind(int(k))] for r, k in enumerate(self.row_kind)], np.int64)
         self.n = int(w.H.shape[1])
         self.t = wp.types.type_size_in_bytes(P.v.dtype)
         self.tl = wp.types.type_size_in_bytes(w.H.dtype)
@@ -109,7 +114,7 @@ class _WorldLists:
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
                      "dof_contacts", "dof_nrows", "dof_rows", "row_ncols", "row_cols", "row_active",
-                     "row_G", "row_kind", "dof_mask"):
+                     "row_G", "dof_mask"):
             setattr(self, name, _np(getattr(P, name)))
         self.iterations = _np(w.N.iterations)
         self.ls_iterations = _np(w.N.ls_iterations)
@@ -133,8 +138,7 @@ def _contact_params(ph: _Phase, lane: int, approximation: str) -> None:
 
 
 def _row_params(ph: _Phase, lane: int, kind: int) -> None:
-    """``row_term``'s reads of a scalar row in use: its kind, then a drive's parameters or R, v̂."""
-    ph.load(lane, _I)  # row_kind
+    """The reads of a scalar row's term (its kind's, fixed in the kernel): a drive's parameters, or R, v̂."""
     if kind == RowKind.DRIVE:
         ph.load(lane, _I)  # drive_dof
         ph.load(lane, _F64, 7)  # q₀, q_target, v_target, u₀, Kp, Kd, effort
@@ -170,13 +174,16 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         e.store(k, 9 * t)  # G
         e.store(k, t, 6)  # vc, γ
     for r in range(S):
-        k = r % lanes
+        k = int(s.row_index[r]) % lanes
         _rows_dot(e, k, t, int(s.row_ncols[w, r]), 1)
-        e.store(k, t, 3)  # vc, γ, G
-        e.load(k, _I)  # active
-        if s.row_active[w, r]:
+        e.store(k, t)  # vc
+        windowed = RowKind(int(s.row_kind[r])) in WINDOWED_KINDS
+        if windowed:
+            e.store(k, t, 2)  # γ, G cleared
+            e.load(k, _I)  # active
+        if s.row_active[w, r] or not windowed:
             _row_params(e, k, int(s.row_kind[r]))
-            e.store(k, t, 2)
+            e.store(k, t, 2)  # γ, G
     # gradient_pass over DOFs: Jᵀγ from the per-DOF lists, ∇ℓ, the stopping sums.
     g = ph["evaluate_gradient"]
     for i in range(nv):
@@ -241,10 +248,12 @@ def _world_phases(s: _WorldLists, w: int, lanes: int) -> dict:
         p.load(k, t, 9)  # vc (3), Δvc (3 + 3)
         _contact_params(p, k, s.approximation)
     for rr in range(S):
-        k = rr % lanes
-        p.load(k, _I)
-        if s.row_active[w, rr]:
-            p.load(k, t, 5)
+        k = int(s.row_index[rr]) % lanes
+        windowed = RowKind(int(s.row_kind[rr])) in WINDOWED_KINDS
+        if windowed:
+            p.load(k, _I)  # active
+        if s.row_active[w, rr] or not windowed:
+            p.load(k, t, 2)  # vc, Δvc
             _row_params(p, k, int(s.row_kind[rr]))
     u = ph["update"]
     for i in range(nv):
