@@ -33,10 +33,13 @@ world) walks the slots in order — pair by pair, each pair's points in its rout
 sap_ref's generation order, whatever order the threads and kernels ran in — and lists the scratch
 slot of each contact kept. If more than ``max_rigid_contact`` were generated the deepest are kept
 (ties by generation order), in generation order, and the rest counted in ``contacts.overflow``.
-``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot: the listed
-contact, or an empty slot past the count. Neighbouring threads write neighbouring slots, so its
-stores coalesce; a thread per world writing its own row of slots would put every store of a warp
-in a different row. Nothing is ever written beyond the capacity.
+``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot through the
+contact record's helpers (:func:`~sap_gpu.arrays.write_contact_point` and
+:func:`~sap_gpu.arrays.write_contact_pair`, :func:`~sap_gpu.arrays.clear_contact`): the listed
+contact (a point contact: the pair's k, the point's φ₀, area 0), or an empty slot past the
+count. Neighbouring threads write neighbouring slots, so its stores coalesce; a thread per world
+writing its own row of slots would put every store of a warp in a different row. Nothing is ever
+written beyond the capacity.
 """
 
 import numpy as np
@@ -64,7 +67,7 @@ from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
 
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
-from .arrays import GpuModel
+from .arrays import ContactSlots, GpuModel, clear_contact, contact_slots, write_contact_pair, write_contact_point
 from .broad_phase import pair_overlap, world_bounds
 from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
@@ -377,59 +380,26 @@ def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=i
                  pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
                  pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
                  pair_hcd: wp.array(dtype=wp.float64), S: Scratch, count: wp.array(dtype=int),
-                 kept: wp.array2d(dtype=int),
-                 shape0: wp.array2d(dtype=int), shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int),
-                 body1: wp.array2d(dtype=int), x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d),
-                 normal: wp.array2d(dtype=wp.vec3d), phi0: wp.array2d(dtype=wp.float64),
-                 margin0: wp.array2d(dtype=wp.float64), margin1: wp.array2d(dtype=wp.float64),
-                 mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
-                 ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64),
-                 tau_d: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64)):
+                 kept: wp.array2d(dtype=int), contacts_out: ContactSlots):
     """Contact slot ``slot`` of a world: the scratch contact ``kept[world, slot]`` with its pair's
-    shapes, bodies and materials, or empty (shapes and bodies −1, the rest 0) past the world's
-    count. One thread per (world, slot), so neighbouring threads write neighbouring slots. The two
-    branches store their own values: gathering the 16 values first and storing them once keeps
-    them all live across the branch (sm_90: 92 registers instead of 56)."""
+    shapes, bodies and materials (a point contact: the pair's k, the point's φ₀, area 0), or empty
+    past the world's count. One thread per (world, slot), so neighbouring threads write
+    neighbouring slots. The two branches store their own values: gathering the values first and
+    storing them once keeps them all live across the branch (sm_90: 92 registers instead of 56),
+    and the record's two halves are written one after the other for the same reason
+    (:func:`~sap_gpu.arrays.write_contact`)."""
     world, slot = wp.tid()
-    zero = wp.float64(0.0)
     if slot < count[world]:
         i = kept[world, slot]
         p = S.slot_pair[i]
         a = shape_pair[p, 0]
         b = shape_pair[p, 1]
-        shape0[world, slot] = a
-        shape1[world, slot] = b
-        body0[world, slot] = shape_body[a]
-        body1[world, slot] = shape_body[b]
-        x0[world, slot] = S.x0[world, i]
-        x1[world, slot] = S.x1[world, i]
-        normal[world, slot] = S.normal[world, i]
-        phi0[world, slot] = S.phi[world, i]
-        margin0[world, slot] = shape_margin[a]
-        margin1[world, slot] = shape_margin[b]
-        mu[world, slot] = pair_mu[p]
-        ke[world, slot] = pair_ke[p]
-        ke0[world, slot] = pair_ke0[p]
-        ke1[world, slot] = pair_ke1[p]
-        tau_d[world, slot] = pair_tau[p]
-        hcd[world, slot] = pair_hcd[p]
+        write_contact_point(contacts_out, world, slot, a, b, shape_body[a], shape_body[b], S.x0[world, i],
+                            S.x1[world, i], S.normal[world, i], S.phi[world, i], pair_ke[p], wp.float64(0.0))
+        write_contact_pair(contacts_out, world, slot, shape_margin[a], shape_margin[b], pair_mu[p], pair_ke0[p],
+                           pair_ke1[p], pair_tau[p], pair_hcd[p])
     else:
-        shape0[world, slot] = -1
-        shape1[world, slot] = -1
-        body0[world, slot] = -1
-        body1[world, slot] = -1
-        x0[world, slot] = wp.vec3d(zero, zero, zero)
-        x1[world, slot] = wp.vec3d(zero, zero, zero)
-        normal[world, slot] = wp.vec3d(zero, zero, zero)
-        phi0[world, slot] = zero
-        margin0[world, slot] = zero
-        margin1[world, slot] = zero
-        mu[world, slot] = zero
-        ke[world, slot] = zero
-        ke0[world, slot] = zero
-        ke1[world, slot] = zero
-        tau_d[world, slot] = zero
-        hcd[world, slot] = zero
+        clear_contact(contacts_out, world, slot)
 
 
 class CollisionPipeline:
@@ -578,6 +548,5 @@ class CollisionPipeline:
                        outputs=[c.count, c.overflow, self.kept])
         launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
                        m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau,
-                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[c.shape0, c.shape1, c.body0, c.body1,
-                       c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d, c.hcd])
+                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[contact_slots(c)])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against
