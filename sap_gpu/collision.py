@@ -23,7 +23,9 @@ a model compiles and launches only the families it has: a model of planes, spher
 (a humanoid) compiles no box, GJK/EPA or manifold code. The model's pairs are grouped by family
 once, on the host, and each family present gets one launch of (num_worlds, pairs of the family)
 threads. A kernel the size of the whole narrow phase would take the worst family's registers and
-stack for every pair, and its CUDA compile would be paid by every model.
+stack for every pair, and its CUDA compile would be paid by every model. Every family's kernel
+starts with :func:`start_pair` (the pair, its count zeroed, the stop for rejected poses or a pair
+the broad phase drops, the shapes in canonical order), then runs its family's routine.
 
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
@@ -145,23 +147,28 @@ def key_less(X1: wp.transformd, s1: wp.vec3d, X0: wp.transformd, s0: wp.vec3d) -
 
 
 @wp.func
-def begin_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int), use_broad_phase: int,
-               pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
-               half: wp.array2d(dtype=wp.vec3d), S: Scratch, world: int, p: int):
-    """Start the thread of pair p in ``world``, whatever its family: zero its count, then
-    (go, swap, i0, i1): go = 0 when the world's poses were rejected or the broad phase drops the
-    pair; (i0, i1) its shapes in canonical order (sap_ref.collision.pair_contacts: lower type first,
-    two shapes of one type but boxes by :func:`key_less`) and swap = 1 when that flips (a, b)."""
+def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
+               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+               family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
+               status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
+               S: Scratch, world: int, i: int):
+    """The start of every family's kernel, for its thread (world, i): the pair p = family_pair[i]
+    with its count zeroed, then (go, p, swap, i0, i1). go = 0 when the world's poses were rejected
+    or the broad phase drops the pair (the kernel returns); (i0, i1) its shapes in canonical order
+    (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
+    :func:`key_less`) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
+    poses again rather than take the ones read here: passing the poses out of the swap costs
+    registers (sm_90, the plane–convex kernel: 196 instead of 192)."""
+    p = family_pair[i]
     S.pair_count[world, p] = 0
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
     if status[world] != 0:
-        return 0, 0, a, b
+        return 0, p, 0, a, b
     Xa = pose[world, a]
     Xb = pose[world, b]
     if use_broad_phase != 0 and pair_overlap(shape_type, shape_margin, centre, half, world, a, b, Xa, Xb) == 0:
-        return 0, 0, a, b
+        return 0, p, 0, a, b
     ta = shape_type[a]
     tb = shape_type[b]
     swap = int(0)
@@ -170,8 +177,8 @@ def begin_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     elif ta == tb and ta != BOX:
         swap = key_less(Xb, shape_size[b], Xa, shape_size[a])
     if swap == 1:
-        return 1, 1, b, a
-    return 1, 0, a, b
+        return 1, p, 1, b, a
+    return 1, p, 0, a, b
 
 
 @wp.func
@@ -204,9 +211,8 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
                        status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                        half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
@@ -220,9 +226,8 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
                  status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
                  S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -235,9 +240,8 @@ def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype
                      status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                      half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     box_box(S, world, p, swap, pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -250,9 +254,8 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
                           pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
                           centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     Xp = pose[world, i0]
@@ -269,9 +272,8 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
                     centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int, E: Epa,
                     S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -289,9 +291,8 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
                          centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int,
                          E: Epa, S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
