@@ -16,7 +16,8 @@ import numpy as np
 from .conventions import check_order
 
 __all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "FAILURE_BITS", "check_state", "check_control",
-           "check_contacts", "check_type", "check_dtypes", "field_dtype", "INDEX_FIELDS"]
+           "check_contacts", "check_type", "check_dtypes", "field_dtype", "INDEX_FIELDS", "CONTACT_WORLD_FIELDS",
+           "CONTACT_VECTOR_FIELDS", "CONTACT_SLOT_FIELDS", "contact_field_shape"]
 
 
 class StepStatus(enum.IntFlag):
@@ -151,14 +152,26 @@ class SapContacts:
         body0 / body1: body indices, −1 = world, (num_worlds, C).
         x0 / x1: witness points on shape 0 / shape 1, world frame [m], (num_worlds, C, 3).
         normal: unit normal from shape 0 into shape 1, world frame, (num_worlds, C, 3).
-        phi0: signed distance at the start of the step [m], < 0 in penetration, (num_worlds, C).
+        phi0: the point's signed distance at the start of the step [m], < 0 in penetration,
+            (num_worlds, C). Per point: point contact writes the geometry's φ₀; a contact model may
+            set its own per point (a hydroelastic face: φ₀ = −p₀/g).
         margin0 / margin1: the shapes' margins [m], (num_worlds, C).
         mu: combined friction coefficient ``2μ₀μ₁/(μ₀+μ₁)``, (num_worlds, C).
-        ke: combined stiffness ``k₀k₁/(k₀+k₁)`` [N/m], (num_worlds, C).
+        ke: the point's stiffness [N/m], (num_worlds, C). Per point: point contact writes the
+            materials' combined ``k₀k₁/(k₀+k₁)``; a contact model may set its own per point (a
+            hydroelastic face: k = A·g).
         ke0 / ke1: each shape's stiffness [N/m] (weights of the contact midpoint), (num_worlds, C).
         tau_d: combined dissipation time scale ``τ₀ + τ₁`` [s], (num_worlds, C).
         hcd: combined Hunt–Crossley dissipation ``(k₁d₀ + k₀d₁)/(k₀ + k₁)`` [s/m], (num_worlds, C)
             (read by the ``lagged`` and ``similar`` contact approximations).
+        area: contact area the point stands for [m²], (num_worlds, C); 0 for point contact.
+
+    Every per-slot field (all but ``count`` and ``overflow``, :data:`CONTACT_SLOT_FIELDS`) is
+    written by one helper per backend, which takes every field's value:
+    ``sap_ref.arrays.write_contact`` / ``clear_contact`` on the host, the ``wp.func`` helpers
+    ``sap_gpu.arrays.write_contact`` / ``clear_contact`` in kernels. A new field goes into this
+    dataclass and ``allocate``, ``sap_gpu.arrays.ContactSlots`` and those helpers; the checks,
+    copies and device transfers follow the dataclass.
 
     A collision pipeline also stamps the contacts it allocates and fills with the material
     fallbacks it combined μ, k and τ_d with (``materials``, a
@@ -185,6 +198,7 @@ class SapContacts:
     ke1: np.ndarray
     tau_d: np.ndarray
     hcd: np.ndarray
+    area: np.ndarray
 
     @classmethod
     def allocate(cls, num_worlds: int, capacity: int) -> "SapContacts":
@@ -200,6 +214,7 @@ class SapContacts:
             count=np.zeros(W, dtype=np.int32), overflow=np.zeros(W, dtype=np.int32),
             shape0=i(), shape1=i(), body0=i(), body1=i(), x0=f(3), x1=f(3), normal=f(3),
             phi0=f(), margin0=f(), margin1=f(), mu=f(), ke=f(), ke0=f(), ke1=f(), tau_d=f(), hcd=f(),
+            area=f(),
         )
 
     @property
@@ -212,6 +227,21 @@ class SapContacts:
 
     def copy(self) -> "SapContacts":
         return _copy_fields(self)
+
+
+# The fields of SapContacts with one entry per world; every other field has one per contact slot.
+CONTACT_WORLD_FIELDS = ("count", "overflow")
+# The per-slot fields that hold a world-frame 3-vector; the others hold one value per slot.
+CONTACT_VECTOR_FIELDS = ("x0", "x1", "normal")
+# The per-slot fields in declaration order: what the write helpers of both backends write.
+CONTACT_SLOT_FIELDS = tuple(f.name for f in dataclasses.fields(SapContacts) if f.name not in CONTACT_WORLD_FIELDS)
+
+
+def contact_field_shape(name: str, num_worlds: int, capacity: int) -> tuple:
+    """The shape of the host field ``name`` of contacts with ``capacity`` slots per world."""
+    if name in CONTACT_WORLD_FIELDS:
+        return (num_worlds,)
+    return (num_worlds, capacity, 3) if name in CONTACT_VECTOR_FIELDS else (num_worlds, capacity)
 
 
 # The one dtype of every host array (what ``model.state()``, ``model.control()`` and
@@ -280,12 +310,7 @@ def check_control(model, control: SapControl, name: str = "control") -> None:
 def check_contacts(model, contacts: SapContacts, name: str = "contacts") -> None:
     """Raise ``ValueError`` if ``contacts`` does not match ``model``'s world count or is inconsistent."""
     W, C = model.num_worlds, contacts.shape0.shape[1] if contacts.shape0.ndim == 2 else -1
-    _check_shape(f"{name}.count", contacts.count, (W,))
-    _check_shape(f"{name}.overflow", contacts.overflow, (W,))
-    for f in ("shape0", "shape1", "body0", "body1", "phi0", "margin0", "margin1", "mu", "ke",
-              "ke0", "ke1", "tau_d", "hcd"):
-        _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C))
-    for f in ("x0", "x1", "normal"):
-        _check_shape(f"{name}.{f}", getattr(contacts, f), (W, C, 3))
+    for f in CONTACT_WORLD_FIELDS + CONTACT_SLOT_FIELDS:
+        _check_shape(f"{name}.{f}", getattr(contacts, f), contact_field_shape(f, W, C))
     if np.any(contacts.count < 0) or np.any(contacts.count > C):
         raise ValueError(f"{name}.count: must lie in [0, {C}] (the capacity), got {contacts.count.tolist()}")

@@ -13,8 +13,23 @@ application's to silence (``wp.config.log_level = wp.LOG_WARNING``).
 
 from sap_common._version import __version__ as __version__
 
-from .arrays import GpuModel, contacts, control, state, to_device, to_host
+from .arrays import (
+    ContactSlots,
+    GpuModel,
+    clear_contact,
+    contact_slots,
+    contacts,
+    control,
+    state,
+    to_device,
+    to_host,
+    write_contact,
+    write_contact_pair,
+    write_contact_point,
+)
 from .collision import CollisionPipeline
 from .solver import SolverSAP
 
-__all__ = ["SolverSAP", "CollisionPipeline", "GpuModel", "to_device", "to_host", "state", "control", "contacts"]
+__all__ = ["SolverSAP", "CollisionPipeline", "GpuModel", "to_device", "to_host", "state", "control", "contacts",
+           "write_contact", "clear_contact", "ContactSlots", "contact_slots", "write_contact_point",
+           "write_contact_pair"]

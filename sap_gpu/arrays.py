@@ -6,6 +6,10 @@ arrays plus the sizes every kernel needs. Per-world data keep the host dataclass
 shaped like the host arrays (``(num_worlds, …)``); ``body_q`` is ``(num_worlds, B)`` of
 ``wp.transformd`` and ``body_qd``/``body_f`` ``(num_worlds, B)`` of ``wp.spatial_vectord``, whose
 NumPy views are the host's ``(num_worlds, B, 7)`` and ``(num_worlds, B, 6)``.
+
+Kernels fill contact slots only through :func:`write_contact` (or its two halves) and
+:func:`clear_contact`, on the :class:`ContactSlots` of the contacts, as ``sap_ref.arrays``' functions
+of the same names do on the host: a new field of the record is written in one place per backend.
 """
 
 from __future__ import annotations
@@ -17,12 +21,23 @@ import warp as wp
 
 from sap_common.conventions import check_order, quaternion_coords
 from sap_common.model import JointType, SapModel
-from sap_common.state import INDEX_FIELDS, SapContacts, SapControl, SapState, check_dtypes, check_type, keep_stamp
+from sap_common.state import (
+    CONTACT_SLOT_FIELDS,
+    CONTACT_WORLD_FIELDS,
+    INDEX_FIELDS,
+    SapContacts,
+    SapControl,
+    SapState,
+    check_dtypes,
+    check_type,
+    keep_stamp,
+)
 
 from .device import get_device
 
 __all__ = ["GpuModel", "tree_levels", "to_device", "to_host", "state", "control", "contacts", "device_of",
-           "check_device_state", "check_device_control", "check_device_contacts", "check_array"]
+           "check_device_state", "check_device_control", "check_device_contacts", "check_array", "ContactSlots",
+           "contact_slots", "write_contact", "write_contact_point", "write_contact_pair", "clear_contact"]
 
 # Warp dtypes of the host arrays whose last axis is a transform / spatial vector / 3-vector.
 _VEC_FIELDS = {"body_q": wp.transformd, "body_qd": wp.spatial_vectord, "body_f": wp.spatial_vectord,
@@ -203,6 +218,98 @@ def contacts(num_worlds: int, capacity: int, device=None) -> SapContacts:
     return to_device(SapContacts.allocate(num_worlds, capacity), device)
 
 
+# ----------------------------------------------------------------------------- the contact record in kernels
+
+
+@wp.struct
+class ContactSlots:
+    """The per-slot arrays of device contacts (every ``SapContacts`` field but ``count`` and
+    ``overflow``, same names, (num_worlds, C)): what a kernel that fills contact slots takes, and
+    writes through :func:`write_contact` and :func:`clear_contact` only. :func:`contact_slots`
+    makes one from device contacts."""
+    shape0: wp.array2d(dtype=wp.int32)
+    shape1: wp.array2d(dtype=wp.int32)
+    body0: wp.array2d(dtype=wp.int32)
+    body1: wp.array2d(dtype=wp.int32)
+    x0: wp.array2d(dtype=wp.vec3d)
+    x1: wp.array2d(dtype=wp.vec3d)
+    normal: wp.array2d(dtype=wp.vec3d)
+    phi0: wp.array2d(dtype=wp.float64)
+    margin0: wp.array2d(dtype=wp.float64)
+    margin1: wp.array2d(dtype=wp.float64)
+    mu: wp.array2d(dtype=wp.float64)
+    ke: wp.array2d(dtype=wp.float64)
+    ke0: wp.array2d(dtype=wp.float64)
+    ke1: wp.array2d(dtype=wp.float64)
+    tau_d: wp.array2d(dtype=wp.float64)
+    hcd: wp.array2d(dtype=wp.float64)
+    area: wp.array2d(dtype=wp.float64)
+
+
+def contact_slots(contacts: SapContacts) -> ContactSlots:
+    """The :class:`ContactSlots` of device ``contacts`` (the same arrays, not copies)."""
+    out = ContactSlots()
+    for f in CONTACT_SLOT_FIELDS:
+        setattr(out, f, getattr(contacts, f))
+    return out
+
+
+@wp.func
+def write_contact_point(contacts: ContactSlots, world: int, slot: int, shape0: int, shape1: int, body0: int,
+                        body1: int, x0: wp.vec3d, x1: wp.vec3d, normal: wp.vec3d, phi0: wp.float64, ke: wp.float64,
+                        area: wp.float64):
+    """The point's half of :func:`write_contact`: its shapes and bodies, geometry and its own ``ke``,
+    ``phi0`` and ``area`` (point contact: the pair's combined k, the geometry's φ₀, 0; a contact
+    model with per-point values, such as a hydroelastic face, its own)."""
+    contacts.shape0[world, slot] = shape0
+    contacts.shape1[world, slot] = shape1
+    contacts.body0[world, slot] = body0
+    contacts.body1[world, slot] = body1
+    contacts.x0[world, slot] = x0
+    contacts.x1[world, slot] = x1
+    contacts.normal[world, slot] = normal
+    contacts.phi0[world, slot] = phi0
+    contacts.ke[world, slot] = ke
+    contacts.area[world, slot] = area
+
+
+@wp.func
+def write_contact_pair(contacts: ContactSlots, world: int, slot: int, margin0: wp.float64, margin1: wp.float64,
+                       mu: wp.float64, ke0: wp.float64, ke1: wp.float64, tau_d: wp.float64, hcd: wp.float64):
+    """The shape pair's half of :func:`write_contact`: the margins and the combined materials."""
+    contacts.margin0[world, slot] = margin0
+    contacts.margin1[world, slot] = margin1
+    contacts.mu[world, slot] = mu
+    contacts.ke0[world, slot] = ke0
+    contacts.ke1[world, slot] = ke1
+    contacts.tau_d[world, slot] = tau_d
+    contacts.hcd[world, slot] = hcd
+
+
+@wp.func
+def write_contact(contacts: ContactSlots, world: int, slot: int, shape0: int, shape1: int, body0: int, body1: int,
+                  x0: wp.vec3d, x1: wp.vec3d, normal: wp.vec3d, phi0: wp.float64, margin0: wp.float64,
+                  margin1: wp.float64, mu: wp.float64, ke: wp.float64, ke0: wp.float64, ke1: wp.float64,
+                  tau_d: wp.float64, hcd: wp.float64, area: wp.float64):
+    """Slot ``slot`` of ``world``: every field of the contact record (``sap_common.state.SapContacts``),
+    the point's half and the pair's. A kernel whose values are loads from memory may call the two
+    halves itself, loading each half's values just before storing them: a call takes its arguments
+    all at once, so one call keeps every loaded value live until the stores (sm_90, the collision's
+    compaction: 72 registers instead of 56)."""
+    write_contact_point(contacts, world, slot, shape0, shape1, body0, body1, x0, x1, normal, phi0, ke, area)
+    write_contact_pair(contacts, world, slot, margin0, margin1, mu, ke0, ke1, tau_d, hcd)
+
+
+@wp.func
+def clear_contact(contacts: ContactSlots, world: int, slot: int):
+    """Slot ``slot`` of ``world`` empty, as ``SapContacts.allocate`` leaves it: shapes and bodies −1,
+    the rest 0."""
+    zero = wp.float64(0.0)
+    origin = wp.vec3d(zero, zero, zero)
+    write_contact(contacts, world, slot, -1, -1, -1, -1, origin, origin, origin, zero, zero, zero, zero, zero, zero,
+                  zero, zero, zero, zero)
+
+
 # ----------------------------------------------------------------------------- checks of device inputs
 
 def check_array(name, a, shape, dtype, device):
@@ -246,11 +353,6 @@ def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, nam
     if isinstance(contacts.shape0, wp.array) and contacts.shape0.ndim == 2 and contacts.shape0.shape[1] != C:
         raise ValueError(f"{name}: capacity {contacts.shape0.shape[1]} does not match the solver's "
                          f"max_rigid_contact {C}")
-    for f in ("count", "overflow"):
-        check_array(f"{name}.{f}", getattr(contacts, f), (W,), wp.int32, m.device)
-    for f in ("shape0", "shape1", "body0", "body1"):
-        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.int32, m.device)
-    for f in ("phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d", "hcd"):
-        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.float64, m.device)
-    for f in ("x0", "x1", "normal"):
-        check_array(f"{name}.{f}", getattr(contacts, f), (W, C), wp.vec3d, m.device)
+    for f in CONTACT_WORLD_FIELDS + CONTACT_SLOT_FIELDS:  # a 3-vector is one wp.vec3d: no trailing axis
+        check_array(f"{name}.{f}", getattr(contacts, f), (W,) if f in CONTACT_WORLD_FIELDS else (W, C),
+                    _device_dtype(f), m.device)

@@ -23,7 +23,9 @@ a model compiles and launches only the families it has: a model of planes, spher
 (a humanoid) compiles no box, GJK/EPA or manifold code. The model's pairs are grouped by family
 once, on the host, and each family present gets one launch of (num_worlds, pairs of the family)
 threads. A kernel the size of the whole narrow phase would take the worst family's registers and
-stack for every pair, and its CUDA compile would be paid by every model.
+stack for every pair, and its CUDA compile would be paid by every model. Every family's kernel
+starts with :func:`start_pair` (the pair, its count zeroed, the stop for rejected poses or a pair
+the broad phase drops, the shapes in canonical order), then runs its family's routine.
 
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
@@ -33,10 +35,13 @@ world) walks the slots in order — pair by pair, each pair's points in its rout
 sap_ref's generation order, whatever order the threads and kernels ran in — and lists the scratch
 slot of each contact kept. If more than ``max_rigid_contact`` were generated the deepest are kept
 (ties by generation order), in generation order, and the rest counted in ``contacts.overflow``.
-``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot: the listed
-contact, or an empty slot past the count. Neighbouring threads write neighbouring slots, so its
-stores coalesce; a thread per world writing its own row of slots would put every store of a warp
-in a different row. Nothing is ever written beyond the capacity.
+``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot through the
+contact record's helpers (:func:`~sap_gpu.arrays.write_contact_point` and
+:func:`~sap_gpu.arrays.write_contact_pair`, :func:`~sap_gpu.arrays.clear_contact`): the listed
+contact (a point contact: the pair's k, the point's φ₀, area 0), or an empty slot past the
+count. Neighbouring threads write neighbouring slots, so its stores coalesce; a thread per world
+writing its own row of slots would put every store of a warp in a different row. Nothing is ever
+written beyond the capacity.
 """
 
 import numpy as np
@@ -64,7 +69,7 @@ from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus
 
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
-from .arrays import GpuModel
+from .arrays import ContactSlots, GpuModel, clear_contact, contact_slots, write_contact_pair, write_contact_point
 from .broad_phase import pair_overlap, world_bounds
 from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
@@ -142,23 +147,28 @@ def key_less(X1: wp.transformd, s1: wp.vec3d, X0: wp.transformd, s0: wp.vec3d) -
 
 
 @wp.func
-def begin_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int), use_broad_phase: int,
-               pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
-               half: wp.array2d(dtype=wp.vec3d), S: Scratch, world: int, p: int):
-    """Start the thread of pair p in ``world``, whatever its family: zero its count, then
-    (go, swap, i0, i1): go = 0 when the world's poses were rejected or the broad phase drops the
-    pair; (i0, i1) its shapes in canonical order (sap_ref.collision.pair_contacts: lower type first,
-    two shapes of one type but boxes by :func:`key_less`) and swap = 1 when that flips (a, b)."""
+def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
+               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+               family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
+               status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
+               S: Scratch, world: int, i: int):
+    """The start of every family's kernel, for its thread (world, i): the pair p = family_pair[i]
+    with its count zeroed, then (go, p, swap, i0, i1). go = 0 when the world's poses were rejected
+    or the broad phase drops the pair (the kernel returns); (i0, i1) its shapes in canonical order
+    (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
+    :func:`key_less`) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
+    poses again rather than take the ones read here: passing the poses out of the swap costs
+    registers (sm_90, the plane–convex kernel: 196 instead of 192)."""
+    p = family_pair[i]
     S.pair_count[world, p] = 0
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
     if status[world] != 0:
-        return 0, 0, a, b
+        return 0, p, 0, a, b
     Xa = pose[world, a]
     Xb = pose[world, b]
     if use_broad_phase != 0 and pair_overlap(shape_type, shape_margin, centre, half, world, a, b, Xa, Xb) == 0:
-        return 0, 0, a, b
+        return 0, p, 0, a, b
     ta = shape_type[a]
     tb = shape_type[b]
     swap = int(0)
@@ -167,8 +177,8 @@ def begin_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     elif ta == tb and ta != BOX:
         swap = key_less(Xb, shape_size[b], Xa, shape_size[a])
     if swap == 1:
-        return 1, 1, b, a
-    return 1, 0, a, b
+        return 1, p, 1, b, a
+    return 1, p, 0, a, b
 
 
 @wp.func
@@ -201,9 +211,8 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
                        status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                        half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
@@ -217,9 +226,8 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
                  status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
                  S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -232,9 +240,8 @@ def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype
                      status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                      half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     box_box(S, world, p, swap, pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -247,9 +254,8 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
                           pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
                           centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     Xp = pose[world, i0]
@@ -266,9 +272,8 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
                     centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int, E: Epa,
                     S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -286,9 +291,8 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
                          centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int,
                          E: Epa, S: Scratch):
     world, i = wp.tid()
-    p = family_pair[i]
-    go, swap, i0, i1 = begin_pair(shape_type, shape_size, shape_margin, shape_pair, use_broad_phase, pose, status,
-                                  centre, half, S, world, p)
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -377,59 +381,26 @@ def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=i
                  pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
                  pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
                  pair_hcd: wp.array(dtype=wp.float64), S: Scratch, count: wp.array(dtype=int),
-                 kept: wp.array2d(dtype=int),
-                 shape0: wp.array2d(dtype=int), shape1: wp.array2d(dtype=int), body0: wp.array2d(dtype=int),
-                 body1: wp.array2d(dtype=int), x0: wp.array2d(dtype=wp.vec3d), x1: wp.array2d(dtype=wp.vec3d),
-                 normal: wp.array2d(dtype=wp.vec3d), phi0: wp.array2d(dtype=wp.float64),
-                 margin0: wp.array2d(dtype=wp.float64), margin1: wp.array2d(dtype=wp.float64),
-                 mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
-                 ke0: wp.array2d(dtype=wp.float64), ke1: wp.array2d(dtype=wp.float64),
-                 tau_d: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64)):
+                 kept: wp.array2d(dtype=int), contacts_out: ContactSlots):
     """Contact slot ``slot`` of a world: the scratch contact ``kept[world, slot]`` with its pair's
-    shapes, bodies and materials, or empty (shapes and bodies −1, the rest 0) past the world's
-    count. One thread per (world, slot), so neighbouring threads write neighbouring slots. The two
-    branches store their own values: gathering the 16 values first and storing them once keeps
-    them all live across the branch (sm_90: 92 registers instead of 56)."""
+    shapes, bodies and materials (a point contact: the pair's k, the point's φ₀, area 0), or empty
+    past the world's count. One thread per (world, slot), so neighbouring threads write
+    neighbouring slots. The two branches store their own values: gathering the values first and
+    storing them once keeps them all live across the branch (sm_90: 92 registers instead of 56),
+    and the record's two halves are written one after the other for the same reason
+    (:func:`~sap_gpu.arrays.write_contact`)."""
     world, slot = wp.tid()
-    zero = wp.float64(0.0)
     if slot < count[world]:
         i = kept[world, slot]
         p = S.slot_pair[i]
         a = shape_pair[p, 0]
         b = shape_pair[p, 1]
-        shape0[world, slot] = a
-        shape1[world, slot] = b
-        body0[world, slot] = shape_body[a]
-        body1[world, slot] = shape_body[b]
-        x0[world, slot] = S.x0[world, i]
-        x1[world, slot] = S.x1[world, i]
-        normal[world, slot] = S.normal[world, i]
-        phi0[world, slot] = S.phi[world, i]
-        margin0[world, slot] = shape_margin[a]
-        margin1[world, slot] = shape_margin[b]
-        mu[world, slot] = pair_mu[p]
-        ke[world, slot] = pair_ke[p]
-        ke0[world, slot] = pair_ke0[p]
-        ke1[world, slot] = pair_ke1[p]
-        tau_d[world, slot] = pair_tau[p]
-        hcd[world, slot] = pair_hcd[p]
+        write_contact_point(contacts_out, world, slot, a, b, shape_body[a], shape_body[b], S.x0[world, i],
+                            S.x1[world, i], S.normal[world, i], S.phi[world, i], pair_ke[p], wp.float64(0.0))
+        write_contact_pair(contacts_out, world, slot, shape_margin[a], shape_margin[b], pair_mu[p], pair_ke0[p],
+                           pair_ke1[p], pair_tau[p], pair_hcd[p])
     else:
-        shape0[world, slot] = -1
-        shape1[world, slot] = -1
-        body0[world, slot] = -1
-        body1[world, slot] = -1
-        x0[world, slot] = wp.vec3d(zero, zero, zero)
-        x1[world, slot] = wp.vec3d(zero, zero, zero)
-        normal[world, slot] = wp.vec3d(zero, zero, zero)
-        phi0[world, slot] = zero
-        margin0[world, slot] = zero
-        margin1[world, slot] = zero
-        mu[world, slot] = zero
-        ke[world, slot] = zero
-        ke0[world, slot] = zero
-        ke1[world, slot] = zero
-        tau_d[world, slot] = zero
-        hcd[world, slot] = zero
+        clear_contact(contacts_out, world, slot)
 
 
 class CollisionPipeline:
@@ -578,6 +549,5 @@ class CollisionPipeline:
                        outputs=[c.count, c.overflow, self.kept])
         launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
                        m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau,
-                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[c.shape0, c.shape1, c.body0, c.body1,
-                       c.x0, c.x1, c.normal, c.phi0, c.margin0, c.margin1, c.mu, c.ke, c.ke0, c.ke1, c.tau_d, c.hcd])
+                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[contact_slots(c)])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

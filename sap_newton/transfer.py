@@ -25,9 +25,11 @@ Newton contacts: the witness points are Newton's body-frame support points plus 
 offsets, moved to world by the SAP poses of ``joint_q``; φ₀ = n̂·(x₁ − x₀); materials are
 combined per shape pair with :func:`sap_common.collision_rules.combine_materials` and
 :func:`~sap_common.collision_rules.combine_hc_dissipation` (Newton's
-per-contact properties are not used). A world with more contacts than slots keeps an arbitrary
-subset (Warp's atomic order), counts the rest in ``overflow`` and is flagged
-``CONTACT_OVERFLOW`` by the solver: size ``max_rigid_contact`` for the worst case.
+per-contact properties are not used); point contacts, so ``area`` is 0. Each slot is written
+through sap_gpu's contact-record helpers (``write_contact_point``, ``write_contact_pair``). A
+world with more contacts than slots keeps an arbitrary subset (Warp's atomic order), counts the
+rest in ``overflow`` and is flagged ``CONTACT_OVERFLOW`` by the solver: size
+``max_rigid_contact`` for the worst case.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import warp as wp
 import sap_gpu
 from sap_common.collision_rules import combine_hc_dissipation, combine_materials
 from sap_common.config import SapConfig
+from sap_gpu import ContactSlots, contact_slots, write_contact_pair, write_contact_point
 
 from .convert import NewtonConversion
 
@@ -121,18 +124,14 @@ def _route_newton_contacts(
     point0_in: wp.array(dtype=wp.vec3f), point1_in: wp.array(dtype=wp.vec3f), offset0_in: wp.array(dtype=wp.vec3f),
     offset1_in: wp.array(dtype=wp.vec3f), normal_in: wp.array(dtype=wp.vec3f),
     body_X: wp.array2d(dtype=wp.transformd), use_row_map: int, row_map: wp.array(dtype=wp.vec3i),
-    count_out: wp.array(dtype=int), overflow_out: wp.array(dtype=int), shape0_out: wp.array2d(dtype=int),
-    shape1_out: wp.array2d(dtype=int), body0_out: wp.array2d(dtype=int), body1_out: wp.array2d(dtype=int),
-    x0_out: wp.array2d(dtype=wp.vec3d), x1_out: wp.array2d(dtype=wp.vec3d), normal_out: wp.array2d(dtype=wp.vec3d),
-    phi0_out: wp.array2d(dtype=wp.float64), margin0_out: wp.array2d(dtype=wp.float64),
-    margin1_out: wp.array2d(dtype=wp.float64), mu_out: wp.array2d(dtype=wp.float64),
-    ke_out: wp.array2d(dtype=wp.float64), ke0_out: wp.array2d(dtype=wp.float64),
-    ke1_out: wp.array2d(dtype=wp.float64), tau_d_out: wp.array2d(dtype=wp.float64),
-    hcd_out: wp.array2d(dtype=wp.float64),
+    count_out: wp.array(dtype=int), overflow_out: wp.array(dtype=int), contacts_out: ContactSlots,
 ):
     """One Newton rigid contact into its world's next SAP slot (only this group's worlds); with
     ``use_row_map``, ``row_map[k] = (group, world, slot)`` of the routed contact (rows left at −1
-    were not routed to any slot: another model's shape, a skipped shape, or an overflow)."""
+    were not routed to any slot: another model's shape, a skipped shape, or an overflow). A point
+    contact: the pair's combined k, the points' φ₀, area 0. The record's two halves are written one
+    after the other, each loading its values just before its stores
+    (:func:`sap_gpu.arrays.write_contact`)."""
     k = wp.tid()
     if k >= contact_count_in[0]:
         return
@@ -168,22 +167,10 @@ def _route_newton_contacts(
     x0 = _world_point(ba, Xa, point0_in[k] + offset0_in[k])
     x1 = _world_point(bb, Xb, point1_in[k] + offset1_in[k])
     n = wp.normalize(wp.vec3d(normal_in[k]))
-    shape0_out[world, slot] = la
-    shape1_out[world, slot] = lb
-    body0_out[world, slot] = ba
-    body1_out[world, slot] = bb
-    x0_out[world, slot] = x0
-    x1_out[world, slot] = x1
-    normal_out[world, slot] = n
-    phi0_out[world, slot] = wp.dot(n, x1 - x0)
-    margin0_out[world, slot] = local_shape_margin[la]
-    margin1_out[world, slot] = local_shape_margin[lb]
-    mu_out[world, slot] = pair_mu[la, lb]
-    ke_out[world, slot] = pair_ke[la, lb]
-    ke0_out[world, slot] = pair_ke0[la, lb]
-    ke1_out[world, slot] = pair_ke1[la, lb]
-    tau_d_out[world, slot] = pair_tau[la, lb]
-    hcd_out[world, slot] = pair_hcd[la, lb]
+    write_contact_point(contacts_out, world, slot, la, lb, ba, bb, x0, x1, n, wp.dot(n, x1 - x0), pair_ke[la, lb],
+                        wp.float64(0.0))
+    write_contact_pair(contacts_out, world, slot, local_shape_margin[la], local_shape_margin[lb], pair_mu[la, lb],
+                       pair_ke0[la, lb], pair_ke1[la, lb], pair_tau[la, lb], pair_hcd[la, lb])
 
 
 @wp.kernel
@@ -337,9 +324,7 @@ class Transfer:
             hcd, g, capacity, c.rigid_contact_count, c.rigid_contact_shape0, c.rigid_contact_shape1,
             c.rigid_contact_point0, c.rigid_contact_point1, c.rigid_contact_offset0, c.rigid_contact_offset1,
             c.rigid_contact_normal, body_X, int(row_map is not None),
-            self._no_row_map if row_map is None else row_map], outputs=[
-            s.count, s.overflow, s.shape0, s.shape1, s.body0, s.body1, s.x0, s.x1, s.normal, s.phi0, s.margin0,
-            s.margin1, s.mu, s.ke, s.ke0, s.ke1, s.tau_d, s.hcd])
+            self._no_row_map if row_map is None else row_map], outputs=[s.count, s.overflow, contact_slots(s)])
         wp.launch(_clamp_counts, dim=s.count.shape[0], device=d, inputs=[capacity], outputs=[s.count])
 
 

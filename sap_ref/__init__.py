@@ -12,8 +12,9 @@ backends is one import; ``device`` here can only be the host (None or ``"cpu"``)
 
 from sap_common._version import __version__ as __version__
 
-from .arrays import contacts, control, state, to_device, to_host
+from .arrays import clear_contact, contacts, control, state, to_device, to_host, write_contact
 from .collision import CollisionPipeline
 from .solver import SolverSAP
 
-__all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts"]
+__all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts", "write_contact",
+           "clear_contact"]

@@ -4,6 +4,9 @@
 ``contacts``, ``to_device`` and ``to_host`` take the same arguments as their ``sap_gpu``
 counterparts and return ``SapState``/``SapControl``/``SapContacts`` with NumPy fields (always
 new arrays). ``device`` may be None or ``"cpu"``; anything else is a ``ValueError``.
+
+:func:`write_contact` and :func:`clear_contact` are the one way to fill or empty a contact slot on
+the host, as ``sap_gpu.arrays``' functions of the same names are in kernels.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import numpy as np
 from sap_common.model import SapModel
 from sap_common.state import SapContacts, SapControl, SapState, check_dtypes, keep_stamp
 
-__all__ = ["check_host_device", "to_device", "to_host", "state", "control", "contacts"]
+__all__ = ["check_host_device", "to_device", "to_host", "state", "control", "contacts", "write_contact",
+           "clear_contact"]
 
 HOST_DEVICES = (None, "cpu")
 
@@ -73,3 +77,27 @@ def contacts(num_worlds: int, capacity: int, device=None) -> SapContacts:
     """Empty contacts with ``capacity`` slots per world."""
     check_host_device(device)
     return SapContacts.allocate(num_worlds, capacity)
+
+
+def write_contact(contacts: SapContacts, world: int, slot: int, shape0, shape1, body0, body1, x0, x1, normal, phi0,
+                  margin0, margin1, mu, ke, ke0, ke1, tau_d, hcd, area) -> None:
+    """Slot ``slot`` of ``world``: every field of the contact record (:class:`SapContacts`), in the
+    arrays' dtypes (float64, int32 ids). ``ke``, ``phi0`` and ``area`` are the point's own: point
+    contact passes the materials' combined k, the geometry's φ₀ and 0; a contact model with
+    per-point values (a hydroelastic face) its own."""
+    contacts.shape0[world, slot], contacts.shape1[world, slot] = shape0, shape1
+    contacts.body0[world, slot], contacts.body1[world, slot] = body0, body1
+    contacts.x0[world, slot], contacts.x1[world, slot], contacts.normal[world, slot] = x0, x1, normal
+    contacts.phi0[world, slot] = phi0
+    contacts.margin0[world, slot], contacts.margin1[world, slot] = margin0, margin1
+    contacts.mu[world, slot], contacts.ke[world, slot] = mu, ke
+    contacts.ke0[world, slot], contacts.ke1[world, slot], contacts.tau_d[world, slot] = ke0, ke1, tau_d
+    contacts.hcd[world, slot] = hcd
+    contacts.area[world, slot] = area
+
+
+def clear_contact(contacts: SapContacts, world: int, slot=slice(None)) -> None:
+    """Slot ``slot`` of ``world`` (default: every slot) empty, as :meth:`SapContacts.allocate` leaves
+    it: shapes and bodies −1, the rest 0."""
+    write_contact(contacts, world, slot, -1, -1, -1, -1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                  0.0)

@@ -19,7 +19,10 @@ types. Conventions (docs/formulation.md § Contact frame and Jacobian, docs/conv
   each routine's fixed order). Beyond ``max_rigid_contact`` the deepest are kept (smallest φ₀,
   ties by generation order), still in generation order, and ``contacts.overflow[w]`` counts
   the dropped ones; nothing is written past the capacity; unused slots hold the allocation
-  values (ids −1, zeros).
+  values (ids −1, zeros);
+* every slot is written through :func:`sap_ref.arrays.write_contact` and
+  :func:`~sap_ref.arrays.clear_contact`: point contacts, so each point's ``ke`` is the pair's
+  combined k, its ``phi0`` the geometry's φ₀ and its ``area`` 0.
 
 Points per pair (``MAX_CONTACTS_PER_PAIR``): plane–sphere 1; plane–capsule 2 (the segment's end
 spheres); plane–box 8 (corners); sphere–sphere, sphere–capsule, sphere–box 1; capsule–capsule 1
@@ -80,7 +83,7 @@ from sap_common.geometry import hfield_grid, shape_local_bounds
 from sap_common.model import SapModel, ShapeType
 from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
 
-from .arrays import check_host_device
+from .arrays import check_host_device, clear_contact, write_contact
 from .broad_phase import pair_overlap
 from .collision_box import box_box, capsule_box, plane_box, sphere_box
 from .collision_heightfield import heightfield_contacts
@@ -280,19 +283,10 @@ class CollisionPipeline:
         keep = list(range(len(found)))
         if len(found) > self.max_rigid_contact:  # the deepest (ties: generation order), in generation order
             keep = sorted(sorted(keep, key=lambda i: (found[i][5], i))[:self.max_rigid_contact])
-        for f in ("shape0", "shape1", "body0", "body1"):
-            getattr(contacts, f)[w] = -1
-        for f in ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d", "hcd"):
-            getattr(contacts, f)[w] = 0.0
-        for slot, i in enumerate(keep):
+        clear_contact(contacts, w)
+        for slot, i in enumerate(keep):  # point contact: the pair's k, the point's φ₀, area 0
             a, b, x0, x1, n, phi, (mu, ke, k0, k1, tau, hcd) = found[i]
-            contacts.shape0[w, slot], contacts.shape1[w, slot] = a, b
-            contacts.body0[w, slot], contacts.body1[w, slot] = m.shape_body[a], m.shape_body[b]
-            contacts.x0[w, slot], contacts.x1[w, slot], contacts.normal[w, slot] = x0, x1, n
-            contacts.phi0[w, slot] = phi
-            contacts.margin0[w, slot], contacts.margin1[w, slot] = m.shape_margin[a], m.shape_margin[b]
-            contacts.mu[w, slot], contacts.ke[w, slot] = mu, ke
-            contacts.ke0[w, slot], contacts.ke1[w, slot], contacts.tau_d[w, slot] = k0, k1, tau
-            contacts.hcd[w, slot] = hcd
+            write_contact(contacts, w, slot, a, b, m.shape_body[a], m.shape_body[b], x0, x1, n, phi,
+                          m.shape_margin[a], m.shape_margin[b], mu, ke, k0, k1, tau, hcd, 0.0)
         contacts.count[w] = len(keep)
         contacts.overflow[w] = len(found) - len(keep)

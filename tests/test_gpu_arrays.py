@@ -5,10 +5,21 @@ import dataclasses
 import numpy as np
 import pytest
 import warp as wp
+from contact_record import SLOT_FIELDS, not_empty, poison, record_values, unwritten
 
 import sap_gpu
 from sap_common import scenes
 from sap_common.state import SapContacts, SapControl, SapState
+from sap_gpu.arrays import (
+    ContactSlots,
+    GpuModel,
+    check_device_contacts,
+    clear_contact,
+    contact_slots,
+    write_contact,
+    write_contact_pair,
+    write_contact_point,
+)
 
 
 def _fields(obj):
@@ -90,3 +101,51 @@ def test_public_types_are_the_host_dataclasses(device, model):
     assert isinstance(sap_gpu.state(model, device), SapState)
     assert isinstance(sap_gpu.control(model, device), SapControl)
     assert isinstance(sap_gpu.contacts(1, 1, device), SapContacts)
+
+
+@wp.kernel(enable_backward=False)
+def _write_and_clear(ids: wp.array(dtype=int), vecs: wp.array(dtype=wp.vec3d), reals: wp.array(dtype=wp.float64),
+                     contacts_out: ContactSlots):
+    write_contact(contacts_out, 1, 2, ids[0], ids[1], ids[2], ids[3], vecs[0], vecs[1], vecs[2], reals[0], reals[1],
+                  reals[2], reals[3], reals[4], reals[5], reals[6], reals[7], reals[8], reals[9])
+    clear_contact(contacts_out, 0, 1)
+
+
+def test_contact_slots_and_write_contact_cover_every_field_of_the_record():
+    assert list(ContactSlots.vars) == list(SLOT_FIELDS)
+    assert list(write_contact.input_types)[3:] == list(SLOT_FIELDS)
+    point, pair = (list(f.input_types)[3:] for f in (write_contact_point, write_contact_pair))
+    assert sorted(point + pair) == sorted(SLOT_FIELDS) and not set(point) & set(pair)
+    assert {"ke", "phi0", "area"} <= set(point)  # the per-point values a contact model may set
+
+
+def test_write_contact_writes_every_field_and_clear_contact_empties_the_slot(device):
+    values = record_values()
+    empty = SapContacts.allocate(1, 1)  # the kernel passes ids, 3-vectors and reals in SLOT_FIELDS order
+    ids = [values[f] for f in SLOT_FIELDS if getattr(empty, f).dtype == np.int32]
+    vecs = [values[f] for f in SLOT_FIELDS if getattr(empty, f).ndim == 3]
+    reals = [values[f] for f in SLOT_FIELDS if getattr(empty, f).dtype == np.float64 and getattr(empty, f).ndim == 2]
+    assert len(ids) + len(vecs) + len(reals) == len(SLOT_FIELDS)
+    dev = sap_gpu.to_device(poison(SapContacts.allocate(2, 3)), device)
+    wp.launch(_write_and_clear, dim=1, device=device, inputs=[
+        wp.array(ids, dtype=int, device=device), wp.array(np.array(vecs), dtype=wp.vec3d, device=device),
+        wp.array(reals, dtype=wp.float64, device=device)], outputs=[contact_slots(dev)])
+    host = sap_gpu.to_host(dev)
+    for f, v in values.items():
+        assert np.array_equal(getattr(host, f)[1, 2], v), f
+    assert not_empty(host, 0, 1) == []
+    untouched = [(w, k) for w in range(2) for k in range(3) if (w, k) not in ((1, 2), (0, 1))]
+    assert all(unwritten(host, w, k) == list(SLOT_FIELDS) for w, k in untouched)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda d: wp.zeros((3, 4), dtype=wp.float64, device=d), r"contacts.area: expected shape \(3, 5\)"),
+    (lambda d: wp.zeros((3, 5), dtype=wp.float32, device=d), r"contacts.area: expected dtype float64"),
+    (lambda d: np.zeros((3, 5)), r"contacts.area: expected a wp.array"),
+])
+def test_device_contacts_check_refuses_a_bad_area_naming_it(device, model, bad, message):
+    c = sap_gpu.contacts(model.num_worlds, 5, device)
+    check_device_contacts(GpuModel(model, device), c, 5)
+    c.area = bad(device)
+    with pytest.raises(ValueError, match=message):
+        check_device_contacts(GpuModel(model, device), c, 5)

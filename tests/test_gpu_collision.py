@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import warp as wp
 from collision_cases import CUBE, GEM
+from contact_record import assert_point_contacts, poison
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,13 +23,14 @@ from sap_common import scenes, spatial
 from sap_common.builder import ModelBuilder
 from sap_common.config import SapConfig
 from sap_common.model import ShapeType
+from sap_common.state import SapContacts
 from sap_gpu.collision import CollisionPipeline as GpuPipeline
 from sap_ref.collision import CollisionPipeline as RefPipeline
 from sap_ref.collision import contact_capacity
 from sap_tools.tolerances import CURVED_GEOMETRY_TOL, GEOMETRY_TOL, normal_tol  # float64 geometry (reasons there)
 
 INT_FIELDS = ("count", "overflow", "shape0", "shape1", "body0", "body1")
-FLOAT_FIELDS = ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d")
+FLOAT_FIELDS = ("x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke", "ke0", "ke1", "tau_d", "hcd", "area")
 TYPES = (ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER,
          ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH, ShapeType.HEIGHTFIELD)
 STATIC = (ShapeType.PLANE, ShapeType.HEIGHTFIELD)
@@ -325,6 +327,20 @@ def test_stale_buffers_are_reset_and_non_finite_worlds_report_nothing(device):
     assert host.count.tolist() == [0, 1] and host.overflow.tolist() == [0, 0]
     assert np.all(host.shape0[0] == -1) and np.all(host.phi0[0] == 0) and np.all(host.shape0[1, 1:] == -1)
     assert host.phi0[1, 0] == pytest.approx(-0.01, abs=1e-15)
+
+
+def test_point_contacts_fill_every_field_of_the_record_with_area_zero(device):
+    scene = scenes.get("box_stack", num_worlds=2)
+    state = scene.state.copy()
+    state.body_q[:, :, 2] -= np.array([0.0005, 0.0021, 0.0039])
+    state.body_q[1, 2, :3] += [0.03, 0.0, 0.0]  # the worlds differ
+    model = scene.sap_model
+    pipe = GpuPipeline(model, contact_capacity(model), device=device)
+    contacts = sap_gpu.to_device(poison(SapContacts.allocate(2, contact_capacity(model))), device)
+    pipe.collide(sap_gpu.to_device(state, device), contacts)
+    host = sap_gpu.to_host(contacts)
+    assert host.count.min() > 0 and host.count.max() < host.capacity
+    assert_point_contacts(model, host, SapConfig())
 
 
 def test_bad_input_raises_naming_the_field(device):

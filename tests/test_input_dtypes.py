@@ -41,7 +41,7 @@ CASES = list(_cases())
 
 def test_every_array_field_is_covered():
     fields = {(k, f) for k, f, _ in CASES}
-    assert len(fields) == 5 + 4 + 18  # state, control, contacts (hcd: the Hunt–Crossley dissipation)
+    assert len(fields) == 5 + 4 + 19  # state, control, contacts (hcd: the Hunt–Crossley dissipation; area)
     assert field_dtype("joint_q") == np.float64 and field_dtype("shape0") == np.int32
 
 

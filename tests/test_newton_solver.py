@@ -10,11 +10,13 @@ import pytest
 
 newton = pytest.importorskip("newton")
 import warp as wp  # noqa: E402
+from contact_record import SLOT_FIELDS, poison, unwritten  # noqa: E402
 from newton_scenes import mixed_robot_newton  # noqa: E402
 
 import sap_gpu  # noqa: E402
 import sap_newton  # noqa: E402
-from sap_common.state import StepStatus  # noqa: E402
+from sap_common.collision_rules import combine_materials  # noqa: E402
+from sap_common.state import SapContacts, StepStatus  # noqa: E402
 
 DT = 2e-3
 # A box resting on the ground under SAP's compliant contact sinks m g / Σk; the step leaves a
@@ -114,14 +116,14 @@ def test_control_transfer_reads_targets_by_drive_mode(device):
     assert not host.joint_target_pos[0, others].any()
 
 
-def test_newton_contacts_become_the_contacts_of_our_collision(device):
-    """Sphere–plane: the same witness points, normal and φ₀; box–plane: Newton's corner contacts
-    are among ours (ours add the top corners, within the 0.2 m detection margin)."""
+def _routed_box_contacts(device, routed):
+    """Two box worlds (world 1 pressed 2 cm into the ground, tilted): Newton's contacts routed into
+    device contacts ``routed`` (2 worlds × 16), and our collision's contacts at the same poses."""
     model = box_model(device, num_worlds=2)
     solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap")
     state = model.state()
     q = state.joint_q.numpy().reshape(2, 7)
-    q[1, :3] = (0.3, -0.2, 0.08)  # world 1 presses 2 cm into the ground, tilted
+    q[1, :3] = (0.3, -0.2, 0.08)
     q[1, 3:] = np.array([0.05, 0.02, 0.0, 1.0]) / np.linalg.norm([0.05, 0.02, 0.0, 1.0])
     state.joint_q.assign(q.ravel())
     newton.eval_fk(model, state.joint_q, state.joint_qd, state)
@@ -132,11 +134,16 @@ def test_newton_contacts_become_the_contacts_of_our_collision(device):
     s_in = solver.sap_state_in[g]
     solver.transfer.state_to_sap(g, state, s_in)
     solver.solvers[g].body_poses(s_in.joint_q, s_in.body_q)
-    routed = sap_gpu.contacts(2, 16, device)
     solver.transfer.contacts_to_sap(g, contacts, s_in.body_q, routed)
     ours = solver.pipelines[g].contacts()
     solver.pipelines[g].collide(s_in, ours)
-    a, b = sap_gpu.to_host(routed), sap_gpu.to_host(ours)
+    return solver, sap_gpu.to_host(routed), sap_gpu.to_host(ours)
+
+
+def test_newton_contacts_become_the_contacts_of_our_collision(device):
+    """Sphere–plane: the same witness points, normal and φ₀; box–plane: Newton's corner contacts
+    are among ours (ours add the top corners, within the 0.2 m detection margin)."""
+    _, a, b = _routed_box_contacts(device, sap_gpu.contacts(2, 16, device))
     for w in range(2):
         assert a.count[w] > 0 and a.overflow[w] == 0
         for k in range(a.count[w]):
@@ -157,6 +164,21 @@ def test_newton_contacts_become_the_contacts_of_our_collision(device):
             assert a.phi0[w, k] == pytest.approx(b.phi0[w, i], abs=1e-6)
             for f in ("mu", "ke", "tau_d", "margin0"):
                 assert getattr(a, f)[w, k] == pytest.approx(getattr(b, f)[w, i])
+
+
+def test_newton_contacts_fill_every_field_of_the_record_with_area_zero(device):
+    """Every routed slot fully written (none of the sentinels left), a point contact: area 0 and the
+    pair's combined k. The transfer leaves the slots past the count alone."""
+    routed = sap_gpu.to_device(poison(SapContacts.allocate(2, 16)), device)
+    solver, a, _ = _routed_box_contacts(device, routed)
+    sap_model, config = solver.conversion.groups[0].sap_model, solver.solvers[0].config
+    assert a.count.min() > 0 and a.overflow.max() == 0
+    for w in range(2):
+        for k in range(int(a.count[w])):
+            assert unwritten(a, w, k) == [], (w, k)
+            assert a.area[w, k] == 0.0
+            assert a.ke[w, k] == combine_materials(sap_model, int(a.shape0[w, k]), int(a.shape1[w, k]), config)[1]
+        assert all(unwritten(a, w, k) == list(SLOT_FIELDS) for k in range(int(a.count[w]), 16))
 
 
 def test_newton_contacts_and_our_collision_give_the_same_motion(device):

@@ -217,6 +217,10 @@ def test_shared_thresholds_are_the_same_objects_in_both_backends():
 # Names of sap_gpu's top level that sap_ref deliberately lacks, with the reason.
 GPU_ONLY = {
     "GpuModel": "the model's arrays on a Warp device; sap_ref reads the SapModel's NumPy arrays directly",
+    "ContactSlots": "the per-slot contact arrays as one kernel argument; sap_ref's helpers take the SapContacts",
+    "contact_slots": "makes a ContactSlots; sap_ref's helpers take the SapContacts",
+    "write_contact_point": "write_contact's point half, for kernels: one call keeps every loaded value live at once",
+    "write_contact_pair": "write_contact's pair half, for kernels: one call keeps every loaded value live at once",
 }
 
 

@@ -3,10 +3,12 @@
 margins, capacity/overflow and determinism, and the built-in scenes."""
 
 import dataclasses
+import inspect
 import math
 
 import numpy as np
 import pytest
+from contact_record import SLOT_FIELDS, assert_point_contacts, not_empty, poison, record_values, unwritten
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import quaternions, vectors
@@ -18,6 +20,7 @@ from sap_common.constants import EDGE_AXIS_BIAS, PARALLEL_TOL
 from sap_common.kinematics import forward_kinematics
 from sap_common.model import ShapeType
 from sap_common.state import SapContacts
+from sap_ref.arrays import clear_contact, write_contact
 from sap_ref.collision import (
     DEFAULT_NORMAL,
     INTERIOR_DEPTH_MARGIN,
@@ -664,6 +667,30 @@ def test_stale_buffers_are_reset_to_the_allocation_values():
         assert np.array_equal(value, getattr(stale, f)), f
     n = int(fresh.count[0])
     assert np.all(fresh.shape0[0, n:] == -1) and np.all(fresh.body1[0, n:] == -1) and np.all(fresh.x0[0, n:] == 0)
+
+
+def test_write_contact_writes_every_field_of_the_record_and_clear_contact_empties_slots():
+    assert list(inspect.signature(write_contact).parameters)[3:] == list(SLOT_FIELDS)
+    values = record_values()
+    c = poison(SapContacts.allocate(2, 3))
+    write_contact(c, 1, 2, **values)
+    for f, v in values.items():
+        assert np.array_equal(getattr(c, f)[1, 2], v) and getattr(c, f)[1, 2].dtype == getattr(c, f).dtype, f
+    others = [(w, k) for w in range(2) for k in range(3) if (w, k) != (1, 2)]
+    assert all(unwritten(c, w, k) == list(SLOT_FIELDS) for w, k in others)  # only that slot
+    clear_contact(c, 1, 2)
+    assert not_empty(c, 1, 2) == [] and unwritten(c, 1, 1) == list(SLOT_FIELDS)
+    clear_contact(c, 0)  # every slot of world 0
+    assert all(not_empty(c, 0, k) == [] for k in range(3)) and unwritten(c, 1, 0) == list(SLOT_FIELDS)
+
+
+def test_pipeline_fills_every_field_of_its_point_contacts_with_area_zero():
+    model, state = _sunk_stack(2)
+    pipe = CollisionPipeline(model, contact_capacity(model))
+    contacts = poison(pipe.contacts())
+    pipe.collide(state, contacts)
+    assert contacts.count.min() > 0 and contacts.count.max() < contacts.capacity
+    assert_point_contacts(model, contacts, SapConfig())
 
 
 def test_overflow_keeps_the_deepest_in_generation_order_and_counts_the_rest():

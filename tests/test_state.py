@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from sap_common.builder import ModelBuilder
-from sap_common.state import SapContacts, SapControl, SapState, check_contacts, check_control, check_state
+from sap_common.state import (
+    CONTACT_SLOT_FIELDS,
+    CONTACT_WORLD_FIELDS,
+    SapContacts,
+    SapControl,
+    SapState,
+    check_contacts,
+    check_control,
+    check_state,
+)
 
 
 def model(num_worlds=2):
@@ -74,6 +83,29 @@ def test_contacts_allocate_and_check():
     with pytest.raises(ValueError, match=r"num_worlds: must be an integer >= 1"):
         SapContacts.allocate(0, 4)
     assert SapContacts.allocate(1, 0).x0.shape == (1, 0, 3)
+
+
+def test_contacts_have_a_per_point_area_slot():
+    c = SapContacts.allocate(2, 5)
+    assert c.area.shape == (2, 5) and c.area.dtype == np.float64 and not c.area.any()
+    c.area[1, 3] = 2.5e-4
+    c2 = c.copy()
+    c2.area[1, 3] = 0.0
+    assert c.area[1, 3] == 2.5e-4  # copied, not shared
+    assert CONTACT_SLOT_FIELDS[-1] == "area" and "area" not in CONTACT_WORLD_FIELDS
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.zeros((2, 4)), r"contacts.area: expected shape \(2, 5\), got \(2, 4\)"),
+    (np.zeros((2, 5, 1)), r"contacts.area: expected shape \(2, 5\), got \(2, 5, 1\)"),
+    (np.zeros((2, 5), np.float32), r"contacts.area: expected dtype float64, got float32"),
+    ([[0.0] * 5] * 2, r"contacts.area: expected a numpy array"),
+])
+def test_check_contacts_refuses_a_bad_area_naming_it(bad, message):
+    c = SapContacts.allocate(2, 5)
+    c.area = bad
+    with pytest.raises(ValueError, match=message):
+        check_contacts(model(), c)
 
 
 def test_copy_is_deep():

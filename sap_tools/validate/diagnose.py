@@ -39,7 +39,9 @@ from sap_common import spatial
 from sap_common.enums import ShapeType
 from sap_common.io.drake import drake_qv_to_joint
 from sap_common.rows import RowKind
+from sap_common.state import CONTACT_SLOT_FIELDS
 from sap_ref import collision as ref_collision
+from sap_ref.arrays import clear_contact, write_contact
 from sap_ref.contact_solve import evaluate, stopping_criterion
 from sap_ref.integration import integrate_positions
 from sap_tools.tolerances import DRAKE_MPR_GEOMETRY_TOL, GEOMETRY_TOL, TOL, contact_tie_bound, is_contact_tie
@@ -203,22 +205,19 @@ def _edited_contacts(model, config, contacts, drop=(), add=()):
     """A copy of ``contacts`` without the slots ``drop`` and with the candidates ``add``."""
     out = contacts.copy()
     keep = [k for k in range(int(contacts.count[0])) if k not in set(drop)]
-    fields = ("shape0", "shape1", "body0", "body1", "x0", "x1", "normal", "phi0", "margin0", "margin1", "mu", "ke",
-              "ke0", "ke1", "tau_d", "hcd")
-    rows = [{f: getattr(contacts, f)[0, k].copy() for f in fields} for k in keep]
-    for (a, b), x0, x1, n, phi in add:
+    rows = [{f: getattr(contacts, f)[0, k].copy() for f in CONTACT_SLOT_FIELDS} for k in keep]
+    for (a, b), x0, x1, n, phi in add:  # point contacts, as sap_ref's collision writes them
         mu, ke, k0, k1, tau = ref_collision.combine_materials(model, a, b, config)
         hcd = ref_collision.combine_hc_dissipation(model, a, b, config)
         rows.append(dict(shape0=a, shape1=b, body0=model.shape_body[a], body1=model.shape_body[b], x0=x0, x1=x1,
                          normal=n, phi0=phi, margin0=model.shape_margin[a], margin1=model.shape_margin[b], mu=mu,
-                         ke=ke, ke0=k0, ke1=k1, tau_d=tau, hcd=hcd))
+                         ke=ke, ke0=k0, ke1=k1, tau_d=tau, hcd=hcd, area=0.0))
     if len(rows) > out.capacity:
         return None
     out.count[0] = len(rows)
-    for f in fields:
-        getattr(out, f)[0] = -1 if f in ("shape0", "shape1", "body0", "body1") else 0.0
-        for slot, r in enumerate(rows):
-            getattr(out, f)[0, slot] = r[f]
+    clear_contact(out, 0)
+    for slot, r in enumerate(rows):
+        write_contact(out, 0, slot, **r)
     return out
 
 
