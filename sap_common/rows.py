@@ -23,11 +23,12 @@ DRIVE       PD toward targets, clamped to the effort limit:   q₀, q_d, v_d, u�
 The sums over rows (ℓ, Jᵀγ, H = A + JᵀGJ, φ(α)) add the contacts' terms first, then the scalar
 rows in this order. sap_ref evaluates each kind's rows as one array and adds the kinds one after
 the other (a kind that a world lacks adds nothing, so adding a kind never changes the sums of a
-model without it); sap_gpu walks the rows one by one, dispatching on :data:`RowKind`.
+model without it); sap_gpu walks the rows term by term, each loop with its term fixed when the
+kernel is built (kinds that share a term, limits and holonomic rows, share a loop).
 
 Adding a kind: a member here (and its place in :data:`ROW_KINDS`), its rows in
-:func:`scalar_row_layout`, one term function and one set-up stage per backend
-(docs/pipeline.md § The rows of the Newton problem).
+:func:`scalar_row_layout`, one term function and one set-up stage per backend; every file is
+listed in docs/pipeline.md § Adding a constraint kind
 
 Drake: every one of these is a ``SapConstraint`` (``SapLimitConstraint``,
 ``SapHolonomicConstraint`` and its couplers, distance, ball and weld constraints,

@@ -29,7 +29,7 @@ fused Newton kernel (:mod:`sap_gpu.contact_solve_fused`), so both paths factor t
 
 import warp as wp
 
-from .launch import TILE_BLOCK_DIM, launch_blocks
+from .launch import TILE_BLOCK_DIM, built_once, launch_blocks
 
 wp.set_module_options({"enable_backward": False})
 
@@ -38,8 +38,6 @@ __all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "
 
 TILE = 32  # tile edge: one 32×32 fp64 tile is 8 KiB of shared memory
 BLOCK_DIM = TILE_BLOCK_DIM  # threads per world (one warp)
-_KERNELS: dict = {}
-_FUNCS: dict = {}
 
 
 def padded_size(nv: int, tile: int = TILE) -> int:
@@ -124,28 +122,27 @@ def block_sync(lane: int):
     wp.tile_extract(wp.tile(lane), 0)
 
 
+@built_once()
 def single_factor_solve(n: int, r: int, dtype):
     """``wp.func (A, B, X, lane) -> failed``: X = A⁻¹B for one (n, n) tile, pivots checked.
 
     A, B, X are one world's 2D slices; every lane of the block must call it. Returns 1 on every
     lane if a pivot failed (X is then meaningless), else 0.
     """
-    key = ("single", n, r, dtype)
-    if key not in _FUNCS:
-        check = _tile_factor_check(dtype, n)
+    check = _tile_factor_check(dtype, n)
 
-        @wp.func
-        def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype),
-                         lane: int) -> int:
-            L = wp.tile_cholesky(wp.tile_load(A, shape=(n, n)))
-            bad = check(A, L, lane)
-            wp.tile_store(X, wp.tile_cholesky_solve(L, wp.tile_load(B, shape=(n, r))))
-            return block_max_int(bad)
+    @wp.func
+    def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype),
+                     lane: int) -> int:
+        L = wp.tile_cholesky(wp.tile_load(A, shape=(n, n)))
+        bad = check(A, L, lane)
+        wp.tile_store(X, wp.tile_cholesky_solve(L, wp.tile_load(B, shape=(n, r))))
+        return block_max_int(bad)
 
-        _FUNCS[key] = factor_solve
-    return _FUNCS[key]
+    return factor_solve
 
 
+@built_once()
 def shared_factor_solve(n: int, dtype):
     """``wp.func (H, x, scratch, lane) -> failed``: x ← H⁻¹x in place for an (n, n) shared tile H
     that the block has just assembled (the fused kernel's ``fused_hessian="tiles"``), pivots
@@ -158,79 +155,75 @@ def shared_factor_solve(n: int, dtype):
     A_ii there. x is (n, 1). Every lane of the block must call it; returns 1 on every lane if a
     pivot failed.
     """
-    key = ("shared", n, dtype)
-    if key not in _FUNCS:
-        check = _tile_factor_check(dtype, n)
+    check = _tile_factor_check(dtype, n)
 
-        @wp.func
-        def factor_solve(H: wp.tile(dtype=dtype, shape=(n, n), storage="shared"),
-                         x: wp.tile(dtype=dtype, shape=(n, 1), storage="shared"), scratch: wp.array2d(dtype=dtype),
-                         lane: int) -> int:
-            for i in range(lane, n, wp.block_dim()):
-                scratch[i, i] = H[i, i]
-            wp.tile_cholesky_inplace(H)
-            bad = check(scratch, H, lane)
-            wp.tile_cholesky_solve_inplace(H, x)
-            return block_max_int(bad)
+    @wp.func
+    def factor_solve(H: wp.tile(dtype=dtype, shape=(n, n), storage="shared"),
+                     x: wp.tile(dtype=dtype, shape=(n, 1), storage="shared"), scratch: wp.array2d(dtype=dtype),
+                     lane: int) -> int:
+        for i in range(lane, n, wp.block_dim()):
+            scratch[i, i] = H[i, i]
+        wp.tile_cholesky_inplace(H)
+        bad = check(scratch, H, lane)
+        wp.tile_cholesky_solve_inplace(H, x)
+        return block_max_int(bad)
 
-        _FUNCS[key] = factor_solve
-    return _FUNCS[key]
+    return factor_solve
 
 
+@built_once()
 def blocked_factor_solve(t: int, r: int, dtype):
     """``wp.func (A, B, nb, lane, L, X) -> failed``: the blocked Cholesky of the module docstring
     with (t, t) tiles and ``nb`` blocks, factor in the scratch L, pivots of every diagonal block
     checked (returns 1 on every lane if one failed)."""
-    key = ("blocked", t, r, dtype)
-    if key not in _FUNCS:
-        check = _array_factor_check(dtype)
+    check = _array_factor_check(dtype)
 
-        # nb is a runtime argument on purpose: loops with constant bounds are unrolled by Warp, and
-        # every unrolled tile temporary takes its own shared memory.
-        @wp.func
-        def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), nb: int, lane: int,
-                         L: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype)) -> int:
-            for j in range(nb):
-                Ajj = wp.tile_load(A, shape=(t, t), offset=(j * t, j * t))
+    # nb is a runtime argument on purpose: loops with constant bounds are unrolled by Warp, and
+    # every unrolled tile temporary takes its own shared memory.
+    @wp.func
+    def factor_solve(A: wp.array2d(dtype=dtype), B: wp.array2d(dtype=dtype), nb: int, lane: int,
+                     L: wp.array2d(dtype=dtype), X: wp.array2d(dtype=dtype)) -> int:
+        for j in range(nb):
+            Ajj = wp.tile_load(A, shape=(t, t), offset=(j * t, j * t))
+            for k in range(j):
+                Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                Ajj = Ajj - wp.tile_matmul(Ljk, wp.tile_transpose(Ljk))
+            Ljj = wp.tile_cholesky(Ajj)
+            wp.tile_store(L, Ljj, offset=(j * t, j * t))
+            for i in range(j + 1, nb):
+                Aij = wp.tile_load(A, shape=(t, t), offset=(i * t, j * t))
                 for k in range(j):
-                    Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
-                    Ajj = Ajj - wp.tile_matmul(Ljk, wp.tile_transpose(Ljk))
-                Ljj = wp.tile_cholesky(Ajj)
-                wp.tile_store(L, Ljj, offset=(j * t, j * t))
-                for i in range(j + 1, nb):
-                    Aij = wp.tile_load(A, shape=(t, t), offset=(i * t, j * t))
-                    for k in range(j):
-                        Lik = wp.tile_load(L, shape=(t, t), offset=(i * t, k * t))
-                        Ljk2 = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
-                        Aij = Aij - wp.tile_matmul(Lik, wp.tile_transpose(Ljk2))
-                    # L_ij L_jjᵀ = A_ij  ⇔  L_jj L_ijᵀ = A_ijᵀ
-                    Lij_t = wp.tile_lower_solve(Ljj, wp.tile_transpose(Aij))
-                    wp.tile_store(L, wp.tile_transpose(Lij_t), offset=(i * t, j * t))
-            block_sync(lane)  # every block of L stored before the lanes read rows of it
-            bad = check(A, L, nb * t, lane)
-            for j in range(nb):  # forward: L Y = B
-                Yj = wp.tile_load(B, shape=(t, r), offset=(j * t, 0))
-                for k in range(j):
-                    Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
-                    Yk = wp.tile_load(X, shape=(t, r), offset=(k * t, 0))
-                    Yj = Yj - wp.tile_matmul(Ljk, Yk)
-                Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
-                wp.tile_store(X, wp.tile_lower_solve(Ljj, Yj), offset=(j * t, 0))
-            for jj in range(nb):  # backward: Lᵀ X = Y
-                j = nb - 1 - jj
-                Zj = wp.tile_load(X, shape=(t, r), offset=(j * t, 0))
-                for i in range(j + 1, nb):
-                    Lij = wp.tile_load(L, shape=(t, t), offset=(i * t, j * t))
-                    Xi = wp.tile_load(X, shape=(t, r), offset=(i * t, 0))
-                    Zj = Zj - wp.tile_matmul(wp.tile_transpose(Lij), Xi)
-                Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
-                wp.tile_store(X, wp.tile_upper_solve(wp.tile_transpose(Ljj), Zj), offset=(j * t, 0))
-            return block_max_int(bad)
+                    Lik = wp.tile_load(L, shape=(t, t), offset=(i * t, k * t))
+                    Ljk2 = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                    Aij = Aij - wp.tile_matmul(Lik, wp.tile_transpose(Ljk2))
+                # L_ij L_jjᵀ = A_ij  ⇔  L_jj L_ijᵀ = A_ijᵀ
+                Lij_t = wp.tile_lower_solve(Ljj, wp.tile_transpose(Aij))
+                wp.tile_store(L, wp.tile_transpose(Lij_t), offset=(i * t, j * t))
+        block_sync(lane)  # every block of L stored before the lanes read rows of it
+        bad = check(A, L, nb * t, lane)
+        for j in range(nb):  # forward: L Y = B
+            Yj = wp.tile_load(B, shape=(t, r), offset=(j * t, 0))
+            for k in range(j):
+                Ljk = wp.tile_load(L, shape=(t, t), offset=(j * t, k * t))
+                Yk = wp.tile_load(X, shape=(t, r), offset=(k * t, 0))
+                Yj = Yj - wp.tile_matmul(Ljk, Yk)
+            Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
+            wp.tile_store(X, wp.tile_lower_solve(Ljj, Yj), offset=(j * t, 0))
+        for jj in range(nb):  # backward: Lᵀ X = Y
+            j = nb - 1 - jj
+            Zj = wp.tile_load(X, shape=(t, r), offset=(j * t, 0))
+            for i in range(j + 1, nb):
+                Lij = wp.tile_load(L, shape=(t, t), offset=(i * t, j * t))
+                Xi = wp.tile_load(X, shape=(t, r), offset=(i * t, 0))
+                Zj = Zj - wp.tile_matmul(wp.tile_transpose(Lij), Xi)
+            Ljj = wp.tile_load(L, shape=(t, t), offset=(j * t, j * t))
+            wp.tile_store(X, wp.tile_upper_solve(wp.tile_transpose(Ljj), Zj), offset=(j * t, 0))
+        return block_max_int(bad)
 
-        _FUNCS[key] = factor_solve
-    return _FUNCS[key]
+    return factor_solve
 
 
+@built_once()
 def _single(n: int, r: int, dtype):
     factor_solve = single_factor_solve(n, r, dtype)
 
@@ -247,6 +240,7 @@ def _single(n: int, r: int, dtype):
     return solve_single
 
 
+@built_once()
 def _blocked(t: int, r: int, dtype):
     factor_solve = blocked_factor_solve(t, r, dtype)
 
@@ -300,18 +294,12 @@ def solve(A: wp.array, B: wp.array, X: wp.array, active: wp.array, L_scratch=Non
                          f"{failed.shape} on {failed.device}")
     report, flags = (0, active) if failed is None else (1, failed)  # report 0: flags never written
     if n <= tile:
-        key = ("single", n, r, A.dtype)
-        if key not in _KERNELS:
-            _KERNELS[key] = _single(n, r, A.dtype)
-        launch_blocks(_KERNELS[key], num_worlds=W, device=A.device, inputs=[A, B, active, report], outputs=[X, flags],
-                      block_dim=BLOCK_DIM)
+        launch_blocks(_single(n, r, A.dtype), num_worlds=W, device=A.device, inputs=[A, B, active, report],
+                      outputs=[X, flags], block_dim=BLOCK_DIM)
         return
     if n % tile:
         raise ValueError(f"A: size {n} must be a multiple of the tile size {tile} (use padded_size)")
     if L_scratch is None or L_scratch.shape != A.shape or L_scratch.dtype != A.dtype:
         raise ValueError("L_scratch: a (W, n, n) array of A's dtype is required when n > tile")
-    key = ("blocked", tile, r, A.dtype)
-    if key not in _KERNELS:
-        _KERNELS[key] = _blocked(tile, r, A.dtype)
-    launch_blocks(_KERNELS[key], num_worlds=W, device=A.device, inputs=[A, B, active, n // tile, report],
+    launch_blocks(_blocked(tile, r, A.dtype), num_worlds=W, device=A.device, inputs=[A, B, active, n // tile, report],
                   outputs=[L_scratch, X, flags], block_dim=BLOCK_DIM)

@@ -25,7 +25,7 @@ from sap_common.rows import RowKind, scalar_row_layout
 
 from .blocked_cholesky import block_sync
 from .kinematics import add_point_jacobian_along
-from .launch import launch_blocks, launch_threads
+from .launch import built_once, launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -41,8 +41,6 @@ _LIMIT_R_FACTOR = LIMIT_BETA * LIMIT_BETA / _FOUR_PI2
 _DRIVE_R_FACTOR = DRIVE_BETA * DRIVE_BETA / _FOUR_PI2
 _TWO_THIRDS = 2.0 / 3.0  # the antiderivative's ⅔, rounded in float64 as sap_ref rounds it
 _SQRT3 = float(np.sqrt(3.0))  # in float64: arithmetic between constants inside a Warp kernel is float32
-_HC_TERMS: dict = {}
-_HC_KERNELS: dict = {}
 # Per contact of a Hunt–Crossley step: (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]).
 HC_DATA = wp.types.vector(5, wp.float64)
 
@@ -204,6 +202,7 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
         Kd_out[world, i] = Kd
 
 
+@built_once()
 def _hunt_crossley_kernel(T):
     @wp.kernel(enable_backward=False, module="unique")
     def hunt_crossley_kernel(nv: int, dt: wp.float64, sigma: wp.float64, stiction_tolerance: wp.float64,
@@ -243,11 +242,9 @@ def hunt_crossley_data(m, contacts, precision: str, dt, sigma, stiction_toleranc
     Counterpart of :func:`sap_ref.constraints.hunt_crossley_data`; Drake:
     ``SapHuntCrossleyConstraint::DoMakeData``."""
     T = wp.float32 if precision == "fp32" else wp.float64
-    if T not in _HC_KERNELS:
-        _HC_KERNELS[T] = _hunt_crossley_kernel(T)
-    launch_threads(_HC_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.nv, wp.float64(dt),
-                   wp.float64(sigma), wp.float64(stiction_tolerance), contacts.count, contacts.mu, contacts.ke,
-                   contacts.hcd, contacts.phi0, w, J, v0], outputs=[hc, vn0])
+    launch_threads(_hunt_crossley_kernel(T), dim=(m.num_worlds, w.shape[1]), device=m.device,
+                   inputs=[m.nv, wp.float64(dt), wp.float64(sigma), wp.float64(stiction_tolerance), contacts.count,
+                   contacts.mu, contacts.ke, contacts.hcd, contacts.phi0, w, J, v0], outputs=[hc, vn0])
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -476,6 +473,7 @@ def make_terms(T):
     return friction_cone, limit_term, drive_term
 
 
+@built_once(key=lambda T, similar: (T, bool(similar)))
 def hunt_crossley_term(T, similar: bool):
     """The Hunt–Crossley constraint of one contact in scalar T, ``similar`` or lagged (memoized):
     ``hunt_crossley(vc, mu, h, k, d, fe0, n0, eps) -> (gamma, G, ell, mode)``.
@@ -489,9 +487,6 @@ def hunt_crossley_term(T, similar: bool):
     variant is fixed when the kernels are built (no runtime branch). Drake:
     ``SapHuntCrossleyConstraint``.
     """
-    key = (T, bool(similar))
-    if key in _HC_TERMS:
-        return _HC_TERMS[key]
     V3 = wp.types.vector(3, T)
     M33 = wp.types.matrix((3, 3), T)
     is_similar = bool(similar)
@@ -556,5 +551,4 @@ def hunt_crossley_term(T, similar: bool):
             mode = int(NO_CONTACT)
         return gamma, G, ell, mode
 
-    _HC_TERMS[key] = hunt_crossley
     return hunt_crossley

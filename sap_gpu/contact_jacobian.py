@@ -17,7 +17,7 @@ import warp as wp
 from sap_common.constants import WEIGHT_FLOOR
 
 from .kinematics import add_point_jacobian
-from .launch import launch_threads
+from .launch import built_once, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -25,7 +25,6 @@ __all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
 
 # 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
 FOUR_PI2 = 4.0 * math.pi * math.pi
-_KERNELS: dict = {}
 
 
 @wp.func
@@ -111,6 +110,7 @@ def _contact_geometry(
                        joint_qd_start, body_X_in, dof_S_in, J_out)
 
 
+@built_once()
 def _weights_kernel(T):
     V3 = wp.types.vector(3, T)
     M33 = wp.types.matrix((3, 3), T)
@@ -198,9 +198,7 @@ def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma
     """Launch: weights ``w``, regularization ``R = (σw, σw, R_n)`` and normal bias ``v̂`` per contact;
     one thread per (world, contact slot)."""
     T = wp.float32 if precision == "fp32" else wp.float64
-    if T not in _KERNELS:
-        _KERNELS[T] = _weights_kernel(T)
-    launch_threads(_KERNELS[T], dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.body_mass, m.body_com,
+    launch_threads(_weights_kernel(T), dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.body_mass, m.body_com,
                    m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt), wp.float64(beta),
                    wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0, contacts.ke,
                    contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

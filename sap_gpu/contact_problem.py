@@ -10,7 +10,7 @@ the fused kernel with ``(lane, block_dim)`` and then block-sums the partial resu
 partial sum always starts with the terms the staged loop starts with, so on one lane the two
 loops compute the same numbers bit for bit.
 
-Everything here is built per scalar type and memoized:
+Everything here is built once per scalar type (:func:`sap_gpu.launch.built_once`):
 
 * :func:`problem_types` (objective scalar T): the ``Problem`` struct (one step's A, v*, the
   contacts' J, R, v̂, μ and Hunt–Crossley data, the scalar rows, their non-zero column lists, the
@@ -50,6 +50,8 @@ from sap_common.rows import ROW_KINDS, WINDOWED_KINDS, RowKind
 from sap_common.state import StepStatus
 
 from .constraints import HC_DATA, hunt_crossley_term, make_terms
+from .launch import built_once
+from .line_search import line_search_settings
 
 wp.set_module_options({"enable_backward": False})
 
@@ -67,18 +69,14 @@ ROW_END = wp.constant(len(ROW_KINDS))
 ROW_TERM_KINDS = ((RowKind.LIMIT, RowKind.HOLONOMIC), (RowKind.DRIVE,))
 MAX_ITERATIONS = wp.constant(int(StepStatus.MAX_ITERATIONS))
 
-_PROBLEM: dict = {}
-_ROWS: dict = {}
-_HESSIAN: dict = {}
-_ROLLED: dict = {}
 
 
+@built_once()
 def problem_types(T):
-    """``(Problem, Newton)``: the stage-3 structs for objective scalar ``T`` (memoized)."""
-    if T in _PROBLEM:
-        return _PROBLEM[T]
+    """``(Problem, Newton)``: the stage-3 structs for objective scalar ``T`` (built once)."""
     M33 = wp.types.matrix((3, 3), T)
     HC5 = HC_DATA
+    LineSearchSettings = line_search_settings(T)
 
     @wp.struct
     class Problem:
@@ -158,17 +156,13 @@ def problem_types(T):
         status: wp.array(dtype=int)
         count: wp.array(dtype=int)
         max_iterations: int
-        ls_max_iterations: int
         abs_tol: T
         rel_tol: T
         cost_abs: T
         cost_rel: T
-        rho: T
-        armijo_c: T
-        slop: T
+        line_search: LineSearchSettings  # the line search's settings, one struct (sap_gpu.line_search)
 
-    _PROBLEM[T] = (Problem, Newton)
-    return _PROBLEM[T]
+    return Problem, Newton
 
 
 # The C++ of rolled_sums: SCALAR is the objective scalar T (LSCALAR the linear-solve scalar TL
@@ -322,15 +316,14 @@ def check_rolled_arrays(P, H=None) -> None:
                              f"{a.strides} for {a.dtype.__name__} (allocate it with wp.zeros / wp.empty)")
 
 
+@built_once()
 def rolled_sums(T) -> SimpleNamespace:
     """The sums over non-zero lists as loops kept rolled on CUDA (the module docstring), in
-    objective scalar ``T`` (memoized): ``sparse_row_dot`` (M[row] · x over the row's listed
+    objective scalar ``T`` (built once): ``sparse_row_dot`` (M[row] · x over the row's listed
     columns), ``A_row_dots`` ((A(v − v*))_i and (A v)_i, one pass), ``contact_rows_dot`` (J_c x,
     the 3 rows of contact c) and ``jt_gamma`` ((Jᵀγ)_i: the contacts and the scalar rows touching
     DOF i, in row order). :func:`row_functions` documents each as the function
     of its own that calls it."""
-    if T in _ROLLED:
-        return _ROLLED[T]
     V2 = wp.types.vector(2, T)
     V3 = wp.types.vector(3, T)
 
@@ -356,14 +349,14 @@ def rolled_sums(T) -> SimpleNamespace:
                  world: int, i: int) -> T:
         ...
 
-    _ROLLED[T] = SimpleNamespace(sparse_row_dot=sparse_row_dot, A_row_dots=A_row_dots,
-                                 contact_rows_dot=contact_rows_dot, jt_gamma=jt_gamma)
-    return _ROLLED[T]
+    return SimpleNamespace(sparse_row_dot=sparse_row_dot, A_row_dots=A_row_dots, contact_rows_dot=contact_rows_dot,
+                           jt_gamma=jt_gamma)
 
 
+@built_once()
 def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` with the contact
-    constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; memoized).
+    constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; built once).
 
     Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
     (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term`` and
@@ -372,9 +365,6 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     Newton iteration: ``momentum_pass``, ``evaluate_rows``, ``gradient_pass``, ``newton_stop``,
     ``direction_rows``, ``direction_sums`` and ``cost_along_line`` (φ(α) and its derivatives).
     """
-    key = (T, approximation)
-    if key in _ROWS:
-        return _ROWS[key]
     if approximation not in ("sap", "lagged", "similar"):
         raise ValueError(f"discrete_contact_approximation: {approximation!r} is not valid; valid: sap, lagged, similar")
     Problem, Newton = problem_types(T)
@@ -637,7 +627,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
                     sums = wp.static(row_along_line[f])(P, world, o, r, alpha, sums)
         return sums
 
-    _ROWS[key] = SimpleNamespace(
+    return SimpleNamespace(
         T=T, V3=V3, Problem=Problem, Newton=Newton, friction_cone=friction_cone, contact_term=contact_term,
         approximation=approximation, limit_term=limit_term,
         drive_term=drive_term, row_terms=row_terms, contact_params=contact_params, drive_params=drive_params,
@@ -645,16 +635,13 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         momentum_pass=momentum_pass, evaluate_rows=evaluate_rows, jt_gamma=jt_gamma, gradient_pass=gradient_pass,
         newton_stop=newton_stop, direction_rows=direction_rows, direction_sums=direction_sums,
         cost_along_line=cost_along_line)
-    return _ROWS[key]
 
 
+@built_once()
 def hessian_functions(T, TL) -> SimpleNamespace:
-    """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (memoized);
+    """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (built once);
     ``hessian_row`` one row, from ``A_terms`` and ``constraint_terms`` (each touching contact's
     ``contact_terms``, rolled loops as :func:`rolled_sums`, then the limit and drive rows)."""
-    key = (T, TL)
-    if key in _HESSIAN:
-        return _HESSIAN[key]
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
 
@@ -707,7 +694,5 @@ def hessian_functions(T, TL) -> SimpleNamespace:
             rhs[world, i, 0] = TL(-P.grad[world, i])
             hessian_row(P, world, i, H)
 
-    _HESSIAN[key] = SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows, A_terms=A_terms,
-                                    constraint_terms=constraint_terms,
-                                    contact_terms=contact_terms)
-    return _HESSIAN[key]
+    return SimpleNamespace(TL=TL, hessian_row=hessian_row, hessian_rows=hessian_rows, A_terms=A_terms,
+                           constraint_terms=constraint_terms, contact_terms=contact_terms)

@@ -29,6 +29,7 @@ import warp as wp
 from sap_common.state import StepStatus
 
 from .contact_problem import ROW_END, hessian_functions, row_functions
+from .launch import built_once
 from .line_search import make_line_search
 from .linear_solve import make_pcr, pcr_types
 
@@ -41,9 +42,6 @@ NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 LINEAR_SOLVE_FAILURE = wp.constant(int(StepStatus.LINEAR_SOLVE_FAILURE))
 DIRECTION_FALLBACK = wp.constant(int(StepStatus.DIRECTION_FALLBACK))
 
-_CACHE: dict = {}
-
-
 class NewtonKernels:
     """The struct types and the staged kernels of one (T, TL, line search, linear solver) combination."""
 
@@ -52,16 +50,16 @@ class NewtonKernels:
         self.evaluate, self.line_search, self.finish, self.newton_pcr = evaluate, line_search, finish, newton_pcr
 
 
-def newton_kernels(T, TL, variant: str, solver: str = "cholesky", approximation: str = "sap") -> NewtonKernels:
-    """The staged kernels for objective scalar T, linear-solve scalar TL, line search ``variant``,
-    linear solver ``solver`` (``"cholesky"`` or ``"pcr"``) and contact ``approximation``
-    (``sap``, ``lagged``, ``similar``), built on first use."""
-    key = (T, TL, variant, solver, approximation)
-    if key not in _CACHE:
-        _CACHE[key] = _build(T, TL, variant, solver, approximation)
-    return _CACHE[key]
+def newton_kernels(plan) -> NewtonKernels:
+    """The staged kernels of a :class:`~sap_gpu.plan.NewtonPlan`: its objective and linear-solve
+    scalars, line search, linear solver (``"cholesky"`` or ``"pcr"``) and contact approximation
+    (``sap``, ``lagged``, ``similar``), built on first use. A fused plan has them too: its
+    solver's ``evaluate_at`` and PCR never need them, but the staged ``evaluate`` is the reference
+    the tests hold the fused kernel to."""
+    return _build(plan.T, plan.TL, plan.line_search, plan.linear_solver, plan.approximation)
 
 
+@built_once()
 def _build(T, TL, variant, solver, approximation):
     f = row_functions(T, approximation)
     hf = hessian_functions(T, TL)
@@ -196,8 +194,7 @@ def _build(T, TL, variant, solver, approximation):
         # P.line[world, 0] = ℓ_A(v), the sum evaluate formed at this v.
         P.line[world, 1] = q[0]
         P.line[world, 2] = q[1]
-        alpha, evals, failed = search(P, world, 0, N.ell[world], q[2], N.ls_max_iterations, N.rho, N.armijo_c, N.slop,
-                                      N.cost_abs, N.cost_rel)
+        alpha, evals, failed = search(P, world, 0, N.ell[world], q[2], N.line_search)
         N.iterations[world] = N.iterations[world] + 1
         N.ls_iterations[world] = N.ls_iterations[world] + evals
         if failed != 0:

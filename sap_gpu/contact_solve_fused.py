@@ -57,31 +57,19 @@ docs/benchmarks.md); ``SolverSAP`` runs the staged loop for PCR whatever ``newto
 
 import warp as wp
 
-from sap_common.constants import (
-    DEFAULT_FUSED_CHOLESKY,
-    FUSED_AUTO_CHOLESKY,
-    FUSED_AUTO_MAX_REGISTERS,
-    FUSED_CHOLESKY_AUTO,
-    FUSED_CHOLESKYS,
-    FUSED_HESSIANS,
-    FUSED_MAX_REGISTERS_AUTO,
-    FUSED_MAX_REGISTERS_NONE,
-)
 from sap_common.state import StepStatus
 
 from . import blocked_cholesky, lane_cholesky
 from .blocked_cholesky import block_max_int, block_sync
 from .contact_problem import ROW_END, hessian_functions, row_functions
-from .launch import TILE_BLOCK_DIM, launch_blocks
+from .launch import TILE_BLOCK_DIM, built_once, launch_blocks
 from .line_search import make_line_search
+from .plan import FUSED_TILE, NewtonPlan
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["FUSED_TILE", "FUSED_HESSIANS", "FUSED_CHOLESKYS", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_size",
-           "fused_hessian_for", "resolve_fused_cholesky", "fused_cholesky_for", "fused_register_cap",
-           "fused_newton_kernel", "launch_fused"]
+__all__ = ["FUSED_TILE", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_newton_kernel", "launch_fused"]
 
-FUSED_TILE = 32  # the fused path's Cholesky tile edge (and its padded size for nv ≤ 32)
 # fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
 # contacts per slab (3 rows each: 15 of the slab's 16). Slabs of 16 rows instead of 32 took the
 # fused kernel's spill on sm_90 from 144 to 56 B (drake) and 80 to 64 B (approx32) and its shared
@@ -102,75 +90,11 @@ NON_FINITE = wp.constant(int(StepStatus.NON_FINITE))
 LINE_SEARCH_FAILURE = wp.constant(int(StepStatus.LINE_SEARCH_FAILURE))
 LINEAR_SOLVE_FAILURE = wp.constant(int(StepStatus.LINEAR_SOLVE_FAILURE))
 
-_CACHE: dict = {}
-
-
-def fused_hessian_for(hessian: str, n: int) -> str:
-    """How the fused kernel forms H for ``SapConfig.fused_hessian`` and padded size ``n``: ``tiles``
-    only where the system is one tile (n = 32, nv ≤ 32); a larger world's H (humanoid3: nv = 81)
-    does not fit a block's shared memory beside the factorization, so it is formed by rows."""
-    return "tiles" if hessian == "tiles" and n <= FUSED_TILE else "rows"
-
-
-def resolve_fused_cholesky(cholesky: str, cuda: bool) -> str:
-    """The factorization ``SapConfig.fused_cholesky`` asks for on a CUDA device (``cuda``) or
-    Warp's CPU device: ``tile`` or ``lanes`` as given; ``auto`` what
-    :data:`~sap_common.constants.FUSED_AUTO_CHOLESKY` gives for the device (``lanes`` on a GPU,
-    ``tile`` on the CPU device, where a block is one lane)."""
-    if cholesky not in FUSED_CHOLESKYS:
-        raise ValueError(f"fused_cholesky: {cholesky!r} is not valid; valid: {', '.join(FUSED_CHOLESKYS)}")
-    if cholesky == FUSED_CHOLESKY_AUTO:
-        return FUSED_AUTO_CHOLESKY["cuda" if cuda else "cpu"]
-    return cholesky
-
-
-def fused_cholesky_for(cholesky: str, hessian: str, n: int) -> str:
-    """How the fused kernel factors H for the factorization ``cholesky`` (``tile`` or ``lanes``:
-    ``SapConfig.fused_cholesky`` resolved for the device by :func:`resolve_fused_cholesky`), the H
-    it forms (:func:`fused_hessian_for`) and padded size ``n``: ``lanes`` only where H is one tile
-    (n = 32) formed by rows, in global memory where the lanes load their rows from; a tile-formed H
-    is already in shared memory, and a larger one is factored by blocks."""
-    if cholesky not in FUSED_CHOLESKYS or cholesky == FUSED_CHOLESKY_AUTO:
-        raise ValueError(f"fused_cholesky: {cholesky!r} is not a factorization; valid: tile, lanes "
-                         f"(resolve_fused_cholesky resolves {FUSED_CHOLESKY_AUTO!r} for a device)")
-    return "lanes" if cholesky == "lanes" and n <= FUSED_TILE and fused_hessian_for(hessian, n) == "rows" else "tile"
-
-
-def fused_register_cap(setting, TL, n: int, hessian: str, cholesky: str) -> int | None:
-    """The register cap the fused kernel is compiled with on CUDA (``None``: the compiler's choice)
-    for ``SapConfig.fused_max_registers`` ``setting``, linear-solve scalar ``TL``, padded size
-    ``n``, the configured ``hessian`` and the factorization ``cholesky`` (resolved for CUDA); an
-    integer as given, ``None`` for ``"none"``; for ``"auto"``, where H is factored in the lanes'
-    registers (:func:`fused_cholesky_for`), the cap of
-    :data:`~sap_common.constants.FUSED_AUTO_MAX_REGISTERS` for TL, else ``None``."""
-    if setting == FUSED_MAX_REGISTERS_NONE:
-        return None
-    if setting != FUSED_MAX_REGISTERS_AUTO:
-        return setting
-    if fused_cholesky_for(cholesky, hessian, n) != "lanes":
-        return None
-    return FUSED_AUTO_MAX_REGISTERS["fp32" if TL == wp.float32 else "fp64"]
-
-
-def swept_cholesky(cholesky: str, hessian: str, cuda: bool) -> tuple[str, bool]:
-    """For the tools that sweep fused_cholesky × fused_hessian on a CUDA device (``cuda``) or the
-    CPU device: how the fused kernel factors the H of a world of one tile
-    (:func:`fused_cholesky_for`), and whether that is how it factors it in the default
-    configuration on that device (then there is nothing to set, and a run needs no label for it)."""
-    taken = fused_cholesky_for(resolve_fused_cholesky(cholesky, cuda), hessian, FUSED_TILE)
-    return taken, taken == fused_cholesky_for(resolve_fused_cholesky(DEFAULT_FUSED_CHOLESKY, cuda), hessian,
-                                              FUSED_TILE)
-
-
-def fused_size(nv: int) -> int:
-    """The fused path's padded system size: 32 for nv ≤ 32, else nv rounded up to 32."""
-    return FUSED_TILE * max(1, -(-nv // FUSED_TILE))
-
-
+@built_once()
 def _tile_hessian(T, TL):
     """``wp.func (P, world, lane, H, J, GJ, x, slab, rhs)``: H = A + JᵀGJ and x = −∇ℓ assembled in
     the shared tiles H (32, 32) and x (32, 1) (``fused_hessian="tiles"``: nv ≤ 32), with the
-    shared tiles J and GJ (32, 32) for the slabs, memoized per (T, TL).
+    shared tiles J and GJ (32, 32) for the slabs, built once per (T, TL).
 
     A tile-element store is a block barrier in Warp (every lane must make it), so the lanes never
     write the shared tiles one element at a time: they write what is per-lane work to the world's
@@ -190,9 +114,6 @@ def _tile_hessian(T, TL):
     the sums and the rounding of J and G J to TL. A comes from the world's shared tile of it
     (:func:`_shared_passes`), loaded once per step.
     """
-    key = ("tile_hessian", T, TL)
-    if key in _CACHE:
-        return _CACHE[key]
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
     ft, S, sr = FUSED_TILE, CONTACTS_PER_SLAB, SLAB_ROWS
@@ -301,17 +222,17 @@ def _tile_hessian(T, TL):
             r0 = r1
         block_sync(lane)  # H and x complete
 
-    _CACHE[key] = assemble
     return assemble
 
 
+@built_once()
 def _shared_passes(T, TL):
     """``(momentum_pass, direction_sums, hessian_rows)`` where H is formed by tiles or factored in
     the lanes' registers (a world of one tile, nv ≤ 32): the row functions'
     (:func:`~sap_gpu.contact_problem.row_functions`) and H's rows by lanes
     (:func:`~sap_gpu.contact_problem.hessian_functions`) with A and v* read from the world's
     shared tiles (A (32, 32) and v* (32,) in float64, loaded once per step) and Δv from the
-    shared tile x (in TL), memoized per (T, TL). v stays in global memory: a shared tile of it,
+    shared tile x (in TL), built once per (T, TL). v stays in global memory: a shared tile of it,
     loaded after each update, took the drake kernel's spill on sm_90 from 144 to 200 B (approx32's
     from 80 to 128 B; measured with slabs of 32 rows).
 
@@ -320,9 +241,6 @@ def _shared_passes(T, TL):
     products with exact zeros, which leave a finite sum unchanged (with or without a fused
     multiply-add), so the results are the row functions' bit for bit up to the sign of a zero sum.
     """
-    key = ("shared_passes", T, TL)
-    if key in _CACHE:
-        return _CACHE[key]
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
     ft = FUSED_TILE
@@ -381,24 +299,27 @@ def _shared_passes(T, TL):
                 H[world, i, k] = TL(A[i, k])
             constraint_terms(P, world, i, H)
 
-    _CACHE[key] = (momentum_pass, direction_sums, hessian_rows)
-    return _CACHE[key]
+    return momentum_pass, direction_sums, hessian_rows
 
 
-def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap", max_registers: int | None = None,
-                        hessian: str = "rows", cholesky: str = "tile"):
-    """The fused Newton kernel for objective scalar T, linear-solve scalar TL, line search
-    ``variant``, padded size ``n`` (:func:`fused_size`) and contact ``approximation`` (``sap``,
-    ``lagged``, ``similar``: which contact term the rows evaluate), built on first use.
-    ``max_registers`` caps its registers per thread on CUDA (``SapConfig.fused_max_registers``;
-    ``None``: the compiler's choice). ``hessian`` (``SapConfig.fused_hessian``) is how H is formed:
-    ``rows`` (lanes over H's rows in global memory, then the tile factorization) or ``tiles``
-    (:func:`_tile_hessian`: H and −∇ℓ in shared tiles, factored and solved there in place); a
-    blocked size (n > 32) always forms H by rows (:func:`fused_hessian_for`). ``cholesky``
-    (``SapConfig.fused_cholesky`` resolved for the device, :func:`resolve_fused_cholesky`) is how H
-    is factored where it is one tile formed by rows (:func:`fused_cholesky_for`): ``tile`` (Warp's
-    tile Cholesky) or ``lanes``
-    (:func:`sap_gpu.lane_cholesky.lane_factor_solve`: H's rows in the lanes' registers).
+def _fused_key(plan: NewtonPlan):
+    """What shapes the fused kernel: the scalars, the line search, one tile or blocks, the contact
+    approximation, the register cap, how H is formed and factored."""
+    return (plan.path, plan.T, plan.TL, plan.line_search, plan.size <= FUSED_TILE, plan.approximation,
+            plan.max_registers, plan.hessian, plan.factorization)
+
+
+@built_once(key=_fused_key)
+def fused_newton_kernel(plan: NewtonPlan):
+    """The fused Newton kernel of a fused :class:`~sap_gpu.plan.NewtonPlan`: objective scalar T and
+    linear-solve scalar TL, its line search and contact approximation (which contact term the
+    rows evaluate), one tile (size 32) or blocks (a multiple of 32), built on first use.
+    ``plan.max_registers`` caps its registers per thread on CUDA (``None``: the compiler's choice).
+    ``plan.hessian`` is how H is formed: ``rows`` (lanes over H's rows in global memory, then the
+    factorization) or ``tiles`` (:func:`_tile_hessian`: H and −∇ℓ in shared tiles, factored and
+    solved there in place). ``plan.factorization`` is how H is factored: ``lanes``
+    (:func:`sap_gpu.lane_cholesky.lane_factor_solve`: H's rows in the lanes' registers), ``tile``
+    (Warp's tile Cholesky) or ``blocked`` (32 × 32 blocks in a scratch L).
 
     Launch with :func:`launch_fused` (what it runs: ``wp.launch_tiled(kernel, dim=[W], block_dim=32,
     inputs=[P, N, evaluate_only, nb, v_init], outputs=[H, rhs, dv, L, v1])``) with H (W, n, n), rhs and dv
@@ -406,14 +327,13 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     blocked factorization (any array when n = 32), nb = n/32. ``evaluate_only = 1`` evaluates
     ℓ, ∇ℓ, γ and H at ``P.v`` once, as the staged ``evaluate`` does for ``evaluate_at``.
     """
-    single = n <= FUSED_TILE
-    if hessian not in FUSED_HESSIANS:
-        raise ValueError(f"fused_hessian: {hessian!r} is not valid; valid: {', '.join(FUSED_HESSIANS)}")
-    tiles = fused_hessian_for(hessian, n) == "tiles"
-    lanes = fused_cholesky_for(cholesky, hessian, n) == "lanes"
-    key = (T, TL, variant, FUSED_TILE if single else "blocked", approximation, max_registers, tiles, lanes)
-    if key in _CACHE:
-        return _CACHE[key]
+    if not plan.fused:
+        raise ValueError(f"fused_newton_kernel: the plan's path is {plan.path!r}, not 'fused'")
+    T, TL, variant, approximation = plan.T, plan.TL, plan.line_search, plan.approximation
+    single = plan.size <= FUSED_TILE
+    tiles = plan.hessian == "tiles"
+    lanes = plan.factorization == "lanes"
+    max_registers = plan.max_registers
     f = row_functions(T, approximation)
     hessian_rows = hessian_functions(T, TL).hessian_rows
     Problem, Newton, V3 = f.Problem, f.Newton, f.V3
@@ -425,7 +345,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
     # factored in the lanes' registers. Beside Warp's tile Cholesky (its own shared tiles) they
     # took that kernel from 174 to 212 registers (approx32; drake 185) on sm_90, so it reads them
     # from global memory.
-    shared = tiles or lanes
+    shared = plan.shared_tiles
     if shared:
         momentum_pass_shared, direction_sums_shared, hessian_rows_shared = _shared_passes(T, TL)
     if lanes:
@@ -576,8 +496,7 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 P.line[world, 1] = q[0]
                 P.line[world, 2] = q[1]
             block_sync(lane)
-            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.ls_max_iterations, N.rho,
-                                             N.armijo_c, N.slop, N.cost_abs, N.cost_rel)
+            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.line_search)
             iterations = iterations + 1
             ls_iterations = ls_iterations + evals
             if ls_failed != 0:
@@ -608,7 +527,6 @@ def fused_newton_kernel(T, TL, variant: str, n: int, approximation: str = "sap",
                 if iterations == 0:
                     N.ell_prev[world] = zero
 
-    _CACHE[key] = fused_newton
     return fused_newton
 
 

@@ -45,7 +45,7 @@ Cholesky to rounding: the operations are the same Gaussian elimination in anothe
 
 import warp as wp
 
-from .launch import TILE_BLOCK_DIM, launch_blocks
+from .launch import TILE_BLOCK_DIM, built_once, launch_blocks
 
 wp.set_module_options({"enable_backward": False})
 
@@ -53,8 +53,6 @@ __all__ = ["LANES", "lane_factor_solve", "solve"]
 
 LANES = 32  # the system size and the block: one row per lane of one warp
 
-_FUNCS: dict = {}
-_KERNELS: dict = {}
 
 # The snippet, for scalar type SCALAR. Macros keep one algorithm for both devices:
 #   SAP_PUT(slot, v): make this lane's values v (one per row it holds) readable by the others;
@@ -229,6 +227,7 @@ return sap_lane_cholesky::run(H.data, H.strides[0], H.strides[1], b.data, b.stri
 """
 
 
+@built_once()
 def lane_factor_solve(dtype):
     """``wp.func (H, b, x, m, lane) -> failed``: x = H⁻¹b for the leading m×m block of one world's
     (32, 32) H (lower triangle read; rows past m taken as the identity), b and x (32, 1), by the
@@ -238,18 +237,17 @@ def lane_factor_solve(dtype):
     scratch during the call)."""
     if dtype not in (wp.float32, wp.float64):
         raise ValueError(f"dtype: must be wp.float32 or wp.float64, got {dtype}")
-    if dtype not in _FUNCS:
-        scalar = "wp::float32" if dtype == wp.float32 else "wp::float64"
+    scalar = "wp::float32" if dtype == wp.float32 else "wp::float64"
 
-        @wp.func_native(_SNIPPET.replace("SCALAR", scalar))
-        def factor_solve(H: wp.array2d(dtype=dtype), b: wp.array2d(dtype=dtype), x: wp.array2d(dtype=dtype),
-                         m: int, lane: int) -> int:
-            ...
+    @wp.func_native(_SNIPPET.replace("SCALAR", scalar))
+    def factor_solve(H: wp.array2d(dtype=dtype), b: wp.array2d(dtype=dtype), x: wp.array2d(dtype=dtype),
+                     m: int, lane: int) -> int:
+        ...
 
-        _FUNCS[dtype] = factor_solve
-    return _FUNCS[dtype]
+    return factor_solve
 
 
+@built_once()
 def _kernel(dtype):
     factor_solve = lane_factor_solve(dtype)
 
@@ -286,7 +284,5 @@ def solve(A: wp.array, B: wp.array, m: wp.array, X: wp.array, failed: wp.array) 
     sizes = m.numpy()
     if W and (sizes.min() < 0 or sizes.max() > LANES):
         raise ValueError(f"m: values must be in 0..{LANES}, got {sizes.min()}..{sizes.max()}")
-    if A.dtype not in _KERNELS:
-        _KERNELS[A.dtype] = _kernel(A.dtype)
-    launch_blocks(_KERNELS[A.dtype], num_worlds=W, device=A.device, inputs=[A, B, m], outputs=[X, failed],
+    launch_blocks(_kernel(A.dtype), num_worlds=W, device=A.device, inputs=[A, B, m], outputs=[X, failed],
                   block_dim=TILE_BLOCK_DIM)

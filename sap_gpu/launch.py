@@ -23,21 +23,60 @@ repeats with :func:`loop_while` (``wp.capture_while``: no host synchronization, 
 :func:`record_launches` lists the (module, CUDA block size) variants a piece of host code
 launches, optionally without running anything (a dry run): that is how ``sap-precompile``
 finds what a scene's step needs compiled for a GPU, on a machine without one.
+
+:func:`built_once` is how every factory of Warp structs, functions and kernels is memoized: a
+kernel built twice would be a second module, compiled a second time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from dataclasses import dataclass, field
 
 import warp as wp
 
 __all__ = ["WORLD_BLOCK_DIM", "TILE_BLOCK_DIM", "WARP_SIZE", "world_block_dim", "launch_threads", "launch_blocks",
-           "loop_while", "record_launches", "dry_run_open", "LaunchRecord", "LaunchCall"]
+           "loop_while", "record_launches", "dry_run_open", "LaunchRecord", "LaunchCall", "built_once"]
 
 WORLD_BLOCK_DIM = 32  # threads (worlds) per block of a one-thread-per-index launch on CUDA
 TILE_BLOCK_DIM = 32  # threads (lanes) of one world's block: one warp
 WARP_SIZE = 32  # the block kernels' reductions use whole warps
+
+
+def built_once(key=None):
+    """Decorator: a factory of Warp structs, functions or kernels builds once per key and returns
+    that same object on every later call.
+
+    Warp makes a module of every kernel object, and a kernel built twice from one factory is a
+    second module, compiled a second time (and, on a GPU, loaded twice), so every factory of the
+    package goes through this. The key is ``key(*args, **kwargs)`` where a factory's arguments
+    hold more than its kernel depends on (the fused kernel's key reads only the plan's fields that
+    shape the kernel); by default, the arguments bound to the factory's signature with its
+    defaults, so a positional and a keyword call share one entry. ``factory.built`` holds what was
+    built, by key."""
+
+    def decorate(factory):
+        signature = inspect.signature(factory)
+        built: dict = {}
+
+        @functools.wraps(factory)
+        def get(*args, **kwargs):
+            if key is None:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                k = tuple(bound.arguments.values())
+            else:
+                k = key(*args, **kwargs)
+            if k not in built:
+                built[k] = factory(*args, **kwargs)
+            return built[k]
+
+        get.built = built
+        return get
+
+    return decorate
 
 
 def world_block_dim(device) -> int:

@@ -7,21 +7,46 @@ Newton direction and its two derivatives (:func:`sap_gpu.contact_problem.row_fun
 thread (``lane`` 0), the fused path (:mod:`sap_gpu.contact_solve_fused`) on every lane of the
 world's block, where ``phi`` spreads the rows over the lanes and returns block sums, so every
 lane sees the same values and takes the same branches. Built per scalar type and per φ by
-:func:`make_line_search`. Each returns ``(alpha, evaluations, failed)``."""
+:func:`make_line_search`. Each reads its settings from one struct (:func:`line_search_settings`:
+what ``SapConfig.line_search`` holds, and the cost tolerances ``exact_root`` tests) and returns
+``(alpha, evaluations, failed)``."""
 
 import warp as wp
 
 from sap_common.constants import EXACT_ALPHA_MAX, EXACT_F_TOL, MONOTONE_ABS_SLOP, MONOTONE_ALPHA_MIN, MONOTONE_REL_SLOP
 
-__all__ = ["make_line_search"]
+from .launch import built_once
+
+__all__ = ["make_line_search", "line_search_settings"]
+
+
+@built_once()
+def line_search_settings(T):
+    """The ``LineSearchSettings`` struct of scalar T: the line search's settings on the device."""
+
+    @wp.struct
+    class LineSearchSettings:
+        """``SapConfig.line_search`` (max_iterations, rho, armijo_c, relative_slop as ``slop``) and
+        the Newton loop's cost tolerances (``cost_abs``, ``cost_rel``), which ``exact_root`` tests
+        before it searches (docs/formulation.md § Line searches)."""
+        max_iterations: int
+        rho: T
+        armijo_c: T
+        slop: T
+        cost_abs: T
+        cost_rel: T
+
+    return LineSearchSettings
 
 
 def make_line_search(T, phi, P_type, variant: str):
-    """The ``wp.func`` of ``variant`` for problem struct ``P_type`` and cost function ``phi``."""
+    """The ``wp.func`` of ``variant`` for problem struct ``P_type`` and cost function ``phi``:
+    ``search(P, world, lane, phi0, dphi0, settings) -> (alpha, evaluations, failed)``."""
+    S = line_search_settings(T)
 
     @wp.func
-    def monotone_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
-                       armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
+    def monotone_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, settings: S):
+        max_iterations = settings.max_iterations
         threshold = phi0 + T(MONOTONE_ABS_SLOP) + T(MONOTONE_REL_SLOP) * wp.abs(phi0)
         alpha = T(1.0)
         evals = int(0)
@@ -34,8 +59,11 @@ def make_line_search(T, phi, P_type, variant: str):
         return T(0.0), evals, 1
 
     @wp.func
-    def armijo_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
-                     armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
+    def armijo_decay(P: P_type, world: int, lane: int, phi0: T, dphi0: T, settings: S):
+        max_iterations = settings.max_iterations
+        rho = settings.rho
+        armijo_c = settings.armijo_c
+        slop = settings.slop
         if not dphi0 < T(0.0):
             return T(0.0), 0, 1
         alpha = T(1.0) / rho
@@ -65,8 +93,10 @@ def make_line_search(T, phi, P_type, variant: str):
         return alpha, evals, 1
 
     @wp.func
-    def exact_root(P: P_type, world: int, lane: int, phi0: T, dphi0: T, max_iterations: int, rho: T,
-                   armijo_c: T, slop: T, cost_abs: T, cost_rel: T):
+    def exact_root(P: P_type, world: int, lane: int, phi0: T, dphi0: T, settings: S):
+        max_iterations = settings.max_iterations
+        cost_abs = settings.cost_abs
+        cost_rel = settings.cost_rel
         if not dphi0 < T(0.0):
             return T(0.0), 0, 1
         alpha_max = T(EXACT_ALPHA_MAX)

@@ -23,14 +23,12 @@ relative residual, and the Hessian factors G the SAP product needs (1-entry dumm
 import warp as wp
 
 from . import blocked_cholesky
-from .launch import launch_threads
+from .launch import built_once, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["cholesky_solve", "pcr_types", "make_pcr", "allocate_pcr_work", "pcr"]
 
-_TYPES: dict = {}
-_DENSE: dict = {}
 
 
 def cholesky_solve(H, rhs, dv, pending, L_scratch, failed) -> None:
@@ -39,33 +37,32 @@ def cholesky_solve(H, rhs, dv, pending, L_scratch, failed) -> None:
     blocked_cholesky.solve(H, rhs, dv, pending, L_scratch, failed=failed)
 
 
+@built_once()
 def pcr_types(TL):
-    """``(PcrWork, M33)``: the work struct and 3×3 matrix type of scalar ``TL`` (cached)."""
-    if TL not in _TYPES:
-        M33 = wp.types.matrix((3, 3), TL)
+    """``(PcrWork, M33)``: the work struct and 3×3 matrix type of scalar ``TL``."""
+    M33 = wp.types.matrix((3, 3), TL)
 
-        @wp.struct
-        class PcrWork:
-            x: wp.array2d(dtype=TL)
-            r: wp.array2d(dtype=TL)
-            z: wp.array2d(dtype=TL)
-            p: wp.array2d(dtype=TL)
-            Hz: wp.array2d(dtype=TL)
-            Hp: wp.array2d(dtype=TL)
-            best: wp.array2d(dtype=TL)
-            pinv: wp.array2d(dtype=TL)
-            diag: wp.array2d(dtype=TL)
-            contact_G: wp.array2d(dtype=M33)
-            row_G: wp.array2d(dtype=TL)  # the scalar rows' G (0 where a row is not in use)
-            iterations: wp.array(dtype=int)  # summed over the step's solves
-            residual: wp.array(dtype=TL)  # largest final ‖b − Hx‖/‖b‖ of the step's solves
-            max_iterations: int
-            rtol: TL
-            atol: TL
-            regularization: TL
+    @wp.struct
+    class PcrWork:
+        x: wp.array2d(dtype=TL)
+        r: wp.array2d(dtype=TL)
+        z: wp.array2d(dtype=TL)
+        p: wp.array2d(dtype=TL)
+        Hz: wp.array2d(dtype=TL)
+        Hp: wp.array2d(dtype=TL)
+        best: wp.array2d(dtype=TL)
+        pinv: wp.array2d(dtype=TL)
+        diag: wp.array2d(dtype=TL)
+        contact_G: wp.array2d(dtype=M33)
+        row_G: wp.array2d(dtype=TL)  # the scalar rows' G (0 where a row is not in use)
+        iterations: wp.array(dtype=int)  # summed over the step's solves
+        residual: wp.array(dtype=TL)  # largest final ‖b − Hx‖/‖b‖ of the step's solves
+        max_iterations: int
+        rtol: TL
+        atol: TL
+        regularization: TL
 
-        _TYPES[TL] = (PcrWork, M33)
-    return _TYPES[TL]
+    return PcrWork, M33
 
 
 def allocate_pcr_work(TL, W: int, n: int, config, device, contacts: int = 1, rows: int = 1):
@@ -164,10 +161,9 @@ def make_pcr(TL, Ctx, matvec):
     return pcr_iterate
 
 
+@built_once()
 def _dense_kernel(TL):
     """The batched dense PCR kernel of scalar TL: H = A[world] (padding excluded)."""
-    if TL in _DENSE:
-        return _DENSE[TL]
     PcrWork, _ = pcr_types(TL)
 
     @wp.struct
@@ -202,8 +198,7 @@ def _dense_kernel(TL):
         for i in range(n):
             X[world, i, 0] = S.best[world, i]
 
-    _DENSE[TL] = (Dense, dense_pcr)
-    return _DENSE[TL]
+    return Dense, dense_pcr
 
 
 def pcr(A, B, X, active, S, n: int | None = None) -> None:

@@ -32,7 +32,7 @@ import warp as wp
 
 from sap_common.state import FAILURE_BITS, StepStatus
 
-from .launch import launch_threads
+from .launch import built_once, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -133,13 +133,9 @@ class Diagnostics:
 # ----------------------------------------------------------------------------- the step's observables
 
 
-_CONTACT_KERNELS: dict = {}
-
-
+@built_once()
 def _contact_kernel(T):
-    """The contact observables kernel reading γ in the objective scalar T (memoized)."""
-    if T in _CONTACT_KERNELS:
-        return _CONTACT_KERNELS[T]
+    """The contact observables kernel reading γ in the objective scalar T."""
 
     @wp.kernel(enable_backward=False, module="unique")
     def contact_observables_kernel(h: wp.float64, status: wp.array(dtype=wp.int32),
@@ -170,7 +166,6 @@ def _contact_kernel(T):
         O.contact_point1[world, c] = p1[world, c]
         O.contact_normal[world, c] = wp.vec3d(R[0, 2], R[1, 2], R[2, 2])
 
-    _CONTACT_KERNELS[T] = contact_observables_kernel
     return contact_observables_kernel
 
 

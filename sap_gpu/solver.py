@@ -40,10 +40,11 @@ from . import (
 )
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
 from .contact_solve import newton_kernels
-from .contact_solve_fused import fused_newton_kernel, fused_register_cap, launch_fused, resolve_fused_cholesky
+from .contact_solve_fused import fused_newton_kernel, launch_fused
 from .device import get_device
 from .launch import dry_run_open, launch_threads, loop_while
 from .linear_solve import cholesky_solve
+from .plan import NewtonPlan
 from .workspace import Workspace
 
 wp.set_module_options({"enable_backward": False})
@@ -75,12 +76,13 @@ class SolverSAP:
     After :meth:`step`: ``last_status``, ``last_newton_iterations``, ``last_line_search_iterations``
     and ``last_truncated_contact_count`` are device arrays over worlds (:meth:`diagnostics` gives
     NumPy copies). ``work`` holds every intermediate of the last step (A, v*, J, R, v̂, the
-    Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`. ``fused_max_registers``
-    is the register cap the fused kernel is compiled with on CUDA (``SapConfig.fused_max_registers``
-    with ``"auto"`` resolved; ``None``: the compiler's choice, no fused kernel, or the CPU device,
-    where a cap means nothing). ``fused_cholesky`` is the factorization the fused kernel was built
-    with for a world of one tile (``SapConfig.fused_cholesky`` with ``"auto"`` resolved for the
-    device: ``lanes`` on a GPU, ``tile`` on the CPU device).
+    Newton problem ``work.P`` …), documented in :mod:`sap_gpu.workspace`. ``plan`` is the
+    :class:`~sap_gpu.plan.NewtonPlan` decided at construction: which Newton loop runs, its padded
+    size, how H is formed and factored, the register cap. ``fused_max_registers`` is that cap
+    (``SapConfig.fused_max_registers`` with ``"auto"`` resolved; ``None``: the compiler's choice,
+    no fused kernel, or the CPU device, where a cap means nothing). ``fused_cholesky`` is the
+    factorization a fused kernel of one tile takes (``SapConfig.fused_cholesky`` with ``"auto"``
+    resolved for the device: ``lanes`` on a GPU, ``tile`` on the CPU device).
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
@@ -95,24 +97,14 @@ class SolverSAP:
         check_hunt_crossley_materials(model, cfg)
         self.device = get_device(device)
         self.m = GpuModel(model, self.device)
-        self.work = w = Workspace(model, self.m, cfg)
+        # Which Newton loop runs, decided once (sap_gpu.plan). A dry run of record_launches
+        # records what a GPU compiles (sap-precompile), so it plans for CUDA: on the CPU device a
+        # register cap means nothing and is left out (a cap makes a kernel a module of its own).
+        self.plan = plan = NewtonPlan.resolve(cfg, model.joint_dof_count, self.device.is_cuda or dry_run_open())
+        self.work = w = Workspace(model, self.m, cfg, plan)
         self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
-        approximation = cfg.discrete_contact_approximation
-        self.kernels = newton_kernels(w.T, w.TL, cfg.line_search_variant, cfg.contact_linear_solver, approximation)
-        # The fused kernel's register cap (SapConfig.fused_max_registers, "auto" resolved). Only CUDA
-        # reads it, and a cap makes a kernel a module of its own, so on the CPU device the kernel is
-        # built without one (one CPU compile per configuration, whatever the cap), except in a dry
-        # run of record_launches, which records what a GPU compiles (sap-precompile).
-        cuda = self.device.is_cuda or dry_run_open()
-        # The factorization the fused kernel takes (SapConfig.fused_cholesky, "auto" resolved for
-        # the device the same way: a dry run takes what a GPU takes).
-        self.fused_cholesky = resolve_fused_cholesky(cfg.fused_cholesky, cuda)
-        self.fused_max_registers = fused_register_cap(cfg.fused_max_registers, w.TL, w.H.shape[1], cfg.fused_hessian,
-                                                      self.fused_cholesky) if w.fused and cuda else None
-        self.fused_kernel = fused_newton_kernel(w.T, w.TL, cfg.line_search_variant, w.H.shape[1], approximation,
-                                                max_registers=self.fused_max_registers,
-                                                hessian=cfg.fused_hessian,
-                                                cholesky=self.fused_cholesky) if w.fused else None
+        self.kernels = newton_kernels(plan)
+        self.fused_kernel = fused_newton_kernel(plan) if plan.fused else None
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations
@@ -144,6 +136,16 @@ class SolverSAP:
         # The observables and statistics of the last step (device arrays; sap_gpu.observables).
         self.observables = w.obs
         self.world_statistics = w.stats
+
+    @property
+    def fused_cholesky(self) -> str:
+        """``SapConfig.fused_cholesky`` resolved for the device (``plan.cholesky``)."""
+        return self.plan.cholesky
+
+    @property
+    def fused_max_registers(self) -> int | None:
+        """The fused kernel's register cap on CUDA (``plan.max_registers``; None: none, or no fused kernel)."""
+        return self.plan.max_registers
 
     @property
     def newton_path(self) -> str:

@@ -25,10 +25,12 @@ from .arrays import GpuModel
 from .arrays import contacts as make_contacts
 from .constraints import HC_DATA
 from .contact_problem import ROW_START, check_rolled_arrays, problem_types
-from .contact_solve_fused import FUSED_TILE, SLAB_ROWS, fused_hessian_for, fused_size
+from .contact_solve_fused import SLAB_ROWS
 from .launch import launch_threads
+from .line_search import line_search_settings
 from .linear_solve import allocate_pcr_work
 from .observables import InitialState, StepObservables, WorldStatistics
+from .plan import FUSED_TILE, NewtonPlan
 
 wp.set_module_options({"enable_backward": False})
 
@@ -60,12 +62,14 @@ class Workspace:
 
     Besides the buffers it holds what sizes them: ``n_pad`` (the free-motion system's padded
     size), ``rows`` (:class:`~sap_gpu.constraints.RowLayout`, the scalar rows), ``holonomic``
-    (:class:`~sap_gpu.holonomic.HolonomicLayout`), ``fused`` (stage 3 runs the fused loop) and
-    ``T``/``TL`` (the Warp scalars of the objective and of the Newton linear solve).
+    (:class:`~sap_gpu.holonomic.HolonomicLayout`), ``plan`` (the
+    :class:`~sap_gpu.plan.NewtonPlan` stage 3 runs), ``fused`` (``plan.fused``) and ``T``/``TL``
+    (the Warp scalars of the objective and of the Newton linear solve).
     """
 
-    def __init__(self, model: SapModel, m: GpuModel, config: SapConfig):
+    def __init__(self, model: SapModel, m: GpuModel, config: SapConfig, plan: NewtonPlan):
         self.device = m.device
+        self.plan = plan
         self._boundary(m)
         self._free_motion(m, config)
         self._contact_jacobian(m, config)
@@ -191,13 +195,12 @@ class Workspace:
         G J (16–31), then the factor check's copy of H's diagonal.  newton_failed: 1 where the
         last factorization met a failed pivot, (W,).  pcr_work: PCR's work struct (a stand-in
         with Cholesky).  loop_condition: the staged loop's count of pending worlds, (1,).
-        ns is the fused path's padded size (:func:`~sap_gpu.contact_solve_fused.fused_size`) or
-        ``n_pad``.
+        ns is the plan's padded size (``plan.size``).
         """
         z, W, nv, C = self._zeros, m.num_worlds, m.nv, config.max_rigid_contact
         S = self.rows.count
-        T = wp.float32 if config.contact_solve_precision == "fp32" else wp.float64
-        TL = wp.float32 if config.contact_linear_solve_precision == "fp32" else wp.float64
+        plan = self.plan
+        T, TL = plan.T, plan.TL
         self.T, self.TL = T, TL
         Problem, Newton = problem_types(T)
         rows = max(3 * C + S, 1)
@@ -230,16 +233,18 @@ class Workspace:
         N.residual, N.scale = z(W, T), z(W, T)
         N.iterations, N.ls_iterations = z(W, wp.int32), z(W, wp.int32)
         N.done, N.pending, N.status, N.count = z(W, wp.int32), z(W, wp.int32), z(W, wp.int32), z(1, wp.int32)
-        N.max_iterations, N.ls_max_iterations = config.max_iterations, config.line_search_max_iterations
-        N.abs_tol, N.rel_tol = T(config.optimality_abs_tol), T(config.optimality_rel_tol)
-        N.cost_abs, N.cost_rel = T(config.cost_abs_tol), T(config.cost_rel_tol)
-        N.rho, N.armijo_c, N.slop = T(config.rho), T(config.armijo_c), T(config.line_search_relative_slop)
+        newton, ls = config.newton, config.line_search
+        N.max_iterations = newton.max_iterations
+        N.abs_tol, N.rel_tol = T(newton.optimality_abs_tol), T(newton.optimality_rel_tol)
+        N.cost_abs, N.cost_rel = T(newton.cost_abs_tol), T(newton.cost_rel_tol)
+        search = line_search_settings(T)()
+        search.max_iterations, search.rho, search.armijo_c = ls.max_iterations, T(ls.rho), T(ls.armijo_c)
+        search.slop, search.cost_abs, search.cost_rel = T(ls.relative_slop), N.cost_abs, N.cost_rel
+        N.line_search = search
         self.N = N
-        pcr = config.contact_linear_solver == "pcr"
-        # The fused loop (Cholesky only) pads the system to 32 or a multiple of 32
-        # (contact_solve_fused.fused_size); the staged loop to blocked_cholesky.padded_size.
-        self.fused = config.newton_path == "fused" and not pcr
-        ns = fused_size(nv) if self.fused else self.n_pad
+        pcr = plan.linear_solver == "pcr"
+        self.fused = plan.fused
+        ns = plan.size
         self.newton_rhs, self.newton_dv = z((W, ns, 1), TL), z((W, ns, 1), TL)
         # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
         # struct is a stand-in too (its arrays are never read).
@@ -249,7 +254,7 @@ class Workspace:
             launch_threads(padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
         if not pcr and ns > blocked_cholesky.TILE:
             self.newton_L = z((W, ns, ns), TL)
-        elif self.fused and fused_hessian_for(config.fused_hessian, ns) == "tiles":  # a slab of J and of GJ
+        elif plan.hessian == "tiles":  # a slab of J and of GJ
             self.newton_L = z((W, max(FUSED_TILE, 2 * SLAB_ROWS), FUSED_TILE), TL)
         else:
             self.newton_L = z((1, 1, 1), TL)

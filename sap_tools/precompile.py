@@ -243,7 +243,7 @@ def main(argv=None) -> int:
             check_out_dir("--out", args.out, create=True)
     except ValueError as e:
         return fail(prog, e)
-    from sap_gpu.contact_solve_fused import swept_cholesky
+    from sap_gpu.plan import swept_cholesky
     from sap_gpu.precompile import find_cuobjdump, find_nvdisasm, step_variants
 
     cuobjdump = find_cuobjdump() if args.resources else None

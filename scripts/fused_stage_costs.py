@@ -45,9 +45,7 @@ STAGES = {
               "                    hessian_rows(P, world, lane, bd, H, rhs)\n"),
     "chol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], lane)\n",
     "lchol2": "                    failed = factor_solve(H[world], rhs[world], dv_out[world], nv, lane)\n",
-    "ls2": ("            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.ls_max_iterations, "
-            "N.rho,\n"
-            "                                             N.armijo_c, N.slop, N.cost_abs, N.cost_rel)\n"),
+    "ls2": "            alpha, evals, ls_failed = search(P, world, lane, N.ell[world], q[2], N.line_search)\n",
 }
 
 # Runs a module with sys.path[0] = the variant, past an editable install's import finder.

@@ -28,14 +28,14 @@ from variants import PAIRED_LINE_SEARCH, PRESETS, preset_line_search_params
 
 import sap_gpu
 from sap_common import scenes
-from sap_common.config import NEWTON_PATHS
+from sap_common.config import NEWTON_PATHS, SapConfig
 from sap_common.state import StepStatus
-from sap_gpu.contact_solve_fused import (
+from sap_gpu.contact_solve_fused import SLAB_ROWS, fused_newton_kernel
+from sap_gpu.plan import (
     FUSED_TILE,
-    SLAB_ROWS,
+    NewtonPlan,
     fused_cholesky_for,
     fused_hessian_for,
-    fused_newton_kernel,
     fused_register_cap,
     fused_size,
     resolve_fused_cholesky,
@@ -446,9 +446,14 @@ def test_the_fused_kernel_fits_in_shared_memory(device):
     kernels the other tests compile; the line search does not change the shared memory)."""
     cpu = wp.get_device("cpu")
     for TL, preset in ((wp.float32, "approx32"), (wp.float64, "approx64")):
-        for n, budget, hessian in ((32, DEFAULT_SHARED_PER_BLOCK, "rows"), (32, DEFAULT_SHARED_PER_BLOCK, "tiles"),
-                                   (96, SM90_MAX_SHARED_PER_BLOCK, "rows")):
-            kernel = fused_newton_kernel(wp.float64, TL, PAIRED_LINE_SEARCH[preset], n, hessian=hessian)
+        for nv, budget, hessian in ((27, DEFAULT_SHARED_PER_BLOCK, "rows"), (27, DEFAULT_SHARED_PER_BLOCK, "tiles"),
+                                    (81, SM90_MAX_SHARED_PER_BLOCK, "rows")):
+            config = SapConfig.from_preset(preset, line_search_variant=PAIRED_LINE_SEARCH[preset],
+                                           fused_hessian=hessian, fused_cholesky="tile")
+            plan = NewtonPlan.resolve(config, nv, cuda=False)
+            assert plan.TL == TL
+            n = plan.size
+            kernel = fused_newton_kernel(plan)
             meta = kernel.module.load(cpu, block_dim=sap_gpu.launch.TILE_BLOCK_DIM).meta
             (smem,) = [v for k, v in meta.items() if k.endswith("forward_smem_bytes")]
             assert 0 < smem <= budget, f"TL {TL.__name__}, n {n}, {hessian}: {smem} bytes"
@@ -513,7 +518,7 @@ def test_tile_hessian_applies_to_one_tile_only():
         ["tiles", "tiles", "tiles", "rows", "rows"]
     assert fused_hessian_for("rows", 32) == "rows"
     with pytest.raises(ValueError, match="fused_hessian: 'dense' is not valid; valid: rows, tiles"):
-        fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, hessian="dense")
+        fused_hessian_for("dense", 32)
 
 
 # ---------------------------------------------------------------------------- fused_cholesky="lanes"
@@ -553,7 +558,7 @@ def test_lane_cholesky_applies_to_one_tile_formed_by_rows():
     assert fused_cholesky_for("lanes", "tiles", 32) == "tile"
     assert fused_cholesky_for("tile", "rows", 32) == "tile"
     with pytest.raises(ValueError, match="fused_cholesky: 'lu' is not a factorization; valid: tile, lanes"):
-        fused_newton_kernel(wp.float64, wp.float32, "monotone_decay", 32, cholesky="lu")
+        fused_cholesky_for("lu", "rows", 32)
     with pytest.raises(ValueError, match="'auto' is not a factorization; .* resolves 'auto' for a device"):
         fused_cholesky_for("auto", "rows", 32)
 
@@ -585,7 +590,7 @@ def test_the_default_register_cap_is_the_lanes_kernel_s_and_only_cuda_s():
     which records what a GPU compiles (sap-precompile), it takes the cap CUDA takes."""
     from sap_gpu.launch import record_launches
 
-    f32, f64 = wp.float32, wp.float64
+    f32, f64 = "fp32", "fp64"
     assert fused_register_cap("auto", f32, 32, "rows", "lanes") == 128
     assert fused_register_cap("auto", f64, 32, "rows", "lanes") == 168
     assert fused_register_cap("auto", f32, 32, "rows", "tile") is None  # the tile Cholesky

@@ -90,3 +90,41 @@ def test_the_fused_kernel_runs_one_block_per_world_only(device):
     assert TILE_BLOCK_DIM % 32 == 0
     launch_fused(*args, w.v_init, w.H, w.newton_rhs, w.newton_dv, w.newton_L, w.v1, device)  # the right way runs
     assert np.isfinite(w.v1.numpy()).all()
+
+
+# ---------------------------------------------------------------------------- built_once
+
+
+def test_built_once_builds_once_per_key_and_a_keyword_call_shares_the_positional_one():
+    from sap_gpu.launch import built_once
+
+    calls = []
+
+    @built_once()
+    def factory(a, b=2):
+        calls.append((a, b))
+        return object()
+
+    first = factory(1)
+    assert factory(1) is first and factory(1, 2) is first and factory(a=1, b=2) is first
+    assert factory(1, 3) is not first
+    assert calls == [(1, 2), (1, 3)]
+    assert set(factory.built) == {(1, 2), (1, 3)}
+
+    @built_once(key=lambda n: n <= 32)  # what shapes the product: one tile or not
+    def sized(n):
+        calls.append(n)
+        return object()
+
+    assert sized(8) is sized(32) and sized(64) is sized(96) and sized(8) is not sized(64)
+
+
+def test_no_factory_keeps_a_cache_of_its_own():
+    """Every memoized factory of sap_gpu goes through built_once: no module-level dict caches."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(sap_gpu.__file__).parent
+    found = [f"{p.name}: {m.group(0)}" for p in sorted(root.glob("*.py"))
+             for m in re.finditer(r"^_[A-Z_]+: dict = \{\}", p.read_text(encoding="utf-8"), flags=re.M)]
+    assert not found, found

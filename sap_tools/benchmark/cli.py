@@ -318,7 +318,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
     """Every run of the sweep, in the order the local run makes them: per scene, per num_worlds,
     every sap_gpu configuration, then MuJoCo Warp (``--vs-mjwarp``). ``cuda``: whether the runs
     are on a CUDA device (``fused_cholesky="auto"`` takes a factorization per device)."""
-    from sap_gpu.contact_solve_fused import swept_cholesky
+    from sap_gpu.plan import swept_cholesky
 
     specs = []
     caps = args.fused_max_registers  # none and caps, checked by _validate
@@ -430,7 +430,7 @@ def main(argv=None) -> int:
     if args.linear_solver:
         cfg_note += f", contact_linear_solver {' / '.join(args.linear_solver)}"
     if FUSED_CHOLESKY_AUTO in args.fused_cholesky and "fused" in args.newton_path:
-        from sap_gpu.contact_solve_fused import resolve_fused_cholesky
+        from sap_gpu.plan import resolve_fused_cholesky
 
         # what the default factorization is on this device (it differs between a GPU and the CPU)
         cfg_note += f", fused_cholesky auto = {resolve_fused_cholesky(FUSED_CHOLESKY_AUTO, device.is_cuda)}"

@@ -394,7 +394,7 @@ def _cholesky(r: dict) -> str:
 def _default_cholesky(r: dict) -> str:
     """The factorization the default configuration takes on the device of run ``r``
     (``fused_cholesky="auto"``: lanes on a GPU, tile on the CPU device)."""
-    from sap_gpu.contact_solve_fused import resolve_fused_cholesky
+    from sap_gpu.plan import resolve_fused_cholesky
 
     return resolve_fused_cholesky(DEFAULT_FUSED_CHOLESKY, "cuda" in str(r.get("device", "")))
 

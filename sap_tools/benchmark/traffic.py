@@ -46,7 +46,7 @@ import warp as wp
 
 from sap_common.rows import WINDOWED_KINDS, RowKind
 from sap_gpu.contact_problem import ROW_TERM_KINDS
-from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS, fused_cholesky_for, fused_hessian_for
+from sap_gpu.contact_solve_fused import CONTACTS_PER_SLAB, FUSED_TILE, SLAB_ROWS
 from sap_gpu.launch import TILE_BLOCK_DIM, record_launches
 
 __all__ = ["newton_traffic", "setup_traffic", "traffic_lines", "SETUP_STAGES", "NEWTON_PHASES"]
@@ -104,13 +104,12 @@ class _WorldLists:
         self.n = int(w.H.shape[1])
         self.t = wp.types.type_size_in_bytes(P.v.dtype)
         self.tl = wp.types.type_size_in_bytes(w.H.dtype)
-        self.fused = bool(w.fused)
+        plan = solver.plan
+        self.fused = plan.fused
         self.n_pad = int(P.n_pad)
-        self.tiles = self.fused and fused_hessian_for(solver.config.fused_hessian, self.n) == "tiles"
-        self.lanes_cholesky = self.fused and fused_cholesky_for(solver.fused_cholesky, solver.config.fused_hessian,
-                                                                self.n) == "lanes"
-        # A, v* and Δv in shared tiles for the step: H formed by tiles or factored in the lanes' registers
-        self.shared = self.tiles or self.lanes_cholesky
+        self.tiles = plan.fused and plan.hessian == "tiles"
+        self.lanes_cholesky = plan.fused and plan.factorization == "lanes"
+        self.shared = plan.shared_tiles  # A, v* and Δv in shared tiles for the step
         self.approximation = solver.config.discrete_contact_approximation
         for name in ("contact_count", "A_ncols", "A_cols", "contact_ncols", "contact_cols", "dof_ncontacts",
                      "dof_contacts", "dof_nrows", "dof_rows", "row_ncols", "row_cols", "row_active",
