@@ -294,8 +294,8 @@ def write_contact(contacts: ContactSlots, world: int, slot: int, shape0: int, sh
     """Slot ``slot`` of ``world``: every field of the contact record (``sap_common.state.SapContacts``),
     the point's half and the pair's. A kernel whose values are loads from memory may call the two
     halves itself, loading each half's values just before storing them: a call takes its arguments
-    all at once, so one call keeps every loaded value live until the stores (sm_90, the collision's
-    compaction: 72 registers instead of 56)."""
+    all at once, so one call keeps every loaded value live until the stores (the collision's
+    compaction's registers in docs/benchmarks.md § Registers behind the code's choices)."""
     write_contact_point(contacts, world, slot, shape0, shape1, body0, body1, x0, x1, normal, phi0, ke, area)
     write_contact_pair(contacts, world, slot, margin0, margin1, mu, ke0, ke1, tau_d, hcd)
 

@@ -158,7 +158,8 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
     :func:`key_less`) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
     poses again rather than take the ones read here: passing the poses out of the swap costs
-    registers (sm_90, the plane–convex kernel: 196 instead of 192)."""
+    registers
+    (docs/benchmarks.md § Registers behind the code's choices)."""
     p = family_pair[i]
     S.pair_count[world, p] = 0
     a = shape_pair[p, 0]
@@ -386,9 +387,9 @@ def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=i
     shapes, bodies and materials (a point contact: the pair's k, the point's φ₀, area 0), or empty
     past the world's count. One thread per (world, slot), so neighbouring threads write
     neighbouring slots. The two branches store their own values: gathering the values first and
-    storing them once keeps them all live across the branch (sm_90: 92 registers instead of 56),
-    and the record's two halves are written one after the other for the same reason
-    (:func:`~sap_gpu.arrays.write_contact`)."""
+    storing them once keeps them all live across the branch, and the record's two halves are
+    written one after the other for the same reason (:func:`~sap_gpu.arrays.write_contact`; the
+    registers in docs/benchmarks.md § Registers behind the code's choices)."""
     world, slot = wp.tid()
     if slot < count[world]:
         i = kept[world, slot]

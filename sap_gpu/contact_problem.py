@@ -172,9 +172,8 @@ def problem_types(T):
 # elements, which check_rolled_arrays holds the workspace to), a column walked by row index r is
 # base + r · row stride (SAP_ATS), in unsigned 32-bit factors: one wide multiply-add. wp::index
 # instead forms every entry's byte offset from signed ints widened to 64 bits, three to five
-# instructions per index, and the loop's listed index k goes through all of them. In the fused
-# kernel on sm_90 those address sums were most of the loops' instructions: 58 per entry of H's
-# contact terms, 48 per column of A's row, 24 and 18 now
+# instructions per index, and the loop's listed index k goes through all of them; in the fused
+# kernel those address sums were most of the loops' instructions
 # (docs/benchmarks.md § Address arithmetic in the Newton loops).
 # Every index here is in range and ≥ 0 (worlds, rows, listed columns).
 _PTR = r"""

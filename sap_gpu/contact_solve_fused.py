@@ -71,16 +71,15 @@ wp.set_module_options({"enable_backward": False})
 __all__ = ["FUSED_TILE", "SLAB_ROWS", "CONTACTS_PER_SLAB", "fused_newton_kernel", "launch_fused"]
 
 # fused_hessian="tiles": rows of J per slab (the shared tiles J and G J are SLAB_ROWS × 32), and
-# contacts per slab (3 rows each: 15 of the slab's 16). Slabs of 16 rows instead of 32 took the
-# fused kernel's spill on sm_90 from 144 to 56 B (drake) and 80 to 64 B (approx32) and its shared
-# memory from 32.6 to 24.6 KiB (float64), which fits 8 drake blocks to an H100 SM instead of 6
-# (docs/benchmarks.md § Forming H by tiles).
+# contacts per slab (3 rows each: 15 of the slab's 16). 16 rather than 32: less spill and less
+# shared memory, so more blocks per multiprocessor (the figures in
+# docs/benchmarks.md § Registers behind the code's choices).
 SLAB_ROWS = 16
 CONTACTS_PER_SLAB = SLAB_ROWS // 3
 # fused_hessian="tiles": columns of H per tile product. Each lane of a 32-lane block holds its
-# share of the product's output in registers; a block of 8 columns (8 per lane for 32×8) instead
-# of all 32 took the fused kernel's spill from 392 to 288 B (drake) and 176 to 152 B (approx32) on
-# sm_90 (docs/benchmarks.md § Forming H by tiles).
+# share of the product's output in registers, so a block of 8 columns (8 per lane for 32×8) rather
+# than all 32 spills less (the figures in
+# docs/benchmarks.md § Registers behind the code's choices).
 PRODUCT_COLUMNS = 8
 # fused_hessian="tiles": rows per tile load into the shared tiles (through registers: 8 values
 # per lane of 32, where a whole-tile load into shared memory would take a tile of its own).
@@ -233,8 +232,8 @@ def _shared_passes(T, TL):
     (:func:`~sap_gpu.contact_problem.hessian_functions`) with A and v* read from the world's
     shared tiles (A (32, 32) and v* (32,) in float64, loaded once per step) and Δv from the
     shared tile x (in TL), built once per (T, TL). v stays in global memory: a shared tile of it,
-    loaded after each update, took the drake kernel's spill on sm_90 from 144 to 200 B (approx32's
-    from 80 to 128 B; measured with slabs of 32 rows).
+    loaded after each update, spilled more
+    (docs/benchmarks.md § Registers behind the code's choices).
 
     The row functions walk each row of A over its listed non-zero columns in ascending order;
     these walk all nv columns of the dense tile in the same order. The terms they add besides are
@@ -342,9 +341,9 @@ def fused_newton_kernel(plan: NewtonPlan):
         assemble = _tile_hessian(T, TL)
         shared_factor_solve = blocked_cholesky.shared_factor_solve(FUSED_TILE, TL)
     # A, v* and Δv in shared tiles for the step (_shared_passes): where H is formed by tiles or
-    # factored in the lanes' registers. Beside Warp's tile Cholesky (its own shared tiles) they
-    # took that kernel from 174 to 212 registers (approx32; drake 185) on sm_90, so it reads them
-    # from global memory.
+    # factored in the lanes' registers. Beside Warp's tile Cholesky (its own shared tiles) they cost
+    # that kernel registers, so it reads them from global memory
+    # (docs/benchmarks.md § Registers behind the code's choices).
     shared = plan.shared_tiles
     if shared:
         momentum_pass_shared, direction_sums_shared, hessian_rows_shared = _shared_passes(T, TL)
@@ -372,8 +371,8 @@ def fused_newton_kernel(plan: NewtonPlan):
     search = make_line_search(T, phi, Problem, variant)
 
     # tiles: Warp's own cooperative product from shared memory, not cuBLASDx's, whose register
-    # fragments spilled more of the fused kernel (576 against 392 B, drake, sm_90) and whose LTO
-    # compile took 4× as long (docs/benchmarks.md § Forming H by tiles)
+    # fragments spilled more of the fused kernel and whose LTO compile took 4× as long
+    # (docs/benchmarks.md § Registers behind the code's choices)
     options = {"enable_mathdx_gemm": False} if tiles else None
 
     @wp.kernel(enable_backward=False, module="unique", cuda_max_registers=max_registers, module_options=options)
@@ -391,9 +390,9 @@ def fused_newton_kernel(plan: NewtonPlan):
         # run without it in registers. ℓ, the residual and the scale of an evaluation are written
         # at once (they are also what the staged loop leaves after its last evaluation); ℓ_A to
         # P.line[world, 0] for φ(α); the previous ℓ and α after each line search; the status's bits
-        # of this call are or-ed in at the end. On the humanoid (sm_90) that took the kernel from
-        # 205 to 164 registers with approx32 (176 to 164 with drake), and its spill under a
-        # 128-register cap from 192 to 152 B (docs/benchmarks.md § Where the registers are live).
+        # of this call are or-ed in at the end. That takes the kernel's registers and its spill under
+        # a cap down
+        # (docs/benchmarks.md § Registers behind the code's choices).
         status = int(0)  # the bits this call adds to N.status
         if wp.static(tiles):  # the world's Newton system, in shared memory for the whole step
             Hs = wp.tile_zeros(shape=(FUSED_TILE, FUSED_TILE), dtype=TL, storage="shared")

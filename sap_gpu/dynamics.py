@@ -87,8 +87,8 @@ def add_child_inertia(Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), body_X_i
 
     Out of line on purpose: inlined into the loop over c's children, the compiler keeps Ic_c (36
     float64) in registers from one child to the next beside the product's operands, and the
-    kernel needs 214 registers on sm_90 instead of 128 (measured with ``sap-precompile
-    --resources``)."""
+    kernel needs far more registers
+    (docs/benchmarks.md § Registers behind the code's choices)."""
     T = shift_matrix(wp.transform_get_translation(body_X_in[world, ch])
                      - wp.transform_get_translation(body_X_in[world, c]))
     Ic_scratch[world, c] = Ic_scratch[world, c] + wp.transpose(T) * Ic_scratch[world, ch] * T

@@ -60,11 +60,9 @@ LANES = 32  # the system size and the block: one row per lane of one warp
 #   lane, so the block must be one warp); on the CPU device the world's b (in registers by then)
 #   with block barriers around the writes.
 # The elimination is a function of its own that CUDA does not inline (__noinline__): inlined, the
-# compiler scheduled it together with the rest of the fused Newton kernel, which then took 255
-# registers and a 264 B stack on sm_90 (approx32); called, the kernel takes 160 registers and no
-# stack (153 since the Newton loop keeps its state in memory between stages, drake 170 with the
-# steps rolled; see docs/benchmarks.md § Factoring in registers). Its arguments are raw pointers and byte
-# strides, so no array struct needs an address.
+# compiler scheduled it together with the rest of the fused Newton kernel, which then spilled
+# (docs/benchmarks.md § Registers behind the code's choices).
+# Its arguments are raw pointers and byte strides, so no array struct needs an address.
 _SNIPPET = r"""
 #if defined(__CUDA_ARCH__)
 #define SAP_NOINLINE __noinline__
