@@ -445,6 +445,29 @@ def _weld_drop(num_worlds):
                   "rolling on the ground.", num_worlds)
 
 
+# Shapes of every collidable type on a body, for scenes that exercise every pair family of the
+# collision (the collision benchmark's pile, the broad-phase test): sizes up to 0.05 m.
+_GEM = np.array([[0.045, 0.0, 0.015], [0.0225, 0.039, 0.015], [-0.0225, 0.039, 0.015], [-0.045, 0.0, 0.015],
+                 [-0.0225, -0.039, 0.015], [0.0225, -0.039, 0.015], [0.03, 0.0, -0.025], [-0.015, 0.026, -0.025],
+                 [-0.015, -0.026, -0.025], [0.0, 0.0, 0.035]])
+_SMALL_CUBE = np.array([[x, y, z] for x in (-0.04, 0.04) for y in (-0.04, 0.04) for z in (-0.04, 0.04)])
+SHAPE_TYPES_CYCLE = 7  # add_shape_of_every_type's index cycles through this many shapes
+
+
+def add_shape_of_every_type(b: ModelBuilder, body: int, index: int) -> int:
+    """Add shape ``index % SHAPE_TYPES_CYCLE`` of a cycle through every type a body can carry to
+    ``body``: a sphere, a capsule, a box, a cylinder, an ellipsoid, a convex mesh (a gem) and a mesh
+    cube, sizes up to 0.05 m. Returns the shape's index."""
+    adders = (lambda: b.add_shape_sphere(body, radius=0.05),
+              lambda: b.add_shape_capsule(body, radius=0.035, half_length=0.04),
+              lambda: b.add_shape_box(body, None, 0.05, 0.04, 0.03),
+              lambda: b.add_shape_cylinder(body, radius=0.045, half_length=0.035),
+              lambda: b.add_shape_ellipsoid(body, None, 0.05, 0.035, 0.04),
+              lambda: b.add_shape_convex_mesh(body, vertices=_GEM),
+              lambda: b.add_shape_convex_mesh(body, vertices=_SMALL_CUBE))
+    return adders[index % SHAPE_TYPES_CYCLE]()
+
+
 def _package_file(package: str, relative: str, hint: str) -> str:
     """A data file shipped inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)

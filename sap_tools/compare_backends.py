@@ -289,21 +289,9 @@ def stage_differences(ref, gpu, state, control, contacts, dt) -> dict:
     if r.problem is not None:
         # γ, ℓ, ∇ℓ, H at sap_ref's v₁, with sap_ref's objective given the device's v*, J, R and v̂
         # (under approx32 they differ by float32 ulps; this isolates the Newton stage).
-        p, dofs = r.problem, r.problem.dofs
-        p = dataclasses.replace(p, v_star=v_star_gpu[dofs].astype(p.dtype))
-        if C:
-            v_hat = p.contact_v_hat.copy()
-            v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
-            J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-            p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
-                                    contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
-        if L and active.any() and limit_R is not None:
-            p = dataclasses.replace(p, rows=p.rows.with_rows(
-                RowKind.LIMIT, J=gpu.work.row_J.numpy()[0, :L][active][:, dofs].astype(p.dtype),
-                R=limit_R.astype(p.dtype), v_hat=limit_v_hat.astype(p.dtype)))
-        if hol is not None:
-            p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.HOLONOMIC, J=hol[0][:, dofs].astype(p.dtype),
-                                                             R=hol[1].astype(p.dtype), v_hat=hol[2].astype(p.dtype)))
+        dofs = r.problem.dofs
+        limits = (active, limit_R, limit_v_hat) if L and active.any() and limit_R is not None else None
+        p = with_device_setup(r.problem, gpu, C, limits, hol)
         v = r.v1.copy()
         ev_gpu = gpu.evaluate_at(v[None])
         ev_ref = evaluate(p, v[dofs])
@@ -386,6 +374,36 @@ def _contact_hessian_roundoff(p, ev, eps: float) -> np.ndarray:
         dG = np.asarray(G2, np.float64) - G
         worst = np.maximum(worst, np.abs(np.einsum("cim,cij,cjn->cmn", J, dG, J)))
     return worst.sum(axis=0)
+
+
+def with_device_setup(p, gpu, C: int, limits=None, holonomic=None):
+    """sap_ref's problem ``p`` of world 0 with the device's stage-1–2 results in place of its own,
+    so that stage 3 compares alone (under approx32 they differ by float32 ulps): v*, the ``C``
+    contacts' J, R, v̂ and Hunt–Crossley data, and where given the limit rows (``limits``: the
+    device's in-use flags of its limit rows, and R, v̂ of those in use) and the holonomic rows
+    (``holonomic``: J (E, nv), R, v̂). Used by this tool and by tests/test_gpu_stages.py."""
+    dofs, work = p.dofs, gpu.work
+    p = dataclasses.replace(p, v_star=work.v_star.numpy()[0, dofs].astype(p.dtype))
+    if C:
+        v_hat = p.contact_v_hat.copy()
+        v_hat[:, 2] = work.contact_v_hat.numpy()[0, :C]
+        J = work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
+        p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=work.contact_R.numpy()[0, :C].astype(p.dtype),
+                                contact_v_hat=v_hat)
+        if p.contact_hc is not None:  # the device's Hunt–Crossley data
+            data = work.contact_hc.numpy()[0, :C].astype(p.dtype)
+            p = dataclasses.replace(p, contact_hc=dataclasses.replace(p.contact_hc, k=data[:, 0], d=data[:, 1],
+                                                                      fe0=data[:, 2], n0=data[:, 3], eps=data[:, 4]))
+    if limits is not None:
+        active, R, v_hat = limits
+        J = work.row_J.numpy()[0, :len(active)][active][:, dofs]
+        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.LIMIT, J=J.astype(p.dtype), R=R.astype(p.dtype),
+                                                         v_hat=v_hat.astype(p.dtype)))
+    if holonomic is not None:
+        J, R, v_hat = holonomic
+        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.HOLONOMIC, J=J[:, dofs].astype(p.dtype),
+                                                         R=R.astype(p.dtype), v_hat=v_hat.astype(p.dtype)))
+    return p
 
 
 def _holonomic_rows(d: dict, gpu, r, model, state, cfg, jtol, dt: float):

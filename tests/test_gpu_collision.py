@@ -368,17 +368,10 @@ def _many_shapes(num_worlds, seed=3):
     b = ModelBuilder()
     b.add_ground_plane()
     b.add_shape_heightfield(HEIGHTS, spatial.transform((2.0, 0.0, 0.0)), hx=0.3, hy=0.25, base=0.1)
-    adders = [lambda k: b.add_shape_sphere(k, radius=0.06),
-              lambda k: b.add_shape_capsule(k, radius=0.04, half_length=0.05),
-              lambda k: b.add_shape_box(k, None, 0.05, 0.04, 0.03),
-              lambda k: b.add_shape_cylinder(k, radius=0.05, half_length=0.04),
-              lambda k: b.add_shape_ellipsoid(k, None, 0.05, 0.04, 0.06),
-              lambda k: b.add_shape_convex_mesh(k, vertices=GEM),
-              lambda k: b.add_shape_convex_mesh(k, vertices=CUBE)]
-    for i in range(14):
+    for i in range(2 * scenes.SHAPE_TYPES_CYCLE):
         body = b.add_body(1.0, inertia=(1, 1, 1))
         b.add_joint_free(-1, body)
-        adders[i % len(adders)](body)
+        scenes.add_shape_of_every_type(b, body, i)
     model = b.replicate(num_worlds).finalize()
     state = model.state()
     rng = np.random.default_rng(seed)

@@ -8,7 +8,6 @@ and finally the full step: sap_gpu's v₁ must solve sap_ref's problem to the so
 (docs/testing.md § Comparing solves: solves are compared on optimality and cost, not on iterates).
 """
 
-import dataclasses
 import os
 
 import numpy as np
@@ -28,6 +27,7 @@ from sap_common.rows import RowKind
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_solve import evaluate, hessian, hessian_diagonal, stopping_criterion
 from sap_ref.solver import SolverSAP as RefSolver
+from sap_tools.compare_backends import with_device_setup
 from sap_tools.tolerances import RESIDUAL_GAP_FACTOR, TOL, fp32_hessian_tol
 
 # The tolerance table (each entry with its reason) is shared with sap-compare-backends.
@@ -300,25 +300,9 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
     # Stage 3 at a fixed v (sap_ref's solution): γ, ℓ, ∇ℓ, H, isolated from stages 1–2 by giving
     # sap_ref's objective the device's v*, J, R and v̂ of contacts and limits (they differ by
     # float32 ulps under approx32).
-    p, dofs = r.problem, r.problem.dofs
-    p = dataclasses.replace(p, v_star=gpu.work.v_star.numpy()[0, dofs].astype(p.dtype))
-    if C:
-        v_hat = p.contact_v_hat.copy()
-        v_hat[:, 2] = gpu.work.contact_v_hat.numpy()[0, :C]
-        J = gpu.work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
-        p = dataclasses.replace(p, contact_J=J.astype(p.dtype),
-                                contact_R=gpu.work.contact_R.numpy()[0, :C].astype(p.dtype), contact_v_hat=v_hat)
-        if p.contact_hc is not None:  # the device's Hunt–Crossley data
-            data = gpu.work.contact_hc.numpy()[0, :C].astype(p.dtype)
-            p = dataclasses.replace(p, contact_hc=dataclasses.replace(p.contact_hc, k=data[:, 0], d=data[:, 1],
-                                                                      fe0=data[:, 2], n0=data[:, 3], eps=data[:, 4]))
-    if L and active.any():
-        J_lim = gpu.work.row_J.numpy()[0, :L][active][:, dofs]
-        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.LIMIT, J=J_lim.astype(p.dtype),
-                                                         R=limit_R.astype(p.dtype), v_hat=limit_v_hat.astype(p.dtype)))
-    if model.constraint_count:
-        p = dataclasses.replace(p, rows=p.rows.with_rows(RowKind.HOLONOMIC, J=hol_J[:, dofs].astype(p.dtype),
-                                                         R=hol_R.astype(p.dtype), v_hat=hol_v_hat.astype(p.dtype)))
+    dofs = r.problem.dofs
+    p = with_device_setup(r.problem, gpu, C, (active, limit_R, limit_v_hat) if L and active.any() else None,
+                          (hol_J, hol_R, hol_v_hat) if model.constraint_count else None)
     v = r.v1.copy()
     with cooperative_lanes(newton_path == "fused"):
         ev_gpu = gpu.evaluate_at(v[None])

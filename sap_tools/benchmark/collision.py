@@ -35,29 +35,19 @@ def pile(num_shapes: int, num_worlds: int, seed: int = 0):
     """``(model, state)``: ``num_shapes`` shapes on free bodies over a plane and a height field."""
     from sap_common import spatial
     from sap_common.builder import ModelBuilder
+    from sap_common.scenes import add_shape_of_every_type
 
-    gem = np.array([[0.045, 0.0, 0.015], [0.0225, 0.039, 0.015], [-0.0225, 0.039, 0.015], [-0.045, 0.0, 0.015],
-                    [-0.0225, -0.039, 0.015], [0.0225, -0.039, 0.015], [0.03, 0.0, -0.025], [-0.015, 0.026, -0.025],
-                    [-0.015, -0.026, -0.025], [0.0, 0.0, 0.035]])
-    cube = np.array([[x, y, z] for x in (-0.04, 0.04) for y in (-0.04, 0.04) for z in (-0.04, 0.04)])
     b = ModelBuilder()
     b.add_ground_plane()
     side = int(np.ceil(np.sqrt(num_shapes)))
     half = 0.5 * side * GRID_SPACING
     heights = 0.02 * np.sin(np.add.outer(np.arange(8) * 0.9, np.arange(8) * 0.6))
     b.add_shape_heightfield(heights, spatial.transform((0.0, 0.0, 0.01)), hx=half, hy=half, base=0.1)
-    adders = [lambda k: b.add_shape_sphere(k, radius=0.05),
-              lambda k: b.add_shape_capsule(k, radius=0.035, half_length=0.04),
-              lambda k: b.add_shape_box(k, None, 0.05, 0.04, 0.03),
-              lambda k: b.add_shape_cylinder(k, radius=0.045, half_length=0.035),
-              lambda k: b.add_shape_ellipsoid(k, None, 0.05, 0.035, 0.04),
-              lambda k: b.add_shape_convex_mesh(k, vertices=gem),
-              lambda k: b.add_shape_convex_mesh(k, vertices=cube)]
     moving = num_shapes - 2
     for i in range(moving):
         body = b.add_body(1.0, inertia=(1e-3, 1e-3, 1e-3))
         b.add_joint_free(-1, body)
-        adders[i % len(adders)](body)
+        add_shape_of_every_type(b, body, i)
     model = b.replicate(num_worlds).finalize()
     state = model.state()
     rng = np.random.default_rng(seed)
