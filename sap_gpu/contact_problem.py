@@ -18,7 +18,7 @@ Everything here is built once per scalar type (:func:`sap_gpu.launch.built_once`
 * :func:`row_functions` (T, contact approximation): row products, the terms γ, G, ℓ of every
   row, the gradient and stopping sums, the direction's row velocities and the line-search cost
   φ(α). Every pass walks the contacts, then the scalar rows (limits, holonomic constraints,
-  drives: :mod:`sap_common.rows`) kind by kind, each kind with its term (``row_terms``). The
+  drives: :mod:`sap_common.rows`) term by term (:data:`ROW_TERM_KINDS`, ``row_terms``). The
   contact term is chosen here, when the kernels are built: the friction cone for ``sap``, the
   Hunt–Crossley constraint for ``lagged`` / ``similar``; the scalar rows, the Hessian assembly
   (from each row's G) and the linear solves are the same for every approximation, and the
@@ -640,7 +640,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
 def hessian_functions(T, TL) -> SimpleNamespace:
     """``hessian_rows``: rows of H = A + JᵀGJ and −∇ℓ in the linear-solve scalar ``TL`` (built once);
     ``hessian_row`` one row, from ``A_terms`` and ``constraint_terms`` (each touching contact's
-    ``contact_terms``, rolled loops as :func:`rolled_sums`, then the limit and drive rows)."""
+    ``contact_terms``, rolled loops as :func:`rolled_sums`, then the scalar rows)."""
     f = row_functions(T)
     Problem, V3 = f.Problem, f.V3
 

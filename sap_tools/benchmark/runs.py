@@ -290,7 +290,8 @@ class SapRun:
                     converged_fraction=float(st[:, S_CONVERGED].sum() / pairs),
                     capped_steps=int(st[:, S_CAPPED].sum()), world_steps=int(st[:, S_STEPS].sum()),
                     non_finite_steps=int(st[:, S_NON_FINITE].sum()),
-                    non_finite_worlds=int((~finite).sum()), register_cap=self.solver.fused_max_registers)
+                    non_finite_worlds=int((~finite).sum()), register_cap=self.solver.fused_max_registers,
+                    plan=self.solver.plan.describe())
 
 
 class MjwarpRun:
