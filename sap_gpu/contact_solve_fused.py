@@ -188,7 +188,7 @@ def _tile_hessian(T, TL):
                     for a in range(3):
                         slab[3 * u + a, k] = TL(j[a])
                         slab[sr + 3 * u + a, k] = TL(g[a])
-                for r in range(3 * S, sr):  # a limit slab may have filled the tail rows
+                for r in range(3 * S, sr):  # a slab of scalar rows may have filled the tail rows
                     slab[r, k] = TL(0.0)
                     slab[sr + r, k] = TL(0.0)
             add_slab(H, J, GJ, slab, lane)
