@@ -26,7 +26,7 @@ Drake: ``SapFrictionConeConstraint``, ``SapHuntCrossleyConstraint``, ``SapLimitC
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -480,6 +480,7 @@ class ScalarRows:
     R: np.ndarray
     v_hat: np.ndarray
     drive: DriveConstraints
+    _segments: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_parts(cls, drive: DriveConstraints, limit=None, holonomic=None) -> "ScalarRows":
@@ -500,18 +501,21 @@ class ScalarRows:
     def rows(self, kind: RowKind) -> slice:
         """The rows of ``kind`` (a slice, empty if there are none: the kinds are contiguous, in
         ascending order)."""
-        return slice(int(np.searchsorted(self.kind, kind, "left")), int(np.searchsorted(self.kind, kind, "right")))
+        return dict(self.segments())[kind]
 
     def count(self, kind: RowKind) -> int:
         """The number of rows of ``kind``."""
         sl = self.rows(kind)
         return sl.stop - sl.start
 
-    def segments(self):
+    def segments(self) -> tuple:
         """``(kind, rows)`` of every kind, in the order of ``ROW_KINDS`` (a kind without rows gives
-        an empty slice, which sums add as zero)."""
-        for kind in ROW_KINDS:
-            yield kind, self.rows(kind)
+        an empty slice, which sums add as zero). Found once per table: every evaluation of the
+        cost walks them several times."""
+        if self._segments is None:
+            ends = np.searchsorted(self.kind, [int(k) for k in ROW_KINDS] + [len(ROW_KINDS)], "left")
+            self._segments = tuple((kind, slice(int(ends[i]), int(ends[i + 1]))) for i, kind in enumerate(ROW_KINDS))
+        return self._segments
 
     def with_rows(self, kind: RowKind, J=None, R=None, v_hat=None) -> "ScalarRows":
         """A copy with the rows of ``kind`` given new values (those given; J on the table's columns).
@@ -552,5 +556,6 @@ def scalar_row_terms(vc: np.ndarray, rows: ScalarRows):
     (:data:`ROW_TERMS`) on its rows, in the dtype of ``vc``."""
     gamma, G, ell = np.zeros_like(vc), np.zeros_like(vc), np.zeros_like(vc)
     for kind, sl in rows.segments():
-        gamma[sl], G[sl], ell[sl] = ROW_TERMS[kind](vc[sl], rows, sl)
+        if sl.stop > sl.start:
+            gamma[sl], G[sl], ell[sl] = ROW_TERMS[kind](vc[sl], rows, sl)
     return gamma, G, ell

@@ -211,7 +211,8 @@ def _row_products(rows: ScalarRows, J: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``J x`` of the scalar rows, one product per kind (:meth:`ScalarRows.segments`)."""
     out = np.zeros(len(rows), dtype=np.result_type(J.dtype, x.dtype))
     for _, sl in rows.segments():
-        out[sl] = J[sl] @ x
+        if sl.stop > sl.start:
+            out[sl] = J[sl] @ x
     return out
 
 
