@@ -246,8 +246,13 @@ class ContactSlots:
     area: wp.array2d(dtype=wp.float64)
 
 
-def contact_slots(contacts: SapContacts) -> ContactSlots:
-    """The :class:`ContactSlots` of device ``contacts`` (the same arrays, not copies)."""
+def contact_slots(contacts: SapContacts, made: ContactSlots | None = None) -> ContactSlots:
+    """The :class:`ContactSlots` of device ``contacts`` (the same arrays, not copies): ``made``
+    itself when it already holds exactly those arrays. Filling a Warp struct's array fields costs,
+    on the CPU device, about as much as a collision kernel, so a caller that asks every step passes
+    back what it got the last time."""
+    if made is not None and all(getattr(made, f) is getattr(contacts, f) for f in CONTACT_SLOT_FIELDS):
+        return made
     out = ContactSlots()
     for f in CONTACT_SLOT_FIELDS:
         setattr(out, f, getattr(contacts, f))
@@ -345,6 +350,11 @@ def check_device_control(m: GpuModel, control: SapControl, name: str = "control"
     check_order(f"{name}.joint_f_order", control.joint_f_order)
 
 
+# (field, one value per slot, device dtype) of every contacts field, in the order checked: found once
+_CONTACT_CHECKS = tuple((f, f in CONTACT_SLOT_FIELDS, _device_dtype(f))
+                        for f in CONTACT_WORLD_FIELDS + CONTACT_SLOT_FIELDS)
+
+
 def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, name: str = "contacts") -> None:
     """``ValueError`` naming the field if device contacts do not match the model and ``capacity``."""
     W, C = m.num_worlds, capacity
@@ -353,6 +363,5 @@ def check_device_contacts(m: GpuModel, contacts: SapContacts, capacity: int, nam
     if isinstance(contacts.shape0, wp.array) and contacts.shape0.ndim == 2 and contacts.shape0.shape[1] != C:
         raise ValueError(f"{name}: capacity {contacts.shape0.shape[1]} does not match the solver's "
                          f"max_rigid_contact {C}")
-    for f in CONTACT_WORLD_FIELDS + CONTACT_SLOT_FIELDS:  # a 3-vector is one wp.vec3d: no trailing axis
-        check_array(f"{name}.{f}", getattr(contacts, f), (W,) if f in CONTACT_WORLD_FIELDS else (W, C),
-                    _device_dtype(f), m.device)
+    for f, per_slot, dtype in _CONTACT_CHECKS:  # a 3-vector is one wp.vec3d: no trailing axis
+        check_array(f"{name}.{f}", getattr(contacts, f), (W, C) if per_slot else (W,), dtype, m.device)

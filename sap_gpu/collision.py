@@ -509,6 +509,7 @@ class CollisionPipeline:
         # The scratch slot of each kept contact, (num_worlds, max_rigid_contact): what the two
         # selection kernels pass between them.
         self.kept = wp.zeros((W, max(self.max_rigid_contact, 1)), dtype=int, device=d)
+        self._slots = None  # the ContactSlots of the contacts last filled (sap_gpu.arrays.contact_slots)
 
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""
@@ -546,9 +547,10 @@ class CollisionPipeline:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
         c, C = contacts, self.max_rigid_contact
+        self._slots = contact_slots(c, self._slots)
         launch_threads(_select_order, dim=W, device=self.device, inputs=[C, P, self.slots if P else 0, self.scratch],
                        outputs=[c.count, c.overflow, self.kept])
         launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
                        m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau,
-                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[contact_slots(c)])
+                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[self._slots])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

@@ -119,6 +119,18 @@ def test_contact_slots_and_write_contact_cover_every_field_of_the_record():
     assert {"ke", "phi0", "area"} <= set(point)  # the per-point values a contact model may set
 
 
+def test_contact_slots_reuses_the_struct_it_made_only_while_it_holds_the_same_arrays():
+    dev = sap_gpu.to_device(SapContacts.allocate(2, 3), "cpu")
+    made = contact_slots(dev)
+    assert all(getattr(made, f) is getattr(dev, f) for f in SLOT_FIELDS)
+    assert contact_slots(dev, made) is made
+    other = sap_gpu.to_device(SapContacts.allocate(2, 3), "cpu")  # same shapes, other arrays
+    fresh = contact_slots(other, made)
+    assert fresh is not made and all(getattr(fresh, f) is getattr(other, f) for f in SLOT_FIELDS)
+    dev.mu = wp.clone(dev.mu)  # one array replaced: the struct must follow it
+    assert contact_slots(dev, made) is not made and contact_slots(dev, made).mu is dev.mu
+
+
 def test_write_contact_writes_every_field_and_clear_contact_empties_the_slot(device):
     values = record_values()
     empty = SapContacts.allocate(1, 1)  # the kernel passes ids, 3-vectors and reals in SLOT_FIELDS order

@@ -107,6 +107,7 @@ def test_built_once_builds_once_per_key_and_a_keyword_call_shares_the_positional
 
     first = factory(1)
     assert factory(1) is first and factory(1, 2) is first and factory(a=1, b=2) is first
+    assert factory(b=2, a=1) is first and factory(1, b=2) is first  # a call seen before or not
     assert factory(1, 3) is not first
     assert calls == [(1, 2), (1, 3)]
     assert set(factory.built) == {(1, 2), (1, 3)}
