@@ -54,6 +54,7 @@ __all__ = [
     "CONTACT_POINT_MODES",
     "POSITION_INTEGRATIONS",
     "LINE_SEARCH_VARIANTS",
+    "DEFAULT_LINE_SEARCH",
     "LINEAR_SOLVERS",
     "NEWTON_PATHS",
     "FUSED_HESSIANS",
@@ -78,6 +79,9 @@ CONTACT_WEIGHT_MODES = ("body_inertia", "diag_delassus")
 CONTACT_POINT_MODES = ("witness_point", "contact_midpoint")
 POSITION_INTEGRATIONS = ("midpoint", "sap_euler")
 LINE_SEARCH_VARIANTS = ("monotone_decay", "armijo_decay", "exact_root")
+# exact_root stops at the minimiser in the fewest Newton iterations of the three (docs/presets.md
+# § Accuracy and work of the line searches); monotone_decay's cost criterion can stop far from it.
+DEFAULT_LINE_SEARCH = "exact_root"
 LINEAR_SOLVERS = ("cholesky", "pcr")
 # The contact constraint (docs/formulation.md § Contact approximations; docs/presets.md § Contact
 # approximation): "sap" is SAP's compliant friction cone (linear Kelvin–Voigt normal law with the
@@ -518,7 +522,7 @@ class SapConfig:
         contact_point_mode: ``witness_point`` or ``contact_midpoint`` (Drake's stiffness-weighted point).
         position_integration: ``midpoint`` ((v₀+v₁)/2, normalized quaternions) or
             ``sap_euler`` (Drake: q₁ = q₀ + h N(q₀) v₁).
-        line_search_variant: ``monotone_decay`` (default), ``armijo_decay``, ``exact_root``.
+        line_search_variant: ``exact_root`` (default), ``monotone_decay``, ``armijo_decay``.
         line_search_max_iterations: probes per line search; 40, or 100 for ``exact_root``.
         rho: ``armijo_decay`` decay factor in (0, 1) (0.8).
         armijo_c: Armijo sufficient-decrease constant in (0, 1) (1e-4).
@@ -598,7 +602,7 @@ class SapConfig:
     contact_weight_mode: str | None = None
     contact_point_mode: str | None = None
     position_integration: str | None = None
-    line_search_variant: str = "monotone_decay"
+    line_search_variant: str = DEFAULT_LINE_SEARCH
     line_search_max_iterations: int | None = None
     rho: float = 0.8
     armijo_c: float = 1e-4

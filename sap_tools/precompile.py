@@ -168,7 +168,8 @@ def main(argv=None) -> int:
                    help=f"linear solvers (default: all: {', '.join(LINEAR_SOLVERS)})")
     p.add_argument("--approximation", nargs="+", default=["sap"],
                    help=f"contact approximations (default: sap; valid: {', '.join(CONTACT_APPROXIMATIONS)})")
-    p.add_argument("--line-search", default=None, help="line search (default: the scene's, else monotone_decay)")
+    p.add_argument("--line-search", default=None,
+                   help="line search (default: the scene's, else SapConfig's default, exact_root)")
     p.add_argument("--fused-max-registers", nargs="+", default=["auto"], metavar="N",
                    help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: auto (default: "
                         "sap_gpu's cap per kernel), none (the compiler's choice) or 32..255; several = each")
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
                    help="also compile MuJoCo Warp's step of the scene's MuJoCo model the same way (MJCF scenes)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
-    from sap_common.config import SapConfig
+    from sap_common.config import DEFAULT_LINE_SEARCH, SapConfig
 
     for flag, values, valid in (("--newton-path", args.newton_path, NEWTON_PATHS),
                                 ("--fused-hessian", args.fused_hessian, FUSED_HESSIANS),
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
             return fail(prog, f"{flag}: {bad[0]!r} is not valid; valid: {', '.join(valid)}")
     try:
         for preset in args.preset:
-            SapConfig.from_preset(preset, line_search_variant=args.line_search or "monotone_decay")
+            SapConfig.from_preset(preset, line_search_variant=args.line_search or DEFAULT_LINE_SEARCH)
     except ValueError as e:
         return fail(prog, f"--preset/--line-search: {e}")
     try:

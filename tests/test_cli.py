@@ -9,6 +9,7 @@ import re
 import pytest
 from conftest import DATA
 
+import sap_tools.benchmark.accuracy
 import sap_tools.benchmark.cli
 import sap_tools.benchmark.collision
 import sap_tools.benchmark.plot
@@ -29,7 +30,8 @@ MAINS = {"sap-demo": sap_tools.demo.main, "sap-scenes": sap_tools.scenes.main,
          "sap-benchmark": sap_tools.benchmark.cli.main, "sap-plot-benchmark": sap_tools.benchmark.plot.main,
          "sap-inspect": sap_tools.inspector.main, "sap-view": sap_tools.view.cli.main,
          "sap-record": sap_tools.record.cli.main, "sap-validate": sap_tools.validate.cli.main,
-         "sap-benchmark-collision": sap_tools.benchmark.collision.main, "sap-precompile": sap_tools.precompile.main}
+         "sap-benchmark-collision": sap_tools.benchmark.collision.main, "sap-precompile": sap_tools.precompile.main,
+         "sap-benchmark-accuracy": sap_tools.benchmark.accuracy.main}
 # Tools with a preset / line-search flag: (flag, the choices its help must list).
 CHOICE_FLAGS = {"sap-demo": ("--preset", "--line-search"), "sap-compare-presets": ("--reference", "--line-search"),
                 "sap-compare-backends": ("--preset", "--line-search"), "sap-benchmark": ("--preset", "--line-search"),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sap_common.config import (
+    DEFAULT_LINE_SEARCH,
     GROUP_SETTINGS,
     GROUPS,
     LINE_SEARCH_VARIANTS,
@@ -107,7 +108,9 @@ def test_override_wins_over_every_preset_knob(knob):
 
 
 def test_line_search_dependent_defaults():
-    assert SapConfig().line_search_max_iterations == 40
+    assert SapConfig().line_search_variant == DEFAULT_LINE_SEARCH == "exact_root"
+    assert SapConfig().line_search_max_iterations == 100
+    assert SapConfig(line_search_variant="monotone_decay").line_search_max_iterations == 40
     assert SapConfig(line_search_variant="armijo_decay").line_search_max_iterations == 40
     assert SapConfig(line_search_variant="exact_root").line_search_max_iterations == 100
     # Raised to 100 only when left at the default: an explicit value is kept, even 40.

@@ -85,7 +85,7 @@ def test_demo_runs_a_scene_file_with_its_own_settings_flags_override(tmp_path, c
     _, row = _demo_json(capsys, [scene, "--line-search", "armijo_decay"] + out)
     assert (row["preset"], row["line_search"]) == ("drake", "armijo_decay")
     lines, row = _demo_json(capsys, ["box_stack"] + out)  # a built-in scene: approx32 and its defaults
-    assert (row["preset"], row["line_search"]) == ("approx32", "monotone_decay")
+    assert (row["preset"], row["line_search"]) == ("approx32", "exact_root")
     assert lines[0] == "solver: preset approx32 (default)"
 
 

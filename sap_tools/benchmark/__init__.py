@@ -1,10 +1,12 @@
-"""``sap-benchmark``, ``sap-benchmark-collision`` and ``sap-plot-benchmark``.
+"""``sap-benchmark``, ``sap-benchmark-collision``, ``sap-benchmark-accuracy`` and ``sap-plot-benchmark``.
 
 :mod:`~sap_tools.benchmark.cli` is the command line of ``sap-benchmark`` (also
 ``python -m sap_tools.benchmark``), :mod:`~sap_tools.benchmark.runs` the runs it times and
 :mod:`~sap_tools.benchmark.measure` their timing, structure counts, validity and report tables,
 :mod:`~sap_tools.benchmark.traffic` their memory traffic (``--structure``);
-:mod:`~sap_tools.benchmark.collision` is ``sap-benchmark-collision`` and
+:mod:`~sap_tools.benchmark.collision` is ``sap-benchmark-collision``,
+:mod:`~sap_tools.benchmark.accuracy` is ``sap-benchmark-accuracy`` (how far each line search stops from
+the minimiser) and
 :mod:`~sap_tools.benchmark.plot` is ``sap-plot-benchmark``.
 
 The public names of the runs and their measurement are importable from here, for scripts
