@@ -104,6 +104,22 @@ def parser(prog: str, doc: str, uses_warp: bool = True) -> Parser:
     return p
 
 
+def parse_override(flag: str, text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of a tool's ``flag`` (``--override``) → ``(key, value)``, the value an int, a
+    float, ``true``/``false`` or else the string; ``ValueError`` naming ``flag`` when there is no
+    ``=`` or no key. The key and value are checked by ``SapConfig``, where they are used."""
+    key, sep, value = str(text).partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"{flag}: expected KEY=VALUE (a SapConfig knob), got {text!r}")
+    value = value.strip()
+    for cast in (int, float):
+        try:
+            return key.strip(), cast(value)
+        except ValueError:
+            pass
+    return key.strip(), {"true": True, "false": False}.get(value.lower(), value)
+
+
 def fail(prog: str, message) -> int:
     """Print ``prog: error: message`` as one line on stderr; return the exit status 2."""
     text = " ".join(str(message).split())  # one line, whatever the message held

@@ -168,8 +168,8 @@ def main(argv=None) -> int:
                    help=f"linear solvers (default: all: {', '.join(LINEAR_SOLVERS)})")
     p.add_argument("--approximation", nargs="+", default=["sap"],
                    help=f"contact approximations (default: sap; valid: {', '.join(CONTACT_APPROXIMATIONS)})")
-    p.add_argument("--line-search", default=None,
-                   help="line search (default: the scene's, else SapConfig's default, exact_root)")
+    p.add_argument("--line-search", nargs="+", default=[None], metavar="LINE_SEARCH",
+                   help="line search(es) (default: the scene's, else SapConfig's default, exact_root)")
     p.add_argument("--fused-max-registers", nargs="+", default=["auto"], metavar="N",
                    help="SapConfig.fused_max_registers, the fused Newton kernel's register cap: auto (default: "
                         "sap_gpu's cap per kernel), none (the compiler's choice) or 32..255; several = each")
@@ -210,7 +210,8 @@ def main(argv=None) -> int:
             return fail(prog, f"{flag}: {bad[0]!r} is not valid; valid: {', '.join(valid)}")
     try:
         for preset in args.preset:
-            SapConfig.from_preset(preset, line_search_variant=args.line_search or DEFAULT_LINE_SEARCH)
+            for line_search in args.line_search:
+                SapConfig.from_preset(preset, line_search_variant=line_search or DEFAULT_LINE_SEARCH)
     except ValueError as e:
         return fail(prog, f"--preset/--line-search: {e}")
     try:
@@ -257,10 +258,11 @@ def main(argv=None) -> int:
                           "(the nvidia-cuda-nvdisasm wheel) or put CUDA's nvdisasm on PATH")
     arch = args.arch if args.arch is not None else _default_arch()
     variants, used_by = {}, {}
-    for (preset, path, solver, approx), cap, hessian, cholesky in itertools.product(
-            configurations(args.preset, args.newton_path, args.linear_solver, args.approximation), caps,
-            dict.fromkeys(args.fused_hessian), dict.fromkeys(args.fused_cholesky)):
-        kwargs, _ = scene_solver_kwargs(scene, preset, args.line_search)
+    for (preset, path, solver, approx), line_search, cap, hessian, cholesky in itertools.product(
+            configurations(args.preset, args.newton_path, args.linear_solver, args.approximation),
+            dict.fromkeys(args.line_search), caps, dict.fromkeys(args.fused_hessian),
+            dict.fromkeys(args.fused_cholesky)):
+        kwargs, _ = scene_solver_kwargs(scene, preset, line_search)
         kwargs.update(newton_path=path, contact_linear_solver=solver, discrete_contact_approximation=approx)
         if path == "fused" and solver == "cholesky":  # only where the fused kernel reads it (no unused-knob warning)
             kwargs["fused_max_registers"] = cap
@@ -277,7 +279,8 @@ def main(argv=None) -> int:
             record = step_variants(scene.sap_model, scene.max_rigid_contact, **kwargs)
         except ValueError as e:
             return fail(prog, e)
-        label = (f"{preset}/{path}/{solver}" + ("" if approx == "sap" else f"/{approx}")
+        label = (f"{preset}/{path}/{solver}" + ("" if line_search is None else f"/{line_search}")
+                 + ("" if approx == "sap" else f"/{approx}")
                  + register_cap_label(cap) + ("" if hessian == "rows" else f"/{hessian}")
                  + ("" if plain else f"/{cholesky}"))
         for key, module in record.variants.items():

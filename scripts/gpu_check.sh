@@ -8,13 +8,15 @@
 #   scripts/gpu_check.sh run OUT "" --smoke       # the same steps on the CPU device, tiny sizes
 #
 # prepare: compiles for sm_90 (GPU_CHECK_ARCH) into CACHE every kernel of the humanoid step
-#   (approx32 and drake, fused, with each register cap of GPU_CHECK_REGISTER_CAPS, each way of
+#   (approx32 and drake, fused, with each line search of GPU_CHECK_LINE_SEARCHES, each register
+#   cap of GPU_CHECK_REGISTER_CAPS, each way of
 #   forming H of GPU_CHECK_HESSIANS and of factoring it of GPU_CHECK_CHOLESKYS) and of MuJoCo
 #   Warp's step (sap-precompile --vs-mjwarp), then runs the tests that take the device fixture on
 #   the CPU with --precompile-arch, which compiles every sap_gpu kernel they launch. Copy CACHE to
 #   the GPU machine beside the checkout (only its *.cubin and *.meta files are read there).
 # run: with WARP_CACHE_PATH=CACHE and Warp told to load CUBIN (what prepare wrote), runs first
 #   sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 drake --vs-mjwarp
+#       --line-search GPU_CHECK_LINE_SEARCHES
 #       --fused-max-registers GPU_CHECK_REGISTER_CAPS --fused-hessian GPU_CHECK_HESSIANS
 #       --fused-cholesky GPU_CHECK_CHOLESKYS
 #   then, where Nsight Compute's ncu is on PATH, a profile of the fused Newton kernel (one launch
@@ -27,11 +29,14 @@
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
 #   Exit status: 0 if the benchmark and the tests passed (a failed profile is reported, not fatal).
 # GPU_CHECK_TESTS limits both steps' pytest to some test paths (default: the whole tests/ folder);
-# GPU_CHECK_REGISTER_CAPS (default "none 128": the compiler's choice, and 16 worlds per H100 SM;
-# e.g. "none 128 168", or "auto" for the default) sweeps SapConfig.fused_max_registers, and must
-# be the same for prepare and run; GPU_CHECK_HESSIANS
+# GPU_CHECK_LINE_SEARCHES (default "exact_root monotone_decay": the default line search since it
+# was found to stop at the minimiser, and the one before, whose probes cost less) sweeps
+# SapConfig.line_search_variant, and must be the same for prepare and run;
+# GPU_CHECK_REGISTER_CAPS (default "auto": SapConfig's default caps; e.g. "auto none 128" adds the
+# compiler's choice and 16 worlds per SM) sweeps SapConfig.fused_max_registers likewise; GPU_CHECK_HESSIANS
 # (default "rows"; "rows tiles" adds the tile assembly, timed on an H100 at 0.83x) sweeps
-# SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "tile lanes") SapConfig.fused_cholesky;
+# SapConfig.fused_hessian likewise, GPU_CHECK_CHOLESKYS (default "lanes", a GPU's default; "tile
+# lanes" adds Warp's tile Cholesky) SapConfig.fused_cholesky;
 # GPU_CHECK_PYTEST_ARGS adds arguments to the GPU run's pytest (e.g. "-n 4 --timeout 120");
 # GPU_CHECK_NCU_PRESETS (default "approx32"; "" for no profile) the profiles, GPU_CHECK_NCU_SECONDS
 # (120) the limit of each; GPU_CHECK_ARCH (90), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_PYTEST_SECONDS
@@ -46,14 +51,15 @@ PYTEST_LIMIT="${GPU_CHECK_PYTEST_SECONDS:-300}"
 BENCH_LIMIT="${GPU_CHECK_BENCH_SECONDS:-240}"
 PY="${PYTHON:-python3}"
 read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
-read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-none 128}"
+read -r -a LINE_SEARCHES <<< "${GPU_CHECK_LINE_SEARCHES:-exact_root monotone_decay}"
+read -r -a CAPS <<< "${GPU_CHECK_REGISTER_CAPS:-auto}"
 read -r -a HESSIANS <<< "${GPU_CHECK_HESSIANS:-rows}"
-read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-tile lanes}"
+read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-lanes}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
 read -r -a NCU_PRESETS <<< "${GPU_CHECK_NCU_PRESETS-approx32}"
 NCU_LIMIT="${GPU_CHECK_NCU_SECONDS:-120}"
 
-usage() { sed -n '2,39p' "$0" >&2; exit 2; }
+usage() { sed -n '2,44p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -62,8 +68,8 @@ prepare() {
     export WARP_CACHE_PATH="$cache"
     echo "== sap-precompile humanoid for sm_$ARCH into $cache"
     "$PY" -m sap_tools.precompile humanoid --arch "$ARCH" --preset approx32 drake --newton-path fused \
-        --linear-solver cholesky --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" \
-        --fused-cholesky "${CHOLESKYS[@]}" --vs-mjwarp || exit 1
+        --linear-solver cholesky --line-search "${LINE_SEARCHES[@]}" --fused-max-registers "${CAPS[@]}" \
+        --fused-hessian "${HESSIANS[@]}" --fused-cholesky "${CHOLESKYS[@]}" --vs-mjwarp || exit 1
     echo "== the device tests on the CPU, their sap_gpu kernels compiled for sm_$ARCH"
     "$PY" -m pytest -q -p no:cacheprovider -m "device and not slow" --precompile-arch "$ARCH" "${TESTS[@]}" || exit 1
     du -sh "$cache"
@@ -96,7 +102,8 @@ run() {
     [ "$DEVICE" != cpu ] && cuda_output=(--cuda-output cubin)
     local t0=$SECONDS
     timeout "$BENCH_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "${nw[@]}" --preset approx32 drake \
-        --vs-mjwarp --fused-max-registers "${CAPS[@]}" --fused-hessian "${HESSIANS[@]}" \
+        --vs-mjwarp --line-search "${LINE_SEARCHES[@]}" --fused-max-registers "${CAPS[@]}" \
+        --fused-hessian "${HESSIANS[@]}" \
         --fused-cholesky "${CHOLESKYS[@]}" --device "$DEVICE" \
         "${cuda_output[@]}" "${bench_extra[@]}" \
         --out "$out/benchmark.json" > "$out/benchmark.log" 2>&1

@@ -212,6 +212,12 @@ def test_bad_flags_are_errors_before_any_kernel_runs(capsys, monkeypatch):
              (["--structure-steps", "0"], "--structure-steps: must be >= 1"),
              (["--preset", "approx33"], "--preset: contact_preset_variant: 'approx33' is not valid; valid: approx32"),
              (["--line-search", "newton"], "--line-search: line_search_variant: 'newton' is not valid; valid: "),
+             (["--line-search", "exact_root", "newton"], "--line-search: line_search_variant: 'newton' is not valid"),
+             (["--override", "rho"], "--override: expected KEY=VALUE (a SapConfig knob), got 'rho'"),
+             (["--override", "rho=2"], "--override: rho: must be finite and in (0.0, 1.0), got 2"),
+             (["--override", "nope=1"], "--override: unknown SapConfig knob(s) nope; valid: "),
+             (["--override", "line_search_variant=exact"],
+              "--override: line_search_variant has its own flag, --line-search; set it there"),
              (["--dt", "-1"], "--dt: must be a finite time step > 0 s"),
              (["--noise-std", "nan"], "--noise-std: must be finite and >= 0"),
              (["--max-rigid-contact", "-1"], "--max-rigid-contact: must be >= 0"),
@@ -249,6 +255,28 @@ def test_linear_solver_sweep_runs_both_solvers_in_one_process(capsys, device):
     assert [(r["label"], r["linear_solver"]) for r in result["runs"]] == [("approx32/cholesky", "cholesky"),
                                                                           ("approx32/pcr", "pcr")]
     assert any(line.startswith("approx32/pcr") for line in lines)
+
+
+def test_line_search_sweep_and_an_override_reach_every_run(capsys, monkeypatch, device):
+    """--line-search with two values is two runs, labelled by their line search; --override sets
+    its knobs on each run's solver."""
+    configs = []
+
+    class Recorded(bench.SapRun):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            configs.append(self.solver.config)
+
+    monkeypatch.setattr(bench, "SapRun", Recorded)
+    assert main(["box_stack", "--num-worlds", "2", "--steps", "3", "--warmup", "1", "--line-search", "exact_root",
+                 "monotone_decay", "--override", "optimality_rel_tol=1e-9", "--override", "cost_rel_tol=1e-4",
+                 "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    assert [(r["label"], r["line_search"]) for r in result["runs"]] == [("approx32/exact_root", "exact_root"),
+                                                                        ("approx32/monotone_decay", "monotone_decay")]
+    assert [(c.line_search_variant, c.optimality_rel_tol, c.cost_rel_tol) for c in configs] == [
+        ("exact_root", 1e-9, 1e-4), ("monotone_decay", 1e-9, 1e-4)]
+    assert "optimality_rel_tol 1e-09, cost_rel_tol 0.0001" in lines[0]
 
 
 def test_newton_path_sweep_counts_launches_and_trips(capsys, device):

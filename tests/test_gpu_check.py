@@ -39,13 +39,15 @@ def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
                                                "benchmark.json", "summary.txt"}
     result = json.loads((out / "benchmark.json").read_text())
     assert {r["backend"] for r in result["runs"]} == {"sap_gpu", "mujoco_warp"}
-    # the default sweep: each preset with Warp's tile Cholesky and with the lanes' registers, each
-    # without a register cap and with 128 (16 worlds per H100 SM); the smoke run is on the CPU
-    # device, whose default factors by tile, so the lanes runs carry the label (/tile on a GPU)
+    # the default sweep: each preset with each line search (the default, exact_root, and
+    # monotone_decay) under the default register caps, factoring by the lanes' registers (a GPU's
+    # default; the smoke run is on the CPU device, whose default factors by tile, so the runs carry
+    # the label /lanes)
     assert sorted(r["label"] for r in result["runs"] if r["backend"] == "sap_gpu") == [
-        "approx32/nocap", "approx32/nocap/lanes", "approx32/reg128", "approx32/reg128/lanes",
-        "drake/nocap", "drake/nocap/lanes", "drake/reg128", "drake/reg128/lanes"]
-    assert len(result["fused_cholesky_speedups"]) == 4
+        "approx32/exact_root/lanes", "approx32/monotone_decay/lanes", "drake/exact_root/lanes",
+        "drake/monotone_decay/lanes"]
+    assert {(r["preset"], r["line_search"]) for r in result["runs"] if r["backend"] == "sap_gpu"} == {
+        (p, ls) for p in ("approx32", "drake") for ls in ("exact_root", "monotone_decay")}
     summary = (out / "summary.txt").read_text()
     assert "pytest: exit 0" in summary and "ncu: no profile (CPU device)" in summary
 

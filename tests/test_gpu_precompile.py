@@ -246,6 +246,8 @@ def test_ncu_source_that_holds_no_kernel_table_fails_before_any_work(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["humanoid", "--preset", "fast"], "--preset/--line-search: contact_preset_variant: 'fast' is not valid"),
+    (["humanoid", "--line-search", "exact_root", "newton"],
+     "--preset/--line-search: line_search_variant: 'newton' is not valid"),
     (["humanoid", "--newton-path", "graph"], "--newton-path: 'graph' is not valid; valid: fused, staged"),
     (["humanoid", "--linear-solver", "lu"], "--linear-solver: 'lu' is not valid; valid: cholesky, pcr"),
     (["humanoid", "--approximation", "tamsi"], "--approximation: 'tamsi' is not valid; valid: sap, lagged, similar"),

@@ -29,7 +29,7 @@ import numpy as np
 
 from sap_common.config import LINE_SEARCH_VARIANTS, PRESETS, SapConfig
 from sap_common.state import StepStatus
-from sap_tools.cli import entry_point, fail, init_warp, load_scene_arg, parser
+from sap_tools.cli import entry_point, fail, init_warp, load_scene_arg, parse_override, parser
 from sap_tools.progress import Progress
 
 __all__ = ["main", "collect_problems", "measure", "reference_config", "AccuracyRow", "REFERENCE_TIGHTENING"]
@@ -137,20 +137,6 @@ def measure(problems: list, config: SapConfig) -> AccuracyRow:
         not_converged=bad, reference_not_converged=ref_bad)
 
 
-def _override(text: str) -> tuple[str, object]:
-    """``KEY=VALUE`` → ``(key, value)``: an int, a float, true/false, else the string."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--override: expected KEY=VALUE, got {text!r}")
-    value = value.strip()
-    for cast in (int, float):
-        try:
-            return key.strip(), cast(value)
-        except ValueError:
-            pass
-    return key.strip(), {"true": True, "false": False}.get(value.lower(), value)
-
-
 @entry_point("sap-benchmark-accuracy")
 def main(argv=None) -> int:
     from .runs import DEFAULT_NOISE_STD
@@ -175,7 +161,7 @@ def main(argv=None) -> int:
     if not (np.isfinite(args.noise_std) and args.noise_std >= 0):
         return fail(prog, f"--noise-std: must be finite and >= 0, got {args.noise_std}")
     try:
-        overrides = dict(_override(o) for o in args.override)
+        overrides = dict(parse_override("--override", o) for o in args.override)
         for preset in args.presets:  # every name and value checked before the rollout
             for ls in args.line_searches:
                 SapConfig.from_preset(preset, line_search_variant=ls, **overrides)

@@ -3,6 +3,7 @@ r"""``sap-benchmark``: sap_gpu throughput over a num_worlds sweep, optionally ag
     sap-benchmark humanoid --num-worlds 1024 4096 8192 --preset approx32 approx64 drake --vs-mjwarp \
         --mjwarp-nconmax 24 --mjwarp-njmax 64 --out results.json
     sap-benchmark humanoid --num-worlds 8192 --breakdown         # + per-stage timing (eager pass)
+    sap-benchmark humanoid --line-search exact_root monotone_decay --override cost_rel_tol=1e-4  # a sweep
     sap-benchmark sphere_drop --num-worlds 4 --steps 5 --device cpu --json
     sap-benchmark path/to/model.xml --num-worlds 256,1024         # any MJCF (or a JSON scene file)
 
@@ -118,6 +119,7 @@ from sap_tools.cli import (
     cpu_model,
     entry_point,
     fail,
+    parse_override,
     parser,
     register_cap_label,
     register_caps,
@@ -209,8 +211,10 @@ def _parser():
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"untimed steps first (default {DEFAULT_WARMUP})")
     p.add_argument("--preset", nargs="+", default=["approx32"],
                    help=f"contact_preset_variant(s): {PRESET_CHOICES} (default approx32; several = a sweep)")
-    p.add_argument("--line-search", default=None,
-                   help=f"line_search_variant: one of {LINE_SEARCH_CHOICES} (default: the preset's)")
+    p.add_argument("--line-search", nargs="+", default=None,
+                   help=f"line_search_variant(s): {LINE_SEARCH_CHOICES} (default: SapConfig's; several = a sweep)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="any SapConfig knob for every sap_gpu run, e.g. --override cost_rel_tol=1e-4 (repeatable)")
     p.add_argument("--max-iterations", type=int, default=None,
                    help="Newton iteration cap of sap_gpu (default: the preset's, 100)")
     p.add_argument("--linear-solver", nargs="+", default=None, choices=LINEAR_SOLVERS,
@@ -270,6 +274,14 @@ def _parser():
     return p
 
 
+# SapConfig knobs that sap-benchmark sets from flags of their own (and sweeps): not --override's.
+_KNOB_FLAGS = {"contact_preset_variant": "--preset", "line_search_variant": "--line-search",
+               "max_iterations": "--max-iterations", "contact_linear_solver": "--linear-solver",
+               "newton_path": "--newton-path", "fused_max_registers": "--fused-max-registers",
+               "fused_hessian": "--fused-hessian", "fused_cholesky": "--fused-cholesky",
+               "max_rigid_contact": "--max-rigid-contact"}
+
+
 def _validate(args) -> tuple[list[int], list[str], dict, object]:
     """Check every flag before anything is built; ``ValueError`` names the flag and valid values."""
     worlds = _positive_ints("--num-worlds", args.num_worlds)
@@ -286,22 +298,26 @@ def _validate(args) -> tuple[list[int], list[str], dict, object]:
     for flag, v in (("--mjwarp-nconmax", args.mjwarp_nconmax), ("--mjwarp-njmax", args.mjwarp_njmax)):
         if v is not None and (not args.vs_mjwarp or v < 1):
             raise ValueError(f"{flag}: needs --vs-mjwarp and a value >= 1, got {v}")
-    overrides = {}
-    if args.line_search is not None:
-        overrides["line_search_variant"] = args.line_search
+    overrides = dict(parse_override("--override", o) for o in args.override)
+    for key in overrides:
+        if key in _KNOB_FLAGS:
+            raise ValueError(f"--override: {key} has its own flag, {_KNOB_FLAGS[key]}; set it there")
     if args.max_iterations is not None:
         overrides["max_iterations"] = args.max_iterations
     if args.linear_solver is not None:
         overrides["contact_linear_solver"] = args.linear_solver[0]  # each is applied per run in main()
     presets = [p.strip() for v in args.preset for p in str(v).split(",") if p.strip()]
-    for p in presets:  # preset alone, then with the line search, then with the linear solver
-        for flag, keys in (("--preset", ()), ("--line-search", ("line_search_variant",)),
-                           ("--max-iterations", ("line_search_variant", "max_iterations")),
-                           ("--linear-solver", tuple(overrides))):
-            try:
-                SapConfig.from_preset(p, **{k: overrides[k] for k in keys if k in overrides})
-            except ValueError as e:
-                raise ValueError(f"{flag}: {e}") from None
+    args.line_search = [s.strip() for v in (args.line_search or []) for s in str(v).split(",") if s.strip()] or None
+    given = {"--max-iterations": ("max_iterations",), "--linear-solver": ("contact_linear_solver",),
+             "--override": tuple(k for k, _ in map(lambda o: parse_override("--override", o), args.override))}
+    for p in presets:  # preset alone, then with each line search, then with each flag's knobs
+        for ls in args.line_search or [None]:
+            for flag, keys in (("--preset", ()), ("--line-search", ()), *given.items()):
+                line = {} if ls is None or flag == "--preset" else {"line_search_variant": ls}
+                try:
+                    SapConfig.from_preset(p, **line, **{k: overrides[k] for k in keys if k in overrides})
+                except (ValueError, TypeError) as e:
+                    raise ValueError(f"{flag}: {e}") from None
     if args.vs_mjwarp:
         try:
             import mujoco_warp  # noqa: F401
@@ -324,7 +340,7 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
     caps = args.fused_max_registers  # none and caps, checked by _validate
     for name in scene_names:
         for W in worlds:
-            for preset in presets:
+            for preset, line_search in itertools.product(presets, args.line_search or [None]):
                 for solver in (args.linear_solver or [None]):
                     for sparsity in dict.fromkeys(args.rows):
                         runs = set()
@@ -346,11 +362,14 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                                 run_overrides["contact_linear_solver"] = solver
                             if cap != FUSED_MAX_REGISTERS_AUTO:
                                 run_overrides["fused_max_registers"] = cap
+                            if line_search is not None:
+                                run_overrides["line_search_variant"] = line_search
                             cfg = SapConfig.from_preset(preset, **run_overrides)
                             extra = dict(preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
                                          linear_solver=cfg.contact_linear_solver, rows=sparsity, newton_path=path,
                                          fused_max_registers=cap, fused_hessian=hessian, fused_cholesky=cholesky)
                             label = ((f"{name}/" if len(scene_names) > 1 else "") + cfg.contact_preset_variant
+                                     + (f"/{line_search}" if len(args.line_search or []) > 1 else "")
                                      + (f"/{solver}" if args.linear_solver else "")
                                      + (f"/{sparsity}" if args.rows != ["sparse"] else "")
                                      + (f"/{path}" if args.newton_path != [DEFAULT_NEWTON_PATH] else "")
