@@ -25,6 +25,7 @@ import numpy as np
 
 from sap_common.config import SapConfig, precision_dtype
 from sap_common.model import SapModel
+from sap_common.rows import ROW_KINDS, RowKind
 from sap_common.state import StepStatus
 
 from .constraints import (
@@ -216,12 +217,22 @@ def _row_products(rows: ScalarRows, J: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+# The order in which sap_ref adds the kinds' terms in every sum over the scalar rows: limits,
+# drives, then holonomic rows, the order of its sums before the kinds became one family laid out
+# in ROW_KINDS order, kept so that no result of sap_ref changed by a bit with the layout. (sap_gpu
+# adds them in layout order; the two differ in the last bits only where a drive and a holonomic
+# row share a DOF, far below every tolerance between the backends.)
+SUM_ORDER = (RowKind.LIMIT, RowKind.DRIVE, RowKind.HOLONOMIC)
+assert sorted(SUM_ORDER) == sorted(ROW_KINDS), "SUM_ORDER must name every kind of ROW_KINDS once"
+
+
 def _sum_by_kind(rows: ScalarRows, start, term):
-    """``start + term(rows of the first kind) + term(rows of the next) + …``, left to right in the
-    order of ``ROW_KINDS``: how every sum over the scalar rows adds them."""
+    """``start + term(rows of one kind) + term(rows of the next) + …``, left to right in
+    ``SUM_ORDER``: how every sum over the scalar rows adds them."""
+    segments = dict(rows.segments())
     total = start
-    for _, sl in rows.segments():
-        total = total + term(sl)
+    for kind in SUM_ORDER:
+        total = total + term(segments[kind])
     return total
 
 

@@ -5,6 +5,7 @@ change meant to leave results alone (a refactoring) did.
     python scripts/dump_steps.py --out after.npz             # on the new one
     python scripts/dump_steps.py --compare before.npz after.npz
     python scripts/dump_steps.py --out x.npz --cpu-blocks    # sap_gpu with 32 cooperative lanes per block
+    python scripts/dump_steps.py --out x.npz --line-search monotone_decay   # every case with this search
 
 Each case is a scene (covering every row kind: contacts, limits, drives, couplers, distance, weld,
 the humanoid), a preset, a contact approximation, a backend (``ref``; ``gpu`` on Warp's CPU device,
@@ -51,13 +52,15 @@ def case_keys():
                             f"{scene}/{preset}/{approximation}/{tag}/{solver}"
 
 
-def rollout(scene_name, steps, preset, approximation, backend, path, solver_name):
+def rollout(scene_name, steps, preset, approximation, backend, path, solver_name, line_search=None):
     from sap_common import scenes
 
     scene = scenes.get(scene_name, num_worlds=2)
     m, C = scene.sap_model, scene.max_rigid_contact
     kw = dict(scene.solver_kwargs, max_rigid_contact=C, contact_preset_variant=preset,
               discrete_contact_approximation=approximation, contact_linear_solver=solver_name)
+    if line_search is not None:
+        kw["line_search_variant"] = line_search
     state = scene.state.copy()
     # the second world starts moved, so the two worlds of a batch differ
     state.joint_qd[1] = state.joint_qd[1] + 0.05
@@ -95,7 +98,7 @@ def rollout(scene_name, steps, preset, approximation, backend, path, solver_name
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def record(path: str, cpu_blocks: bool, only: str | None) -> int:
+def record(path: str, cpu_blocks: bool, only: str | None, line_search: str | None = None) -> int:
     import warp as wp
 
     wp.config.quiet = True
@@ -108,7 +111,7 @@ def record(path: str, cpu_blocks: bool, only: str | None) -> int:
         if only and only not in key:
             continue
         t = time.perf_counter()
-        for k, v in rollout(scene, steps, preset, approximation, backend, p, solver).items():
+        for k, v in rollout(scene, steps, preset, approximation, backend, p, solver, line_search).items():
             arrays[f"{key}/{k}"] = v
         print(f"{key}: {steps} steps, {time.perf_counter() - t:.1f} s", flush=True)
     np.savez_compressed(path, **arrays)
@@ -150,12 +153,15 @@ def main(argv=None) -> int:
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two records")
     p.add_argument("--cpu-blocks", action="store_true", help="wp.config.enable_cpu_blocks = True (32 lanes)")
     p.add_argument("--only", help="only the cases whose key contains this text")
+    p.add_argument("--line-search", default=None,
+                   help="line_search_variant of every case (default: the library's; monotone_decay for a record "
+                        "made before exact_root became the default)")
     args = p.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
     if not args.out:
         p.error("give --out FILE or --compare A B")
-    return record(args.out, args.cpu_blocks, args.only)
+    return record(args.out, args.cpu_blocks, args.only, args.line_search)
 
 
 if __name__ == "__main__":
