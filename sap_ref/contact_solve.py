@@ -95,6 +95,14 @@ class SapProblem:
     def constraint_count(self) -> int:
         return len(self.contact_mu) + len(self.rows)
 
+    def astype(self, dtype) -> "SapProblem":
+        """The same problem in ``dtype`` (every array rounded to it; the DOFs and drives kept)."""
+        c = lambda x: np.asarray(x, dtype=dtype)  # noqa: E731
+        return SapProblem(dofs=self.dofs, A=c(self.A), v_star=c(self.v_star), contact_J=c(self.contact_J),
+                          contact_R=c(self.contact_R), contact_v_hat=c(self.contact_v_hat),
+                          contact_mu=c(self.contact_mu), rows=self.rows.astype(dtype),
+                          contact_hc=None if self.contact_hc is None else self.contact_hc.astype(dtype))
+
 
 @dataclass
 class Evaluation:

@@ -274,6 +274,9 @@ def test_line_search_sweep_and_an_override_reach_every_run(capsys, monkeypatch, 
     lines, result = _last_json(capsys)
     assert [(r["label"], r["line_search"]) for r in result["runs"]] == [("approx32/exact_root", "exact_root"),
                                                                         ("approx32/monotone_decay", "monotone_decay")]
+    for r in result["runs"]:  # a probe per pass: what a batched search would change
+        assert r["probes_per_iteration"] == pytest.approx(r["line_search_mean"] / max(r["newton_mean"], 1e-300))
+        assert f"{r['probes_per_iteration']:.2f} line-search probes per Newton iteration" in "\n".join(lines)
     assert [(c.line_search_variant, c.optimality_rel_tol, c.cost_rel_tol) for c in configs] == [
         ("exact_root", 1e-9, 1e-4), ("monotone_decay", 1e-9, 1e-4)]
     assert "optimality_rel_tol 1e-09, cost_rel_tol 0.0001" in lines[0]

@@ -38,6 +38,17 @@ def test_the_default_line_search_stops_at_the_minimiser_and_monotone_decay_does_
     assert monotone.newton_mean > default.newton_mean
 
 
+def test_a_float32_cost_is_solved_in_float32_and_held_to_the_float64_minimiser(humanoid_problems):
+    scene, problems = humanoid_problems
+    p, _ = problems[-1]
+    p32 = p.astype(np.float32)
+    assert p32.dtype == np.float32 and p32.rows.J.dtype == np.float32 and np.array_equal(p32.dofs, p.dofs)
+    assert np.array_equal(p32.astype(np.float64).A, p.A.astype(np.float32).astype(np.float64))
+    row = measure(problems[:4], _config(scene, contact_solve_precision="fp32", line_search_variant="monotone_decay"))
+    assert row.reference_not_converged == 0 and row.problems == 4
+    assert reference_config(_config(scene, contact_solve_precision="fp32")).contact_solve_precision == "fp64"
+
+
 def test_the_reference_meets_its_tighter_bound(humanoid_problems):
     """The reference is the minimiser to its own bound (10⁴ × tighter than the default), not to the default's."""
     scene, problems = humanoid_problems

@@ -70,7 +70,8 @@ TABLE_HEAD = ("| preset | line search | Newton iterations per step | probes per 
 
 def reference_config(config: SapConfig) -> SapConfig:
     """The configuration that solves a problem of ``config`` to its minimiser (see the module docstring)."""
-    return config.replace(line_search_variant="exact_root", contact_linear_solve_precision="fp64",
+    return config.replace(line_search_variant="exact_root", contact_solve_precision="fp64",
+                          contact_linear_solve_precision="fp64",
                           contact_linear_solver="cholesky",
                           optimality_rel_tol=config.optimality_rel_tol / REFERENCE_TIGHTENING,
                           optimality_abs_tol=0.0, cost_abs_tol=0.0, cost_rel_tol=1e-300,
@@ -114,14 +115,16 @@ def collect_problems(scene, preset: str, steps: int, noise_std: float, seed: int
 
 
 def measure(problems: list, config: SapConfig) -> AccuracyRow:
-    """Solve every ``(problem, v₀)`` with ``config``, then with :func:`reference_config` from that answer."""
+    """Solve every ``(problem, v₀)`` with ``config`` (in its ``contact_solve_precision``), then with
+    :func:`reference_config` from that answer (in float64: the minimiser of the problem as given)."""
     from sap_ref.contact_solve import solve
 
     ref_config = reference_config(config)
+    dtype = config.dtype("contact_solve_precision")
     newton, probes, dist, bad, ref_bad = [], [], [], 0, 0
     for p, v0 in problems:
-        s = solve(p, v0, config)
-        ref = solve(p, s.v, ref_config)
+        s = solve(p.astype(dtype) if p.dtype != dtype else p, v0, config)
+        ref = solve(p.astype(np.float64) if p.dtype != np.float64 else p, s.v, ref_config)
         newton.append(s.iterations)
         probes.append(s.line_search_iterations)
         dist.append(float(np.max(np.abs(s.v - ref.v))) if len(s.v) else 0.0)

@@ -19,11 +19,12 @@ steps on the CPU device) and a final ``wp.synchronize_device``:
 * world-steps/s = num_worlds · steps / seconds; ms/step = 1000 · seconds / steps (one step of
   every world); real-time factor (RTF) = steps · dt / seconds, per world (simulated seconds of
   one world per wall-clock second; multiply by num_worlds for the aggregate).
-* Newton / line-search iterations: mean and 95th percentile over every (world, step) pair;
-  contacts per world: mean (and max) of the collision count; truncated: contacts dropped for
-  lack of slots, summed over (world, step); converged: fraction of (world, step) pairs whose
-  status has CONVERGED; capped: (world, step) pairs that stopped at the Newton iteration cap
-  (status MAX_ITERATIONS).
+* Newton / line-search iterations: mean and 95th percentile over every (world, step) pair, and
+  line-search probes per Newton iteration (the structure line; each probe is one pass over the
+  rows, a block reduction on the fused path); contacts per world: mean (and max) of the
+  collision count; truncated: contacts dropped for lack of slots, summed over (world, step);
+  converged: fraction of (world, step) pairs whose status has CONVERGED; capped: (world, step)
+  pairs that stopped at the Newton iteration cap (status MAX_ITERATIONS).
 * GPU memory: device memory taken by the run (model, state, solver, collision, statistics and
   graph), from Warp's memory-pool counter, or free-memory difference where the pool is off;
   null on the CPU device.

@@ -291,7 +291,8 @@ def structure_line(r: dict) -> str:
             f"{r['newton_launches_per_step']:.1f} of them in the Newton loop; {r['newton_trips_per_step']:.1f} "
             f"Newton trips/step of the batch against {r['newton_mean_structure']:.2f} mean and "
             f"{r['newton_max_structure']:.2f} slowest-world Newton iterations per step "
-            f"({r['structure_steps']} counted steps)")
+            f"({r['structure_steps']} counted steps); {r['probes_per_iteration']:.2f} line-search probes per Newton "
+            f"iteration, each one pass over the rows")
 
 
 def breakdown_table(row: dict) -> str:

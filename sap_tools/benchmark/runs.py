@@ -284,6 +284,7 @@ class SapRun:
                     newton_p95=percentile_from_histogram(self.newton_hist.numpy()),
                     line_search_mean=float(st[:, S_LINE_SEARCH].sum() / pairs),
                     line_search_p95=percentile_from_histogram(self.ls_hist.numpy()),
+                    probes_per_iteration=float(st[:, S_LINE_SEARCH].sum() / max(int(st[:, S_NEWTON].sum()), 1)),
                     contacts_per_world_mean=float(st[:, S_CONTACTS].sum() / pairs),
                     contacts_per_world_max=int(st[:, S_CONTACTS_MAX].max()),
                     truncated_contacts=int(st[:, S_TRUNCATED].sum()),
