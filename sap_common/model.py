@@ -904,11 +904,25 @@ class SapModel:
     def joint_qd_slice(self, j: int) -> slice:
         return slice(int(self.joint_qd_start[j]), int(self.joint_qd_start[j + 1]))
 
+    def replace(self, **fields) -> "SapModel":
+        """A copy with ``fields`` (constructor fields: ``body_mass=…``, ``shape_material_mu=…``,
+        ``gravity=…``) replaced, validated as a new model is (``ValueError`` naming the field); the
+        fields derived from them (``joint_q_start``, the shape pairs, …) are derived again. How a
+        world with other parameters than the batch's is built and solved alone."""
+        given = {f.name for f in dataclasses.fields(self) if f.init}
+        derived = sorted(set(fields) & ({f.name for f in dataclasses.fields(self)} - given))
+        if derived:
+            raise ValueError(f"{', '.join(derived)}: derived from the constructor fields, not set by replace")
+        unknown = sorted(set(fields) - given)
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a SapModel field; valid: {', '.join(sorted(given))}")
+        kwargs = {name: getattr(self, name) for name in given}
+        kwargs.update(fields)
+        return SapModel(**kwargs)
+
     def replicate(self, num_worlds: int) -> "SapModel":
         """The same world template with ``num_worlds`` worlds."""
-        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
-        kwargs["num_worlds"] = num_worlds
-        return SapModel(**kwargs)
+        return self.replace(num_worlds=num_worlds)
 
     def with_initial_state(self, joint_q=None, joint_qd=None, joint_qd_order: str = "public") -> "SapModel":
         """The same model with new ``joint_q_init`` (nq,) and/or ``joint_qd_init`` (nv,).
