@@ -35,6 +35,7 @@ from .enums import JointType
 __all__ = [
     "ORDERS",
     "check_order",
+    "check_num_worlds",
     "quaternion_norm_ok",
     "quaternion_coords",
     "joint_quaternions_ok",
@@ -61,6 +62,14 @@ def check_order(field: str, value) -> str:
     if value not in ORDERS:
         raise ValueError(f"{field}: must be one of {', '.join(map(repr, ORDERS))}, got {value!r}")
     return value
+
+
+def check_num_worlds(num_worlds) -> int:
+    """``num_worlds`` as an int if it is an integer >= 1, else ``ValueError`` naming it (every
+    function that takes a number of worlds checks it here, before any other work)."""
+    if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+        raise ValueError(f"num_worlds: must be an integer >= 1, got {num_worlds!r}")
+    return int(num_worlds)
 
 
 def quaternion_norm_ok(q) -> np.ndarray:

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import geometry, spatial
 from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
-from .conventions import check_order, joint_qd_sap_to_public, quaternion_norm_ok
+from .conventions import check_num_worlds, check_order, joint_qd_sap_to_public, quaternion_norm_ok
 from .enums import CONSTRAINT_ROWS, ConstraintType, JointType, ShapeType
 from .kinematics import body_state
 from .mass_check import check_mass_matrix
@@ -334,11 +334,7 @@ class SapModel:
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
 
-        if isinstance(self.num_worlds, bool) or not isinstance(self.num_worlds, (int, np.integer)):
-            raise ValueError(f"num_worlds: must be an integer >= 1, got {self.num_worlds!r}")
-        if self.num_worlds < 1:
-            raise ValueError(f"num_worlds: must be >= 1, got {self.num_worlds}")
-        set_("num_worlds", int(self.num_worlds))
+        set_("num_worlds", check_num_worlds(self.num_worlds))
 
         # --- bodies
         mass = _arr("body_mass", self.body_mass, np.float64, (-1,))

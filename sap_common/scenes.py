@@ -35,6 +35,7 @@ from .builder import (
     solid_capsule_inertia,
     solid_sphere_inertia,
 )
+from .conventions import check_num_worlds
 from .io.scene import LoadedScene
 
 __all__ = ["get", "names", "describe", "availability"]
@@ -601,9 +602,7 @@ def get(name: str, num_worlds: int = 1) -> LoadedScene:
     key = str(name).strip().lower().replace("-", "_")
     if key not in _SCENES:
         raise ValueError(f"scene name: {name!r} is not a built-in scene; valid: {', '.join(_SCENES)}")
-    if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
-        raise ValueError(f"num_worlds: must be an integer >= 1, got {num_worlds!r}")
-    return _SCENES[key](int(num_worlds))
+    return _SCENES[key](check_num_worlds(num_worlds))
 
 
 def describe(name: str) -> str:

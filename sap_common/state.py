@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conventions import check_order
+from .conventions import check_num_worlds, check_order
 
 __all__ = ["SapState", "SapControl", "SapContacts", "StepStatus", "FAILURE_BITS", "check_state", "check_control",
            "check_contacts", "check_type", "check_dtypes", "field_dtype", "INDEX_FIELDS", "CONTACT_WORLD_FIELDS",
@@ -205,9 +205,7 @@ class SapContacts:
         """Empty contacts (count 0) with ``capacity`` slots per world."""
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0:
             raise ValueError(f"max_rigid_contact: must be an integer >= 0, got {capacity!r}")
-        if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
-            raise ValueError(f"num_worlds: must be an integer >= 1, got {num_worlds!r}")
-        W, C = int(num_worlds), int(capacity)
+        W, C = check_num_worlds(num_worlds), int(capacity)
         i = lambda: np.full((W, C), -1, dtype=np.int32)  # noqa: E731
         f = lambda *s: np.zeros((W, C) + s)  # noqa: E731
         return cls(

@@ -91,6 +91,9 @@ def test_free_body_velocity_orders():
 
 
 def test_replicated_scene():
+    for bad in (0, -1, 2.0, False):  # the argument named, not the file's bodies, before the file is read
+        with pytest.raises(ValueError, match=r"^num_worlds: must be an integer >= 1, got "):
+            load_json(DATA / "drake" / "no_such_file.json", num_worlds=bad)
     scene = load_json(DATA / "drake" / "sphere_drop.json", num_worlds=5)
     assert scene.sap_model.num_worlds == 5 and scene.state.joint_q.shape == (5, 7)
     assert np.all(scene.state.joint_q == scene.state.joint_q[:1])

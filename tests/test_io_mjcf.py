@@ -459,15 +459,20 @@ def test_urdf(tmp_path):
     ("<mujoco><worldbody><body></mujoco>", r"path_or_xml: MuJoCo could not compile the XML"),
     ("/no/such/file.xml", r"path_or_xml: no such file"),
     (3, r"path_or_xml: expected a file path or an XML string, got int"),
+    ("""<mujoco><option timestep="0"/><worldbody><body><joint type="hinge"/><geom size=".1"/></body>
+        </worldbody></mujoco>""", r"path_or_xml: the XML: option timestep: must be a finite time step > 0 s, got 0"),
 ])
 def test_bad_input(xml, match):
     with pytest.raises(ValueError, match=match):
         load_mjcf(xml)
 
 
-def test_bad_num_worlds():
-    with pytest.raises(ValueError, match=r"num_worlds must be an integer >= 1"):
-        _load(_TWO_BODY, num_worlds=0)
+@pytest.mark.parametrize("num_worlds", [0, -2, 1.5, True, "4"])
+def test_bad_num_worlds_is_named_before_the_model_is_read(num_worlds):
+    with pytest.raises(ValueError, match=r"^num_worlds: must be an integer >= 1, got "):
+        _load(_TWO_BODY, num_worlds=num_worlds)
+    with pytest.raises(ValueError, match=r"^num_worlds: must be an integer >= 1, got "):
+        load_mjcf("/no/such/file.xml", num_worlds=num_worlds)  # before the file: the argument is what is wrong
 
 
 def test_unmapped_features_warn():

@@ -140,7 +140,7 @@ def test_static_trees_and_fixed_bodies():
 # ----------------------------------------------------------------------------- direct validation
 
 BAD_FIELDS = [
-    (dict(num_worlds=0), r"num_worlds: must be >= 1"),
+    (dict(num_worlds=0), r"num_worlds: must be an integer >= 1, got 0"),
     (dict(num_worlds=1.5), r"num_worlds: must be an integer >= 1"),
     (dict(body_mass=np.array([1.0, -2.0, 1.0])), r"body_mass\[1\] \(b\): must be finite and >= 0"),
     (dict(body_mass=np.ones(2)), r"body_com: expected shape \(2, 3\)"),

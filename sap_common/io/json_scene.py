@@ -50,6 +50,7 @@ import numpy as np
 from .. import spatial
 from ..builder import ModelBuilder
 from ..config import SapConfig
+from ..conventions import check_num_worlds
 from .scene import DrakeJoint, LoadedScene
 
 __all__ = ["load_json", "DRAKE_LIMIT_STIFFNESS"]
@@ -255,6 +256,7 @@ def load_json(path_or_dict, num_worlds: int = 1) -> LoadedScene:
     range, a non-finite number, a reference to a body, joint or geometry that does not exist).
     A file that does not exist or cannot be read raises ``OSError`` (``FileNotFoundError``).
     """
+    num_worlds = check_num_worlds(num_worlds)
     if isinstance(path_or_dict, (str, os.PathLike)):
         source = os.fspath(path_or_dict)
         label = source

@@ -80,6 +80,7 @@ import numpy as np
 
 from .. import conventions, spatial
 from ..builder import ModelBuilder
+from ..conventions import check_num_worlds
 from ..model import D6_AXIS_INDEPENDENCE_TOL
 from .scene import LoadedScene
 
@@ -252,8 +253,13 @@ def load_mjcf(path_or_xml, num_worlds: int = 1) -> LoadedScene:
         ValueError: a missing file, XML that MuJoCo rejects (MuJoCo's message included), or
             a construct with no safe mapping (named in the message).
     """
+    num_worlds = check_num_worlds(num_worlds)
     mujoco = _mujoco()
     m, source = _compile(path_or_xml)
+    dt = float(m.opt.timestep)
+    if not (math.isfinite(dt) and dt > 0.0):  # MuJoCo compiles timestep="0"; no step can run with it
+        raise ValueError(f"path_or_xml: {source or 'the XML'}: option timestep: must be a finite time step > 0 s, "
+                         f"got {dt:g}")
     flags = int(m.opt.disableflags)
     notes: list[str] = []
     gravity = np.zeros(3) if flags & _DSBL_GRAVITY else np.array(m.opt.gravity, dtype=np.float64)
