@@ -4,6 +4,7 @@
     sap-demo sphere_slide --preset drake --line-search exact_root --steps 500
     sap-demo tests/data/drake/box_corners_slide.json --out box.png
     sap-demo box_stack --backend gpu --device cuda:0     # the same run on sap_gpu
+    sap-demo box_stack --approximation lagged            # Hunt–Crossley contact (Drake's default)
 
 Every ``--print-every`` steps a summary line (time, contacts, Newton and line-search iterations,
 deepest penetration, kinetic energy); a progress bar runs meanwhile. The plot shows, against
@@ -12,7 +13,8 @@ each body's height change z − z(0), the total normal contact force (with the b
 weight where every body is free) and the Newton and line-search iterations per step.
 
 Solver settings: a scene file that carries its own (the Drake scenes carry Drake's preset, line
-search and tolerances) runs with them; ``--preset`` and ``--line-search`` override them. Other
+search and tolerances) runs with them; ``--preset``, ``--line-search`` and ``--approximation``
+override them. Other
 scenes run approx32 with the configuration's defaults. The first output line says which
 settings were used and where each came from.
 """
@@ -24,6 +26,8 @@ import sys
 
 import numpy as np
 
+from sap_common.collision_rules import check_hunt_crossley_materials
+from sap_common.config import CONTACT_APPROXIMATIONS, SapConfig
 from sap_common.model import JointType
 from sap_common.state import StepStatus
 from sap_ref.collision import CollisionPipeline
@@ -213,6 +217,8 @@ def main(argv=None) -> int:
     p.add_argument("--line-search", default=None,
                    help=f"line_search_variant: one of {LINE_SEARCH_CHOICES} (default: the scene file's, else the "
                         "preset's)")
+    p.add_argument("--approximation", default=None, choices=CONTACT_APPROXIMATIONS,
+                   help="discrete_contact_approximation (default: the scene file's, else sap)")
     p.add_argument("--print-every", type=int, default=50, help="summary line every N steps (default 50)")
     p.add_argument("--out", default="sap_demo.png",
                    help="plot file; its extension picks the format, none = .png (default sap_demo.png)")
@@ -236,6 +242,11 @@ def main(argv=None) -> int:
         scene = load_scene_arg(args.scene, 1)
         steps = scene.num_steps if args.steps is None else args.steps
         kwargs, settings = scene_solver_kwargs(scene, args.preset, args.line_search)
+        if args.approximation is not None:
+            kwargs["discrete_contact_approximation"] = args.approximation
+            settings += f"; contact approximation {args.approximation} (--approximation)"
+            # a rigid shape cannot take Hunt–Crossley contact: say so before the run, not in it
+            check_hunt_crossley_materials(scene.sap_model, SapConfig.from_preset(**kwargs))
     except ValueError as e:
         return fail("sap-demo", e)
     print(settings)
@@ -255,6 +266,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(dict(scene=scene.name, backend=args.backend, steps=steps, converged_fraction=converged,
                               preset=cfg.contact_preset_variant, line_search=cfg.line_search_variant,
+                              approximation=cfg.discrete_contact_approximation,
                               max_iterations=cfg.max_iterations, newton_mean=float(np.mean(rec["newton"])),
                               max_contacts=int(max(rec["contacts"], default=0)), plot=wrote)))
     return 0

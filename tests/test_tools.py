@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import DATA, DRAKE_ANCHORS
 
+from sap_common import scenes
 from sap_tools.scenes import main
 
 
@@ -71,6 +72,27 @@ def _demo_json(capsys, argv):
     assert demo(argv + ["--quiet", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     return lines, json.loads(lines[-1])
+
+
+def test_demo_approximation_flag_runs_hunt_crossley_and_refuses_a_rigid_shape_before_the_run(tmp_path, capsys,
+                                                                                              monkeypatch):
+    import dataclasses
+
+    import sap_tools.demo as demo
+
+    out = ["--steps", "3", "--out", str(tmp_path / "d.png")]
+    lines, row = _demo_json(capsys, ["box_stack", "--approximation", "lagged"] + out)
+    assert row["approximation"] == "lagged" and lines[0].endswith("contact approximation lagged (--approximation)")
+    _, row = _demo_json(capsys, ["box_stack"] + out)
+    assert row["approximation"] == "sap"
+    scene = scenes.get("box_stack")
+    ke = np.full(scene.sap_model.shape_count, np.inf)
+    rigid = dataclasses.replace(scene, sap_model=scene.sap_model.replace(shape_material_ke=ke))
+    monkeypatch.setattr(demo, "load_scene_arg", lambda name, num_worlds: rigid)
+    monkeypatch.setattr(demo, "run", lambda *a, **k: pytest.fail("the run started before the check"))
+    assert demo.main(["box_stack", "--approximation", "similar"] + out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sap-demo: error: shape_material_ke[") and "inf (rigid)" in err[0]
 
 
 def test_demo_runs_a_scene_file_with_its_own_settings_flags_override(tmp_path, capsys):
