@@ -67,6 +67,20 @@ CACHED_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.
                          | newton.ModelFlags.CONSTRAINT_PROPERTIES)
 
 
+def _flag_bits(flags, kind, also: str = "") -> int:
+    """``flags`` as an int of ``kind``'s bits (``newton.StateFlags``, ``newton.ModelFlags``), else
+    ``ValueError`` naming the argument, the bits that are none of ``kind``'s and the valid names."""
+    name = f"newton.{kind.__name__}"
+    if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or int(flags) < 0:
+        raise ValueError(f"flags: expected {name} bits (an int >= 0){' ' + also if also else ''}, got {flags!r}")
+    bits = [m for m in kind if int(m) and not int(m) & (int(m) - 1)]  # the single-bit members
+    unknown = int(flags) & ~sum(int(m) for m in bits)
+    if unknown:
+        valid = ", ".join(f"{m.name} ({int(m)})" for m in bits)
+        raise ValueError(f"flags: {int(flags)} sets bits that are not {name} bits ({unknown:#x}); valid: {valid}")
+    return int(flags)
+
+
 # ---------------------------------------------------------------------------------- kernels
 
 
@@ -415,9 +429,7 @@ class SolverSAP(newton.solvers.SolverBase):
         mask = self._normalize_reset_world_mask(world_mask)
         if flags is None:
             flags = int(newton.StateFlags.ALL)
-        if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or int(flags) < 0:
-            raise ValueError(f"flags: expected newton.StateFlags bits (an int >= 0) or None, got {flags!r}")
-        flags = int(flags)
+        flags = _flag_bits(flags, newton.StateFlags, "or None")
         self.transfer.check_state(state, "state")
         d, use = self.model.device, int(mask is not None)
         m = self._no_mask if mask is None else mask
@@ -453,9 +465,8 @@ class SolverSAP(newton.solvers.SolverBase):
         :attr:`world_failed`, :attr:`any_failed` and observable containers stay valid. ``ValueError``
         for flags that are not an int >= 0.
         """
-        if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or int(flags) < 0:
-            raise ValueError(f"flags: expected newton.ModelFlags bits (an int >= 0), got {flags!r}")
-        if int(flags) & CACHED_MODEL_FLAGS:
+        flags = _flag_bits(flags, newton.ModelFlags)
+        if flags & CACHED_MODEL_FLAGS:
             self._build()
 
     # ------------------------------------------------------------------ diagnostics
