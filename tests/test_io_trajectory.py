@@ -180,3 +180,20 @@ def test_mujoco_convention_converts_through_the_mjcf_map(tmp_path):
 def test_trajectory_dataclass_counts_steps():
     t = Trajectory(scene="x", scene_path=None, dt=0.1, convention="sap", q=np.zeros((4, 1)), v=np.zeros((4, 1)))
     assert t.num_steps == 3
+
+
+def test_a_scene_file_given_as_a_recording_says_what_it_is(tmp_path):
+    """A Drake recording's JSON without its NPZ, and a scene file that was never recorded: each
+    error says which it is and what to do, not only that some .npz does not exist."""
+    spec = json.loads((DATA / "drake" / "prismatic_pd.json").read_text())
+    lone = tmp_path / "scene.json"
+    lone.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=re.escape(f"{lone}: a Drake recording's scene file without its recording: "
+                                                   f"the arrays are read from {tmp_path / 'scene.npz'}")):
+        load_trajectory(lone)
+    spec.pop("recording")
+    hand = tmp_path / "hand.json"
+    hand.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=re.escape(f"{hand}: a scene file, not a recording: record it first "
+                                                   f"(sap-record {hand})")):
+        load_trajectory(hand)

@@ -279,7 +279,14 @@ def load_trajectory(path) -> Trajectory:
         if not isinstance(fields, dict):
             raise ValueError(f"{path}: expected a JSON object")
         if "recording" in fields and "plant" in fields and "format" not in fields:
+            arrays = path[:-len(".json")] + ".npz"
+            if not os.path.isfile(arrays):
+                raise ValueError(f"{path}: a Drake recording's scene file without its recording: the arrays are "
+                                 f"read from {arrays}, which does not exist (sap-record writes both files)")
             return _check(_drake_recording(path, fields))
+        if "plant" in fields and "bodies" in fields and "format" not in fields:
+            raise ValueError(f"{path}: a scene file, not a recording: record it first (sap-record {path}) and "
+                             f"validate the recording it writes")
     elif path.endswith(".npz"):
         from .npz import read_npz
 
