@@ -160,8 +160,8 @@ def test_bad_reset_and_notify_arguments_are_named(device):
         solver.reset(None)
     with pytest.raises(ValueError, match="flags"):
         solver.reset(state, None, -1)
-    with pytest.raises(ValueError, match=r"flags: 12345 sets bits that are not newton.StateFlags bits \(0x3000\); valid: "
-                                         r"JOINT_Q \(1\), JOINT_QD \(2\)"):
+    with pytest.raises(ValueError, match=r"flags: 12345 sets bits that are not newton.StateFlags bits \(0x3000\); "
+                                         r"valid: JOINT_Q \(1\), JOINT_QD \(2\)"):
         solver.reset(state, None, 12345)
     with pytest.raises(ValueError, match=r"flags: 16384 sets bits that are not newton.ModelFlags bits \(0x4000\)"):
         solver.notify_model_changed(1 << 14)
