@@ -460,3 +460,15 @@ def test_ctrl_c_while_the_video_is_written_keeps_the_old_file(tmp_path, capsys, 
     assert capsys.readouterr().err == (f"sap-view: interrupted (Ctrl-C); not written: {out} (an existing file keeps "
                                        "its old content)\n")
     assert out.read_bytes() == b"GIF89a the old video" and os.listdir(tmp_path) == ["old.gif"]
+
+
+def test_a_frame_past_the_rollout_is_an_error_before_the_rollout(capsys, monkeypatch):
+    import sap_tools.view.cli as view
+
+    pytest.importorskip("viser")  # the serving path checks it is installed first
+    monkeypatch.setattr(view, "rollout_trajectory", lambda *a, **k: pytest.fail("the rollout ran before the check"))
+    assert main(["box_stack", "--steps", "20", "--frame", "21"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sap-view: error: --frame: must lie in [0, 21), got 21 (the rollout's 20 steps give 21 frames)\n"
+    assert main(["box_stack", "--frame", "100000"]) == 2  # the default rollout: 500 steps at most
+    assert "--frame: must lie in [0, 501), got 100000" in capsys.readouterr().err

@@ -281,10 +281,12 @@ class Viewer:
 
 
 def load_trajectory(source: str, *, steps=None, num_worlds: int = 1, backend: str = "ref", device=None,
-                    preset=None, line_search=None, every: int = 1, quiet: bool = True) -> Trajectory:
+                    preset=None, line_search=None, every: int = 1, quiet: bool = True,
+                    frame: int | None = None) -> Trajectory:
     """A recorded run (a Drake recording: ``.npz``, or its recorded ``.json``; a trajectory file:
     ``.npz``/``.json`` of the format of docs/validation.md, MuJoCo recordings included) or a
-    rollout of a scene (name or file)."""
+    rollout of a scene (name or file). ``frame`` (``--frame``), if given, is checked against a
+    rollout's frame count before the rollout runs (a recording's is known once it is read)."""
     if is_recording(source) or (source.lower().endswith(".npz") and not os.path.exists(source)):
         if backend != "ref" or preset or line_search or steps is not None or num_worlds != 1:
             raise ValueError("recording: --steps, --num-worlds, --backend, --preset and --line-search apply to "
@@ -295,6 +297,9 @@ def load_trajectory(source: str, *, steps=None, num_worlds: int = 1, backend: st
     scene = load_scene_arg(source, num_worlds)
     kwargs, _ = scene_solver_kwargs(scene, preset, line_search)
     n = min(scene.num_steps, 500) if steps is None else steps
+    if frame is not None and not 0 <= frame <= n:  # a rollout of n steps has frames 0 … n
+        raise ValueError(f"--frame: must lie in [0, {n + 1}), got {frame} (the rollout's {n} steps give "
+                         f"{n + 1} frames)")
     with Progress(n, f"{scene.name} ({'sap_gpu' if backend == 'gpu' else 'sap_ref'})", enabled=not quiet) as bar:
         return rollout_trajectory(scene, n, backend, device, progress=bar.update, **kwargs)
 
@@ -461,7 +466,7 @@ def main(argv=None) -> int:
         traj = load_trajectory(args.source, steps=args.steps, num_worlds=args.num_worlds, backend=args.backend,
                                device=device, preset=args.preset, line_search=args.line_search,
                                every=1 if args.video is not None else (args.every or 1),
-                               quiet=args.quiet)
+                               quiet=args.quiet, frame=args.frame)
         if not 0 <= args.frame < traj.num_frames:
             raise ValueError(f"--frame: must lie in [0, {traj.num_frames}), got {args.frame}")
     except ImportError as e:
