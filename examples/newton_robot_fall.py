@@ -97,6 +97,19 @@ def recording_path(kind: str, out: str | None) -> str | None:
                         "robot_fall.json" if kind == "file" else "robot_fall.usda")
 
 
+def check_out(out: str) -> None:
+    """Exit with a one-line error unless a file can be written at ``out`` (checked before the run,
+    by creating it; a file that was there keeps its content)."""
+    existed = os.path.exists(out)
+    try:
+        with open(out, "a"):
+            pass
+    except OSError as e:
+        sys.exit(f"newton_robot_fall.py: error: --out: cannot write {out!r} ({e.strerror or e})")
+    if not existed:
+        os.remove(out)
+
+
 def make_viewer(kind: str, out: str | None, num_frames: int):
     if kind == "file":
         return newton.viewer.ViewerFile(out, auto_save=False)
@@ -122,6 +135,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.num_frames < 1 or args.num_worlds < 1:
         p.error("--num-frames and --num-worlds must be >= 1")
+    if args.out is not None and args.viewer in ("file", "usd"):
+        check_out(args.out)
 
     model = build_robot(args.num_worlds, args.device)
     if args.solver == "sap":
@@ -165,6 +180,9 @@ def main(argv=None) -> int:
         print(f"last step: status {d['status'].tolist()}, Newton iterations {d['newton_iterations'].tolist()}, "
               f"contacts {d['contact_count'].tolist()}, dropped {d['truncated_contact_count'].tolist()}")
     if out is not None:
+        if not os.path.isfile(out):  # the viewer wrote nothing there: say so, and fail
+            print(f"newton_robot_fall.py: error: the recording {out} was not written", file=sys.stderr)
+            return 1
         print(f"recording: {out}")
     return 0 if np.all(np.isfinite(end_z)) else 1
 

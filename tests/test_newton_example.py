@@ -53,6 +53,21 @@ def test_example_rejects_bad_arguments():
         _example_module().main(["--num-frames", "0"])
 
 
+def test_an_unwritable_out_is_refused_before_the_run(tmp_path, monkeypatch):
+    module = _example_module()
+    monkeypatch.setattr(module, "build_robot", lambda *a, **k: pytest.fail("the run started before --out was checked"))
+    for bad in (tmp_path / "no_such_dir" / "x.json", tmp_path):  # a missing folder, a folder
+        with pytest.raises(SystemExit) as e:
+            module.main(["--out", str(bad), "--device", "cpu"])
+        assert str(e.value).startswith(f"newton_robot_fall.py: error: --out: cannot write {str(bad)!r}")
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    monkeypatch.setattr(module, "build_robot", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stop here")))
+    with pytest.raises(RuntimeError, match="stop here"):
+        module.main(["--out", str(kept), "--device", "cpu"])
+    assert kept.read_text() == "old"  # checked by opening it for appending, not by truncating it
+
+
 def test_example_without_out_writes_into_a_temporary_folder_not_the_working_directory(tmp_path, monkeypatch, capsys):
     # In this process, with this project's collision (the slow test above runs the script as a
     # command, with Newton's): a subprocess and Newton's convex narrow phase, which no other test of
