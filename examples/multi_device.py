@@ -105,8 +105,32 @@ def run_local(scene_name: str, num_worlds: int, device: str, steps: int, seed: i
     return gather([run_shard(scene_name, np.arange(num_worlds), device, steps, seed)], num_worlds)
 
 
+def check_arguments(p: argparse.ArgumentParser, args) -> None:
+    """``p.error`` (one line, exit 2) for a device this machine does not have, an unknown scene, or
+    an ``--out`` that cannot be written (checked by opening it for appending: a file keeps its content)."""
+    import sap_gpu
+    from sap_common import scenes
+
+    try:
+        for device in args.devices:
+            sap_gpu.device.get_device(device, "--devices")
+        scenes.get(args.scene, num_worlds=1)
+    except ValueError as e:
+        p.error(str(e))
+    if args.out:
+        path = args.out if args.out.endswith(".npz") else args.out + ".npz"  # where np.savez writes
+        existed = os.path.exists(path)
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as e:
+            p.error(f"--out: cannot write {path!r} ({e.strerror or e})")
+        if not existed:
+            os.remove(path)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="multi_device.py", description=__doc__.splitlines()[0])
     p.add_argument("--scene", default="box_stack", help="built-in scene (default box_stack)")
     p.add_argument("--num-worlds", type=int, default=8)
     p.add_argument("--devices", nargs="+", default=["cpu", "cpu"], help="one worker process per entry (cpu, cuda:N)")
@@ -123,7 +147,12 @@ def main(argv=None) -> int:
         return 0
     if args.num_worlds < len(args.devices) or args.steps < 1:
         p.error("--num-worlds must be at least the number of devices, and --steps >= 1")
-    out = run(args.scene, args.num_worlds, args.devices, args.steps, args.seed)
+    check_arguments(p, args)  # every device, the scene and --out, before any worker starts
+    try:
+        out = run(args.scene, args.num_worlds, args.devices, args.steps, args.seed)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"multi_device.py: error: {e}", file=sys.stderr)
+        return 1
     for device, ids in zip(args.devices, shards(args.num_worlds, args.devices)):
         print(f"{device}: worlds {ids[0]}..{ids[-1]}")
     print(f"{args.num_worlds} worlds, {args.steps} steps: status {out['status'].tolist()}, Newton iterations "

@@ -28,6 +28,32 @@ def test_two_processes_gather_the_one_process_run_bit_for_bit():
     assert np.all(local["status"] & 1)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--devices", "cpu", "cuda:7"], "--devices: "),
+    (["--scene", "no_such_scene"], "scene name: 'no_such_scene' is not a built-in scene"),
+    (["--out", "/no/such/dir/run.npz"], "--out: cannot write '/no/such/dir/run.npz'"),
+])
+def test_bad_arguments_are_one_line_errors_before_any_worker(argv, message, capsys, monkeypatch):
+    md = _module("multi_device")
+    monkeypatch.setattr(md, "run", lambda *a, **k: pytest.fail("a worker started before the arguments were checked"))
+    with pytest.raises(SystemExit) as e:
+        md.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("multi_device.py: error: ") and message in err, err
+
+
+def test_a_failed_worker_is_one_error_and_exit_1(capsys, monkeypatch):
+    md = _module("multi_device")
+
+    def failing(*a, **k):
+        raise RuntimeError("the worker on cpu failed (exit 1):\nits log")
+
+    monkeypatch.setattr(md, "run", failing)
+    assert md.main(["--num-worlds", "2", "--steps", "1"]) == 1
+    assert capsys.readouterr().err.startswith("multi_device.py: error: the worker on cpu failed (exit 1)")
+
+
 def test_gather_refuses_missing_or_repeated_worlds():
     md = _module("multi_device")
     shard = {"world": np.array([0, 1]), **{k: np.zeros((2, 1)) for k in md.RESULT_FIELDS}}
