@@ -421,6 +421,27 @@ def test_mujoco_recording_is_judged_by_statistics(tmp_path):
     assert r["rollout_statistics"]["verdict"] == "not judged"
 
 
+def test_a_mujoco_recording_without_a_contact_free_step_judges_nothing_and_does_not_pass(tmp_path, capsys):
+    """A ball resting on the ground from the first step: every step has contact, so the dynamics are
+    not judged at all; the verdict says so and is not a pass, whatever the contact pairs say."""
+    pytest.importorskip("mujoco")
+    from sap_tools.record.cli import record_mujoco
+
+    xml = tmp_path / "resting.xml"
+    xml.write_text('<mujoco><option timestep="0.001"/><worldbody><geom name="ground" type="plane" size="2 2 .1"/>'
+                   '<body name="ball" pos="0 0 0.099"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>'
+                   '</worldbody></mujoco>')
+    path = record_mujoco(str(xml), str(tmp_path), steps=40)
+    r = V.validate(path, mode="both")
+    s = r["statistics"]
+    assert s["contact_free_steps"] == 0 and s["contact_steps"] == s["steps_checked"] > 0
+    assert s["verdict"] == "FAIL" and r["verdict"] == "FAIL"
+    assert s["message"].startswith(f"judged nothing of the dynamics: none of the {s['steps_checked']} steps")
+    assert V.main([path, "--quiet"]) == 1  # the command's status and its report say the same
+    out = capsys.readouterr().out
+    assert s["message"] in out and "0 of 1 passed" in out
+
+
 def test_sap_gpu_stage_table_compares_it_with_sap_ref_first(device):
     from sap_tools.validate.diagnose import stage_table
 

@@ -367,10 +367,18 @@ def mujoco_statistics(ctx: Context, steps, progress=None) -> dict:
         if progress:
             progress(i + 1)
     share = agree / contact_steps if contact_steps else 1.0
-    ok = residual <= MUJOCO_FREE_RTOL and share >= MUJOCO_CONTACT_AGREEMENT
+    free = len(steps) - contact_steps
+    # With no contact-free step the dynamics were not judged at all (contact steps are not: two
+    # contact models), so the mode cannot pass, whatever the contact pairs say.
+    ok = free > 0 and residual <= MUJOCO_FREE_RTOL and share >= MUJOCO_CONTACT_AGREEMENT
     dv = np.array(dv) if dv else np.zeros(1)
     mean = lambda x: float(np.mean(x)) if x else None  # noqa: E731
-    return {"steps_checked": len(steps), "integrator": integrator, "contact_free_steps": len(steps) - contact_steps,
+    judged_nothing = {} if free else {"message": (
+        f"judged nothing of the dynamics: none of the {len(steps)} steps checked is free of contact, and steps "
+        f"with contact are not judged against MuJoCo (two contact models; here their |Δv| has median "
+        f"{float(np.median(dv)):.3g} m/s); record a run that has contact-free steps (bodies released above the "
+        f"ground), or validate against a Drake recording")}
+    return {**judged_nothing, "steps_checked": len(steps), "integrator": integrator, "contact_free_steps": free,
             "contact_free_max_rel_dv": raw, "contact_free_expected_rel_dv": expected,
             "contact_free_max_rel_residual": residual, "contact_free_bar": MUJOCO_FREE_RTOL,
             "contact_steps": contact_steps, "contact_pairs_agree_share": share,
@@ -525,6 +533,8 @@ def _text(r: dict) -> str:
                      f"{100 * s['contact_agreement_bar']:.0f} %); contact steps |Δv| median {st['median']:.3g}, 95th "
                      f"percentile {st['p95']:.3g}, max {st['max']:.3g} m/s; mean φ₀ recorded {phi(ph['recorded'])}, "
                      f"here {phi(ph['ours'])} → {s['verdict']}")
+        if "message" in s:
+            lines.append(f"    {s['message']}")
     if "rollout_statistics" in r:
         o = r["rollout_statistics"]
         lines.append(f"  rollout (not judged: two contact models): {o['steps']} steps, max |Δq| {o['max_dq']:.3g}, "
