@@ -107,9 +107,10 @@ def run_local(scene_name: str, num_worlds: int, device: str, steps: int, seed: i
 
 def check_arguments(p: argparse.ArgumentParser, args) -> None:
     """``p.error`` (one line, exit 2) for a device this machine does not have, an unknown scene, or
-    an ``--out`` that cannot be written (checked by opening it for appending: a file keeps its content)."""
+    an ``--out`` that cannot be written (a file there keeps its content)."""
     import sap_gpu
     from sap_common import scenes
+    from sap_tools.cli import check_out
 
     try:
         for device in args.devices:
@@ -118,15 +119,10 @@ def check_arguments(p: argparse.ArgumentParser, args) -> None:
     except ValueError as e:
         p.error(str(e))
     if args.out:
-        path = args.out if args.out.endswith(".npz") else args.out + ".npz"  # where np.savez writes
-        existed = os.path.exists(path)
-        try:
-            with open(path, "a"):
-                pass
-        except OSError as e:
-            p.error(f"--out: cannot write {path!r} ({e.strerror or e})")
-        if not existed:
-            os.remove(path)
+        try:  # the project's check of an output path, where np.savez writes
+            check_out("--out", args.out if args.out.endswith(".npz") else args.out + ".npz")
+        except ValueError as e:
+            p.error(str(e))
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,7 @@ import numpy as np
 import warp as wp
 
 import sap_newton
+from sap_tools.cli import check_out
 
 FPS = 60
 SUBSTEPS = 8  # dt = 1/480 s
@@ -97,19 +98,6 @@ def recording_path(kind: str, out: str | None) -> str | None:
                         "robot_fall.json" if kind == "file" else "robot_fall.usda")
 
 
-def check_out(out: str) -> None:
-    """Exit with a one-line error unless a file can be written at ``out`` (checked before the run,
-    by creating it; a file that was there keeps its content)."""
-    existed = os.path.exists(out)
-    try:
-        with open(out, "a"):
-            pass
-    except OSError as e:
-        sys.exit(f"newton_robot_fall.py: error: --out: cannot write {out!r} ({e.strerror or e})")
-    if not existed:
-        os.remove(out)
-
-
 def make_viewer(kind: str, out: str | None, num_frames: int):
     if kind == "file":
         return newton.viewer.ViewerFile(out, auto_save=False)
@@ -121,7 +109,7 @@ def make_viewer(kind: str, out: str | None, num_frames: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="newton_robot_fall.py", description=__doc__.splitlines()[0])
     p.add_argument("--viewer", choices=("file", "usd", "null", "gl"), default="file")
     p.add_argument("--out", default=None, help="recording path (file: .json, usd: .usda; default: a file in a new "
                                                "temporary folder)")
@@ -136,7 +124,10 @@ def main(argv=None) -> int:
     if args.num_frames < 1 or args.num_worlds < 1:
         p.error("--num-frames and --num-worlds must be >= 1")
     if args.out is not None and args.viewer in ("file", "usd"):
-        check_out(args.out)
+        try:  # before the run: the project's check of an output path (a file there keeps its content)
+            check_out("--out", args.out)
+        except ValueError as e:
+            p.error(str(e))
 
     model = build_robot(args.num_worlds, args.device)
     if args.solver == "sap":

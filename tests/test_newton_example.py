@@ -53,13 +53,14 @@ def test_example_rejects_bad_arguments():
         _example_module().main(["--num-frames", "0"])
 
 
-def test_an_unwritable_out_is_refused_before_the_run(tmp_path, monkeypatch):
+def test_an_unwritable_out_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
     module = _example_module()
     monkeypatch.setattr(module, "build_robot", lambda *a, **k: pytest.fail("the run started before --out was checked"))
-    for bad in (tmp_path / "no_such_dir" / "x.json", tmp_path):  # a missing folder, a folder
+    for bad, message in ((tmp_path / "no_such_dir" / "x.json", "the directory"), (tmp_path, "is a directory")):
         with pytest.raises(SystemExit) as e:
             module.main(["--out", str(bad), "--device", "cpu"])
-        assert str(e.value).startswith(f"newton_robot_fall.py: error: --out: cannot write {str(bad)!r}")
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and err.startswith("newton_robot_fall.py: error: --out: ") and message in err, err
     kept = tmp_path / "kept.json"
     kept.write_text("old")
     monkeypatch.setattr(module, "build_robot", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stop here")))

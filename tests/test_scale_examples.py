@@ -31,7 +31,7 @@ def test_two_processes_gather_the_one_process_run_bit_for_bit():
 @pytest.mark.parametrize("argv, message", [
     (["--devices", "cpu", "cuda:99"], "--devices 'cuda:99'"),
     (["--scene", "no_such_scene"], "scene name: 'no_such_scene' is not a built-in scene"),
-    (["--out", "/no/such/dir/run.npz"], "--out: cannot write '/no/such/dir/run.npz'"),
+    (["--out", "/no/such/dir/run.npz"], "--out: the directory '/no/such/dir' of '/no/such/dir/run.npz' does not exist"),
 ])
 def test_bad_arguments_are_one_line_errors_before_any_worker(argv, message, capsys, monkeypatch):
     md = _module("multi_device")

@@ -403,15 +403,20 @@ def test_the_user_trajectory_example_validates(tmp_path):
     assert r["verdict"] == "pass" and r["one_step"]["max_dv"] <= 1e-15
 
 
-def test_mujoco_recording_is_judged_by_statistics(tmp_path):
+def _record_mujoco_ball(tmp_path, height: float, steps: int) -> str:
+    """A MuJoCo recording of a 0.1 m ball released at ``height`` above a ground plane."""
     pytest.importorskip("mujoco")
     from sap_tools.record.cli import record_mujoco
 
     xml = tmp_path / "ball.xml"
     xml.write_text('<mujoco><option timestep="0.001"/><worldbody><geom name="ground" type="plane" size="2 2 .1"/>'
-                   '<body name="ball" pos="0 0 0.2"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>'
-                   '</worldbody></mujoco>')
-    path = record_mujoco(str(xml), str(tmp_path), steps=300)
+                   f'<body name="ball" pos="0 0 {height}"><freejoint/><geom type="sphere" size="0.1" mass="1"/>'
+                   '</body></worldbody></mujoco>')
+    return record_mujoco(str(xml), str(tmp_path), steps=steps)
+
+
+def test_mujoco_recording_is_judged_by_statistics(tmp_path):
+    path = _record_mujoco_ball(tmp_path, 0.2, steps=300)
     r = V.validate(path, mode="both")
     s = r["statistics"]
     assert r["engine"] == "mujoco" and r["verdict"] == "pass" and "one_step" not in r
@@ -424,14 +429,7 @@ def test_mujoco_recording_is_judged_by_statistics(tmp_path):
 def test_a_mujoco_recording_without_a_contact_free_step_judges_nothing_and_does_not_pass(tmp_path, capsys):
     """A ball resting on the ground from the first step: every step has contact, so the dynamics are
     not judged at all; the verdict says so and is not a pass, whatever the contact pairs say."""
-    pytest.importorskip("mujoco")
-    from sap_tools.record.cli import record_mujoco
-
-    xml = tmp_path / "resting.xml"
-    xml.write_text('<mujoco><option timestep="0.001"/><worldbody><geom name="ground" type="plane" size="2 2 .1"/>'
-                   '<body name="ball" pos="0 0 0.099"><freejoint/><geom type="sphere" size="0.1" mass="1"/></body>'
-                   '</worldbody></mujoco>')
-    path = record_mujoco(str(xml), str(tmp_path), steps=40)
+    path = _record_mujoco_ball(tmp_path, 0.099, steps=40)  # resting on the ground: in contact from step 0
     r = V.validate(path, mode="both")
     s = r["statistics"]
     assert s["contact_free_steps"] == 0 and s["contact_steps"] == s["steps_checked"] > 0
