@@ -119,6 +119,11 @@ class GpuModel:
         self.quat_count = len(quats)
         self.quat_coord = _arr(quats if len(quats) else np.zeros(1, np.int32), i32, d)
         self.tree_count = m.tree_count
+        # The per-world parameters kernels read (sap_gpu.parameters): the model's values, shared by
+        # every world, unless a solver or pipeline is given its own WorldParameters.
+        from .parameters import shared_parameters
+
+        self.params = shared_parameters(m, d)
 
 
 def tree_levels(m: SapModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -55,7 +55,7 @@ def com_offset(q: wp.quatd, com: wp.vec3d, pose32: int) -> wp.vec3d:
 @wp.kernel
 def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                          joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                         body_com: wp.array(dtype=wp.vec3d), qd_public: int, f_public: int, pose32: int,
+                         body_com: wp.array2d(dtype=wp.vec3d), qd_public: int, f_public: int, pose32: int,
                          joint_q_in: wp.array2d(dtype=wp.float64), joint_qd_in: wp.array2d(dtype=wp.float64),
                          joint_f_in: wp.array2d(dtype=wp.float64),
                          v0_out: wp.array2d(dtype=wp.float64), joint_f_out: wp.array2d(dtype=wp.float64)):
@@ -69,7 +69,7 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
         qs, ds = joint_q_start[j], joint_qd_start[j]
         quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
                         joint_q_in[world, qs + 6])
-        r = com_offset(quat, body_com[joint_child[j]], pose32)
+        r = com_offset(quat, body_com[world, joint_child[j]], pose32)
         if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
             r_nan = wp.float64(wp.nan)
             for i in range(6):
@@ -95,14 +95,14 @@ def _joint_arrays_to_sap(joint_type: wp.array(dtype=int), joint_child: wp.array(
 
 
 @wp.kernel
-def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), is_public: int, pose32: int,
+def _body_wrenches_to_sap(body_com: wp.array2d(dtype=wp.vec3d), is_public: int, pose32: int,
                           body_X_in: wp.array2d(dtype=wp.transformd), body_f_in: wp.array2d(dtype=wp.spatial_vectord),
                           body_f_out: wp.array2d(dtype=wp.spatial_vectord)):
     """One thread per (world, body)."""
     world, b = wp.tid()
     F = body_f_in[world, b]
     if is_public != 0:  # [f, τ_C] -> [τ_O, f]
-        r = com_offset(wp.transform_get_rotation(body_X_in[world, b]), body_com[b], pose32)
+        r = com_offset(wp.transform_get_rotation(body_X_in[world, b]), body_com[world, b], pose32)
         f = wp.vec3d(F[0], F[1], F[2])
         t = wp.vec3d(F[3], F[4], F[5]) + wp.cross(r, f)
         F = wp.spatial_vectord(t[0], t[1], t[2], f[0], f[1], f[2])
@@ -112,7 +112,7 @@ def _body_wrenches_to_sap(body_com: wp.array(dtype=wp.vec3d), is_public: int, po
 @wp.kernel
 def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp.array(dtype=int),
                                 joint_q_start: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int),
-                                body_com: wp.array(dtype=wp.vec3d), pose32: int,
+                                body_com: wp.array2d(dtype=wp.vec3d), pose32: int,
                                 joint_q_in: wp.array2d(dtype=wp.float64), v_in: wp.array2d(dtype=wp.float64),
                                 joint_qd_out: wp.array2d(dtype=wp.float64)):
     """One thread per (world, joint): the joint's DOFs copied, a FREE/DISTANCE segment converted."""
@@ -125,7 +125,7 @@ def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp
     qs, ds = joint_q_start[j], joint_qd_start[j]
     quat = wp.quatd(joint_q_in[world, qs + 3], joint_q_in[world, qs + 4], joint_q_in[world, qs + 5],
                     joint_q_in[world, qs + 6])
-    r = com_offset(quat, body_com[joint_child[j]], pose32)
+    r = com_offset(quat, body_com[world, joint_child[j]], pose32)
     if quat_norm_ok(quat) == 0:  # no rotation to convert with: the whole segment is undefined
         for i in range(6):
             joint_qd_out[world, ds + i] = wp.float64(wp.nan)
@@ -138,14 +138,14 @@ def _joint_velocities_to_public(joint_type: wp.array(dtype=int), joint_child: wp
 
 
 @wp.kernel
-def _body_twists_to_public(body_com: wp.array(dtype=wp.vec3d),
+def _body_twists_to_public(body_com: wp.array2d(dtype=wp.vec3d),
                            body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
                            body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
     """One thread per (world, body)."""
     world, b = wp.tid()
     V = body_V_in[world, b]
     w = wp.vec3d(V[0], V[1], V[2])
-    r = wp.quat_rotate(wp.normalize(wp.transform_get_rotation(body_X_in[world, b])), body_com[b])
+    r = wp.quat_rotate(wp.normalize(wp.transform_get_rotation(body_X_in[world, b])), body_com[world, b])
     v_C = wp.vec3d(V[3], V[4], V[5]) + wp.cross(w, r)
     body_qd_out[world, b] = wp.spatial_vectord(v_C[0], v_C[1], v_C[2], w[0], w[1], w[2])
 
@@ -166,7 +166,7 @@ def _check_inputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv:
                   joint_qd: wp.array2d(dtype=wp.float64), joint_f: wp.array2d(dtype=wp.float64),
                   joint_act: wp.array2d(dtype=wp.float64), target_pos: wp.array2d(dtype=wp.float64),
                   target_vel: wp.array2d(dtype=wp.float64), body_f: wp.array2d(dtype=wp.spatial_vectord),
-                  status: wp.array(dtype=int), done: wp.array(dtype=int)):
+                  params_invalid: wp.array(dtype=int), status: wp.array(dtype=int), done: wp.array(dtype=int)):
     """A world whose inputs are not finite (NON_FINITE) or whose quaternions are rejected
     (INVALID_QUATERNION) is flagged and takes no part; it is left unchanged, as in sap_ref."""
     world = wp.tid()
@@ -183,7 +183,7 @@ def _check_inputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv:
             if not wp.isfinite(body_f[world, b][i]):
                 ok = 0
     flags = int(0)
-    if ok == 0:
+    if ok == 0 or params_invalid[world] != 0:  # a device write of bad per-world parameters (sap_gpu.parameters)
         flags = NON_FINITE
     if world_quaternions_ok(quat_coord, quat_count, joint_q[world]) == 0:
         flags = flags | INVALID_QUATERNION
@@ -250,7 +250,8 @@ def check_inputs(m, state, control, status, done) -> None:
     worlds, which take no part in the step (sap_ref: ``read_inputs``' ``finite`` and ``quat_ok``)."""
     launch_threads(_check_inputs, dim=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq, m.nv,
                    m.body_count, state.joint_q, state.joint_qd, control.joint_f, control.joint_act,
-                   control.joint_target_pos, control.joint_target_vel, state.body_f], outputs=[status, done])
+                   control.joint_target_pos, control.joint_target_vel, state.body_f, m.params.invalid],
+                   outputs=[status, done])
 
 
 def select_outputs(m, q0, v0, overflow, q1, v1, status) -> None:
@@ -273,7 +274,7 @@ def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in,
 def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
     """Launch: ``v0`` and ``joint_f`` in SAP order from ``state``/``control`` (by their order flags)."""
     launch_threads(_joint_arrays_to_sap, dim=(m.num_worlds, m.joint_count), device=m.device,
-                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com,
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.params.array("body_com"),
                            int(state.joint_qd_order == "public"), int(control.joint_f_order == "public"),
                            int(pose32), state.joint_q, state.joint_qd, control.joint_f], outputs=[v0, joint_f])
 
@@ -281,18 +282,18 @@ def joint_arrays_to_sap(m, state, control, pose32, v0, joint_f):
 def body_wrenches_to_sap(m, state, pose32, body_X, body_f):
     """Launch: ``body_f`` in SAP order ``[τ_O; f]`` from ``state.body_f`` (poses ``body_X`` from q₀)."""
     launch_threads(_body_wrenches_to_sap, dim=(m.num_worlds, m.body_count), device=m.device,
-                   inputs=[m.body_com, int(state.body_f_order == "public"), int(pose32), body_X,
+                   inputs=[m.params.array("body_com"), int(state.body_f_order == "public"), int(pose32), body_X,
                            state.body_f], outputs=[body_f])
 
 
 def joint_velocities_to_public(m, pose32, joint_q, v, joint_qd):
     """Launch: ``joint_qd`` in public order from SAP-order ``v`` at coordinates ``joint_q``."""
     launch_threads(_joint_velocities_to_public, dim=(m.num_worlds, m.joint_count), device=m.device,
-                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.body_com, int(pose32),
-                           joint_q, v], outputs=[joint_qd])
+                   inputs=[m.joint_type, m.joint_child, m.joint_q_start, m.joint_qd_start, m.params.array("body_com"),
+                           int(pose32), joint_q, v], outputs=[joint_qd])
 
 
 def body_twists_to_public(m, body_X, body_V, body_qd):
     """Launch: public ``body_qd = [v_C, ω]`` from SAP twists ``[ω, v_O]``."""
     launch_threads(_body_twists_to_public, dim=(m.num_worlds, m.body_count), device=m.device,
-                   inputs=[m.body_com, body_X, body_V], outputs=[body_qd])
+                   inputs=[m.params.array("body_com"), body_X, body_V], outputs=[body_qd])

@@ -46,7 +46,7 @@ def zero_vec() -> wp.vec3d:
 @wp.kernel
 def _world_bounds(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=int),
                   shape_transform: wp.array(dtype=wp.transformd), shape_lo: wp.array(dtype=wp.vec3d),
-                  shape_hi: wp.array(dtype=wp.vec3d), shape_margin: wp.array(dtype=wp.float64),
+                  shape_hi: wp.array(dtype=wp.vec3d), shape_margin: wp.array2d(dtype=wp.float64),
                   body_q: wp.array2d(dtype=wp.transformd), pose_out: wp.array2d(dtype=wp.transformd),
                   centre_out: wp.array2d(dtype=wp.vec3d), half_out: wp.array2d(dtype=wp.vec3d)):
     world, s = wp.tid()
@@ -60,7 +60,7 @@ def _world_bounds(shape_type: wp.array(dtype=int), shape_body: wp.array(dtype=in
     c = wp.float64(0.5) * (shape_lo[s] + shape_hi[s])
     e = wp.float64(0.5) * (shape_hi[s] - shape_lo[s])
     R = wp.quat_to_matrix(wp.transform_get_rotation(X))
-    grow = shape_margin[s] + wp.float64(BROAD_PHASE_SLACK)
+    grow = shape_margin[world, s] + wp.float64(BROAD_PHASE_SLACK)
     h = zero_vec()
     for i in range(3):
         h[i] = (wp.abs(R[i, 0]) * e[0] + wp.abs(R[i, 1]) * e[1] + wp.abs(R[i, 2]) * e[2]) + grow
@@ -78,7 +78,7 @@ def world_bounds(device, shape_type, shape_body, shape_transform, shape_lo, shap
 
 
 @wp.func
-def pair_overlap(shape_type: wp.array(dtype=int), shape_margin: wp.array(dtype=wp.float64),
+def pair_overlap(shape_type: wp.array(dtype=int), shape_margin: wp.array2d(dtype=wp.float64),
                  centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), world: int, a: int, b: int,
                  Xa: wp.transformd, Xb: wp.transformd) -> int:
     """Whether the narrow phase must test pair (a, b) (sap_ref.broad_phase.pair_overlap)."""
@@ -94,7 +94,7 @@ def pair_overlap(shape_type: wp.array(dtype=int), shape_margin: wp.array(dtype=w
         ho = half[world, o]
         lowest = wp.dot(n, centre[world, o] - wp.transform_get_translation(Xp)) - (
             wp.abs(n[0]) * ho[0] + wp.abs(n[1]) * ho[1] + wp.abs(n[2]) * ho[2])
-        if lowest <= shape_margin[p] + wp.float64(BROAD_PHASE_SLACK):
+        if lowest <= shape_margin[world, p] + wp.float64(BROAD_PHASE_SLACK):
             return 1
         return 0
     d = centre[world, a] - centre[world, b]

@@ -50,8 +50,6 @@ import warp as wp
 from sap_common.collision_rules import (
     MaterialFallbacks,
     check_broad_phase,
-    combine_hc_dissipation,
-    combine_materials,
     pair_capacity,
 )
 from sap_common.config import SapConfig, collision_pipeline_args
@@ -79,6 +77,7 @@ from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, 
 from .device import get_device
 from .kinematics import quat_norm_ok
 from .launch import launch_threads
+from .parameters import WorldParameters, check_parameters, world_view
 
 wp.set_module_options({"enable_backward": False})
 
@@ -148,7 +147,7 @@ def key_less(X1: wp.transformd, s1: wp.vec3d, X0: wp.transformd, s0: wp.vec3d) -
 
 @wp.func
 def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-               shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+               shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
                S: Scratch, world: int, i: int):
@@ -207,7 +206,7 @@ def shape_convex(D: ShapeData, kind: int, X: wp.transformd, size: wp.vec3d, s: i
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                       shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                       shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                        family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                        status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                        half: wp.array2d(dtype=wp.vec3d), S: Scratch):
@@ -222,7 +221,7 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                 shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                 shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                  family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                  status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
                  S: Scratch):
@@ -236,7 +235,7 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                     shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                     shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                      family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                      status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d),
                      half: wp.array2d(dtype=wp.vec3d), S: Scratch):
@@ -250,7 +249,7 @@ def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                          shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                          shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                           family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
                           pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
                           centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), S: Scratch):
@@ -261,13 +260,14 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
         return
     Xp = pose[world, i0]
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
-    cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(Xp), plane_normal(Xp), B_, S.margin[p])
+    cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(Xp), plane_normal(Xp), B_,
+                                             S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                    shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                    shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                     family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
                     pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
                     centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int, E: Epa,
@@ -280,13 +280,13 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
     A_ = shape_convex(D, shape_type[i0], pose[world, i0], shape_size[i0], i0)
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
-    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[p])
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
 @wp.kernel(enable_backward=False, module="unique")
 def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
-                         shape_margin: wp.array(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                         shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                          family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
                          pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
                          centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int,
@@ -302,7 +302,7 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
     cnt, CX0, CX1, CN, CPHI = heightfield_contacts(
         G, E, row, A_, D.lo[i0], D.hi[i0], wp.transform_get_translation(Xh),
         wp.quat_to_matrix(wp.transform_get_rotation(Xh)), shape_size[i1], D.h_start[i1], D.h_rows[i1], D.h_cols[i1],
-        S.margin[p])
+        S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
@@ -320,7 +320,7 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
     (``convex``, ``heightfield``: num_worlds × len(family_pair) of them) go where the family needs them."""
     kernel = _KERNELS[family]
     dim = (m.num_worlds, family_pair.shape[0])
-    head = [m.shape_type, m.shape_size, m.shape_margin, m.shape_pair, family_pair]
+    head = [m.shape_type, m.shape_size, m.params.array("shape_margin"), m.shape_pair, family_pair]
     state = [use_broad_phase, pose, status, centre, half]
     if family in ("primitive", "box", "box_box"):
         inputs, outputs = head + state, [scratch]
@@ -378,10 +378,10 @@ def _select_order(capacity: int, pairs: int, slots: int, S: Scratch, count: wp.a
 
 @wp.kernel
 def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=int),
-                 shape_margin: wp.array(dtype=wp.float64), pair_mu: wp.array(dtype=wp.float64),
-                 pair_ke: wp.array(dtype=wp.float64), pair_ke0: wp.array(dtype=wp.float64),
-                 pair_ke1: wp.array(dtype=wp.float64), pair_tau: wp.array(dtype=wp.float64),
-                 pair_hcd: wp.array(dtype=wp.float64), S: Scratch, count: wp.array(dtype=int),
+                 shape_margin: wp.array2d(dtype=wp.float64), pair_mu: wp.array2d(dtype=wp.float64),
+                 pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
+                 pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
+                 pair_hcd: wp.array2d(dtype=wp.float64), S: Scratch, count: wp.array(dtype=int),
                  kept: wp.array2d(dtype=int), contacts_out: ContactSlots):
     """Contact slot ``slot`` of a world: the scratch contact ``kept[world, slot]`` with its pair's
     shapes, bodies and materials (a point contact: the pair's k, the point's φ₀, area 0), or empty
@@ -397,11 +397,69 @@ def _select_copy(shape_pair: wp.array2d(dtype=int), shape_body: wp.array(dtype=i
         a = shape_pair[p, 0]
         b = shape_pair[p, 1]
         write_contact_point(contacts_out, world, slot, a, b, shape_body[a], shape_body[b], S.x0[world, i],
-                            S.x1[world, i], S.normal[world, i], S.phi[world, i], pair_ke[p], wp.float64(0.0))
-        write_contact_pair(contacts_out, world, slot, shape_margin[a], shape_margin[b], pair_mu[p], pair_ke0[p],
-                           pair_ke1[p], pair_tau[p], pair_hcd[p])
+                            S.x1[world, i], S.normal[world, i], S.phi[world, i], pair_ke[world, p], wp.float64(0.0))
+        write_contact_pair(contacts_out, world, slot, shape_margin[world, a], shape_margin[world, b], pair_mu[world, p],
+                           pair_ke0[world, p], pair_ke1[world, p], pair_tau[world, p], pair_hcd[world, p])
     else:
         clear_contact(contacts_out, world, slot)
+
+
+@wp.func
+def _or_fallback(x: wp.float64, fallback: wp.float64):
+    if wp.isnan(x):
+        return fallback
+    return x
+
+
+@wp.kernel
+def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.float64),
+                    ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
+                    hcd: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64),
+                    fallback_mu: wp.float64, fallback_ke: wp.float64, fallback_tau: wp.float64,
+                    fallback_hcd: wp.float64, pair_mu: wp.array2d(dtype=wp.float64),
+                    pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
+                    pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
+                    pair_hcd: wp.array2d(dtype=wp.float64), pair_margin: wp.array2d(dtype=wp.float64)):
+    """One thread per (world, pair): the pair's combined materials from its shapes' values with the
+    fallbacks, in the operations of sap_common.collision_rules.combine_materials and
+    combine_hc_dissipation, and its margin margin₀ + margin₁."""
+    w, p = wp.tid()
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    zero = wp.float64(0.0)
+    mu0 = _or_fallback(mu[w, a], fallback_mu)
+    mu1 = _or_fallback(mu[w, b], fallback_mu)
+    k0 = _or_fallback(ke[w, a], fallback_ke)
+    k1 = _or_fallback(ke[w, b], fallback_ke)
+    m = zero
+    if mu0 + mu1 != zero:
+        m = wp.float64(2.0) * mu0 * mu1 / (mu0 + mu1)
+    k = zero
+    if wp.isinf(k0) or wp.isinf(k1):
+        k = k0
+        if wp.isinf(k0):
+            k = k1
+    elif k0 + k1 != zero:
+        k = k0 * k1 / (k0 + k1)
+    d0 = _or_fallback(hcd[w, a], fallback_hcd)
+    d1 = _or_fallback(hcd[w, b], fallback_hcd)
+    d = zero
+    if wp.isinf(k0) and wp.isinf(k1):
+        d = wp.float64(0.5) * (d0 + d1)
+    elif wp.isinf(k0):
+        d = d1
+    elif wp.isinf(k1):
+        d = d0
+    elif k0 + k1 != zero:
+        denom = k0 + k1
+        d = (k1 / denom) * d0 + (k0 / denom) * d1
+    pair_mu[w, p] = m
+    pair_ke[w, p] = k
+    pair_ke0[w, p] = k0
+    pair_ke1[w, p] = k1
+    pair_tau[w, p] = _or_fallback(tau[w, a], fallback_tau) + _or_fallback(tau[w, b], fallback_tau)
+    pair_hcd[w, p] = d
+    pair_margin[w, p] = margin[w, a] + margin[w, b]
 
 
 class CollisionPipeline:
@@ -413,25 +471,33 @@ class CollisionPipeline:
         config: supplies the material fallbacks (default ``SapConfig()``).
         device: Warp device.
         broad_phase: ``"aabb"`` (default) or ``"none"``, as in sap_ref; the contacts are the same.
+        parameters: the :class:`~sap_gpu.parameters.WorldParameters` the solver reads (per-world
+            margins and shape materials; the pairs' materials are combined per world at every
+            ``collide``), or None: the model's values in every world.
     """
 
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None,
-                 broad_phase: str = "aabb"):
+                 broad_phase: str = "aabb", parameters: WorldParameters | None = None):
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.broad_phase = check_broad_phase(broad_phase)
         self.model = model
         self.device = get_device(device)
         self.m = GpuModel(model, self.device)
+        self.parameters = self.m.params = params = check_parameters(parameters, model, self.device)
         d, W = self.device, model.num_worlds
         P, Sh = len(model.shape_pair), model.shape_count
-        mats = np.array([(*combine_materials(model, int(a), int(b), self.config),
-                          combine_hc_dissipation(model, int(a), int(b), self.config)) for a, b in model.shape_pair],
-                        dtype=np.float64).reshape(-1, 6)
         f64 = lambda x: wp.array(np.ascontiguousarray(x, np.float64), dtype=wp.float64, device=d)  # noqa: E731
         i32 = lambda x: wp.array(np.ascontiguousarray(x, np.int32), dtype=int, device=d)  # noqa: E731
         v3 = lambda x: wp.array(np.ascontiguousarray(np.reshape(x, (-1, 3)), np.float64), dtype=wp.vec3d, device=d)  # noqa: E731
-        self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd = (
-            f64(mats[:, i]) for i in range(6))
+        # Each world's pair materials and margins, (num_worlds, P): combined once (one row every
+        # world reads) from shared parameters, at every collide from per-world ones.
+        rows = 1 if params.shared else W
+        self._pair_rows = [wp.zeros((rows, max(P, 1)), dtype=wp.float64, device=d) for _ in range(7)]
+        views = [world_view(a, W) if params.shared else a for a in self._pair_rows]
+        self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd, pair_margin = views
+        self._shape_pair = i32(model.shape_pair.reshape(-1, 2) if P else np.zeros((1, 2)))
+        if params.shared:
+            self._combine_materials(1)
         caps = pair_capacity(model)
         offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
         self.slots = int(offset[-1])
@@ -444,7 +510,7 @@ class CollisionPipeline:
         S.pair_capacity = i32(caps if P else [0])
         S.slot_pair = i32(np.repeat(np.arange(P), caps) if P else [0])
         pairs = model.shape_pair
-        S.margin = f64(model.shape_margin[pairs[:, 0]] + model.shape_margin[pairs[:, 1]] if P else np.zeros(1))
+        S.margin = pair_margin
         self.scratch = S
         # Geometry of meshes and height fields, and per-shape ranges into it.
         G = Geometry()
@@ -511,6 +577,17 @@ class CollisionPipeline:
         self.kept = wp.zeros((W, max(self.max_rigid_contact, 1)), dtype=int, device=d)
         self._slots = None  # the ContactSlots of the contacts last filled (sap_gpu.arrays.contact_slots)
 
+    def _combine_materials(self, rows: int) -> None:
+        """Launch: the pairs' materials and margins of the first ``rows`` worlds (``_pair_materials``)."""
+        P = len(self.model.shape_pair)
+        if P == 0:
+            return
+        a, cfg = self.parameters.array, self.config
+        launch_threads(_pair_materials, dim=(rows, P), device=self.device, inputs=[
+            self._shape_pair, a("shape_material_mu"), a("shape_material_ke"), a("shape_material_tau"),
+            a("shape_material_hcd"), a("shape_margin"), wp.float64(cfg.fallback_mu), wp.float64(cfg.fallback_stiffness),
+            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation)], outputs=self._pair_rows)
+
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""
         from .arrays import contacts
@@ -540,9 +617,11 @@ class CollisionPipeline:
         launch_threads(_check_poses, dim=W, device=self.device, inputs=[m.body_count, state.body_q],
                        outputs=[self.last_status])
         use_bp = int(self.broad_phase == "aabb")
+        if not self.parameters.shared:  # per-world materials and margins: combined again, a (W, P) launch
+            self._combine_materials(W)
         world_bounds(self.device, m.shape_type, m.shape_body, m.shape_transform, self.shape_data.lo,
-                     self.shape_data.hi, m.shape_margin, state.body_q, self.pose, self.centre, self.half, W,
-                     self.model.shape_count)
+                     self.shape_data.hi, m.params.array("shape_margin"), state.body_q, self.pose, self.centre,
+                     self.half, W, self.model.shape_count)
         for family, family_pair, epa_first in self.families:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
@@ -551,6 +630,6 @@ class CollisionPipeline:
         launch_threads(_select_order, dim=W, device=self.device, inputs=[C, P, self.slots if P else 0, self.scratch],
                        outputs=[c.count, c.overflow, self.kept])
         launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
-                       m.shape_margin, self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau,
-                       self.pair_hcd, self.scratch, c.count, self.kept], outputs=[self._slots])
+                       m.params.array("shape_margin"), self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
+                       self.pair_tau, self.pair_hcd, self.scratch, c.count, self.kept], outputs=[self._slots])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against

@@ -46,13 +46,13 @@ class Scratch:
     offset: wp.array(dtype=int)  # (P,): first slot of pair p
     pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
     slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
-    margin: wp.array(dtype=wp.float64)  # per pair: margin0 + margin1
+    margin: wp.array2d(dtype=wp.float64)  # (num_worlds, P): margin0 + margin1 of each world's pair
 
 
 @wp.func
 def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3d, n: wp.vec3d, phi: wp.float64):
     """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
-    if not (phi < S.margin[pair]) or not wp.isfinite(phi):
+    if not (phi < S.margin[world, pair]) or not wp.isfinite(phi):
         return
     j = S.pair_count[world, pair]
     if j >= S.pair_capacity[pair]:  # never reached: MAX_CONTACTS_PER_PAIR bounds every routine

@@ -86,8 +86,8 @@ def _limit_constraints(
     joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int), joint_X_p: wp.array(dtype=wp.transformd),
     joint_X_c: wp.array(dtype=wp.transformd), joint_qd_start: wp.array(dtype=int),
     body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int), dof_coord: wp.array(dtype=int),
-    limit_lower: wp.array(dtype=wp.float64), limit_upper: wp.array(dtype=wp.float64),
-    limit_ke: wp.array(dtype=wp.float64), limit_kd: wp.array(dtype=wp.float64),
+    limit_lower: wp.array2d(dtype=wp.float64), limit_upper: wp.array2d(dtype=wp.float64),
+    limit_ke: wp.array2d(dtype=wp.float64), limit_kd: wp.array2d(dtype=wp.float64),
     limit_kind: wp.array(dtype=int), limit_index: wp.array(dtype=int), limit_side: wp.array(dtype=int),
     limit_count: int, nv: int, dt: wp.float64,
     joint_q_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
@@ -114,13 +114,13 @@ def _limit_constraints(
             window = wp.float64(LIMIT_WINDOW_FACTOR) * dt * wp.max(wp.abs(v0_in[world, dof]),
                                                                    wp.abs(v_star_in[world, dof]))
             if side < 0:
-                if limit_lower[dof] >= q - window:
+                if limit_lower[world, dof] >= q - window:
                     active = 1
-                    g0 = q - limit_lower[dof]
+                    g0 = q - limit_lower[world, dof]
             else:
-                if limit_upper[dof] <= q + window:
+                if limit_upper[world, dof] <= q + window:
                     active = 1
-                    g0 = limit_upper[dof] - q
+                    g0 = limit_upper[world, dof] - q
             J_out[world, r, dof] = wp.float64(-side)
         else:
             j = limit_index[r]
@@ -147,29 +147,29 @@ def _limit_constraints(
                     rate_star = rate_star + J_out[world, r, k] * v_star_in[world, k]
                 window = wp.float64(LIMIT_WINDOW_FACTOR) * dt * wp.max(wp.abs(rate0), wp.abs(rate_star))
                 if side < 0:
-                    if limit_lower[slot] >= dist - window:
+                    if limit_lower[world, slot] >= dist - window:
                         active = 1
-                        g0 = dist - limit_lower[slot]
+                        g0 = dist - limit_lower[world, slot]
                 else:
-                    if limit_upper[slot] <= dist + window:
+                    if limit_upper[world, slot] <= dist + window:
                         active = 1
-                        g0 = limit_upper[slot] - dist
+                        g0 = limit_upper[world, slot] - dist
         active_out[world, r] = active
         if active == 1:
             w = zero
             for k in range(nv):
                 w = w + J_out[world, r, k] * J_out[world, r, k] / A_in[world, k, k]
             w = wp.max(w, wp.float64(1e-12))
-            ke = limit_ke[slot]
-            tau = limit_kd[slot] / ke
+            ke = limit_ke[world, slot]
+            tau = limit_kd[world, slot] / ke
             R = wp.max(wp.float64(_LIMIT_R_FACTOR) * w, wp.float64(1.0) / (dt * ke * (dt + tau)))
             R_out[world, r] = R
             v_hat_out[world, r] = -g0 / (dt + tau)
 
 
 @wp.kernel
-def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype=wp.float64),
-                target_kd: wp.array(dtype=wp.float64), drive_dof: wp.array(dtype=int), drive_count: int,
+def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array2d(dtype=wp.float64),
+                target_kd: wp.array2d(dtype=wp.float64), drive_dof: wp.array(dtype=int), drive_count: int,
                 row0: int, nv: int, dt: wp.float64, joint_q_in: wp.array2d(dtype=wp.float64),
                 A_in: wp.array3d(dtype=wp.float64), q0_out: wp.array2d(dtype=wp.float64),
                 Kp_out: wp.array2d(dtype=wp.float64), Kd_out: wp.array2d(dtype=wp.float64),
@@ -184,8 +184,8 @@ def _drive_constraints(dof_coord: wp.array(dtype=int), target_ke: wp.array(dtype
             J_out[world, r, k] = wp.float64(0.0)
         J_out[world, r, dof] = wp.float64(1.0)
         active_out[world, r] = 1
-        Kp = target_ke[dof]
-        Kd = target_kd[dof]
+        Kp = target_ke[world, dof]
+        Kd = target_kd[world, dof]
         R_nr = wp.float64(_DRIVE_R_FACTOR) / A_in[world, dof, dof]
         R = wp.float64(1.0) / (dt * (dt * Kp + Kd))
         if R < R_nr:
@@ -352,7 +352,8 @@ def limit_constraints(m, layout: RowLayout, dt, joint_q, v0, v_star, A, body_X, 
     launch_threads(_limit_constraints, dim=(m.num_worlds, layout.limit_count), device=m.device,
                    inputs=[m.joint_parent, m.joint_child,
                    m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.body_parent, m.body_joint, m.dof_coord,
-                   m.joint_limit_lower, m.joint_limit_upper, m.joint_limit_ke, m.joint_limit_kd, layout.limit_kind,
+                   *(m.params.array(k) for k in ("joint_limit_lower", "joint_limit_upper", "joint_limit_ke",
+                                                  "joint_limit_kd")), layout.limit_kind,
                    layout.limit_index, layout.limit_side, layout.limit_count, m.nv, wp.float64(dt), joint_q, v0,
                    v_star, A, body_X, dof_S], outputs=[active, J, R, v_hat])
 
@@ -363,8 +364,9 @@ def drive_constraints(m, layout: RowLayout, dt, joint_q, A, q0, Kp, Kd, active, 
     if layout.drive_count == 0:
         return
     launch_threads(_drive_constraints, dim=(m.num_worlds, layout.drive_count), device=m.device,
-                   inputs=[m.dof_coord, m.joint_target_ke, m.joint_target_kd, layout.drive_dof, layout.drive_count,
-                   layout.drive_row0, m.nv, wp.float64(dt), joint_q, A], outputs=[q0, Kp, Kd, active, J])
+                   inputs=[m.dof_coord, m.params.array("joint_target_ke"), m.params.array("joint_target_kd"),
+                   layout.drive_dof, layout.drive_count, layout.drive_row0, m.nv, wp.float64(dt), joint_q, A],
+                   outputs=[q0, Kp, Kd, active, J])
 
 
 def participation(m, row_count, contacts, contact_J, row_active, row_J, tree_scratch, v0, v_star, dof_mask,

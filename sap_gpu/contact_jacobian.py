@@ -117,8 +117,8 @@ def _weights_kernel(T):
 
     @wp.kernel(enable_backward=False, module="unique")
     def contact_weights_kernel(
-        body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
-        body_inertia_inv: wp.array(dtype=wp.mat33d), body_static: wp.array(dtype=int), nv: int,
+        body_mass: wp.array2d(dtype=wp.float64), body_com: wp.array2d(dtype=wp.vec3d),
+        body_inertia_inv: wp.array2d(dtype=wp.mat33d), body_static: wp.array(dtype=int), nv: int,
         delassus: int, dt: wp.float64, beta: wp.float64, sigma: wp.float64,
         count_in: wp.array(dtype=int), body0_in: wp.array2d(dtype=int), body1_in: wp.array2d(dtype=int),
         phi0_in: wp.array2d(dtype=wp.float64), ke_in: wp.array2d(dtype=wp.float64),
@@ -152,22 +152,22 @@ def _weights_kernel(T):
                     p = p1_in[world, c]
                 if b < 0:
                     continue
-                if body_static[b] != 0 or body_mass[b] == wp.float64(0.0):
+                if body_static[b] != 0 or body_mass[world, b] == wp.float64(0.0):
                     continue
                 X = body_X_in[world, b]
                 Rb = wp.quat_to_matrix(wp.transform_get_rotation(X))
-                r = p - wp.transform_point(X, body_com[b])
+                r = p - wp.transform_point(X, body_com[world, b])
                 Rbt = M33()
                 I_inv = M33()
                 for i in range(3):
                     for j in range(3):
                         Rbt[i, j] = T(Rb[j, i])
-                        I_inv[i, j] = T(body_inertia_inv[b][i, j])
+                        I_inv[i, j] = T(body_inertia_inv[world, b][i, j])
                 for axis in range(3):
                     cw = wp.cross(r, wp.vec3d(R_WC_in[world, c][0, axis], R_WC_in[world, c][1, axis],
                                               R_WC_in[world, c][2, axis]))
                     arm = Rbt * V3(T(cw[0]), T(cw[1]), T(cw[2]))
-                    w = w + T(1.0) / T(body_mass[b]) + wp.dot(arm, I_inv * arm)
+                    w = w + T(1.0) / T(body_mass[world, b]) + wp.dot(arm, I_inv * arm)
             w = w / T(3.0)
         w = wp.max(w, T(WEIGHT_FLOOR))
         h = T(dt)
@@ -198,7 +198,9 @@ def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma
     """Launch: weights ``w``, regularization ``R = (σw, σw, R_n)`` and normal bias ``v̂`` per contact;
     one thread per (world, contact slot)."""
     T = wp.float32 if precision == "fp32" else wp.float64
-    launch_threads(_weights_kernel(T), dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[m.body_mass, m.body_com,
-                   m.body_inertia_inv, m.body_static, m.nv, int(delassus), wp.float64(dt), wp.float64(beta),
+    p = m.params.array
+    launch_threads(_weights_kernel(T), dim=(m.num_worlds, w.shape[1]), device=m.device, inputs=[p("body_mass"),
+                   p("body_com"), p("body_inertia_inv"), m.body_static, m.nv, int(delassus), wp.float64(dt),
+                   wp.float64(beta),
                    wp.float64(sigma), contacts.count, contacts.body0, contacts.body1, contacts.phi0, contacts.ke,
                    contacts.tau_d, A, body_X, R_WC, p0, p1, J], outputs=[w, R, v_hat])

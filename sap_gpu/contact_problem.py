@@ -114,7 +114,7 @@ def problem_types(T):
         q_target: wp.array2d(dtype=wp.float64)
         v_target: wp.array2d(dtype=wp.float64)
         u0: wp.array2d(dtype=wp.float64)
-        effort: wp.array(dtype=wp.float64)
+        effort: wp.array2d(dtype=wp.float64)
         # Non-zero columns (constraints.row_support): of each contact's 3 rows, of each scalar
         # row, of each row of A. Every J and A product runs over these lists.
         contact_cols: wp.array3d(dtype=int)
@@ -398,7 +398,7 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
         """q₀, q_target, v_target, u₀, Kp, Kd and the effort limit of drive i, read as T."""
         dof = P.drive_dof[i]
         return (T(P.drive_q0[world, i]), T(P.q_target[world, dof]), T(P.v_target[world, dof]),
-                T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[dof]))
+                T(P.u0[world, dof]), T(P.drive_Kp[world, i]), T(P.drive_Kd[world, i]), T(P.effort[world, dof]))
 
     # The terms of the scalar rows (ROW_TERM_KINDS), wp.func (P, world, r, vc) -> (γ, G, ℓ) of row r at
     # row velocity vc. A pass walks the rows term by term with the term fixed when the kernel is built:

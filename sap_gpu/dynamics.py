@@ -96,12 +96,12 @@ def add_child_inertia(Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), body_X_i
 
 @wp.kernel(enable_backward=False, module="unique")
 def _mass_matrix(
-    body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
-    body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
+    body_mass: wp.array2d(dtype=wp.float64), body_com: wp.array2d(dtype=wp.vec3d),
+    body_inertia: wp.array2d(dtype=wp.mat33d), body_parent: wp.array(dtype=int), body_joint: wp.array(dtype=int),
     body_children: wp.array(dtype=int), body_child_start: wp.array(dtype=int),
     joint_child: wp.array(dtype=int), joint_qd_start: wp.array(dtype=int), joint_order: wp.array(dtype=int),
     level_start: wp.array(dtype=int), level_count: int, dof_joint: wp.array(dtype=int),
-    joint_armature: wp.array(dtype=wp.float64), joint_damping: wp.array(dtype=wp.float64),
+    joint_armature: wp.array2d(dtype=wp.float64), joint_damping: wp.array2d(dtype=wp.float64),
     joint_count: int, nv: int, n_pad: int, dt: wp.float64,
     body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
     Ic_scratch: wp.array2d(dtype=wp.spatial_matrixd), A_out: wp.array3d(dtype=wp.float64),
@@ -115,7 +115,8 @@ def _mass_matrix(
     for k in range(lane, joint_count, bd):
         c = joint_child[joint_order[k]]
         R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, c]))
-        Ic_scratch[world, c] = spatial_inertia(body_mass[c], R * body_com[c], R * body_inertia[c] * wp.transpose(R))
+        Ic_scratch[world, c] = spatial_inertia(body_mass[world, c], R * body_com[world, c],
+                                                R * body_inertia[world, c] * wp.transpose(R))
     for i in range(n_pad):  # lanes along a row: neighbouring lanes store neighbouring entries
         for j in range(lane, n_pad, bd):
             A_out[world, i, j] = zero
@@ -148,20 +149,20 @@ def _mass_matrix(
             b = a
     block_sync(lane)
     for i in range(lane, nv, bd):
-        A_out[world, i, i] = A_out[world, i, i] + joint_armature[i] + dt * joint_damping[i]
+        A_out[world, i, i] = A_out[world, i, i] + joint_armature[world, i] + dt * joint_damping[world, i]
     for i in range(nv + lane, n_pad, bd):
         A_out[world, i, i] = wp.float64(1.0)
 
 
 @wp.kernel(enable_backward=False, module="unique")
 def _generalized_forces(
-    body_mass: wp.array(dtype=wp.float64), body_com: wp.array(dtype=wp.vec3d),
-    body_inertia: wp.array(dtype=wp.mat33d), body_parent: wp.array(dtype=int),
+    body_mass: wp.array2d(dtype=wp.float64), body_com: wp.array2d(dtype=wp.vec3d),
+    body_inertia: wp.array2d(dtype=wp.mat33d), body_parent: wp.array(dtype=int),
     body_children: wp.array(dtype=int), body_child_start: wp.array(dtype=int),
     joint_type: wp.array(dtype=int), joint_parent: wp.array(dtype=int), joint_child: wp.array(dtype=int),
     joint_X_p: wp.array(dtype=wp.transformd), joint_X_c: wp.array(dtype=wp.transformd),
     joint_qd_start: wp.array(dtype=int), joint_lin_count: wp.array(dtype=int), joint_order: wp.array(dtype=int),
-    level_start: wp.array(dtype=int), level_count: int, body_count: int, gravity: wp.vec3d,
+    level_start: wp.array(dtype=int), level_count: int, body_count: int, gravity_in: wp.array(dtype=wp.vec3d),
     body_X_in: wp.array2d(dtype=wp.transformd), body_V_in: wp.array2d(dtype=wp.spatial_vectord),
     dof_S_in: wp.array2d(dtype=wp.spatial_vectord), joint_qd_in: wp.array2d(dtype=wp.float64),
     body_f_in: wp.array2d(dtype=wp.spatial_vectord),
@@ -177,6 +178,7 @@ def _generalized_forces(
     zero = wp.float64(0.0)
     zero3 = wp.vec3d(zero, zero, zero)
     qd = joint_qd_in[world]
+    gravity = gravity_in[world]
     for level in range(level_count):
         for k in range(level_start[level] + lane, level_start[level + 1], bd):
             j = joint_order[k]
@@ -222,11 +224,11 @@ def _generalized_forces(
         block_sync(lane)  # this level's accelerations stored before the next level reads them
     for b in range(lane, body_count, bd):
         R = wp.quat_to_matrix(wp.transform_get_rotation(body_X_in[world, b]))
-        c_W = R * body_com[b]
-        I_C = R * body_inertia[b] * wp.transpose(R)
+        c_W = R * body_com[world, b]
+        I_C = R * body_inertia[world, b] * wp.transpose(R)
         w = twist_w(body_V_in[world, b])
         wd = twist_w(acc_scratch[world, b])
-        f = body_mass[b] * (twist_v(acc_scratch[world, b]) + wp.cross(wd, c_W) + wp.cross(w, wp.cross(w, c_W)))
+        f = body_mass[world, b] * (twist_v(acc_scratch[world, b]) + wp.cross(wd, c_W) + wp.cross(w, wp.cross(w, c_W)))
         wrench_scratch[world, b] = wrench(I_C * wd + wp.cross(w, I_C * w) + wp.cross(c_W, f), f) - body_f_in[world, b]
     block_sync(lane)
     for level_up in range(level_count):  # deepest level first: a body's children are complete
@@ -246,17 +248,19 @@ def _generalized_forces(
 
 def mass_matrix(m, dt, body_X, dof_S, Ic_scratch, A) -> None:
     """Launch: ``A = M(q) + diag(armature) + dt·diag(damping)`` padded to ``A.shape[1]`` (dt = 0: M)."""
-    launch_blocks(_mass_matrix, num_worlds=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
-                  m.body_inertia, m.body_parent, m.body_joint, m.body_children, m.body_child_start, m.joint_child,
-                  m.joint_qd_start, m.joint_order, m.level_start, m.level_count, m.dof_joint, m.joint_armature,
-                  m.joint_damping, m.joint_count, m.nv, A.shape[1], wp.float64(dt), body_X, dof_S],
+    p = m.params.array
+    launch_blocks(_mass_matrix, num_worlds=m.num_worlds, device=m.device, inputs=[p("body_mass"), p("body_com"),
+                  p("body_inertia"), m.body_parent, m.body_joint, m.body_children, m.body_child_start, m.joint_child,
+                  m.joint_qd_start, m.joint_order, m.level_start, m.level_count, m.dof_joint, p("joint_armature"),
+                  p("joint_damping"), m.joint_count, m.nv, A.shape[1], wp.float64(dt), body_X, dof_S],
                   outputs=[Ic_scratch, A])
 
 
 def generalized_forces(m, body_X, body_V, dof_S, joint_qd_sap, body_f_sap, acc_scratch, wrench_scratch, tau) -> None:
     """Launch: ``tau = C(q,v)v − τ_g − Σ_b J_bᵀ F_b`` (``bias_forces`` minus the body wrenches)."""
-    launch_blocks(_generalized_forces, num_worlds=m.num_worlds, device=m.device, inputs=[m.body_mass, m.body_com,
-                  m.body_inertia, m.body_parent, m.body_children, m.body_child_start, m.joint_type, m.joint_parent,
+    p = m.params.array
+    launch_blocks(_generalized_forces, num_worlds=m.num_worlds, device=m.device, inputs=[p("body_mass"), p("body_com"),
+                  p("body_inertia"), m.body_parent, m.body_children, m.body_child_start, m.joint_type, m.joint_parent,
                   m.joint_child, m.joint_X_p, m.joint_X_c, m.joint_qd_start, m.joint_lin_count, m.joint_order,
-                  m.level_start, m.level_count, m.body_count, m.gravity, body_X, body_V, dof_S, joint_qd_sap,
+                  m.level_start, m.level_count, m.body_count, p("gravity"), body_X, body_V, dof_S, joint_qd_sap,
                   body_f_sap], outputs=[acc_scratch, wrench_scratch, tau])

@@ -19,8 +19,8 @@ __all__ = ["free_motion_rhs", "solve_free_motion", "cast_matrix"]
 
 
 @wp.kernel
-def _free_motion_rhs(joint_damping: wp.array(dtype=wp.float64), joint_effort_limit: wp.array(dtype=wp.float64),
-                     joint_target_ke: wp.array(dtype=wp.float64), joint_target_kd: wp.array(dtype=wp.float64),
+def _free_motion_rhs(joint_damping: wp.array2d(dtype=wp.float64), joint_effort_limit: wp.array2d(dtype=wp.float64),
+                     joint_target_ke: wp.array2d(dtype=wp.float64), joint_target_kd: wp.array2d(dtype=wp.float64),
                      nv: int, n_pad: int, dt: wp.float64,
                      tau_in: wp.array2d(dtype=wp.float64), v0_in: wp.array2d(dtype=wp.float64),
                      joint_f_in: wp.array2d(dtype=wp.float64), joint_act_in: wp.array2d(dtype=wp.float64),
@@ -29,10 +29,10 @@ def _free_motion_rhs(joint_damping: wp.array(dtype=wp.float64), joint_effort_lim
     world, i = wp.tid()
     if i < nv:
         u = wp.float64(0.0)
-        if joint_target_ke[i] == wp.float64(0.0) and joint_target_kd[i] == wp.float64(0.0):
-            e = joint_effort_limit[i]
+        if joint_target_ke[world, i] == wp.float64(0.0) and joint_target_kd[world, i] == wp.float64(0.0):
+            e = joint_effort_limit[world, i]
             u = wp.clamp(joint_act_in[world, i], -e, e)
-        k = -tau_in[world, i] - joint_damping[i] * v0_in[world, i] + joint_f_in[world, i] + u
+        k = -tau_in[world, i] - joint_damping[world, i] * v0_in[world, i] + joint_f_in[world, i] + u
         rhs_out[world, i, 0] = dt * k
     else:
         rhs_out[world, i, 0] = wp.float64(0.0)
@@ -66,9 +66,9 @@ def cast_matrix(src, dst) -> None:
 def free_motion_rhs(m, dt, tau, v0, joint_f, joint_act, rhs) -> None:
     """Launch: ``rhs = h·k`` padded, (W, n_pad, 1)."""
     launch_threads(_free_motion_rhs, dim=(m.num_worlds, rhs.shape[1]), device=m.device,
-                   inputs=[m.joint_damping, m.joint_effort_limit,
-                   m.joint_target_ke, m.joint_target_kd, m.nv, rhs.shape[1], wp.float64(dt), tau, v0, joint_f,
-                   joint_act], outputs=[rhs])
+                   inputs=[*(m.params.array(k) for k in ("joint_damping", "joint_effort_limit", "joint_target_ke",
+                                                         "joint_target_kd")),
+                   m.nv, rhs.shape[1], wp.float64(dt), tau, v0, joint_f, joint_act], outputs=[rhs])
 
 
 def solve_free_motion(A, rhs, v0, v_star, active, scratch, precision: str, matrix_free: bool = False) -> None:

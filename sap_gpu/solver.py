@@ -44,6 +44,7 @@ from .contact_solve_fused import fused_newton_kernel, launch_fused
 from .device import get_device
 from .launch import dry_run_open, launch_threads, loop_while
 from .linear_solve import cholesky_solve
+from .parameters import WorldParameters, check_parameters
 from .plan import NewtonPlan
 from .workspace import Workspace
 
@@ -65,6 +66,10 @@ class SolverSAP:
         max_rigid_contact: contact slots per world (the capacity of the contacts passed to step).
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake``.
         device: Warp device (default: Warp's default device).
+        parameters: a :class:`~sap_gpu.parameters.WorldParameters` of ``model`` on ``device``: per-world
+            masses, gains, limits, materials, gravity, read by every kernel of the step (None: the
+            model's values in every world). World w then steps as the one-world model
+            ``model.replace(num_worlds=1, **parameters.world_fields(w))`` does, bit for bit.
         **overrides: any :class:`~sap_common.config.SapConfig` knob. ``newton_path`` chooses how
             stage 3 runs: ``"fused"`` (default; one block of threads per world runs that world's
             whole Newton loop in one launch, :mod:`sap_gpu.contact_solve_fused`) or ``"staged"``
@@ -86,7 +91,7 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, **overrides):
+                 device=None, parameters: WorldParameters | None = None, **overrides):
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
         if model.joint_dof_count < 1:
@@ -97,6 +102,11 @@ class SolverSAP:
         check_hunt_crossley_materials(model, cfg)
         self.device = get_device(device)
         self.m = GpuModel(model, self.device)
+        # The per-world parameters every kernel reads (sap_gpu.parameters): the model's, shared by
+        # every world, unless given. A Hunt–Crossley solver refuses rigid shapes in them too.
+        self.parameters = self.m.params = check_parameters(parameters, model, self.device)
+        if cfg.discrete_contact_approximation != "sap" and parameters is not None:
+            parameters.check_rigid()
         # Which Newton loop runs, decided once (sap_gpu.plan). A dry run of record_launches
         # records what a GPU compiles (sap-precompile), so it plans for CUDA: on the CPU device a
         # register cap means nothing and is left out (a cap makes a kernel a module of its own).

@@ -215,7 +215,8 @@ class Workspace:
         P.row_R, P.row_v_hat = self.row_R, self.row_v_hat
         P.drive_dof, P.drive_q0 = self.rows.drive_dof, self.drive_q0
         P.drive_Kp, P.drive_Kd = self.drive_Kp, self.drive_Kd
-        P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, m.joint_effort_limit
+        P.q_target, P.v_target, P.u0, P.effort = self.target_pos, self.target_vel, self.joint_act, \
+            m.params.array("joint_effort_limit")
         P.v, P.dv, P.grad = z((W, nv), T), z((W, nv), T), z((W, nv), T)
         P.vc, P.dvc, P.dp, P.line = z((W, rows), T), z((W, rows), T), z((W, nv), T), z((W, 3), T)
         P.gamma = z((W, rows), T)
