@@ -3,9 +3,11 @@
 Newton keeps all worlds in one flat model (bodies, joints, coordinates, DOFs and shapes carry a
 world index; −1 = global). A :class:`SapModel` is one world's template replicated
 ``num_worlds`` times, so the conversion extracts each Newton world, and worlds whose templates
-are identical (same parameters, not only the same topology) share one :class:`WorldGroup`.
-Worlds that differ — per-world masses, gains, gravity, geometry — land in separate groups, so
-every world keeps its own parameters; the solver then runs one batched SAP solver per group.
+that share topology and geometry share one :class:`WorldGroup`, their differences in physical
+parameters (masses, gains, limits, friction, gravity: ``sap_common.parameters.PARAMETER_FIELDS``)
+kept as the group's per-world ``parameters``. Worlds that differ in anything else — topology,
+geometry, which limits and drives exist — land in separate groups; the solver then runs one
+batched SAP solver per group, reading the group's parameters per world.
 
 Conventions (checked against Newton 1.8's source): Newton's ``JointType`` values, quaternion
 order ``[x, y, z, w]``, transforms ``[p, q]``, ``body_qd = [v_COM, ω]`` in world,
@@ -64,6 +66,7 @@ Mapping (Newton → SAP):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -74,6 +77,7 @@ import warp as wp
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
 from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
+from sap_common.parameters import PARAMETER_FIELDS
 
 __all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
            "to_sap_model"]
@@ -126,6 +130,9 @@ class WorldGroup:
         target_qd_index: Newton ``joint_target_qd`` index feeding each DOF's drive velocity
             target, −1 where the mode has no velocity target (target 0), (Wg, nv).
         shape_index: Newton shape index of each template shape, (Wg, S).
+        parameters: the per-world parameters (``sap_common.parameters.PARAMETER_FIELDS``) whose values
+            differ between the group's worlds: field → (Wg, *shape) values; the template holds the
+            first world's. Empty when every world is the template.
     """
 
     sap_model: SapModel
@@ -136,6 +143,7 @@ class WorldGroup:
     target_q_index: np.ndarray
     target_qd_index: np.ndarray
     shape_index: np.ndarray
+    parameters: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -699,17 +707,33 @@ def _newton_filters(kwargs, wanted, notes, world_label):
 _KEY_SKIP = ("body_name", "joint_name", "shape_name", "constraint_name", "joint_q_init", "joint_qd_init")
 
 
-def _template_key(kwargs) -> bytes:
+# What of a per-world parameter's values every world of one template shares: which bounds are
+# finite and which limit stiffnesses and drive gains are positive (the Newton problem's rows), which
+# bodies have mass (the mass-matrix check); the rest may differ freely.
+_PATTERN = {"joint_limit_lower": np.isfinite, "joint_limit_upper": np.isfinite,
+            "joint_limit_ke": lambda a: a > 0.0, "joint_target_ke": lambda a: a > 0.0,
+            "joint_target_kd": lambda a: a > 0.0, "body_mass": lambda a: a > 0.0}
+
+
+def _template_key(kwargs, values: bool = True) -> bytes:
+    """The bytes that tell templates apart. ``values=False`` leaves out the values of the per-world
+    parameters (sap_common.parameters.PARAMETER_FIELDS) and keeps only their pattern (which limits,
+    drives and masses exist): worlds that differ only there share one template and one solver, with
+    per-world parameters."""
     parts = []
     for k in sorted(kwargs):
         if k in _KEY_SKIP:
             continue
-        parts.append(k.encode() + np.ascontiguousarray(kwargs[k]).tobytes() + str(np.shape(kwargs[k])).encode())
+        v = kwargs[k]
+        if not values and k in PARAMETER_FIELDS:
+            a = np.asarray(v, dtype=np.float64) if v is not None else np.zeros(0)
+            v = _PATTERN[k](a) if k in _PATTERN else np.zeros(0)
+        parts.append(k.encode() + np.ascontiguousarray(v).tobytes() + str(np.shape(v)).encode())
     return b"|".join(parts)
 
 
 def convert_model(model, *, contact_material: str = "newton", joint_limits: str = "newton",
-                  skip_unsupported_shapes: bool = False) -> NewtonConversion:
+                  skip_unsupported_shapes: bool = False, per_world_parameters: bool = True) -> NewtonConversion:
     """Convert every world of ``model`` (a finalized ``newton.Model``); see the module docstring.
 
     Args:
@@ -720,6 +744,9 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
             ``"drake"`` (Drake's near-rigid 1e12 with a 1 ms time scale).
         skip_unsupported_shapes: drop colliding shapes of types SAP does not have (noted)
             instead of raising.
+        per_world_parameters: True (default): worlds that differ only in physical parameters share
+            a group and carry them as its ``parameters``; False: every distinct world is a group
+            of its own template (one solver each), as before per-world parameters existed.
 
     Raises:
         ValueError: naming the joint, shape, body or feature SAP cannot represent.
@@ -728,8 +755,10 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
         raise ValueError(f"model: expected a newton.Model, got {type(model).__name__}")
     _check_choice("contact_material", contact_material, CONTACT_MATERIALS)
     _check_choice("joint_limits", joint_limits, JOINT_LIMIT_MODELS)
-    if not isinstance(skip_unsupported_shapes, bool):
-        raise ValueError(f"skip_unsupported_shapes: must be True or False, got {skip_unsupported_shapes!r}")
+    for flag, value in (("skip_unsupported_shapes", skip_unsupported_shapes),
+                        ("per_world_parameters", per_world_parameters)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{flag}: must be True or False, got {value!r}")
     if int(model.body_count) == 0 or int(model.joint_dof_count) == 0:
         raise ValueError("model: no articulated DOF (SAP needs at least one joint with a degree of freedom)")
     n = _host(model)
@@ -763,11 +792,11 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
         if probe_key not in filters:  # one probe model per distinct world, not per world
             filters[probe_key] = _newton_filters(kwargs, wanted, notes, f"world {w}")
         kwargs["shape_filter_pair"] = filters[probe_key]
-        key = _template_key(kwargs)
+        key = _template_key(kwargs, values=not per_world_parameters)
         if key not in templates:
             templates[key] = (kwargs, [])
             order.append(key)
-        templates[key][1].append((w, maps))
+        templates[key][1].append((w, maps, {k: kwargs.get(k) for k in PARAMETER_FIELDS}))
 
     S_newton = len(n["shape_type"])
     world_group, world_slot = np.zeros(W, np.int32), np.zeros(W, np.int32)
@@ -777,17 +806,24 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
     for g, key in enumerate(order):
         kwargs, members = templates[key]
         sap_model = SapModel(num_worlds=len(members), **kwargs)
-        stack = lambda k: np.stack([m[k] for _, m in members]).astype(np.int32).reshape(len(members), -1)  # noqa
-        for slot, (w, maps) in enumerate(members):
+        stack = lambda k: np.stack([m[k] for _, m, _ in members]).astype(np.int32).reshape(len(members), -1)  # noqa
+        parameters = {}  # the fields whose values differ between the group's worlds, (Wg, *shape)
+        for name in PARAMETER_FIELDS:
+            values = np.stack([np.broadcast_to(np.asarray(getattr(sap_model, name) if p[name] is None else p[name],
+                                                          np.float64), np.shape(getattr(sap_model, name)))
+                               for _, _, p in members])
+            if not all(np.array_equal(v, values[0], equal_nan=True) for v in values[1:]):
+                parameters[name] = values
+        for slot, (w, maps, _) in enumerate(members):
             world_group[w], world_slot[w] = g, slot
             own = maps["shape_index"][len(global_shapes):]
             shape_local[maps["shape_index"]] = np.arange(len(maps["shape_index"]))
             shape_group[own], shape_slot[own] = g, slot
         groups.append(WorldGroup(
-            sap_model=sap_model, worlds=np.array([w for w, _ in members], np.int32),
+            sap_model=sap_model, worlds=np.array([w for w, _, _ in members], np.int32),
             body_index=stack("body_index"), coord_index=stack("coord_index"), dof_index=stack("dof_index"),
             target_q_index=stack("target_q_index"), target_qd_index=stack("target_qd_index"),
-            shape_index=stack("shape_index")))
+            shape_index=stack("shape_index"), parameters=parameters))
     lines = notes.lines()
     for line in lines:
         warnings.warn(f"sap_newton: {line}", stacklevel=3)

@@ -157,7 +157,7 @@ def _contact_f(group: int, contact_count: wp.array(dtype=wp.int32), row_map: wp.
 
 
 @wp.kernel
-def _body_contact_f(body_com: wp.array(dtype=wp.vec3d), body_index: wp.array2d(dtype=int),
+def _body_contact_f(body_com: wp.array2d(dtype=wp.vec3d), body_index: wp.array2d(dtype=int),
                     body_q: wp.array2d(dtype=wp.transformd), force: wp.array2d(dtype=wp.vec3d),
                     torque: wp.array2d(dtype=wp.vec3d), out: wp.array(dtype=wp.spatial_vectorf)):
     """Newton's wrench convention (``State.body_f``): (f, τ about the COM), world frame; SAP gives the
@@ -165,7 +165,7 @@ def _body_contact_f(body_com: wp.array(dtype=wp.vec3d), body_index: wp.array2d(d
     w, b = wp.tid()
     X = body_q[w, b]
     f = force[w, b]
-    r = wp.quat_rotate(wp.transform_get_rotation(X), body_com[b])
+    r = wp.quat_rotate(wp.transform_get_rotation(X), body_com[w, b])
     t = torque[w, b] - wp.cross(r, f)
     out[body_index[w, b]] = wp.spatial_vectorf(wp.float32(f[0]), wp.float32(f[1]), wp.float32(f[2]),
                                                wp.float32(t[0]), wp.float32(t[1]), wp.float32(t[2]))
@@ -210,8 +210,10 @@ class SolverSAP(newton.solvers.SolverBase):
             world, clamped to [8, 64]).
         contact_preset_variant: ``"approx32"`` (default), ``"approx64"`` or ``"drake"``.
         collision: ``"newton"`` (step takes Newton contacts) or ``"sap"`` (the solver collides).
-        contact_material, joint_limits, skip_unsupported_shapes: model conversion options
-            (:func:`sap_newton.convert_model`).
+        contact_material, joint_limits, skip_unsupported_shapes, per_world_parameters: model
+            conversion options (:func:`sap_newton.convert_model`). With ``per_world_parameters``
+            (default) worlds that differ only in masses, gains, limits, friction or gravity run in
+            one SAP solver that reads them per world (``sap_gpu.WorldParameters``).
         **overrides: any :class:`~sap_common.config.SapConfig` knob (line search, tolerances, …).
 
     After :meth:`step`, :meth:`diagnostics` gives per-world status bits (``StepStatus``),
@@ -231,7 +233,7 @@ class SolverSAP(newton.solvers.SolverBase):
 
     def __init__(self, model, *, max_rigid_contact: int | None = None, contact_preset_variant: str = "approx32",
                  collision: str = "newton", contact_material: str = "newton", joint_limits: str = "newton",
-                 skip_unsupported_shapes: bool = False, **overrides):
+                 skip_unsupported_shapes: bool = False, per_world_parameters: bool = True, **overrides):
         if not isinstance(model, newton.Model):
             raise ValueError(f"model: expected a newton.Model, got {type(model).__name__}")
         if collision not in COLLISION_SOURCES:
@@ -244,7 +246,8 @@ class SolverSAP(newton.solvers.SolverBase):
         self.collision = collision
         self._options = dict(max_rigid_contact=max_rigid_contact, contact_preset_variant=contact_preset_variant,
                              contact_material=contact_material, joint_limits=joint_limits,
-                             skip_unsupported_shapes=skip_unsupported_shapes, overrides=dict(overrides))
+                             skip_unsupported_shapes=skip_unsupported_shapes,
+                             per_world_parameters=per_world_parameters, overrides=dict(overrides))
         # Validate the configuration once, before converting (a bad knob is named first).
         self.config = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact or 0,
                                             **overrides)
@@ -264,18 +267,26 @@ class SolverSAP(newton.solvers.SolverBase):
         o, model = self._options, self.model
         self.conversion = conv = convert_model(model, contact_material=o["contact_material"],
                                                joint_limits=o["joint_limits"],
-                                               skip_unsupported_shapes=o["skip_unsupported_shapes"])
+                                               skip_unsupported_shapes=o["skip_unsupported_shapes"],
+                                               per_world_parameters=o["per_world_parameters"])
         d = model.device
-        self.solvers, self.pipelines = [], []
+        self.solvers, self.pipelines, self.parameters = [], [], []
         for g in conv.groups:
             C = o["max_rigid_contact"]
             if C is None:
                 C = int(np.clip(len(g.sap_model.shape_pair), MAX_RIGID_CONTACT_MIN, MAX_RIGID_CONTACT_CAP))
+            params = None  # the group's worlds differ in physical parameters: one solver reads them per world
+            if g.parameters:
+                params = sap_gpu.WorldParameters(g.sap_model, device=d)
+                for name, values in g.parameters.items():
+                    params.set(name, values)
+            self.parameters.append(params)
             self.solvers.append(sap_gpu.SolverSAP(g.sap_model, max_rigid_contact=C,
                                                   contact_preset_variant=o["contact_preset_variant"], device=d,
-                                                  **o["overrides"]))
+                                                  parameters=params, **o["overrides"]))
             if self.collision == "sap":
-                self.pipelines.append(sap_gpu.CollisionPipeline(g.sap_model, C, self.solvers[-1].config, device=d))
+                self.pipelines.append(sap_gpu.CollisionPipeline(g.sap_model, C, self.solvers[-1].config, device=d,
+                                                                parameters=params))
         self.transfer = Transfer(conv, int(model.body_count), int(model.joint_coord_count),
                                  int(model.joint_dof_count), int(model.shape_count), d, self.solvers[0].config)
         self.sap_state_in, self.sap_state_out = self.transfer.states(), self.transfer.states()

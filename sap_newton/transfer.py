@@ -38,9 +38,9 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
-from sap_common.collision_rules import combine_hc_dissipation, combine_materials
 from sap_common.config import SapConfig
 from sap_gpu import ContactSlots, contact_slots, write_contact_pair, write_contact_point
+from sap_gpu.parameters import world_view
 
 from .convert import NewtonConversion
 
@@ -116,10 +116,10 @@ def _world_point(body: int, X: wp.transformd, p: wp.vec3f) -> wp.vec3d:
 @wp.kernel
 def _route_newton_contacts(
     shape_group: wp.array(dtype=int), shape_slot: wp.array(dtype=int), shape_local: wp.array(dtype=int),
-    local_shape_body: wp.array(dtype=int), local_shape_margin: wp.array(dtype=wp.float64),
-    pair_mu: wp.array2d(dtype=wp.float64), pair_ke: wp.array2d(dtype=wp.float64),
-    pair_ke0: wp.array2d(dtype=wp.float64), pair_ke1: wp.array2d(dtype=wp.float64),
-    pair_tau: wp.array2d(dtype=wp.float64), pair_hcd: wp.array2d(dtype=wp.float64), group: int, capacity: int,
+    local_shape_body: wp.array(dtype=int), local_shape_margin: wp.array2d(dtype=wp.float64),
+    pair_mu: wp.array3d(dtype=wp.float64), pair_ke: wp.array3d(dtype=wp.float64),
+    pair_ke0: wp.array3d(dtype=wp.float64), pair_ke1: wp.array3d(dtype=wp.float64),
+    pair_tau: wp.array3d(dtype=wp.float64), pair_hcd: wp.array3d(dtype=wp.float64), group: int, capacity: int,
     contact_count_in: wp.array(dtype=int), shape0_in: wp.array(dtype=int), shape1_in: wp.array(dtype=int),
     point0_in: wp.array(dtype=wp.vec3f), point1_in: wp.array(dtype=wp.vec3f), offset0_in: wp.array(dtype=wp.vec3f),
     offset1_in: wp.array(dtype=wp.vec3f), normal_in: wp.array(dtype=wp.vec3f),
@@ -167,10 +167,11 @@ def _route_newton_contacts(
     x0 = _world_point(ba, Xa, point0_in[k] + offset0_in[k])
     x1 = _world_point(bb, Xb, point1_in[k] + offset1_in[k])
     n = wp.normalize(wp.vec3d(normal_in[k]))
-    write_contact_point(contacts_out, world, slot, la, lb, ba, bb, x0, x1, n, wp.dot(n, x1 - x0), pair_ke[la, lb],
-                        wp.float64(0.0))
-    write_contact_pair(contacts_out, world, slot, local_shape_margin[la], local_shape_margin[lb], pair_mu[la, lb],
-                       pair_ke0[la, lb], pair_ke1[la, lb], pair_tau[la, lb], pair_hcd[la, lb])
+    write_contact_point(contacts_out, world, slot, la, lb, ba, bb, x0, x1, n, wp.dot(n, x1 - x0),
+                        pair_ke[world, la, lb], wp.float64(0.0))
+    write_contact_pair(contacts_out, world, slot, local_shape_margin[world, la], local_shape_margin[world, lb],
+                       pair_mu[world, la, lb], pair_ke0[world, la, lb], pair_ke1[world, la, lb],
+                       pair_tau[world, la, lb], pair_hcd[world, la, lb])
 
 
 @wp.kernel
@@ -203,9 +204,52 @@ class _GroupMaps:
         self.target_q_index, self.target_qd_index = i32(group.target_q_index), i32(group.target_qd_index)
         m = group.sap_model
         self.shape_body = i32(m.shape_body if m.shape_count else np.zeros(1))
-        self.shape_margin = wp.array(m.shape_margin if m.shape_count else np.zeros(1), dtype=wp.float64,
-                                     device=device)
-        self.body_com = wp.array(np.ascontiguousarray(m.body_com, np.float64), dtype=wp.vec3d, device=device)
+        margin = world_values(group, "shape_margin")
+        self.shape_margin = _per_world(margin if m.shape_count else np.zeros((margin.shape[0], 1)), wp.float64,
+                                       m.num_worlds, device)
+        self.body_com = _per_world(world_values(group, "body_com"), wp.vec3d, m.num_worlds, device)
+
+
+def world_values(group, name: str) -> np.ndarray:
+    """Field ``name`` of the group's worlds, (Wg, *shape), or (1, *shape) when every world has the
+    template's value."""
+    if name in group.parameters:
+        return np.asarray(group.parameters[name], np.float64)
+    return np.asarray(getattr(group.sap_model, name), np.float64)[None]
+
+
+def _per_world(values: np.ndarray, dtype, num_worlds: int, device) -> wp.array:
+    """``values`` (Wg or 1, …) on the device as a (num_worlds, …) array (one row: a world-stride-0 view)."""
+    a = wp.array(np.ascontiguousarray(values), dtype=dtype, device=device)
+    if values.shape[0] == num_worlds:
+        return a
+    view = world_view(a, num_worlds)
+    view._sap_base = a  # the view does not own its memory
+    return view
+
+
+def combined_tables(mu, ke, tau, hcd, config) -> list:
+    """(mu, ke, ke0, ke1, tau_d, hcd) of every ordered shape pair of each world, (Wg, S, S) each,
+    from per-shape values (Wg, S): sap_common.collision_rules.combine_materials and
+    combine_hc_dissipation in the same operations, over arrays."""
+    def fb(a, fallback):
+        return np.where(np.isnan(a), fallback, a)
+
+    mu_, ke_ = fb(mu, config.fallback_mu), fb(ke, config.fallback_stiffness)
+    tau_, d_ = fb(tau, config.contact_tau_d), fb(hcd, config.fallback_hc_dissipation)
+    mu0, mu1 = mu_[:, :, None], mu_[:, None, :]
+    k0, k1 = ke_[:, :, None], ke_[:, None, :]
+    d0, d1 = d_[:, :, None], d_[:, None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu_c = np.where(mu0 + mu1 == 0.0, 0.0, 2.0 * mu0 * mu1 / (mu0 + mu1))
+        inf0, inf1 = np.isinf(k0), np.isinf(k1)
+        ke_c = np.where(inf0 | inf1, np.where(inf0, k1, k0), np.where(k0 + k1 == 0.0, 0.0, k0 * k1 / (k0 + k1)))
+        denom = k0 + k1
+        hcd_c = np.where(inf0 & inf1, 0.5 * (d0 + d1), np.where(inf0, d1, np.where(
+            inf1, d0, np.where(denom == 0.0, 0.0, (k1 / denom) * d0 + (k0 / denom) * d1))))
+    shape = mu_c.shape
+    return [mu_c, ke_c, np.broadcast_to(k0, shape), np.broadcast_to(k1, shape),
+            tau_[:, :, None] + tau_[:, None, :], hcd_c]
 
 
 class Transfer:
@@ -232,15 +276,14 @@ class Transfer:
         self.shape_local = i32(conversion.shape_local)
         self._no_row_map = wp.zeros(1, dtype=wp.vec3i, device=d)  # stand-in when no row map is kept
         config = SapConfig() if config is None else config
-        self.pair_materials = []
+        self.pair_materials = []  # per group: 6 tables (Wg, S, S), one row seen by every world unless they differ
         for g in conversion.groups:
-            m, S = g.sap_model, max(g.sap_model.shape_count, 1)
-            mats = np.zeros((6, S, S))
-            for a in range(m.shape_count):
-                for b in range(m.shape_count):
-                    mats[:5, a, b] = combine_materials(m, a, b, config)
-                    mats[5, a, b] = combine_hc_dissipation(m, a, b, config)
-            self.pair_materials.append([wp.array(mats[i], dtype=wp.float64, device=d) for i in range(6)])
+            m, S = g.sap_model, g.sap_model.shape_count
+            names = ("shape_material_mu", "shape_material_ke", "shape_material_tau", "shape_material_hcd")
+            rows = max(world_values(g, n).shape[0] for n in names)
+            per_shape = [np.broadcast_to(world_values(g, n), (rows, S)) for n in names]
+            tables = combined_tables(*per_shape, config) if S else [np.zeros((rows, 1, 1))] * 6
+            self.pair_materials.append([_per_world(t, wp.float64, m.num_worlds, d) for t in tables])
 
     # ------------------------------------------------------------------ allocation
 

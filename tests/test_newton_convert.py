@@ -144,12 +144,26 @@ def test_newton_imported_humanoid_equals_load_mjcf_with_shared_ankle_anchor():
     _same_dynamics(theirs, ours, np.random.default_rng(2), count=10)
 
 
-def test_worlds_with_different_parameters_form_groups():
+def test_worlds_with_different_parameters_share_a_group_with_per_world_parameters():
     model = mixed_robot_newton(num_worlds=3)
     mass = model.body_mass.numpy()
     mass[6] *= 1.5  # body 0 of world 1 (6 bodies per world)
     model.body_mass.assign(mass)
+    model.set_gravity((0.0, 0.0, -1.62), world=2)
     conv = sap_newton.convert_model(model)
+    assert [g.worlds.tolist() for g in conv.groups] == [[0, 1, 2]]
+    g = conv.groups[0]
+    assert sorted(g.parameters) == ["body_mass", "gravity"]
+    assert g.parameters["body_mass"][:, 0] == pytest.approx([2.0, 3.0, 2.0])
+    assert g.parameters["gravity"][:, 2] == pytest.approx([-9.81, -9.81, -1.62], rel=1e-6)
+
+
+def test_worlds_with_different_parameters_form_groups_without_per_world_parameters():
+    model = mixed_robot_newton(num_worlds=3)
+    mass = model.body_mass.numpy()
+    mass[6] *= 1.5  # body 0 of world 1 (6 bodies per world)
+    model.body_mass.assign(mass)
+    conv = sap_newton.convert_model(model, per_world_parameters=False)
     assert [g.worlds.tolist() for g in conv.groups] == [[0, 2], [1]]
     assert conv.world_group.tolist() == [0, 1, 0] and conv.world_slot.tolist() == [0, 0, 1]
     assert conv.groups[1].sap_model.body_mass[0] == pytest.approx(3.0)
@@ -168,7 +182,7 @@ def test_worlds_with_different_parameters_form_groups():
 def test_per_world_gravity_is_carried():
     model = mixed_robot_newton(num_worlds=2)
     model.set_gravity((0.0, 0.0, -1.62), world=1)
-    conv = sap_newton.convert_model(model)
+    conv = sap_newton.convert_model(model, per_world_parameters=False)
     assert len(conv.groups) == 2
     assert conv.groups[conv.world_group[1]].sap_model.gravity[2] == pytest.approx(-1.62, rel=1e-6)
 

@@ -199,13 +199,15 @@ def test_box_rests_at_the_compliant_contact_depth(device):
     assert (solver.diagnostics()["status"] & int(StepStatus.CONVERGED)).all()
 
 
-def test_world_of_a_mixed_batch_equals_its_solo_run(device):
+@pytest.mark.parametrize("per_world_parameters", (True, False))
+def test_world_of_a_mixed_batch_equals_its_solo_run(device, per_world_parameters):
     model = box_model(device, num_worlds=3, vx=(0.5, 1.0, 1.5))
     mass = model.body_mass.numpy()
-    mass[1] = 2.0  # world 1 differs: its own group
+    mass[1] = 2.0  # world 1 differs: a per-world parameter of the one group, or a group of its own
     model.body_mass.assign(mass)
-    solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap")
-    assert len(solver.conversion.groups) == 2
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap",
+                                  per_world_parameters=per_world_parameters)
+    assert len(solver.conversion.groups) == (1 if per_world_parameters else 2)
     batch, _ = _rollout(model, solver, 60)
     for w, m in ((1, 2.0), (2, 1.0)):
         solo = box_model(device, vx=((0.5, 1.0, 1.5)[w],))
@@ -213,6 +215,31 @@ def test_world_of_a_mixed_batch_equals_its_solo_run(device):
         run, _ = _rollout(solo, sap_newton.SolverSAP(solo, max_rigid_contact=16, collision="sap"), 60)
         q = batch[:, np.r_[7 * w:7 * w + 7, 21 + 6 * w:21 + 6 * w + 6]]
         assert (q == run).all(), f"world {w}"
+
+
+@pytest.mark.parametrize("collision", ("newton", "sap"))
+def test_per_world_masses_and_friction_run_in_one_solver_as_in_grouped_ones(device, collision):
+    """A Newton model whose worlds differ in masses, inertias and friction: one SAP solver reading
+    per-world parameters steps every world bit for bit as the one-solver-per-distinct-world
+    grouping does (per_world_parameters=False), with Newton's contacts and with SAP's."""
+    model = box_model(device, num_worlds=4, vx=(0.5, 1.0, 1.5, 2.0))
+    model.body_mass.assign(np.array([1.0, 2.0, 0.5, 1.5], np.float32))
+    inertia = model.body_inertia.numpy()
+    inertia *= np.array([1.0, 2.0, 0.5, 1.5], np.float32)[:, None, None]
+    model.body_inertia.assign(inertia)
+    mu = model.shape_material_mu.numpy()
+    world_of_shape = model.shape_world.numpy()
+    for w, value in enumerate((0.2, 0.5, 0.8, 1.1)):
+        mu[world_of_shape == w] = value
+    model.shape_material_mu.assign(mu)
+    one = sap_newton.SolverSAP(model, max_rigid_contact=16, collision=collision)
+    grouped = sap_newton.SolverSAP(model, max_rigid_contact=16, collision=collision, per_world_parameters=False)
+    assert len(one.solvers) == 1 and len(grouped.solvers) == 4
+    assert sorted(one.conversion.groups[0].parameters) == ["body_inertia", "body_mass", "shape_material_mu"]
+    a, _ = _rollout(model, one, 80, newton_contacts=collision == "newton")
+    b, _ = _rollout(model, grouped, 80, newton_contacts=collision == "newton")
+    assert np.array_equal(a, b)
+    assert not np.allclose(a[-1, 0:7], a[-1, 7:14])  # the worlds do differ
 
 
 def test_position_and_velocity_drives_reach_their_targets(device):
