@@ -1,8 +1,8 @@
 """Domain randomization draws: per-world parameters around a model's, within its rules.
 
-    values = randomize.draw(model, rng, world_mask=fallen)   # {field: (num_worlds, *shape)}
+    values = randomize.draw(model, rng)          # {field: (num_worlds, *shape)}, every world
     for name, v in values.items():
-        params.set(name, v, world_mask=fallen)
+        params.set(name, v, world_mask=fallen)   # only the fallen worlds take their draw
 
 What robot-learning stacks randomize at a reset: friction, body masses (the inertia scaled with
 them), joint damping and drive gains. Each draw keeps what the model's per-world rules require

@@ -1,8 +1,12 @@
-"""The scaling examples: examples/multi_device.py (one process per device, results gathered) and
-examples/newton_policy_loop.py (act, step, read contact forces, reset the fallen worlds)."""
+"""The scaling examples: examples/multi_device.py (one process per device, results gathered),
+examples/newton_policy_loop.py (act, step, read contact forces, reset the fallen worlds) and
+examples/domain_randomization.py (reset the fallen worlds with redrawn per-world parameters)."""
 
 import importlib.util
+import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -70,3 +74,60 @@ def test_policy_loop_resets_the_fallen_worlds_only():
     assert out["resets"][0] == 0 and out["resets"][2] == 0  # standing worlds are never reset
     assert out["resets"][1] >= 1 and out["resets"][3] >= 1  # the rolled ones fall and start over
     assert out["reward"][0] > out["reward"][1]
+
+
+def _domain_randomization(tmp_path, *flags):
+    """examples/domain_randomization.py run as a script on the CPU device: its exit status, output
+    and --out summary."""
+    out = tmp_path / "dr.json"
+    run = subprocess.run([sys.executable, str(EXAMPLES / "domain_randomization.py"), "--device", "cpu",
+                          "--num-worlds", "4", "--out", str(out), *flags], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout, json.loads(out.read_text())
+
+
+def test_domain_randomization_redraws_the_parameters_of_the_reset_worlds(tmp_path):
+    """Episodes of 20 steps, a reset batch every 5: each world is reset three times in 60 steps and
+    its parameters, written from device values under the reset mask, are no longer its first draw."""
+    stdout, out = _domain_randomization(tmp_path, "--steps", "60", "--reset-every", "5", "--max-episode", "20")
+    assert out["resets"] == [3, 3, 3, 3] and out["timeouts"] == [3, 3, 3, 3], out
+    assert out["mean_episode_length"] == 20.0 and out["mode"].startswith("eager launches")
+    assert all(out["parameters_changed"]) and out["invalid_parameters"] == 0 and out["finite"]
+    assert all(a != b for a, b in zip(out["total_mass_initial"], out["total_mass_final"]))
+    assert all(a != b for a, b in zip(out["friction_mean_initial"], out["friction_mean_final"]))
+    assert "step 60/60: 12 resets so far" in stdout and "parameters redrawn in 4 worlds" in stdout, stdout
+
+
+def test_domain_randomization_leaves_the_worlds_it_does_not_reset_alone(tmp_path):
+    """No world falls (below 0 m) or times out in 20 steps: the reset batches redraw and write under
+    an all-zero mask, and every world keeps its first parameters."""
+    stdout, out = _domain_randomization(tmp_path, "--steps", "20", "--reset-every", "5", "--fall-height", "0")
+    assert out["resets"] == [0, 0, 0, 0] and out["mean_episode_length"] is None, out
+    assert not any(out["parameters_changed"]) and out["invalid_parameters"] == 0
+    assert out["total_mass_initial"] == out["total_mass_final"]
+    assert "0 resets so far" in stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-worlds", "0"], "--num-worlds: expected an integer >= 1, got 0"),
+    (["--steps", "-3"], "--steps: expected an integer >= 1, got -3"),
+    (["--fall-height", "nan"], "--fall-height: expected a finite height"),
+    (["--device", "cuda:99"], "--device"),
+    (["--out", "/no/such/dir/dr.json"], "--out: the directory '/no/such/dir' of '/no/such/dir/dr.json' does not exist"),
+])
+def test_domain_randomization_bad_arguments_are_one_line_errors(argv, message, capsys, monkeypatch):
+    dr = _module("domain_randomization")
+    monkeypatch.setattr(dr, "run", lambda *a, **k: pytest.fail("the run started before the arguments were checked"))
+    with pytest.raises(SystemExit) as e:
+        dr.main(["--device", "cpu", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("domain_randomization.py: error: ") and message in err[0], err
+
+
+def test_domain_randomization_bad_flag_exits_2_as_a_script():
+    run = subprocess.run([sys.executable, str(EXAMPLES / "domain_randomization.py"), "--num-worlds", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip() == ("domain_randomization.py: error: --num-worlds: expected an integer >= 1, got 0 "
+                                  "(see domain_randomization.py --help)"), run.stderr
