@@ -554,3 +554,86 @@ def test_register_cap_sweep_runs_the_same_iterations(capsys, device):
     assert qauto["speedup"] == pytest.approx(auto["world_steps_per_s"] / plain["world_steps_per_s"])
     assert any(line.startswith("speed-up register cap 64/none (approx32/reg64, 2 worlds): ") for line in lines)
     assert any(line.startswith("speed-up register cap auto/none (approx32, 2 worlds): ") for line in lines)
+
+
+def test_randomize_measures_each_run_with_and_without_per_world_parameters(capsys, monkeypatch, device):
+    """--randomize: each sap_gpu run twice in one process, the second labelled /randomized with a
+    sap_gpu.WorldParameters (drawn by sap_tools.randomize.draw with --seed) that the solver and the
+    pipeline both read; its throughput and its ratio to the plain run reported."""
+    from sap_tools import randomize
+
+    built = []
+
+    class Recorded(bench.SapRun):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            built.append((self.solver.parameters, self.pipeline.parameters))
+
+    monkeypatch.setattr(bench, "SapRun", Recorded)
+    assert main(["sphere_drop", "--num-worlds", "3", "--steps", "3", "--warmup", "1", "--randomize", "--seed", "7",
+                 "--structure-steps", "1", "--device", str(device), "--json", "--quiet"]) == 0
+    lines, result = _last_json(capsys)
+    plain, rand = result["runs"]
+    assert (plain["label"], plain["randomized"], rand["label"], rand["randomized"]) == (
+        "approx32", False, "approx32/randomized", True)
+    assert result["valid"] is True and plain["valid"] and rand["valid"]
+    # What the randomized solver read differs between worlds in the drawn fields (sphere_drop: no joint gains).
+    assert plain["randomized_fields"] == []
+    assert rand["randomized_fields"] == ["body_mass", "body_inertia", "shape_material_mu"]
+    (q,) = result["randomized_ratios"]
+    assert q["label"] == "approx32/randomized" and q["plain_label"] == "approx32" and q["num_worlds"] == 3
+    assert q["ratio"] > 0 and q["ratio"] == pytest.approx(rand["world_steps_per_s"] / plain["world_steps_per_s"])
+    assert (q["cpu_ratio"] is None) == device.is_cuda
+    assert result["label"] == "approx32" and result["randomized_ratio"] == q["ratio"]  # the plain run on top
+    assert any(line.startswith("approx32/randomized ") for line in lines)
+    assert any(line.startswith("ratio randomized/plain (approx32/randomized, 3 worlds): ") for line in lines)
+    (p0, c0), (p1, c1) = built
+    assert p0.shared and c0.shared  # the plain run: the model's values, one row seen by every world
+    assert p1 is c1 and not p1.shared  # the randomized run: one WorldParameters, read by both
+    drawn = randomize.draw(p1.model, np.random.default_rng(7))
+    for name, values in drawn.items():
+        np.testing.assert_array_equal(p1.get(name), values if name != "body_inertia" else 0.5 * (
+            values + np.swapaxes(values, -1, -2)), err_msg=name)
+
+
+def test_randomize_pairs_each_configuration_and_leaves_mujoco_warp_alone():
+    """The sweep --randomize makes: each sap_gpu run followed by its randomized twin, speed-ups
+    between runs of one kind only; MuJoCo Warp (--vs-mjwarp) once, not randomized."""
+    from sap_tools.benchmark.measure import path_speedups, randomized_ratios
+
+    args = bench._parser().parse_args(["humanoid", "--newton-path", "fused", "staged", "--randomize"])
+    args.fused_max_registers = ["auto"]
+    args.vs_mjwarp = True
+    specs = bench._run_specs(args, ["humanoid"], [4], ["approx32"], {}, False)
+    assert [(s["label"], s["extra"]["randomized"]) for s in specs] == [
+        ("approx32/fused", False), ("approx32/fused/randomized", True), ("approx32/staged", False),
+        ("approx32/staged/randomized", True), ("mujoco_warp", False)]
+    assert [s.get("randomize") for s in specs] == [False, True, False, True, None]
+
+    def row(label, rate, cpu=1.0):
+        path = label.split("/")[1]
+        return dict(backend="sap_gpu", scene="humanoid", num_worlds=4, preset="approx32", linear_solver="cholesky",
+                    rows="sparse", newton_path=path, fused_max_registers="auto", fused_hessian="rows",
+                    fused_cholesky="tile", device="cpu", label=label, randomized=label.endswith("/randomized"),
+                    world_steps_per_s=rate, cpu_seconds=cpu)
+
+    rows = [row("approx32/fused", 100.0), row("approx32/fused/randomized", 90.0, 2.0), row("approx32/staged", 50.0),
+            row("approx32/staged/randomized", 60.0), dict(backend="mujoco_warp", scene="humanoid", num_worlds=4,
+                                                          world_steps_per_s=10.0, label="mujoco_warp")]
+    assert [(q["label"], q["ratio"], q["cpu_ratio"]) for q in randomized_ratios(rows)] == [
+        ("approx32/fused/randomized", 0.9, 0.5), ("approx32/staged/randomized", 1.2, 1.0)]
+    assert [(q["randomized"], q["speedup"]) for q in path_speedups(rows)] == [(False, 2.0), (True, 1.5)]
+
+
+def test_randomize_refuses_draws_that_break_the_model_before_any_run(capsys, monkeypatch):
+    def no_run(*a, **k):
+        raise AssertionError("a run was built before --randomize's draws were checked")
+
+    def bad_draw(model, rng, ranges=None):
+        return {"body_mass": -np.ones((model.num_worlds, model.body_count))}
+
+    monkeypatch.setattr(bench, "SapRun", no_run)
+    monkeypatch.setattr(bench.randomize, "draw", bad_draw)
+    assert main(["sphere_drop", "--randomize", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--randomize: sphere_drop: the drawn values break the model's rules: body_mass[world 0, body 0" in err

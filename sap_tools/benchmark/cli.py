@@ -6,6 +6,7 @@ r"""``sap-benchmark``: sap_gpu throughput over a num_worlds sweep, optionally ag
     sap-benchmark humanoid --line-search exact_root monotone_decay --override cost_rel_tol=1e-4  # a sweep
     sap-benchmark sphere_drop --num-worlds 4 --steps 5 --device cpu --json
     sap-benchmark path/to/model.xml --num-worlds 256,1024         # any MJCF (or a JSON scene file)
+    sap-benchmark humanoid --num-worlds 1024 8192 --randomize     # + each run with per-world parameters
 
 Each run builds the scene with ``num_worlds`` identical worlds and steps it ``collide →
 control noise → step`` (plus a small kernel that accumulates iteration and contact statistics
@@ -57,9 +58,21 @@ pattern over the lists the step built, and the set-up kernels' launches, threads
 step, *counted* from one recorded step.
 ``--newton-path fused staged`` runs both of ``SolverSAP``'s Newton paths and prints the
 speed-up (on the CPU device also by process CPU time, which other load disturbs less).
+``--randomize`` measures every sap_gpu run twice in the same process: as above, then with a
+``sap_gpu.WorldParameters`` of the run's model filled by :func:`sap_tools.randomize.draw` with
+``np.random.default_rng(--seed)`` (per world: friction, body masses with their inertia, joint
+damping, drive gains), which both the solver and the collision pipeline read. That run is
+labelled ``/randomized`` (JSON ``randomized: true`` and ``randomized_fields``, the fields whose
+values differ between worlds, read back from the solver's parameters) and ``ratio
+randomized/plain`` prints its world-steps/s over the plain run's (on the CPU device also by
+process CPU time): the cost of reading parameters per world, plus whatever the drawn dynamics
+change in the iterations (compare the Newton columns). MuJoCo Warp (``--vs-mjwarp``) has no
+per-world parameters here: it runs once, on the model's values.
 ``--json`` prints one JSON object as the last line: with one sap_gpu run its fields sit at the
 top level; always ``runs`` (every run, each with valid, world_steps_per_s, ms_per_step,
-num_worlds, preset, device, …), ``valid`` (all runs) and, with ``--vs-mjwarp``, ``ratios``.
+num_worlds, preset, device, …), ``valid`` (all runs), with ``--vs-mjwarp``, ``ratios`` and, with
+``--randomize``, ``randomized_ratios`` (with one configuration, the plain run's fields at the top
+level and ``randomized_ratio``).
 ``--out`` writes the same object to a file for ``sap-plot-benchmark``.
 """
 
@@ -72,6 +85,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import warp as wp
 
 from sap_common.config import LINEAR_SOLVERS, SapConfig
@@ -86,13 +100,16 @@ from sap_common.constants import (
     NEWTON_PATHS,
 )
 from sap_common.io import LoadedScene
+from sap_tools import randomize
 from sap_tools.benchmark.measure import (
     MIN_CONVERGED_FRACTION,
+    RANDOMIZED_SUFFIX,
     breakdown,
     breakdown_table,
     cholesky_speedups,
     hessian_speedups,
     path_speedups,
+    randomized_ratios,
     ratios,
     register_cap_speedups,
     sparse_speedups,
@@ -260,6 +277,13 @@ def _parser():
                    help="per-stage timing of each sap_gpu run (eager pass; on CUDA also each kernel's device time)")
     p.add_argument("--breakdown-steps", type=int, default=20, help="steps of the breakdown pass (default 20)")
     p.add_argument("--vs-mjwarp", action="store_true", help="also run MuJoCo Warp on the same model (MJCF scenes)")
+    p.add_argument("--randomize", action="store_true",
+                   help="measure every sap_gpu run twice in the same process: as is, then with per-world parameters "
+                        "(sap_gpu.WorldParameters read by the solver and the collision pipeline) drawn by "
+                        "sap_tools.randomize.draw with --seed (friction, masses and inertia, damping, drive gains), "
+                        "labelled /randomized, with its ratio to the plain run printed (the cost of reading "
+                        "parameters per world); with --vs-mjwarp only the sap_gpu runs are randomized (MuJoCo Warp "
+                        "runs once, on the model's values)")
     p.add_argument("--mjwarp-nconmax", type=int, default=None, help="MuJoCo Warp nconmax (default: its own)")
     p.add_argument("--mjwarp-njmax", type=int, default=None, help="MuJoCo Warp njmax (default: its own)")
     p.add_argument("--out", default=None, help="write every result as JSON to this file (for sap-plot-benchmark)")
@@ -377,14 +401,18 @@ def _run_specs(args, scene_names: list, worlds: list, presets: list, overrides: 
                                      + register_cap_label(cap)
                                      + (f"/{hessian}" if hessian != DEFAULT_FUSED_HESSIAN else "")
                                      + ("" if plain else f"/{cholesky}"))
-                            specs.append(dict(kind="sap", scene=name, num_worlds=W, preset=preset,
-                                              overrides=run_overrides, sparse=sparsity == "sparse", path=path,
-                                              label=label, extra=extra))
+                            spec = dict(kind="sap", scene=name, num_worlds=W, preset=preset,
+                                        overrides=run_overrides, sparse=sparsity == "sparse", path=path,
+                                        label=label, extra=dict(extra, randomized=False), randomize=False)
+                            specs.append(spec)
+                            if getattr(args, "randomize", False):  # the same run reading per-world parameters
+                                specs.append(dict(spec, label=label + RANDOMIZED_SUFFIX, randomize=True,
+                                                  extra=dict(extra, randomized=True)))
             if args.vs_mjwarp:
                 specs.append(dict(kind="mjwarp", scene=name, num_worlds=W,
                                   label=(f"{name}/" if len(scene_names) > 1 else "") + "mujoco_warp",
                                   extra=dict(preset=None, line_search=None, linear_solver=None, rows=None,
-                                             newton_path=None)))
+                                             newton_path=None, randomized=False)))
     return specs
 
 
@@ -418,9 +446,26 @@ def _execute(spec: dict, settings: dict, device) -> dict:
         return _run_one(lambda s: MjwarpRun(s, device, dt, channels, args.noise_std, args.seed,
                                             args.mjwarp_nconmax, args.mjwarp_njmax), spec["label"], scene, args,
                         device, extra)
+    values = randomize.draw(scene.sap_model, np.random.default_rng(args.seed)) if spec.get("randomize") else None
     return _run_one(lambda s: SapRun(s, spec["preset"], spec["overrides"], device, dt, channels, args.noise_std,
-                                     args.seed, spec["sparse"], spec["path"]), spec["label"], scene, args, device,
-                    extra)
+                                     args.seed, spec["sparse"], spec["path"], parameter_values=values),
+                    spec["label"], scene, args, device, extra)
+
+
+def _check_randomize(scene: LoadedScene, seed: int) -> None:
+    """``ValueError`` naming --randomize if a draw for ``scene`` (one world) breaks its model's rules
+    for per-world values (sap_common.parameters.check_worlds): before any run is built."""
+    from sap_common import parameters as spec
+
+    m = scene.sap_model
+    values = randomize.draw(m, np.random.default_rng(seed))
+    model_values = {k: np.asarray(getattr(m, k), dtype=np.float64) for k in spec.PARAMETER_FIELDS}
+    candidate = {k: np.broadcast_to(v, (m.num_worlds, *v.shape)).copy() for k, v in model_values.items()}
+    candidate.update(values)
+    try:
+        spec.check_worlds(m, candidate, np.arange(m.num_worlds), list(values))
+    except ValueError as e:
+        raise ValueError(f"--randomize: {scene.name}: the drawn values break the model's rules: {e}") from None
 
 
 def _execute_task(spec: dict, settings: dict, device: str) -> dict:
@@ -429,6 +474,11 @@ def _execute_task(spec: dict, settings: dict, device: str) -> dict:
 
     quiet_warp()
     return _execute(spec, dict(settings, quiet=True), task_device(device))
+
+
+def _suffix(q: dict) -> str:
+    """The label suffix of a speed-up between runs with per-world parameters (--randomize)."""
+    return RANDOMIZED_SUFFIX if q.get("randomized") else ""
 
 
 @entry_point("sap-benchmark")
@@ -442,6 +492,8 @@ def main(argv=None) -> int:
             if args.vs_mjwarp and getattr(scene0, "mj_model", None) is None:
                 raise ValueError(f"--vs-mjwarp: needs an MJCF scene (humanoid, humanoid3 or an .xml file); "
                                  f"{scene0.name!r} has no MuJoCo model")
+            if args.randomize:
+                _check_randomize(scene0, args.seed)
     except ValueError as e:
         return fail("sap-benchmark", e)
     if args.cuda_output:
@@ -454,6 +506,8 @@ def main(argv=None) -> int:
 
         # what the default factorization is on this device (it differs between a GPU and the CPU)
         cfg_note += f", fused_cholesky auto = {resolve_fused_cholesky(FUSED_CHOLESKY_AUTO, device.is_cuda)}"
+    if args.randomize:
+        cfg_note += f", --randomize: each sap_gpu run also with per-world parameters (draw seed {args.seed})"
     for scene0 in scenes0:
         dt = args.dt if args.dt is not None else scene0.dt
         C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
@@ -490,17 +544,21 @@ def main(argv=None) -> int:
     ratio_rows = ratios(rows)
     for q in ratio_rows:
         print(f"ratio sap_gpu/mjwarp ({q['label']}, {q['num_worlds']} worlds): {q['ratio']:.3f}")
+    randomized = randomized_ratios(rows)
+    for q in randomized:
+        cpu = "" if q["cpu_ratio"] is None else f" (by process CPU time: {q['cpu_ratio']:.3f})"
+        print(f"ratio randomized/plain ({q['label']}, {q['num_worlds']} worlds): {q['ratio']:.3f}{cpu}")
     speedups = sparse_speedups(rows)
     # With several scenes each summary line names its scene (a comparison never crosses scenes).
     where = (lambda q: f"{q['scene']}: ") if len(scenes0) > 1 else (lambda q: "")  # noqa: E731
     for q in speedups:
-        print(f"speed-up sparse/dense rows ({where(q)}{q['preset']}/{q['linear_solver']}, {q['num_worlds']} worlds): "
-              f"{q['speedup']:.3f}")
+        print(f"speed-up sparse/dense rows ({where(q)}{q['preset']}/{q['linear_solver']}{_suffix(q)}, "
+              f"{q['num_worlds']} worlds): {q['speedup']:.3f}")
     path_rows = path_speedups(rows)
     for q in path_rows:
         cpu = "" if q["cpu_speedup"] is None else f" (by process CPU time: {q['cpu_speedup']:.3f})"
-        print(f"speed-up fused/staged Newton path ({where(q)}{q['preset']}/{q['linear_solver']}/{q['rows']}, "
-              f"{q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
+        print(f"speed-up fused/staged Newton path ({where(q)}{q['preset']}/{q['linear_solver']}/{q['rows']}"
+              f"{_suffix(q)}, {q['num_worlds']} worlds): {q['speedup']:.3f}{cpu}")
     cap_rows = register_cap_speedups(rows)
     for q in cap_rows:
         print(f"speed-up register cap {q['fused_max_registers']}/none ({where(q)}{q['label']}, {q['num_worlds']} "
@@ -517,12 +575,15 @@ def main(argv=None) -> int:
                   hardware=_hardware(device),
                   valid=all(r["valid"] for r in rows), runs=rows, ratios=ratio_rows, sparse_speedups=speedups,
                   newton_path_speedups=path_rows, register_cap_speedups=cap_rows, fused_hessian_speedups=hessian_rows,
-                  fused_cholesky_speedups=cholesky_rows)
-    sap_rows = [r for r in rows if r["backend"] == "sap_gpu"]
-    if len(sap_rows) == 1:  # a single sap_gpu run: its fields at the top level too
-        result = {**sap_rows[0], **result}
-        if len(ratio_rows) == 1:
-            result["ratio"] = ratio_rows[0]["ratio"]
+                  fused_cholesky_speedups=cholesky_rows, randomized_ratios=randomized)
+    plain = [r for r in rows if r["backend"] == "sap_gpu" and not r.get("randomized")]
+    if len(plain) == 1:  # a single sap_gpu configuration: its (plain) run's fields at the top level too
+        result = {**plain[0], **result}
+        own = [q for q in ratio_rows if q["label"] == plain[0]["label"]]
+        if len(own) == 1:
+            result["ratio"] = own[0]["ratio"]
+        if len(randomized) == 1:
+            result["randomized_ratio"] = randomized[0]["ratio"]
     if args.out:
         with atomic_output(args.out) as tmp, open(tmp, "w") as f:
             json.dump(result, f, indent=1)

@@ -21,7 +21,7 @@ from sap_tools.progress import Progress
 
 __all__ = ["time_run", "breakdown", "kernel_times", "structure", "validity", "table", "structure_line",
            "breakdown_table", "ratios", "sparse_speedups", "path_speedups", "register_cap_speedups",
-           "hessian_speedups", "cholesky_speedups", "MIN_CONVERGED_FRACTION"]
+           "hessian_speedups", "cholesky_speedups", "randomized_ratios", "RANDOMIZED_SUFFIX", "MIN_CONVERGED_FRACTION"]
 
 # A sap_gpu run is valid only if at least this fraction of its (world, step) pairs converged.
 # An unconverged step returns an unfinished iterate, so a run whose steps stop early (a too-small
@@ -31,6 +31,8 @@ __all__ = ["time_run", "breakdown", "kernel_times", "structure", "validity", "ta
 # capped steps make a run slower, never faster: requiring 1.0 would void a multi-million
 # world-step run for a single hard step (one in 4.1 million was seen at 8192 humanoid worlds).
 MIN_CONVERGED_FRACTION = 0.999
+# The label suffix of a run with per-world parameters (sap-benchmark --randomize).
+RANDOMIZED_SUFFIX = "/randomized"
 # At most this many progress-bar refreshes in the timed region; each synchronizes the device
 # (only when the bar is on: --quiet times without them).
 PROGRESS_UPDATES = 50
@@ -325,14 +327,44 @@ def ratios(rows: list[dict]) -> list[dict]:
             for r in rows if r["backend"] == "sap_gpu" and key(r) in mj]
 
 
+def _randomized(r: dict) -> bool:
+    """Whether run ``r`` read per-world parameters (``--randomize``); files written before the field
+    existed hold plain runs only. A speed-up divides runs of the same kind."""
+    return bool(r.get("randomized", False))
+
+
+def randomized_ratios(rows: list[dict]) -> list[dict]:
+    """world-steps/s of each run with per-world parameters (``--randomize``) over the plain run of the
+    same scene, num_worlds and configuration (its label without :data:`RANDOMIZED_SUFFIX`): the cost
+    of reading parameters per world. On the CPU device also by process CPU time (``cpu_ratio``, as
+    :func:`path_speedups`'s ``cpu_speedup``; else null)."""
+    key = lambda r, label: (r.get("scene"), r["num_worlds"], label)  # noqa: E731
+    plain = {key(r, r["label"]): r for r in rows if r["backend"] == "sap_gpu" and not _randomized(r)}
+    out = []
+    for r in rows:
+        if r["backend"] != "sap_gpu" or not _randomized(r) or not r["label"].endswith(RANDOMIZED_SUFFIX):
+            continue
+        p = plain.get(key(r, r["label"][:-len(RANDOMIZED_SUFFIX)]))
+        if p is None:
+            continue
+        cpu = p["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in str(r["device"]) and r["cpu_seconds"] > 0 else None
+        out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
+                        linear_solver=r.get("linear_solver"), label=r["label"], plain_label=p["label"],
+                        world_steps_per_s=r["world_steps_per_s"], plain_world_steps_per_s=p["world_steps_per_s"],
+                        ratio=r["world_steps_per_s"] / p["world_steps_per_s"], cpu_ratio=cpu,
+                        randomized_fields=r.get("randomized_fields")))
+    return out
+
+
 def sparse_speedups(rows: list[dict]) -> list[dict]:
     """world-steps/s of sparse rows over dense rows, per (scene, num_worlds, preset, linear solver)
     run in both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("newton_path"),  # noqa: E731
-                     r.get("fused_max_registers"), r.get("fused_hessian"), r.get("fused_cholesky"))
+                     r.get("fused_max_registers"), r.get("fused_hessian"), r.get("fused_cholesky"), _randomized(r))
     dense = {key(r): r for r in rows if r.get("rows") == "dense"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
-                 linear_solver=r["linear_solver"], speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
+                 linear_solver=r["linear_solver"], randomized=_randomized(r),
+                 speedup=r["world_steps_per_s"] / dense[key(r)]["world_steps_per_s"])
             for r in rows if r.get("rows") == "sparse" and key(r) in dense]
 
 
@@ -342,7 +374,7 @@ def path_speedups(rows: list[dict]) -> list[dict]:
     runs CPU kernels on the calling thread, so the process's CPU time is the run's work, which
     other load on a shared machine disturbs much less than the wall clock)."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r["rows"],  # noqa: E731
-                     r.get("fused_max_registers"))
+                     r.get("fused_max_registers"), _randomized(r))
     staged = {key(r): r for r in rows if r.get("newton_path") == "staged"}
     out = []
     for r in rows:  # the fused runs that form and factor H as the default configuration does
@@ -351,7 +383,7 @@ def path_speedups(rows: list[dict]) -> list[dict]:
             s = staged[key(r)]
             cpu = s["cpu_seconds"] / r["cpu_seconds"] if "cuda" not in r["device"] and r["cpu_seconds"] > 0 else None
             out.append(dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"],
-                            linear_solver=r["linear_solver"],
+                            linear_solver=r["linear_solver"], randomized=_randomized(r),
                             rows=r["rows"], speedup=r["world_steps_per_s"] / s["world_steps_per_s"], cpu_speedup=cpu))
     return out
 
@@ -362,7 +394,7 @@ def register_cap_speedups(rows: list[dict]) -> list[dict]:
     ``none``; ``None`` in files written before ``auto`` was the default), per (scene, num_worlds,
     preset, linear solver, rows, Newton path) run with both."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
-                     r.get("newton_path"), r.get("fused_hessian"), r.get("fused_cholesky"))
+                     r.get("newton_path"), r.get("fused_hessian"), r.get("fused_cholesky"), _randomized(r))
     uncapped = lambda r: r.get("fused_max_registers") in (None, FUSED_MAX_REGISTERS_NONE)  # noqa: E731
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and uncapped(r)}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
@@ -378,7 +410,7 @@ def hessian_speedups(rows: list[dict]) -> list[dict]:
     ``fused_hessian="tiles"`` alone (an H formed by tiles is factored by the tile Cholesky whatever
     ``fused_cholesky`` says)."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
-                     r.get("newton_path"), r.get("fused_max_registers"))
+                     r.get("newton_path"), r.get("fused_max_registers"), _randomized(r))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and r.get("fused_hessian", "rows") == "rows"
             and _cholesky(r) == _default_cholesky(r)}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
@@ -405,7 +437,8 @@ def cholesky_speedups(rows: list[dict]) -> list[dict]:
     (SapConfig.fused_cholesky ``lanes``) over the same run with Warp's tile Cholesky, per (scene,
     num_worlds, preset, linear solver, rows, register cap) run with both (H formed by rows)."""
     key = lambda r: (r.get("scene"), r["num_worlds"], r["preset"], r["linear_solver"], r.get("rows"),  # noqa: E731
-                     r.get("newton_path"), r.get("fused_max_registers"), r.get("fused_hessian", "rows"))
+                     r.get("newton_path"), r.get("fused_max_registers"), r.get("fused_hessian", "rows"),
+                     _randomized(r))
     base = {key(r): r for r in rows if r["backend"] == "sap_gpu" and _cholesky(r) == "tile"}
     return [dict(scene=r.get("scene"), num_worlds=r["num_worlds"], preset=r["preset"], label=r["label"],
                  linear_solver=r["linear_solver"], fused_max_registers=r.get("fused_max_registers"),

@@ -19,6 +19,7 @@ import warp as wp
 import sap_gpu
 from sap_common.constants import DEFAULT_NEWTON_PATH
 from sap_common.io import LoadedScene
+from sap_common.parameters import PARAMETER_FIELDS
 from sap_common.state import StepStatus
 from sap_tools.cli import load_scene_arg
 
@@ -230,18 +231,29 @@ def memory_in_use(device) -> int | None:
 
 
 class SapRun:
-    """sap_gpu on a scene: collide → noise → step → accumulate statistics, all on the device."""
+    """sap_gpu on a scene: collide → noise → step → accumulate statistics, all on the device.
+
+    ``parameter_values`` ({field: (num_worlds, *shape) host values}, e.g. :func:`sap_tools.randomize.draw`'s):
+    written into a :class:`sap_gpu.WorldParameters` of the scene's model that the solver and the
+    collision pipeline both read (``sap-benchmark --randomize``); None: the model's values, shared.
+    """
 
     backend = "sap_gpu"
 
     def __init__(self, scene: LoadedScene, preset: str, overrides: dict, device, dt: float, noise: NoiseChannels,
-                 sigma: float, seed: int, sparse_rows: bool = True, newton_path: str = DEFAULT_NEWTON_PATH):
+                 sigma: float, seed: int, sparse_rows: bool = True, newton_path: str = DEFAULT_NEWTON_PATH,
+                 parameter_values: dict | None = None):
         m, C = scene.sap_model, scene.max_rigid_contact
         self.device, self.dt, self.W = device, dt, m.num_worlds
+        params = None
+        if parameter_values is not None:
+            params = sap_gpu.WorldParameters(m, device=device)
+            for name, values in parameter_values.items():
+                params.set(name, values)
         self.solver = sap_gpu.SolverSAP(m, max_rigid_contact=C, contact_preset_variant=preset, device=device,
-                                        newton_path=newton_path, **overrides)
+                                        newton_path=newton_path, parameters=params, **overrides)
         self.solver.sparse_rows = sparse_rows
-        self.pipeline = sap_gpu.CollisionPipeline(m, C, self.solver.config, device=device)
+        self.pipeline = sap_gpu.CollisionPipeline(m, C, self.solver.config, device=device, parameters=params)
         self.contacts = self.pipeline.contacts()
         self.state = sap_gpu.to_device(scene.state, device)
         self.control = sap_gpu.to_device(scene.control, device)
@@ -292,7 +304,20 @@ class SapRun:
                     capped_steps=int(st[:, S_CAPPED].sum()), world_steps=int(st[:, S_STEPS].sum()),
                     non_finite_steps=int(st[:, S_NON_FINITE].sum()),
                     non_finite_worlds=int((~finite).sum()), register_cap=self.solver.fused_max_registers,
-                    plan=self.solver.plan.describe())
+                    plan=self.solver.plan.describe(), randomized_fields=self.varied_fields())
+
+    def varied_fields(self) -> list[str]:
+        """The per-world parameter fields whose values differ between worlds in what the solver reads
+        (read back from its ``parameters``; none for the shared, model's values)."""
+        p = self.solver.parameters
+        if p.shared:
+            return []
+        out = []
+        for name in PARAMETER_FIELDS:
+            a = p.get(name)
+            if not np.array_equal(a, np.broadcast_to(a[:1], a.shape), equal_nan=True):
+                out.append(name)
+        return out
 
 
 class MjwarpRun:
