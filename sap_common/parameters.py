@@ -304,8 +304,7 @@ def _check_mass_matrix(m, values, worlds) -> None:
             suspect |= (mass[:, int(m.joint_child[j])] <= 0.0) & ~np.all(arm[:, d0:d1] > 0.0, axis=1)
     for k in np.flatnonzero(suspect):
         w = int(worlds[k])
-        one = m.replace(num_worlds=1, **{name: values[name][w] for name in PARAMETER_FIELDS})
-        try:
-            check_mass_matrix(one)
+        try:  # building the one-world model runs check_mass_matrix already; a failure there is this world's too
+            check_mass_matrix(m.replace(num_worlds=1, **{name: values[name][w] for name in PARAMETER_FIELDS}))
         except ValueError as e:
             raise ValueError(f"world {w}: {e}") from None

@@ -220,7 +220,11 @@ class WorldParameters:
             ``shape_material_ke`` on a shape of a pair is refused (host) or flagged (device).
     """
 
-    def __init__(self, model: SapModel, device=None, *, _shared: bool = False):
+    def __init__(self, model: SapModel, device=None):
+        self._setup(model, device, False)
+
+    def _setup(self, model: SapModel, device, _shared: bool) -> None:
+        """Everything of the constructor; ``_shared``: one row every world reads (shared_parameters)."""
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
         self.model = model
@@ -405,7 +409,9 @@ class WorldParameters:
 
 def shared_parameters(model: SapModel, device) -> WorldParameters:
     """The model's values seen by every world (what a solver or pipeline without ``parameters=`` reads)."""
-    return WorldParameters(model, device, _shared=True)
+    params = WorldParameters.__new__(WorldParameters)
+    params._setup(model, device, True)
+    return params
 
 
 def check_parameters(parameters, model: SapModel, device) -> WorldParameters:

@@ -14,7 +14,8 @@ from sap_common._version import __version__ as __version__
 
 from .arrays import clear_contact, contacts, control, state, to_device, to_host, write_contact
 from .collision import CollisionPipeline
+from .parameters import WorldParameters
 from .solver import SolverSAP
 
-__all__ = ["SolverSAP", "CollisionPipeline", "to_device", "to_host", "state", "control", "contacts", "write_contact",
-           "clear_contact"]
+__all__ = ["SolverSAP", "CollisionPipeline", "WorldParameters", "to_device", "to_host", "state", "control", "contacts",
+           "write_contact", "clear_contact"]

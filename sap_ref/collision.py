@@ -90,6 +90,7 @@ from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import capsule_capsule, plane_capsule, plane_sphere, sphere_capsule, sphere_sphere
 from .collision_support import Convex
+from .parameters import WorldParameters, world_slice, write_world
 
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
            "combine_hc_dissipation",
@@ -206,14 +207,25 @@ class CollisionPipeline:
         broad_phase: ``"aabb"`` (default: the narrow phase runs on pairs whose bounding boxes
             overlap, :mod:`sap_ref.broad_phase`) or ``"none"`` (every candidate pair); the contacts
             are the same.
+        parameters: a :class:`~sap_ref.WorldParameters` of this very ``model`` object, or None. With
+            it, world ``w``'s contacts are exactly those a one-world pipeline of
+            ``parameters.world_model(w)`` writes (that world's margins and materials): each world
+            is collided by such a pipeline, rebuilt when the world's parameters are next written.
     """
 
     def __init__(self, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None, device=None,
-                 broad_phase: str = "aabb"):
+                 broad_phase: str = "aabb", parameters: WorldParameters | None = None):
         check_host_device(device)
         self.max_rigid_contact, self.config = collision_pipeline_args(model, max_rigid_contact, config)
         self.broad_phase = check_broad_phase(broad_phase)
         self.model = model
+        if parameters is not None and (not isinstance(parameters, WorldParameters) or parameters.model is not model):
+            got = type(parameters).__name__ if not isinstance(parameters, WorldParameters) else \
+                "the WorldParameters of another model object"
+            raise ValueError(f"parameters: expected a sap_ref.WorldParameters of this pipeline's model (the same "
+                             f"object), got {got}")
+        self.parameters = parameters
+        self._world_pipelines: dict[int, tuple[int, CollisionPipeline]] = {}  # w -> (version, one-world pipeline)
         # Per shape: a mesh's (points, faces) or a height field's heights, in its own frame.
         self._geometry = [shape_geometry(model, s) for s in range(model.shape_count)]
         # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
@@ -249,12 +261,37 @@ class CollisionPipeline:
         if contacts.capacity != self.max_rigid_contact:
             raise ValueError(f"contacts: capacity {contacts.capacity} does not match max_rigid_contact "
                              f"{self.max_rigid_contact}")
+        if self.parameters is not None:
+            self._collide_parameters(state, contacts)
+            return
         for w in range(m.num_worlds):
             body_q = np.asarray(state.body_q[w], dtype=np.float64)
             accepted = bool(np.all(quaternion_norm_ok(body_q[:, 3:])))
             self.last_status[w] = 0 if accepted else int(StepStatus.INVALID_QUATERNION)
             self._collide_world(body_q, contacts, w, accepted)
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against
+
+    def _world_pipeline(self, w: int) -> CollisionPipeline:
+        """World ``w``'s one-world pipeline of ``parameters.world_model(w)``, rebuilt when the world's
+        parameters were written since."""
+        version = int(self.parameters.version[w])
+        cached = self._world_pipelines.get(w)
+        if cached is None or cached[0] != version:
+            pipeline = CollisionPipeline(self.parameters.world_model(w), self.max_rigid_contact, self.config,
+                                         broad_phase=self.broad_phase)
+            cached = self._world_pipelines[w] = (version, pipeline)
+        return cached[1]
+
+    def _collide_parameters(self, state: SapState, contacts: SapContacts) -> None:
+        """:meth:`collide` with per-world parameters: each world by its one-world pipeline on
+        one-world copies of ``state`` and ``contacts``, its rows written back."""
+        pipelines = [self._world_pipeline(w) for w in range(self.model.num_worlds)]
+        for w, pipeline in enumerate(pipelines):
+            one = world_slice(contacts, w)
+            pipeline.collide(world_slice(state, w), one)
+            write_world(contacts, one, w)
+            self.last_status[w] = pipeline.last_status[0]
+        contacts.materials = MaterialFallbacks.of(self.config)
 
     def _shape_poses(self, body_q) -> np.ndarray:
         """World pose X_WS of every shape, (S, 7)."""

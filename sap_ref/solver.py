@@ -9,11 +9,15 @@
 
 Each world: boundary (stage 0) → free motion (1) → contact Jacobians, weights, limit and
 drive rows (2) → Newton on ℓ(v) (3) → position update (4) → boundary out (5). Worlds never
-share data; a world whose inputs are not finite is flagged and left unchanged.
+share data; a world whose inputs are not finite is flagged and left unchanged. With
+``parameters=`` (a :class:`~sap_ref.WorldParameters`), world w steps as the one-world model
+``parameters.world_model(w)`` does.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,8 +28,16 @@ from sap_common.conventions import joint_quaternions_ok
 from sap_common.kinematics import body_state
 from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.model import SapModel
-from sap_common.state import SapContacts, SapControl, SapState, StepStatus, check_contacts, check_state
-from sap_common.time_step import time_step_bound
+from sap_common.state import (
+    SapContacts,
+    SapControl,
+    SapState,
+    StepStatus,
+    check_contacts,
+    check_control,
+    check_state,
+)
+from sap_common.time_step import check_time_step, time_step_bound
 
 from . import boundary
 from .arrays import check_host_device
@@ -58,6 +70,7 @@ from .observables import (
     initial_state_into,
     world_observables,
 )
+from .parameters import WorldParameters, world_slice, write_world
 
 __all__ = ["SolverSAP", "WorldResult"]
 
@@ -119,6 +132,11 @@ class SolverSAP:
         contact_preset_variant: ``approx32`` (default), ``approx64`` or ``drake`` (docs/presets.md).
         device: None or ``"cpu"`` (sap_ref runs on the host; the argument exists so that
             ``sap_ref`` and ``sap_gpu`` are called alike).
+        parameters: a :class:`~sap_ref.WorldParameters` of this very ``model`` object, or None. With
+            it, world ``w`` steps as a one-world solver of ``parameters.world_model(w)`` (same
+            preset, capacity and overrides) does, bit for bit: each world runs as such a solver,
+            rebuilt when the world's parameters are next written. A Hunt–Crossley approximation
+            sets ``parameters.forbid_rigid``.
         **overrides: any :class:`~sap_common.config.SapConfig` knob; wins over the preset
             (``newton_path``, which only sap_gpu's device loop reads, is checked here too).
 
@@ -131,7 +149,7 @@ class SolverSAP:
     """
 
     def __init__(self, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
-                 device=None, **overrides):
+                 device=None, parameters: WorldParameters | None = None, **overrides):
         check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
@@ -153,10 +171,22 @@ class SolverSAP:
         # (sap_ref.observables; sap_gpu's attributes of the same names, as NumPy arrays).
         self.observables = StepObservables.zeros(W, max(self.config.max_rigid_contact, 1), model.body_count)
         self.world_statistics = WorldStatistics.zeros(W)
+        self.parameters = parameters
+        if parameters is not None:
+            if not isinstance(parameters, WorldParameters) or parameters.model is not model:
+                raise ValueError(f"parameters: expected a sap_ref.WorldParameters of this solver's model (the same "
+                                 f"object), got {_describe(parameters, model)}")
+            self._world_args = dict(max_rigid_contact=max_rigid_contact, contact_preset_variant=contact_preset_variant,
+                                    **overrides)
+            self._world_solvers: dict[int, tuple[int, SolverSAP, float]] = {}  # w -> (version, solver, dt bound)
+            self._forbid_rigid()
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
              dt: float) -> None:
         """Advance every world by ``dt`` (``state_out`` may be ``state_in``)."""
+        if self.parameters is not None:
+            self._step_parameters(state_in, state_out, control, contacts, dt)
+            return
         model, cfg = self.model, self.config
         x = boundary.read_inputs(model, state_in, control, dt, cfg.use_f64_boundary_pose, self.dt_bound)
         check_state(model, state_out, "state_out")  # before any work, not at the write
@@ -209,13 +239,17 @@ class SolverSAP:
             mask = a != 0
         if state is not None:
             check_state(self.model, state, "state")
-        for name in ("last_newton_iterations", "last_line_search_iterations", "last_truncated_contact_count",
-                     "last_status", "last_linear_solver_iterations", "last_linear_solver_residual"):
+        for name in _DIAGNOSTICS:
             getattr(self, name)[mask] = 0
         self.observables.clear(mask)
         self.world_statistics.clear(mask)
-        if state is not None:
+        if state is not None and self.parameters is None:
             initial_state_into(self.model, state, mask)
+        elif state is not None:  # each world's own initial state (body_qd, a FREE joint's SAP joint_qd use its COM)
+            for w in np.flatnonzero(mask):
+                one = world_slice(state, w)
+                initial_state_into(self.parameters.world_model(w), one, np.ones(1, bool))
+                write_world(state, one, w)
 
     def read_observables(self) -> dict:
         """Copies of :attr:`observables` by name (the keys of sap_gpu's ``read_observables``)."""
@@ -294,6 +328,51 @@ class SolverSAP:
         return WorldResult(fm, geo, weights.astype(np.float64), R.astype(np.float64), v_hat.astype(np.float64),
                            limits, drives, problem, sol, v1, q1, status, body_q, hc, holonomic)
 
+    def _forbid_rigid(self) -> None:
+        """A Hunt–Crossley approximation reads the parameters: refuse a rigid stiffness (every world checked)."""
+        if self.config.discrete_contact_approximation != "sap":
+            self.parameters.forbid_rigid = True
+
+    def _world_solver(self, w: int) -> tuple[SolverSAP, float]:
+        """World ``w``'s one-world solver of ``parameters.world_model(w)`` and that model's
+        ``time_step_bound``, rebuilt when the world's parameters were written since."""
+        version = int(self.parameters.version[w])
+        cached = self._world_solvers.get(w)
+        if cached is None or cached[0] != version:
+            solver = SolverSAP(self.parameters.world_model(w), **self._world_args)
+            bound, solver.dt_bound = solver.dt_bound, math.inf  # the batch warns once, for every world
+            cached = self._world_solvers[w] = (version, solver, bound)
+        return cached[1], cached[2]
+
+    def _step_parameters(self, state_in: SapState, state_out: SapState, control: SapControl,
+                         contacts: SapContacts | None, dt: float) -> None:
+        """:meth:`step` with per-world parameters: every input checked as the batch's, then each world
+        stepped by its one-world solver on one-world copies, its rows written back."""
+        model, cfg = self.model, self.config
+        self._forbid_rigid()
+        solvers = [self._world_solver(w) for w in range(model.num_worlds)]
+        w_min = min(range(model.num_worlds), key=lambda w: solvers[w][1])
+        check_time_step(solvers[w_min][0].model, dt, solvers[w_min][1], stacklevel=4)
+        check_state(model, state_in, "state_in")
+        check_control(model, control, "control")
+        check_state(model, state_out, "state_out")
+        if contacts is None:
+            contacts = SapContacts.allocate(model.num_worlds, cfg.max_rigid_contact)
+        self._check_contacts(contacts)
+        obs, results = self.observables, []
+        for w, (solver, _) in enumerate(solvers):
+            one_in, one_c = world_slice(state_in, w), world_slice(contacts, w)
+            one_out = one_in if state_out is state_in else world_slice(state_out, w)
+            solver.step(one_in, one_out, world_slice(control, w), one_c, dt)
+            write_world(state_out, one_out, w)
+            for name in _DIAGNOSTICS:
+                getattr(self, name)[w] = getattr(solver, name)[0]
+            for f in dataclasses.fields(obs):
+                getattr(obs, f.name)[w] = getattr(solver.observables, f.name)[0]
+            results.append(solver.last_results[0])
+        self.last_results = results
+        self.world_statistics.add(self.last_status, self.last_newton_iterations, self.last_line_search_iterations)
+
     def _check_contacts(self, contacts: SapContacts) -> None:
         if not isinstance(contacts, SapContacts):
             raise ValueError(f"contacts: expected SapContacts or None, got {type(contacts).__name__}")
@@ -312,3 +391,14 @@ class SolverSAP:
                 idx = getattr(contacts, name)[w, :n]
                 if np.any((idx < -1) | (idx >= self.model.body_count)):
                     raise ValueError(f"contacts.{name}[{w}]: body indices must lie in [-1, {self.model.body_count})")
+
+
+# The per-world diagnostics of the last step (arrays over worlds).
+_DIAGNOSTICS = ("last_newton_iterations", "last_line_search_iterations", "last_truncated_contact_count",
+                "last_status", "last_linear_solver_iterations", "last_linear_solver_residual")
+
+
+def _describe(parameters, model) -> str:
+    if not isinstance(parameters, WorldParameters):
+        return type(parameters).__name__
+    return "the WorldParameters of another model object" if parameters.model is not model else "WorldParameters"
