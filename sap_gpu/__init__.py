@@ -28,10 +28,10 @@ from .arrays import (
     write_contact_point,
 )
 from .collision import CollisionPipeline
-from .parameters import WorldParameters
+from .parameters import WorldParameters, world_view
 from .solver import SolverSAP
 
-__all__ = ["SolverSAP", "CollisionPipeline", "WorldParameters", "GpuModel", "to_device", "to_host", "state",
-           "control", "contacts",
+__all__ = ["SolverSAP", "CollisionPipeline", "WorldParameters", "world_view", "GpuModel", "to_device", "to_host",
+           "state", "control", "contacts",
            "write_contact", "clear_contact", "ContactSlots", "contact_slots", "write_contact_point",
            "write_contact_pair"]

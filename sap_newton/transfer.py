@@ -39,8 +39,7 @@ import warp as wp
 
 import sap_gpu
 from sap_common.config import SapConfig
-from sap_gpu import ContactSlots, contact_slots, write_contact_pair, write_contact_point
-from sap_gpu.parameters import world_view
+from sap_gpu import ContactSlots, contact_slots, world_view, write_contact_pair, write_contact_point
 
 from .convert import NewtonConversion
 
