@@ -173,9 +173,14 @@ def test_wrong_friction_coefficient_is_diagnosed_at_the_constraint_rows(half_fri
 def test_wrong_friction_in_sap_gpu_is_diagnosed(monkeypatch, device):
     import sap_gpu.collision
 
-    original = sap_gpu.collision.combine_materials
-    monkeypatch.setattr(sap_gpu.collision, "combine_materials",
-                        lambda *a: (0.5 * original(*a)[0],) + tuple(original(*a)[1:]))
+    original = sap_gpu.collision.CollisionPipeline._combine_materials
+
+    def half_mu(self, rows):  # sap_gpu combines the pairs' materials on the device: halve its μ after
+        original(self, rows)
+        mu = self._pair_rows[0]
+        mu.assign(0.5 * mu.numpy())
+
+    monkeypatch.setattr(sap_gpu.collision.CollisionPipeline, "_combine_materials", half_mu)
     ctx, _ = V.make_context(DATA / "drake" / "sphere_slide.json", backend="gpu", device=device)
     d = V.one_step(ctx, [0])["diagnosis"]
     assert d["cause"] == "constraint_rows" and [s["stage"] for s in d["stages"] if not s["ok"]] == ["contact μ"]
@@ -190,8 +195,16 @@ def test_arithmetic_mean_dissipation_is_diagnosed_at_the_constraint_rows(monkeyp
     def mean(model, a, b, config):
         return 0.5 * (model.shape_material_hcd[a] + model.shape_material_hcd[b])
 
+    original = sap_gpu.collision.CollisionPipeline._combine_materials
+
+    def mean_on_device(self, rows):  # sap_gpu combines on the device: overwrite its d with the mean
+        original(self, rows)
+        pairs = self.model.shape_pair
+        d = np.array([mean(self.model, int(a), int(b), self.config) for a, b in pairs])
+        self._pair_rows[5].assign(np.broadcast_to(d, self._pair_rows[5].shape).copy())
+
     monkeypatch.setattr(sap_ref.collision, "combine_hc_dissipation", mean)
-    monkeypatch.setattr(sap_gpu.collision, "combine_hc_dissipation", mean)
+    monkeypatch.setattr(sap_gpu.collision.CollisionPipeline, "_combine_materials", mean_on_device)
     ctx, _ = V.make_context(DATA / "drake" / "incline_stick_slip_lagged.json", backend=backend, device=device)
     r = V.one_step(ctx, [0])
     d = r["diagnosis"]
