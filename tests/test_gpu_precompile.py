@@ -564,11 +564,14 @@ def test_the_fused_kernel_code_stays_within_its_budget(tmp_path, preset):
 # 1,689 (drake) instructions longer. What this costs a GPU step, against the 16 % fewer Newton
 # iterations, is for a GPU run to measure (scripts/gpu_check.sh). A change that needs more fails
 # here and must say why.
+# Re-measured with per-world parameters (the drives' effort limit read per world, a 2-D array in
+# the Newton problem's struct): approx32 tile 206 -> 222 registers, code 9,680 -> 9,752; drake auto
+# stack 128 -> 136 B, lanes 196 -> 198, tiles stack 104 -> 112 B, code 9,770 -> 9,803.
 EXACT_ROOT_BUDGET = {
-    "approx32": dict(auto=(FUSED_AUTO_MAX_REGISTERS["fp32"], 272), lanes=(198, 0), tile=(206, 0), tiles=(255, 112),
-                     code=9680),
-    "drake": dict(auto=(FUSED_AUTO_MAX_REGISTERS["fp64"], 128), lanes=(196, 0), tile=(198, 0), tiles=(255, 104),
-                  code=9770),
+    "approx32": dict(auto=(FUSED_AUTO_MAX_REGISTERS["fp32"], 272), lanes=(198, 0), tile=(222, 0), tiles=(255, 112),
+                     code=9752),
+    "drake": dict(auto=(FUSED_AUTO_MAX_REGISTERS["fp64"], 136), lanes=(198, 0), tile=(198, 0), tiles=(255, 112),
+                  code=9803),
 }
 
 
