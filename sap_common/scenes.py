@@ -252,6 +252,34 @@ def _cylinder_roll(num_worlds):
                   num_worlds)
 
 
+def _slider_push(num_worlds):
+    # Contact, a joint limit and a PD drive in one small scene that Drake records (sphere–sphere and
+    # sphere–half-space point contact, Drake's limit gains k = 1e12, τ = h): the scene whose Drake
+    # recordings with other masses, frictions, gains, stiffnesses and gravity hold per-world
+    # parameters to Drake (tests/data/drake/slider_push.json and the four beside it).
+    b = ModelBuilder()
+    b.add_ground_plane(mu=0.4, ke=1e5, tau=0.01, name="ground")
+    pusher = b.add_body(1.0, inertia=solid_sphere_inertia(1.0, 0.05), name="pusher")
+    b.add_joint_prismatic(-1, pusher, spatial.transform((-0.35, 0.0, 0.1)), axis=(1, 0, 0), limit_lower=-0.05,
+                          limit_upper=0.3, target_ke=300.0, target_kd=30.0, effort_limit=40.0, armature=0.05,
+                          damping=1.0, name="slide")
+    b.add_shape_sphere(pusher, radius=0.05, mu=0.6, ke=1e5, tau=0.01, name="pusher_sphere")
+    m, r = 0.5, 0.1
+    ball = b.add_body(m, inertia=solid_sphere_inertia(m, r), name="ball")
+    z0 = r - m * 9.81 / 5e4  # the static penetration m g / k_combined
+    b.add_joint_free(-1, ball, q0=(0, 0, z0, 0, 0, 0, 1), name="ball")
+    b.add_shape_sphere(ball, radius=r, mu=0.5, ke=1e5, tau=0.01, name="ball_sphere")
+
+    def control(model, ctrl):
+        ctrl.joint_target_pos[:, 0] = 0.45  # beyond the upper limit: the drive saturates, then presses on it
+
+    return _scene("slider_push", b, 1e-3, 800, 2,
+                  "A 1 kg sphere on a horizontal slider, PD-driven (300 N/m, 30 N·s/m, effort limit 40 N) "
+                  "towards a target past its upper limit, strikes a 0.5 kg ball resting on the ground and "
+                  "stops on the limit; the ball slides, then rolls (contact, a limit and a drive at once).",
+                  num_worlds, control)
+
+
 # The unit cube's 8 corners, half size 0.05 m: the convex mesh of mesh_rock.
 _MESH_CUBE = np.array([[x, y, z] for x in (-0.05, 0.05) for y in (-0.05, 0.05) for z in (-0.05, 0.05)])
 
@@ -568,6 +596,7 @@ _SCENES: dict[str, Callable[[int], LoadedScene]] = {
     "rope_box": _rope_box,
     "fourbar": _fourbar,
     "weld_drop": _weld_drop,
+    "slider_push": _slider_push,
     "humanoid": _humanoid,
     "humanoid3": _humanoid3,
     "mesh_quadruped": _mesh_quadruped,

@@ -5,6 +5,7 @@
     sap-record sphere_on_sphere --out recordings/         # a built-in scene, recorded by Drake (lagged)
     sap-record sphere_slide --approximation similar --out recordings/   # → recordings/sphere_slide_similar.json
     sap-record model.xml --engine mujoco --steps 500 --out recordings/
+    sap-record slider_push --approximation sap --set 'gravity=[0, 0, -7]' --name slider_push_g7 --out recordings/
 
 Drake (``--engine drake``, the default; ``pip install -e ".[drake]"``): the scene becomes a
 ``MultibodyPlant`` with SAP and point contact under the discrete contact approximation
@@ -21,6 +22,11 @@ The scene file carries the approximation (``plant.discrete_contact_approximation
 ``<scene>_lagged`` / ``<scene>_similar`` (``sap`` keeps the scene's name) and also holds each
 contact's Hunt–Crossley data (fₑ₀, vₙ₀, n₀, ε_s), computed here because pydrake exposes none of
 them, checked against the recorded impulses.
+``--set FIELD=VALUE`` (repeatable, built-in scenes) records the scene with one of its per-world
+parameters replaced (``sap_common.parameters.PARAMETER_FIELDS``: masses, inertias, joint gains,
+limits, materials, gravity; VALUE is JSON shaped like the model's field) under the name
+``--name``: recordings of one scene with different parameters, which ``sap-validate --batched``
+holds to Drake in one batched run (docs/validation.md § Recordings with other parameters).
 Recording twice gives identical files (byte for byte; with ``--timing`` the ``performance``
 block measures Drake's own speed and differs from run to run).
 
@@ -46,9 +52,9 @@ import numpy as np
 
 from sap_tools.cli import atomic_output, check_out_dir, entry_point, fail, load_scene_arg, parser
 
-__all__ = ["REFERENCE_DIR", "CHECK_RTOL", "RUN_DEPENDENT", "MUJOCO_INTEGRATORS", "MUJOCO_JUDGED_INTEGRATORS",
-           "record_drake", "record_mujoco", "mujoco_integrator", "explicit_damping_growth", "compare_recordings",
-           "write_json", "main"]
+__all__ = ["REFERENCE_DIR", "CHECK_RTOL", "parse_parameter_sets", "RUN_DEPENDENT", "MUJOCO_INTEGRATORS",
+           "MUJOCO_JUDGED_INTEGRATORS", "record_drake", "record_mujoco", "mujoco_integrator", "explicit_damping_growth",
+           "compare_recordings", "write_json", "main"]
 
 # The repository: this file is sap_tools/record/cli.py.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -81,21 +87,72 @@ def _repo_relative(path: str) -> str:
 DEFAULT_APPROXIMATION = "lagged"  # MultibodyPlantConfig's default discrete_contact_approximation
 
 
-def _spec(scene_arg: str, approximation: str | None = None) -> dict:
+def parse_parameter_sets(items, name: str | None) -> dict:
+    """``--set FIELD=VALUE`` items as ``{field: float64 array}``: FIELD one of the per-world
+    parameters (``sap_common.parameters.PARAMETER_FIELDS``), VALUE a JSON number or (nested) list
+    shaped like the model's field; ``--name`` (the recording's name) is required with them, so a
+    recording with other parameters never takes the scene's own name."""
+    from sap_common.parameters import check_name
+
+    fields = {}
+    for item in items or ():
+        field, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set: expected FIELD=VALUE (a JSON number or list), got {item!r}")
+        try:
+            check_name(field.strip())
+        except ValueError as e:
+            raise ValueError(f"--set: {e}") from None
+        try:
+            value = np.asarray(json.loads(text), dtype=np.float64)
+        except (json.JSONDecodeError, TypeError, ValueError):
+            raise ValueError(f"--set: {field.strip()}: {text!r} is not a JSON number or list of numbers") from None
+        if field.strip() in fields:
+            raise ValueError(f"--set: {field.strip()} given twice")
+        fields[field.strip()] = value
+    if fields and not name:
+        raise ValueError("--name: a recording with --set needs its own name (the scene's name is its own recording's)")
+    if name is not None and (not name or not all(c.isalnum() or c in "_-" for c in name)):
+        raise ValueError(f"--name: letters, digits, '_' and '-' only, got {name!r}")
+    return fields
+
+
+def _spec(scene_arg: str, approximation: str | None = None, parameters: dict | None = None,
+          name: str | None = None) -> dict:
     """The Drake scene specification of a scene argument: a Drake scene file as it is, a
     built-in scene converted (or refused); ``approximation`` (None: a file's own
     ``plant.discrete_contact_approximation``, else :data:`DEFAULT_APPROXIMATION`) sets the plant's
-    approximation and the recording's name."""
+    approximation and the recording's name. ``parameters`` (``{field: value}``, built-in scenes
+    only) replace the model's per-world parameters (``SapModel.replace``, validated as a model is);
+    ``name`` renames the recording."""
     from sap_tools.record.spec import with_approximation
 
-    spec = _scene_spec(scene_arg)
+    spec = _scene_spec(scene_arg, parameters or {}, name)
     if approximation is None and "discrete_contact_approximation" not in spec["plant"]:
         approximation = DEFAULT_APPROXIMATION
     return spec if approximation is None else with_approximation(spec, approximation)
 
 
-def _scene_spec(scene_arg: str) -> dict:
+def _scene_spec(scene_arg: str, parameters: dict, name: str | None) -> dict:
     from sap_tools.record.spec import scene_to_spec
+
+    if parameters or name:
+        if scene_arg.lower().endswith((".json", ".xml", ".urdf")):
+            raise ValueError(f"--set/--name: apply to built-in scenes; {scene_arg!r} is a file (edit the file instead)")
+        import dataclasses
+
+        scene = load_scene_arg(scene_arg, 1)
+        if parameters:
+            for field, value in parameters.items():
+                want = np.shape(getattr(scene.sap_model, field))
+                if value.shape != want:
+                    raise ValueError(f"--set: {field}: expected shape {want} (scene {scene.name!r}), got {value.shape}")
+            model = scene.sap_model.replace(**parameters)
+            changed = ", ".join(parameters)
+            scene = dataclasses.replace(scene, sap_model=model, state=model.state(),
+                                        description=f"{scene.description} Parameters other than the built-in "
+                                                    f"scene's: {changed}.")
+        return {**scene_to_spec(scene), "scene": name or scene.name}
 
     if scene_arg.lower().endswith(".json"):
         if not os.path.isfile(scene_arg):
@@ -115,14 +172,16 @@ def _scene_spec(scene_arg: str) -> dict:
 
 
 def record_drake(scene_arg: str, out_dir: str, *, steps=None, timing=False,
-                 approximation: str | None = None) -> tuple[str, str]:
+                 approximation: str | None = None, parameters: dict | None = None,
+                 name: str | None = None) -> tuple[str, str]:
     """Record a scene with Drake into ``out_dir`` under ``approximation`` (None: a Drake scene
-    file's own, else lagged); returns ``(json path, npz path)``."""
+    file's own, else lagged), with ``parameters`` replaced and the recording named ``name``
+    (:func:`_spec`); returns ``(json path, npz path)``."""
     from sap_tools.record.checks import SELF_CHECK_LIMIT, convention_self_checks, hunt_crossley_arrays, scene_checks
     from sap_tools.record.document import drake_document, index_entry, jsonable
     from sap_tools.record.drake import record
 
-    spec = _spec(scene_arg, approximation)
+    spec = _spec(scene_arg, approximation, parameters, name)
     ds, sim, perf = record(spec, num_steps=steps, with_timing=timing)
     name = spec.get("scene", "scene")
     json_path, npz_path = os.path.join(out_dir, f"{name}.json"), os.path.join(out_dir, f"{name}.npz")
@@ -358,6 +417,11 @@ def main(argv=None) -> int:
     p.add_argument("--approximation", default=None, choices=("lagged", "similar", "sap"),
                    help="Drake: the plant's discrete contact approximation (default: a Drake scene file's own, else "
                         "lagged, the plant's default); lagged/similar recordings are named <scene>_lagged/_similar")
+    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", dest="parameters",
+                   help="Drake, built-in scenes: replace a per-world parameter of the model (body_mass, gravity, "
+                        "shape_material_mu, joint_target_ke, ...; VALUE is JSON shaped like the field); repeatable; "
+                        "needs --name")
+    p.add_argument("--name", default=None, help="the recording's name (with --set; default: the scene's)")
     p.add_argument("--timing", action="store_true", help="Drake: also measure Drake's time per step (7 runs)")
     p.add_argument("--reference", action="store_true", help="Drake: every scene of tests/data/drake/index.json")
     p.add_argument("--check", action="store_true", help="with --reference: record into a temporary folder and compare "
@@ -374,6 +438,9 @@ def main(argv=None) -> int:
         if args.reference and args.approximation is not None:
             raise ValueError("--approximation: --reference re-records every committed scene under its own "
                              "approximation")
+        parameters = parse_parameter_sets(args.parameters, args.name)
+        if (parameters or args.name) and (args.engine != "drake" or args.reference or len(args.scenes) != 1):
+            raise ValueError("--set/--name: record one built-in scene with Drake (no --reference, no --engine mujoco)")
         if args.engine == "mujoco" and args.approximation is not None:
             raise ValueError("--approximation: a Drake setting; MuJoCo (--engine mujoco) has its own contact model")
         if not args.reference and not args.scenes:
@@ -386,20 +453,19 @@ def main(argv=None) -> int:
             if args.engine != "mujoco":
                 raise ValueError("--integrator: chooses MuJoCo's integrator; it needs --engine mujoco")
             mujoco_integrator(args.integrator, 0)
-        if args.engine == "drake":
+        scenes = _reference_scenes() if args.reference else args.scenes
+        if args.engine == "drake":  # refusals (and --set's model checks) before any simulation
+            specs = [_spec(s, args.approximation, parameters, args.name) for s in scenes]
+            del specs
             from sap_tools.record.drake import pydrake_available
 
             ok, why = pydrake_available()
             if not ok:
                 raise ValueError(f"--engine drake: {why}")
-        scenes = _reference_scenes() if args.reference else args.scenes
         out = args.out or (REFERENCE_DIR if args.reference and not args.check else ".")
         if args.check:
             out = tempfile.mkdtemp(prefix="sap-record-check-")
         check_out_dir("--out", out)
-        if args.engine == "drake":
-            specs = [_spec(s, args.approximation) for s in scenes]  # refusals before any simulation
-            del specs
     except ValueError as e:
         return fail("sap-record", e)
     results, ok = [], True
@@ -411,7 +477,8 @@ def main(argv=None) -> int:
                 results.append({"scene": s, "trajectory": path})
                 continue
             json_path, npz_path = record_drake(s, out, steps=args.steps, timing=args.timing,
-                                               approximation=args.approximation)
+                                               approximation=args.approximation, parameters=parameters,
+                                               name=args.name)
         except ValueError as e:
             return fail("sap-record", e)
         entry = {"scene": s, "json": json_path, "npz": npz_path}

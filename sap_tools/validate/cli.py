@@ -28,6 +28,11 @@ steps are reported. Exit status: 0 when every recording passes, 1 when one fails
 usage error. ``--json`` prints one JSON object as the last line, ``--junit FILE`` writes a JUnit
 XML report (one test case per recording, backend and mode).
 
+``--one-batch`` validates recordings of one scene with different parameters (``sap-record --set``)
+as the worlds of one batched run with one ``WorldParameters``: every world against its own
+recording with the bars above, every step one step of the whole batch
+(:mod:`sap_tools.validate.batch`).
+
 ``--ray [ADDRESS]`` runs each recording × backend as a task on a Ray cluster (or a local Ray
 instance) and gathers the reports in the local run's order: the same verdicts, numbers, text,
 JSON and JUnit as without it, only the wall-clock times differ (:mod:`sap_tools.fanout`).
@@ -649,6 +654,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--junit", default=None, metavar="FILE", help="write a JUnit XML report to FILE")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--one-batch", action="store_true",
+                   help="the recordings are one scene with different per-world parameters (sap-record --set): "
+                        "validate them as the worlds of one batched run with one WorldParameters")
     p.add_argument("--ray", nargs="?", const=RAY_LOCAL, default=None, metavar="ADDRESS",
                    help="run each recording × backend as a Ray task: on the cluster at ADDRESS, or (no address) "
                         "the one RAY_ADDRESS names, else a local Ray instance; needs pip install ray "
@@ -671,8 +679,20 @@ def main(argv=None) -> int:
         paths = expand(args.recordings)
         for path in paths:
             load_trajectory(path)  # every file readable before any work
+        if args.one_batch:
+            from sap_tools.validate.batch import load_batch
+
+            given = [f for f, on in (("--junit", args.junit), ("--ray", args.ray is not None),
+                                     ("--strict", args.strict),
+                                     ("--max-diagnoses", args.max_diagnoses != MAX_DIAGNOSES)) if on]
+            if given:
+                raise ValueError(f"{given[0]}: not with --one-batch (a step over the bar is reported, and "
+                                 "sap-validate <recording> diagnoses it alone)")
+            load_batch(paths, preset=args.preset, line_search=args.line_search)  # the same scene, before any step
     except ValueError as e:
         return fail("sap-validate", e)
+    if args.one_batch:
+        return _one_batch(paths, args, device)
     backends = ("ref", "gpu") if args.backend == "both" else (args.backend,)
     jobs = [(path, b) for path in paths for b in backends]
     options = dict(mode=args.mode, preset=args.preset, line_search=args.line_search, every=args.every,
@@ -699,6 +719,28 @@ def main(argv=None) -> int:
         text = junit_xml(reports)
         with atomic_output(args.junit) as tmp, open(tmp, "w") as f:
             f.write(text)
+    if args.json:
+        print(json.dumps({"verdict": "pass" if ok else "FAIL", "reports": reports}, default=_json_default))
+    return 0 if ok else 1
+
+
+def _one_batch(paths: list, args, device) -> int:
+    """``--one-batch``: one report per backend (:func:`sap_tools.validate.batch.validate_batch`)."""
+    from sap_tools.validate.batch import batch_text, validate_batch
+
+    reports = []
+    for b in (("ref", "gpu") if args.backend == "both" else (args.backend,)):
+        try:
+            r = validate_batch(paths, backend=b, mode=args.mode, device=device, preset=args.preset,
+                               line_search=args.line_search, every=args.every, steps=args.steps, epsilon=args.epsilon,
+                               quiet=args.quiet)
+        except ValueError as e:
+            return fail("sap-validate", e)
+        print(batch_text(r), flush=True)
+        reports.append(r)
+    ok = all(r["verdict"] == "pass" for r in reports)
+    print(f"sap-validate: {sum(r['verdict'] == 'pass' for r in reports)} of {len(reports)} batches passed → "
+          f"{'PASS' if ok else 'FAIL'}")
     if args.json:
         print(json.dumps({"verdict": "pass" if ok else "FAIL", "reports": reports}, default=_json_default))
     return 0 if ok else 1
