@@ -24,6 +24,10 @@
 #   written as OUT/ncu_<preset>.csv (the source page, per machine instruction: read it on any
 #   machine with sap-precompile humanoid --preset <preset> --newton-path fused --linear-solver
 #   cholesky --ncu-source OUT/ncu_<preset>.csv) and OUT/ncu_<preset>.txt (ncu's log and details page),
+#   then the per-world parameters on the GPU: sap-benchmark humanoid --num-worlds 8192 --preset approx32
+#   --randomize (OUT/randomize.{log,json}: each run plain and with per-world parameters, their ratio) and
+#   examples/domain_randomization.py --num-worlds 4096 (its resets under CUDA graph capture,
+#   OUT/domain_randomization.{log,json}), each under GPU_CHECK_EXTRA_SECONDS (120),
 #   then pytest --device cuda:0 -m "device and not slow"    (the tests of sap_gpu on the GPU)
 #   each under its own time limit (the benchmark first: its figures do not wait on the tests),
 #   and writes OUT/{env.txt, benchmark.log, benchmark.json, pytest.log, pytest.xml, summary.txt}.
@@ -58,8 +62,9 @@ read -r -a CHOLESKYS <<< "${GPU_CHECK_CHOLESKYS:-lanes}"
 read -r -a PYTEST_EXTRA <<< "${GPU_CHECK_PYTEST_ARGS:-}"
 read -r -a NCU_PRESETS <<< "${GPU_CHECK_NCU_PRESETS-approx32}"
 NCU_LIMIT="${GPU_CHECK_NCU_SECONDS:-120}"
+EXTRA_LIMIT="${GPU_CHECK_EXTRA_SECONDS:-120}"
 
-usage() { sed -n '2,44p' "$0" >&2; exit 2; }
+usage() { sed -n '2,48p' "$0" >&2; exit 2; }
 
 prepare() {
     local cache="$1"
@@ -84,10 +89,12 @@ run() {
     out="$(cd "$out" && pwd)"
     if [ -n "$cache" ]; then export WARP_CACHE_PATH="$(cd "$cache" && pwd)"; fi
     local nw=(1024 4096 8192) bench_extra=() pytest_args=(-m "device and not slow" "${TESTS[@]}")
+    local rand_nw=8192 dr_args=(--num-worlds 4096)
     if [ "$smoke" = "--smoke" ]; then
         DEVICE=cpu
         nw=(2)
         bench_extra=(--steps 2 --warmup 1 --structure-steps 1)
+        rand_nw=2 dr_args=(--num-worlds 2 --steps 20 --reset-every 5)
         [ -n "${GPU_CHECK_TESTS:-}" ] || pytest_args=(-m "device and not slow" tests/test_gpu_launch.py)
     elif [ -n "$smoke" ]; then
         usage
@@ -129,6 +136,14 @@ run() {
         done
     fi
     [ "$ncu_note" = "ncu:" ] && ncu_note="ncu: no profile (GPU_CHECK_NCU_PRESETS is empty)"
+    local te=$SECONDS
+    timeout "$EXTRA_LIMIT" "$PY" -m sap_tools.benchmark humanoid --num-worlds "$rand_nw" --preset approx32 --randomize \
+        --device "$DEVICE" "${cuda_output[@]}" "${bench_extra[@]}" --out "$out/randomize.json" > "$out/randomize.log" 2>&1
+    local rand_rc=$? rand_s=$((SECONDS - te))
+    te=$SECONDS
+    timeout "$EXTRA_LIMIT" "$PY" examples/domain_randomization.py "${dr_args[@]}" --device "$DEVICE" \
+        --out "$out/domain_randomization.json" > "$out/domain_randomization.log" 2>&1
+    local dr_rc=$? dr_s=$((SECONDS - te))
     local t1=$SECONDS
     # SIGINT at the limit: pytest stops as on Ctrl-C and still writes its summary and pytest.xml.
     timeout -s INT -k 30 "$PYTEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" "${cuda_output[@]}" \
@@ -137,6 +152,7 @@ run() {
     {
         echo "benchmark: exit $bench_rc in $bench_s s (limit $BENCH_LIMIT s)"
         echo "$ncu_note"
+        echo "randomize: exit $rand_rc in $rand_s s; domain_randomization.py: exit $dr_rc in $dr_s s (limit $EXTRA_LIMIT s each)"
         echo "pytest: exit $pytest_rc in $((t2 - t1)) s (limit $PYTEST_LIMIT s): $(tail -n 1 "$out/pytest.log")"
     } | tee "$out/summary.txt"
     [ "$pytest_rc" = 0 ] && [ "$bench_rc" = 0 ]

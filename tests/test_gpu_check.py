@@ -1,7 +1,7 @@
 """scripts/gpu_check.sh, the prepared GPU check, run on the CPU as far as a CPU can run it.
 
-``run --smoke`` takes the GPU run's two steps (the device tests, the humanoid benchmark against
-MuJoCo Warp) on the CPU device at tiny sizes and must leave every file of its folder; ``prepare``
+``run --smoke`` takes the GPU run's steps (the humanoid benchmark against MuJoCo Warp, the
+per-world-parameter benchmark and example, the device tests) on the CPU device at tiny sizes and must leave every file of its folder; ``prepare``
 (all CPU work: NVRTC for sm_90 and the device tests on the CPU) must fill a kernel cache with the
 humanoid step's sm_90 files. Both are slow; the usage check is not.
 """
@@ -36,7 +36,8 @@ def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     out = tmp_path / "out"
     assert {p.name for p in out.iterdir()} == {"env.txt", "pytest.log", "pytest.xml", "benchmark.log",
-                                               "benchmark.json", "summary.txt"}
+                                               "benchmark.json", "summary.txt", "randomize.log", "randomize.json",
+                                               "domain_randomization.log", "domain_randomization.json"}
     result = json.loads((out / "benchmark.json").read_text())
     assert {r["backend"] for r in result["runs"]} == {"sap_gpu", "mujoco_warp"}
     # the default sweep: each preset with each line search (the default, exact_root, and
@@ -50,6 +51,9 @@ def test_the_smoke_run_leaves_every_file_of_a_gpu_run(tmp_path):
         (p, ls) for p in ("approx32", "drake") for ls in ("exact_root", "monotone_decay")}
     summary = (out / "summary.txt").read_text()
     assert "pytest: exit 0" in summary and "ncu: no profile (CPU device)" in summary
+    assert "randomize: exit 0" in summary and "domain_randomization.py: exit 0" in summary
+    randomized = json.loads((out / "randomize.json").read_text())
+    assert any(r["label"].endswith("/randomized") for r in randomized["runs"])
 
 
 @pytest.mark.slow
