@@ -189,8 +189,9 @@ def test_comparison_tolerates_only_run_fields_and_round_off_in_summaries(copy_of
 @needs_pydrake
 @pytest.mark.parametrize("path", DRAKE_ANCHORS, ids=lambda p: p.stem)
 def test_sap_record_regenerates_every_committed_scene(tmp_path, path):
-    """Arrays identical (the recorder's derived ones within CHECK_RTOL); JSON identical except the run's own fields (generator, paths, versions,
-    timing) and recomputed summaries within CHECK_RTOL·max(1, |x|) (measured ≤ 1.1e-15·max(1, |x|))."""
+    """Arrays identical (the recorder's derived ones within CHECK_RTOL); JSON identical except the
+    run's own fields (generator, paths, versions, timing) and recomputed summaries within
+    CHECK_RTOL·max(1, |x|) (measured ≤ 1.1e-15·max(1, |x|))."""
     from sap_tools.record.cli import record_drake
 
     json_path, npz_path = record_drake(str(path), str(tmp_path))
