@@ -1,7 +1,7 @@
-"""Per-world parameters held to Drake: recordings of one scene with different parameters
-(``sap-record --set``) pass as the worlds of ONE batched run with one ``WorldParameters``, on both
-backends, with the one-step bar of a single recording (docs/validation.md § Recordings with other
-parameters); the parameters matter (the batch with one world's parameters everywhere fails); and
+"""Per-world parameters held to Drake (docs/validation.md § Recordings with other parameters):
+recordings of one scene with different parameters (``sap-record --set``) pass as the worlds of ONE
+batched run with one ``WorldParameters``, on both backends, with the one-step bar of a single
+recording; the parameters matter (the batch with one world's parameters everywhere fails); and
 ``sap-record --set`` / ``sap-validate --one-batch`` refuse what they cannot do with one line.
 """
 
