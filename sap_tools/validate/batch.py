@@ -32,6 +32,7 @@ from sap_common.parameters import PARAMETER_FIELDS
 from sap_common.state import StepStatus
 from sap_tools.cli import scene_solver_kwargs
 from sap_tools.validate.backends import RefBackend
+from sap_tools.validate.modes import ROLLOUT_EPSILON, rollout, world_context
 
 __all__ = ["ParameterBatch", "load_batch", "batch_one_step", "batch_rollout", "validate_batch"]
 
@@ -42,7 +43,7 @@ class ParameterBatch:
 
     Attributes:
         paths: the recordings, world k = ``paths[k]``.
-        contexts: each world's :class:`~sap_tools.validate.cli.Context` (its scene, rows and bars;
+        contexts: each world's :class:`~sap_tools.validate.modes.Context` (its scene, rows and bars;
             its backend is sap_ref on that world alone, which rollout mode uses for the envelope).
         model: the batched model (the first recording's, ``len(paths)`` worlds).
         values: ``{field: (W, *shape) float64}`` of every per-world parameter where the recordings
@@ -72,8 +73,6 @@ def _same(a, b) -> bool:
 def load_batch(paths, *, preset=None, line_search=None) -> ParameterBatch:
     """The :class:`ParameterBatch` of ``paths``; ``ValueError`` naming the recording and the field
     when a recording is not the same scene as the first up to per-world parameters."""
-    from sap_tools.validate.cli import _world_context
-
     paths = [os.fspath(p) for p in paths]
     if len(paths) < 2:
         raise ValueError(f"--one-batch: give at least two recordings of one scene, got {len(paths)}")
@@ -114,7 +113,7 @@ def load_batch(paths, *, preset=None, line_search=None) -> ParameterBatch:
     control.joint_f_order = orders.pop()
     for f in ("joint_target_pos", "joint_target_vel", "joint_act", "joint_f"):
         getattr(control, f)[:] = np.concatenate([getattr(s.control, f) for s in scenes])
-    contexts = [_world_context(t, s, None, None) for t, s in zip(trajs, scenes)]
+    contexts = [world_context(t, s, None, None) for t, s in zip(trajs, scenes)]
     return ParameterBatch(paths, contexts, model, values, control, kwargs, settings)
 
 
@@ -215,9 +214,7 @@ class _Recorded:
 def batch_rollout(batch: ParameterBatch, backend="ref", device="cpu", steps=None, epsilon=None,
                   progress=None) -> list:
     """Rollout mode: one batched rollout from the recorded initial states; per world, the report of
-    :func:`sap_tools.validate.cli.rollout` against that world's recording and envelope."""
-    from sap_tools.validate.cli import ROLLOUT_EPSILON, rollout
-
+    :func:`sap_tools.validate.modes.rollout` against that world's recording and envelope."""
     run = _Batch(batch, backend, device)
     N = batch.contexts[0].traj.num_steps if steps is None else int(steps)
     state = run.state(np.stack([c.q_rows[0] for c in batch.contexts]), np.stack([c.v_rows[0] for c in batch.contexts]))
