@@ -1,9 +1,9 @@
 """scripts/gpu_check.sh, the prepared GPU check, run on the CPU as far as a CPU can run it.
 
 ``run --smoke`` takes the GPU run's steps (the humanoid benchmark against MuJoCo Warp, the
-per-world-parameter benchmark and example, the device tests) on the CPU device at tiny sizes and must leave every file of its folder; ``prepare``
-(all CPU work: NVRTC for sm_90 and the device tests on the CPU) must fill a kernel cache with the
-humanoid step's sm_90 files. Both are slow; the usage check is not.
+per-world-parameter benchmark and example, the device tests) on the CPU device at tiny sizes and
+must leave every file of its folder; ``prepare`` (all CPU work: NVRTC for sm_90 and the device
+tests on the CPU) must fill a kernel cache with the humanoid step's sm_90 files. Both are slow; the usage check is not.
 """
 
 import json
