@@ -82,6 +82,8 @@ from sap_common.parameters import PARAMETER_FIELDS
 __all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
            "to_sap_model"]
 
+wp.set_module_options({"enable_backward": False})
+
 CONTACT_MATERIALS = ("newton", "sap")
 JOINT_LIMIT_MODELS = ("newton", "drake")
 
@@ -125,6 +127,9 @@ class WorldGroup:
         body_index: Newton body index of each template body, per world, (Wg, B).
         coord_index: Newton ``joint_q`` index of each template coordinate, (Wg, nq).
         dof_index: Newton ``joint_qd``/``joint_f`` index of each template DOF, (Wg, nv).
+        param_index: Newton DOF whose parameters (armature, damping, gains, limits) each template
+            DOF holds, (Wg, nv): ``dof_index`` but for FREE joints, whose parameters SAP keeps in
+            its own ``[ω, v]`` order.
         target_q_index: Newton ``joint_target_q`` index feeding each DOF's drive position
             target, −1 where the DOF has no position drive (target 0), (Wg, nv).
         target_qd_index: Newton ``joint_target_qd`` index feeding each DOF's drive velocity
@@ -140,6 +145,7 @@ class WorldGroup:
     body_index: np.ndarray
     coord_index: np.ndarray
     dof_index: np.ndarray
+    param_index: np.ndarray
     target_q_index: np.ndarray
     target_qd_index: np.ndarray
     shape_index: np.ndarray
@@ -671,7 +677,8 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         gravity=g[w] if len(g) > w else g[0],
     )
     kwargs.update(_constraints(model, n, joints, loops, body_local, bodies, equalities))
-    maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, target_q_index=dofs["pos_target"][dof],
+    maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, param_index=param,
+                target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
 
@@ -822,8 +829,8 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
         groups.append(WorldGroup(
             sap_model=sap_model, worlds=np.array([w for w, _, _ in members], np.int32),
             body_index=stack("body_index"), coord_index=stack("coord_index"), dof_index=stack("dof_index"),
-            target_q_index=stack("target_q_index"), target_qd_index=stack("target_qd_index"),
-            shape_index=stack("shape_index"), parameters=parameters))
+            param_index=stack("param_index"), target_q_index=stack("target_q_index"),
+            target_qd_index=stack("target_qd_index"), shape_index=stack("shape_index"), parameters=parameters))
     lines = notes.lines()
     for line in lines:
         warnings.warn(f"sap_newton: {line}", stacklevel=3)
@@ -837,3 +844,285 @@ def to_sap_model(model, **kwargs) -> SapModel:
     ``ValueError`` if the worlds differ (use :func:`convert_model` and its groups then).
     """
     return convert_model(model, **kwargs).sap_model
+
+
+# ------------------------------------------------------------------ the same conversion on the device
+#
+# SolverSAP.notify_model_changed re-derives the per-world parameters of a group from the Newton
+# model's device arrays with the kernels below. Each applies to one (world, element) the operations
+# the host tables above apply (_world_template, _shape_table, _dof_table): float32 widened to float64,
+# ±MAXVAL to ±inf, gains by drive mode, τ_d = max(kd, 0)/ke, the inertia symmetrized as SapModel
+# stores it. No other arithmetic, so a value converted here is the host's, bit for bit. Where a
+# value would change what the host conversion builds beyond the values (which limits, drives and
+# masses exist, which velocity targets feed a drive, the geometry), a kernel sets ``rebuild[0] = 1``.
+
+_MODE_POSITION = wp.constant(int(_MODE.POSITION))
+_MODE_VELOCITY = wp.constant(int(_MODE.VELOCITY))
+_MODE_POSITION_VELOCITY = wp.constant(int(_MODE.POSITION_VELOCITY))
+# The bits of a DOF's pattern (ParameterGather): what of its values must stay as it was built.
+_LOWER, _UPPER, _LIMIT_KE, _TARGET_KE, _TARGET_KD, _VELOCITY_TARGET = (wp.constant(1 << k) for k in range(6))
+_AXIS_TYPES = (int(JointType.PRISMATIC), int(JointType.REVOLUTE), int(JointType.D6))
+
+
+@wp.kernel
+def _gather_bodies(index: wp.array2d(dtype=int), mass_in: wp.array(dtype=wp.float32),
+                   com_in: wp.array(dtype=wp.vec3f), inertia_in: wp.array(dtype=wp.mat33f),
+                   massive: wp.array(dtype=int), mass: wp.array2d(dtype=wp.float64),
+                   com: wp.array2d(dtype=wp.vec3d), inertia: wp.array2d(dtype=wp.mat33d),
+                   rebuild: wp.array(dtype=wp.int32)):
+    """Mass, COM and inertia (symmetrized, (I + Iᵀ)/2, as SapModel and WorldParameters store it);
+    a body that gains or loses its mass changes the model's pattern (_PATTERN)."""
+    w, b = wp.tid()
+    k = index[w, b]
+    m = wp.float64(mass_in[k])
+    I = wp.mat33d(inertia_in[k])
+    mass[w, b] = m
+    com[w, b] = wp.vec3d(com_in[k])
+    inertia[w, b] = wp.float64(0.5) * (I + wp.transpose(I))
+    if (m > wp.float64(0.0)) != (massive[b] != 0):
+        rebuild[0] = 1
+
+
+@wp.func
+def _at_most(x: wp.float32, maxval: wp.float64) -> wp.float64:
+    """An upper bound or effort limit in float64, inf at or above MAXVAL (_dof_table)."""
+    v = wp.float64(x)
+    if v >= maxval:
+        v = wp.float64(wp.inf)
+    return v
+
+
+@wp.func
+def _at_least(x: wp.float32, maxval: wp.float64) -> wp.float64:
+    """A lower bound in float64, −inf at or below −MAXVAL (_dof_table)."""
+    v = wp.float64(x)
+    if v <= -maxval:
+        v = -wp.float64(wp.inf)
+    return v
+
+
+@wp.kernel
+def _gather_dofs(index: wp.array2d(dtype=int), axis: wp.array(dtype=int), pattern: wp.array2d(dtype=int),
+                 armature_in: wp.array(dtype=wp.float32), damping_in: wp.array(dtype=wp.float32),
+                 target_ke_in: wp.array(dtype=wp.float32), target_kd_in: wp.array(dtype=wp.float32),
+                 mode_in: wp.array(dtype=wp.int32), effort_in: wp.array(dtype=wp.float32),
+                 lower_in: wp.array(dtype=wp.float32), upper_in: wp.array(dtype=wp.float32),
+                 limit_ke_in: wp.array(dtype=wp.float32), limit_kd_in: wp.array(dtype=wp.float32),
+                 newton_limits: int, drake_ke: wp.float64, drake_kd: wp.float64, maxval: wp.float64,
+                 armature: wp.array2d(dtype=wp.float64), damping: wp.array2d(dtype=wp.float64),
+                 target_ke: wp.array2d(dtype=wp.float64), target_kd: wp.array2d(dtype=wp.float64),
+                 effort: wp.array2d(dtype=wp.float64), lower: wp.array2d(dtype=wp.float64),
+                 upper: wp.array2d(dtype=wp.float64), limit_ke: wp.array2d(dtype=wp.float64),
+                 limit_kd: wp.array2d(dtype=wp.float64), rebuild: wp.array(dtype=wp.int32)):
+    """One template DOF of one world from Newton DOF ``index[w, i]`` (_dof_table): gains by drive
+    mode, none of drives, limits and clamps on BALL/FREE DOFs. Its pattern — finite bounds, a limit
+    stiffness, each gain > 0 and whether a velocity target feeds the drive — must be the build's."""
+    w, i = wp.tid()
+    k = index[w, i]
+    zero = wp.float64(0.0)
+    inf = wp.float64(wp.inf)
+    mode = mode_in[k]
+    ke = zero
+    if mode == _MODE_POSITION or mode == _MODE_POSITION_VELOCITY:
+        ke = wp.float64(target_ke_in[k])
+    kd = zero
+    if mode == _MODE_POSITION or mode == _MODE_VELOCITY or mode == _MODE_POSITION_VELOCITY:
+        kd = wp.float64(target_kd_in[k])
+    lo = _at_least(lower_in[k], maxval)
+    hi = _at_most(upper_in[k], maxval)
+    e = _at_most(effort_in[k], maxval)
+    lke = drake_ke
+    lkd = drake_kd
+    if newton_limits != 0:
+        lke = wp.float64(limit_ke_in[k])
+        lkd = wp.float64(limit_kd_in[k])
+    velocity_target = int(0)
+    if axis[i] != 0:
+        if (mode == _MODE_VELOCITY or mode == _MODE_POSITION_VELOCITY) and kd > zero:
+            velocity_target = _VELOCITY_TARGET
+    else:
+        ke = zero
+        kd = zero
+        lo = -inf
+        hi = inf
+        e = inf
+    armature[w, i] = wp.float64(armature_in[k])
+    damping[w, i] = wp.float64(damping_in[k])
+    target_ke[w, i] = ke
+    target_kd[w, i] = kd
+    effort[w, i] = e
+    lower[w, i] = lo
+    upper[w, i] = hi
+    limit_ke[w, i] = lke
+    limit_kd[w, i] = lkd
+    bits = velocity_target
+    if wp.isfinite(lo):
+        bits = bits | _LOWER
+    if wp.isfinite(hi):
+        bits = bits | _UPPER
+    if lke > zero:
+        bits = bits | _LIMIT_KE
+    if ke > zero:
+        bits = bits | _TARGET_KE
+    if kd > zero:
+        bits = bits | _TARGET_KD
+    if bits != pattern[w, i]:
+        rebuild[0] = 1
+
+
+@wp.kernel
+def _gather_shapes(index: wp.array2d(dtype=int), mu_in: wp.array(dtype=wp.float32),
+                   ke_in: wp.array(dtype=wp.float32), kd_in: wp.array(dtype=wp.float32),
+                   gap_in: wp.array(dtype=wp.float32), newton_material: int, mu: wp.array2d(dtype=wp.float64),
+                   ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
+                   margin: wp.array2d(dtype=wp.float64)):
+    """Friction, stiffness, τ_d = max(kd, 0)/ke (NaN, the solver's fallbacks, where ke ≤ 0 or with
+    contact_material="sap") and the detection margin (Newton's gap) of one template shape (_shape_table)."""
+    w, s = wp.tid()
+    k = index[w, s]
+    nan = wp.float64(wp.nan)
+    stiffness = nan
+    time_scale = nan
+    if newton_material != 0:
+        K = wp.float64(ke_in[k])
+        if K > wp.float64(0.0):
+            d = wp.float64(kd_in[k])
+            if not (d > wp.float64(0.0) or wp.isnan(d)):  # np.maximum(kd, 0): NaN stays, −0 and below → 0
+                d = wp.float64(0.0)
+            stiffness = K
+            time_scale = d / K
+    mu[w, s] = wp.float64(mu_in[k])
+    ke[w, s] = stiffness
+    tau[w, s] = time_scale
+    margin[w, s] = wp.float64(gap_in[k])
+
+
+@wp.kernel
+def _gather_gravity(index: wp.array(dtype=int), gravity_in: wp.array(dtype=wp.vec3f),
+                    gravity: wp.array(dtype=wp.vec3d)):
+    w = wp.tid()
+    gravity[w] = wp.vec3d(gravity_in[index[w]])
+
+
+@wp.func
+def _moved(a: wp.float32, b: wp.float32) -> bool:
+    return a != b and not (wp.isnan(a) and wp.isnan(b))
+
+
+@wp.kernel
+def _geometry_moved(shape_local: wp.array(dtype=int), X: wp.array(dtype=wp.transformf),
+                    X0: wp.array(dtype=wp.transformf), scale: wp.array(dtype=wp.vec3f),
+                    scale0: wp.array(dtype=wp.vec3f), margin: wp.array(dtype=wp.float32),
+                    margin0: wp.array(dtype=wp.float32), rebuild: wp.array(dtype=wp.int32)):
+    """A converted shape whose pose, size or surface margin (which inflates spheres and capsules and
+    moves planes) is not the one it was converted with."""
+    s = wp.tid()
+    if shape_local[s] < 0:
+        return
+    p = wp.transform_get_translation(X[s])
+    p0 = wp.transform_get_translation(X0[s])
+    q = wp.transform_get_rotation(X[s])
+    q0 = wp.transform_get_rotation(X0[s])
+    moved = _moved(margin[s], margin0[s])
+    for c in range(3):
+        if _moved(p[c], p0[c]) or _moved(scale[s][c], scale0[s][c]):
+            moved = True
+    for c in range(4):
+        if _moved(q[c], q0[c]):
+            moved = True
+    if moved:
+        rebuild[0] = 1
+
+
+class ShapeGeometry:
+    """The geometry of a Newton model's converted shapes as converted (device copies of
+    ``shape_transform``, ``shape_scale``, ``shape_margin``), to tell a change of materials from one of
+    geometry under ``ModelFlags.SHAPE_PROPERTIES``, which covers both."""
+
+    def __init__(self, model, shape_local: wp.array):
+        self.shape_local = shape_local
+        self._arrays = tuple(wp.clone(getattr(model, k), device=shape_local.device)
+                             for k in ("shape_transform", "shape_scale", "shape_margin"))
+
+    def moved(self, model, rebuild: wp.array) -> None:
+        """Launch: ``rebuild[0] = 1`` if a converted shape's geometry differs from the copies."""
+        n = self.shape_local.shape[0]
+        if n == 0:
+            return
+        X0, scale0, margin0 = self._arrays
+        wp.launch(_geometry_moved, dim=n, device=self.shape_local.device, inputs=[
+            self.shape_local, model.shape_transform, X0, model.shape_scale, scale0, model.shape_margin, margin0],
+            outputs=[rebuild])
+
+
+class ParameterGather:
+    """One group's per-world parameters re-derived from the Newton model's device arrays.
+
+    ``values`` holds them, field → ``(Wg, …)`` device array shaped as a per-world
+    ``sap_gpu.WorldParameters`` stores it (an empty axis keeps one element), filled by :meth:`gather`
+    for the families asked: ``"body"`` (:data:`sap_common.parameters.BODY_FIELDS`), ``"dof"``
+    (``DOF_FIELDS``), ``"shape"`` (the materials and margins Newton has: ``shape_material_hcd`` is
+    never Newton's) and ``"gravity"``. The group's maps and the build's pattern are uploaded once.
+    """
+
+    FAMILIES = {"body": ("body_mass", "body_com", "body_inertia"),
+                "dof": ("joint_armature", "joint_damping", "joint_target_ke", "joint_target_kd",
+                        "joint_effort_limit", "joint_limit_lower", "joint_limit_upper", "joint_limit_ke",
+                        "joint_limit_kd"),
+                "shape": ("shape_material_mu", "shape_material_ke", "shape_material_tau", "shape_margin"),
+                "gravity": ("gravity",)}
+
+    def __init__(self, group: WorldGroup, model, device, contact_material: str, joint_limits: str):
+        m, Wg = group.sap_model, len(group.worlds)
+        self.device = d = device
+        self.contact_material, self.joint_limits = contact_material, joint_limits
+        i32 = lambda a: wp.array(np.ascontiguousarray(a, np.int32), dtype=int, device=d)  # noqa: E731
+        pad = lambda a, n: np.zeros((Wg, 1), np.int32) if n == 0 else a  # noqa: E731
+        self.body_index = i32(pad(group.body_index, m.body_count))
+        self.param_index = i32(pad(group.param_index, m.joint_dof_count))
+        self.shape_index = i32(pad(group.shape_index, m.shape_count))
+        G = int(model.gravity.shape[0])
+        self.gravity_index = i32(np.where(group.worlds < G, group.worlds, 0))
+        self.massive = i32(m.body_mass > 0.0 if m.body_count else np.zeros(1))
+        axis = np.zeros(max(m.joint_dof_count, 1), np.int32)
+        for j in range(m.joint_count):
+            if int(m.joint_type[j]) in _AXIS_TYPES:
+                axis[int(m.joint_qd_start[j]):int(m.joint_qd_start[j + 1])] = 1
+        self.axis = i32(axis)
+        bits = (np.isfinite(m.joint_limit_lower) * _LOWER + np.isfinite(m.joint_limit_upper) * _UPPER
+                + (m.joint_limit_ke > 0.0) * _LIMIT_KE + (m.joint_target_ke > 0.0) * _TARGET_KE
+                + (m.joint_target_kd > 0.0) * _TARGET_KD)
+        pattern = bits[None, :] + (group.target_qd_index >= 0) * _VELOCITY_TARGET
+        self.pattern = i32(pad(pattern, m.joint_dof_count))
+        self.counts = {"body": m.body_count, "dof": m.joint_dof_count, "shape": m.shape_count, "gravity": 1}
+        dtype = {"body_com": wp.vec3d, "body_inertia": wp.mat33d, "gravity": wp.vec3d}
+        self.values = {}
+        for family, names in self.FAMILIES.items():
+            for name in names:
+                shape = (Wg,) if family == "gravity" else (Wg, max(self.counts[family], 1))
+                self.values[name] = wp.zeros(shape, dtype=dtype.get(name, wp.float64), device=d)
+
+    def gather(self, model, families, rebuild: wp.array) -> None:
+        """Launch: the fields of ``families`` from ``model`` (the Newton model) into :attr:`values`;
+        ``rebuild[0] = 1`` where the pattern of drives, limits and masses is no longer the build's."""
+        v, d = self.values, self.device
+        dim = lambda family: (self.body_index.shape[0], self.counts[family])  # noqa: E731
+        if "body" in families and self.counts["body"]:
+            wp.launch(_gather_bodies, dim=dim("body"), device=d, inputs=[
+                self.body_index, model.body_mass, model.body_com, model.body_inertia, self.massive],
+                outputs=[v["body_mass"], v["body_com"], v["body_inertia"], rebuild])
+        if "dof" in families and self.counts["dof"]:
+            wp.launch(_gather_dofs, dim=dim("dof"), device=d, inputs=[
+                self.param_index, self.axis, self.pattern, model.joint_armature, model.joint_damping,
+                model.joint_target_ke, model.joint_target_kd, model.joint_target_mode, model.joint_effort_limit,
+                model.joint_limit_lower, model.joint_limit_upper, model.joint_limit_ke, model.joint_limit_kd,
+                int(self.joint_limits == "newton"), wp.float64(DEFAULT_LIMIT_KE), wp.float64(DEFAULT_LIMIT_KD),
+                wp.float64(MAXVAL)], outputs=[*(v[k] for k in self.FAMILIES["dof"]), rebuild])
+        if "shape" in families and self.counts["shape"]:
+            wp.launch(_gather_shapes, dim=dim("shape"), device=d, inputs=[
+                self.shape_index, model.shape_material_mu, model.shape_material_ke, model.shape_material_kd,
+                model.shape_gap, int(self.contact_material == "newton")],
+                outputs=[*(v[k] for k in self.FAMILIES["shape"])])
+        if "gravity" in families:
+            wp.launch(_gather_gravity, dim=self.gravity_index.shape[0], device=d,
+                      inputs=[self.gravity_index, model.gravity], outputs=[v["gravity"]])

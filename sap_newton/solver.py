@@ -39,10 +39,11 @@ import warp as wp
 import sap_gpu
 from sap_common.config import SapConfig
 
-from .convert import convert_model
+from .convert import ParameterGather, ShapeGeometry, convert_model
 from .transfer import Transfer
 
-__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "MAX_RIGID_CONTACT_CAP", "CACHED_MODEL_FLAGS"]
+__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "MAX_RIGID_CONTACT_CAP", "CACHED_MODEL_FLAGS",
+           "PARAMETER_MODEL_FLAGS", "TOPOLOGY_MODEL_FLAGS"]
 
 wp.set_module_options({"enable_backward": False})
 
@@ -52,19 +53,31 @@ COLLISION_SOURCES = ("newton", "sap")
 # scenes that rest on many faces pass max_rigid_contact explicitly.
 MAX_RIGID_CONTACT_MIN = 8
 MAX_RIGID_CONTACT_CAP = 64
-# The model properties the SAP solvers cache (converted into SapModel templates at construction):
-# joints and their DOFs, body masses, inertias and flags, shapes and their materials, gravity, and
-# the constraints (mimic coefficients, which become couplers). A notify_model_changed with any of
-# these re-reads the model; the other categories (tendons and actuators, which the conversion
-# refuses or does not read) need no work.
-CACHED_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.JOINT_DOF_PROPERTIES
-                         | newton.ModelFlags.BODY_PROPERTIES | newton.ModelFlags.BODY_INERTIAL_PROPERTIES
-                         | newton.ModelFlags.SHAPE_PROPERTIES | newton.ModelFlags.MODEL_PROPERTIES
-                         | newton.ModelFlags.JOINT_DOF_FORCE_PROPERTIES
-                         | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES
-                         | newton.ModelFlags.JOINT_REFERENCE_POSE_PROPERTIES
-                         | newton.ModelFlags.SHAPE_TYPE_AND_SOURCE
-                         | newton.ModelFlags.CONSTRAINT_PROPERTIES)
+# The model properties the SAP solvers cache (converted into SapModel templates at construction).
+# Those that can only change values of the per-world parameters (sap_common.parameters): masses,
+# COMs and inertias; gains and drive modes, limits, effort limits, armature and damping; friction,
+# contact stiffness and damping, gaps (and the shapes' geometry, which SHAPE_PROPERTIES covers too and
+# notify_model_changed tells apart on the device); gravity. With per-world parameters a change of
+# these is copied into the solvers' arrays in place (SolverSAP.notify_model_changed).
+PARAMETER_MODEL_FLAGS = int(newton.ModelFlags.BODY_INERTIAL_PROPERTIES | newton.ModelFlags.JOINT_DOF_PROPERTIES
+                            | newton.ModelFlags.JOINT_DOF_FORCE_PROPERTIES
+                            | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES | newton.ModelFlags.SHAPE_PROPERTIES
+                            | newton.ModelFlags.MODEL_PROPERTIES)
+# Those that change what the templates are built from beyond those values: joints (frames, axes,
+# coordinates), body flags (a kinematic body is refused), reference poses, shape types and sources,
+# and the constraints (mimic coefficients, which become couplers): a change of these rebuilds.
+TOPOLOGY_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.BODY_PROPERTIES
+                           | newton.ModelFlags.JOINT_REFERENCE_POSE_PROPERTIES
+                           | newton.ModelFlags.SHAPE_TYPE_AND_SOURCE | newton.ModelFlags.CONSTRAINT_PROPERTIES)
+# Every category SAP caches; the others (tendons and actuators, which the conversion refuses or does
+# not read) need no work.
+CACHED_MODEL_FLAGS = PARAMETER_MODEL_FLAGS | TOPOLOGY_MODEL_FLAGS
+# The families of per-world fields (convert.ParameterGather.FAMILIES) each parameter category re-reads.
+_FAMILY_FLAGS = {"body": int(newton.ModelFlags.BODY_INERTIAL_PROPERTIES),
+                 "dof": int(newton.ModelFlags.JOINT_DOF_PROPERTIES | newton.ModelFlags.JOINT_DOF_FORCE_PROPERTIES
+                            | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES),
+                 "shape": int(newton.ModelFlags.SHAPE_PROPERTIES),
+                 "gravity": int(newton.ModelFlags.MODEL_PROPERTIES)}
 
 
 def _flag_bits(flags, kind, also: str = "") -> int:
@@ -178,6 +191,53 @@ def _body_qdd(body_index: wp.array2d(dtype=int), acc: wp.array2d(dtype=wp.spatia
     out[body_index[w, b]] = wp.spatial_vectorf(acc[w, b])
 
 
+@wp.func
+def _same(a: wp.float64, b: wp.float64) -> bool:
+    return a == b or (wp.isnan(a) and wp.isnan(b))  # NaN (an unset material) equals NaN, as np.array_equal's
+
+
+@wp.kernel
+def _differs_f64(values: wp.array2d(dtype=wp.float64), rebuild: wp.array(dtype=wp.int32)):
+    """``rebuild[0] = 1`` where a world's value is not world 0's."""
+    w, i = wp.tid()
+    if not _same(values[w, i], values[0, i]):
+        rebuild[0] = 1
+
+
+@wp.kernel
+def _differs_vec3(values: wp.array2d(dtype=wp.vec3d), rebuild: wp.array(dtype=wp.int32)):
+    w, i = wp.tid()
+    a = values[w, i]
+    b = values[0, i]
+    for c in range(3):
+        if not _same(a[c], b[c]):
+            rebuild[0] = 1
+
+
+@wp.kernel
+def _differs_mat33(values: wp.array2d(dtype=wp.mat33d), rebuild: wp.array(dtype=wp.int32)):
+    w, i = wp.tid()
+    a = values[w, i]
+    b = values[0, i]
+    for r in range(3):
+        for c in range(3):
+            if not _same(a[r, c], b[r, c]):
+                rebuild[0] = 1
+
+
+@wp.kernel
+def _differs_gravity(values: wp.array(dtype=wp.vec3d), rebuild: wp.array(dtype=wp.int32)):
+    w = wp.tid()
+    a = values[w]
+    b = values[0]
+    for c in range(3):
+        if not _same(a[c], b[c]):
+            rebuild[0] = 1
+
+
+_DIFFERS = {wp.float64: _differs_f64, wp.vec3d: _differs_vec3, wp.mat33d: _differs_mat33}
+
+
 class _ObservableKind(newton.solvers.SolverBase.ObservableKind):
     """Newton's observable names, and SAP's own."""
 
@@ -198,6 +258,134 @@ class _Observables(newton.solvers.SolverBase.Observables):
         dtype=wp.int32, frequency=newton.Model.AttributeFrequency.WORLD, kind=_ObservableKind.WORLD_STATUS)
 
 
+class _GroupUpdate:
+    """One group's side of an in-place parameter update: the re-derived values (``gather.values``),
+    a per-world ``sap_gpu.WorldParameters`` of the group's template that checks them (``candidate``:
+    its device rules, before anything the solvers read is written), and the parameters objects the
+    group's kernels read."""
+
+    def __init__(self, group, model, solver, pipeline, options):
+        d = model.device
+        self.gather = ParameterGather(group, model, d, options["contact_material"], options["joint_limits"])
+        self.params = solver.parameters  # per world, or the solver's shared one row
+        self.candidate = sap_gpu.WorldParameters(group.sap_model, device=d)
+        self.candidate.forbid_rigid = solver.config.discrete_contact_approximation != "sap"
+        # A collision pipeline of a group of equal worlds reads a shared instance of its own, whose
+        # pair materials and margins it combines once, when it is built (sap_gpu has no call that
+        # combines them again): a change of the shapes' values rebuilds there (_ParameterUpdate.apply);
+        # the other fields are written into its one row too, to keep it the group's values.
+        self.pipeline_params = pipeline.parameters if pipeline is not None and pipeline.parameters.shared else None
+
+
+class _ParameterUpdate:
+    """What :meth:`SolverSAP.notify_model_changed` needs to copy new parameter values into the built
+    solvers: the geometry the shapes were converted with (copied at the build), the one-entry device
+    flag that says a rebuild is needed instead, and per group a :class:`_GroupUpdate`."""
+
+    def __init__(self, solver):
+        model = solver.model
+        self.rebuild = wp.zeros(1, dtype=wp.int32, device=model.device)
+        self.geometry = ShapeGeometry(model, solver.transfer.shape_local)  # as converted: taken now
+        pipelines = solver.pipelines or [None] * len(solver.solvers)
+        self._parts = list(zip(solver.conversion.groups, solver.solvers, pipelines))
+        self._options = solver._options
+        self._groups = None  # made by the first in-place update: a solver never notified pays nothing
+
+    def apply(self, model, transfer, families) -> bool:
+        """Re-derive the fields of ``families`` from ``model`` and write them in place; False (nothing
+        written) when the change needs a rebuild. One host readback of the rebuild flag, and with
+        ``"body"`` of the new masses and inertias (their inverses are NumPy's, as a new solver's)."""
+        d, rebuild = model.device, self.rebuild
+        if "shape" in families and any(p is not None and p.parameters.shared for _, _, p in self._parts):
+            return False
+        if self._groups is None:
+            self._groups = [_GroupUpdate(group, model, s, p, self._options) for group, s, p in self._parts]
+        rebuild.zero_()
+        if "shape" in families:
+            self.geometry.moved(model, rebuild)
+        names = [n for f in families for n in ParameterGather.FAMILIES[f]]
+        for g, G in enumerate(self._groups):
+            G.gather.gather(model, families, rebuild)
+            values = G.gather.values
+            # Storage of one row for every world (a group built from equal worlds, or a table of the
+            # transfer kept once): the new values must be the same in every world, else a rebuild.
+            if G.params.shared:
+                uniform = names
+            else:
+                rows = transfer.table_rows(g)
+                uniform = [n for n in names if (n == "body_com" and rows["body_com"] == 1)
+                           or (n == "shape_margin" and rows["shape_margin"] == 1)
+                           or (n in ("shape_material_mu", "shape_material_ke", "shape_material_tau")
+                               and rows["materials"] == 1)]
+            for name in uniform:
+                a = values[name]
+                if name == "gravity":
+                    wp.launch(_differs_gravity, dim=a.shape[0], device=d, inputs=[a], outputs=[rebuild])
+                else:
+                    wp.launch(_DIFFERS[a.dtype], dim=a.shape, device=d, inputs=[a], outputs=[rebuild])
+            # The device rules of a WorldParameters device write, on the candidate: a world they
+            # refuse is rebuilt, which raises the conversion's ValueError naming the value and leaves
+            # the solver as it was. (The rules of one family read that family's fields only, and the
+            # candidate's others hold values that passed them.)
+            for name in names:
+                G.candidate.set(name, values[name])
+            wp.launch(_any, dim=G.candidate.num_worlds, device=d, inputs=[G.candidate.invalid], outputs=[rebuild])
+        if rebuild.numpy()[0]:
+            return False
+        for g, G in enumerate(self._groups):
+            values, inverse = G.gather.values, None
+            if "body" in families:
+                B = G.params.model.body_count
+                inverse = _inverse_inertia(values["body_mass"].numpy()[:, :B], values["body_inertia"].numpy()[:, :B],
+                                           values["body_inertia"].shape, d)
+            if G.params.shared:
+                for params in (G.params, G.pipeline_params):
+                    if params is not None:
+                        _write_shared(params, values, names, inverse)
+            else:  # WorldParameters' device write (and its check: every world valid), then NumPy's inverses
+                for name in names:
+                    G.params.set(name, values[name])
+                if inverse is not None:
+                    wp.copy(G.params.array("body_inertia_inv"), inverse)
+            shape = "shape" in families
+            transfer.update_parameters(
+                g, body_com=values["body_com"] if "body" in families else None,
+                shape_margin=values["shape_margin"] if shape else None,
+                materials=(values["shape_material_mu"], values["shape_material_ke"], values["shape_material_tau"],
+                           G.params.array("shape_material_hcd")) if shape else None)
+        return True
+
+
+def _inverse_inertia(mass: np.ndarray, inertia: np.ndarray, shape, device) -> wp.array:
+    """Each body's inverse inertia, zero for a massless body, from (Wg, B) masses and inertias, as a
+    (Wg, …) device array of ``shape``: NumPy's, as every ``sap_gpu.WorldParameters`` built from host
+    values holds them (a batched ``np.linalg.inv`` solves each matrix as a single call does; Warp's
+    3×3 inverse differs from it in the last bits)."""
+    out = np.zeros((*shape, 3, 3))
+    massive = mass > 0.0
+    if np.any(massive):
+        out[:, :mass.shape[1]][massive] = np.linalg.inv(inertia[massive])
+    return wp.array(out, dtype=wp.mat33d, device=device)
+
+
+def _write_shared(params, values: dict, names, inverse) -> None:
+    """Device copies of world 0's new values into the one row every world of a shared
+    ``sap_gpu.WorldParameters`` reads (behind :meth:`~sap_gpu.WorldParameters.array`'s
+    world-stride-0 views), in place. Such an instance stands for its template's values and takes no
+    ``set``; sap_newton's template values are read nowhere else in the step, so the row the kernels
+    read is the group's values (checked equal in every world by the caller)."""
+    for name in names:
+        wp.copy(_row(params.array(name)), values[name][:1])
+    if inverse is not None:
+        wp.copy(_row(params.array("body_inertia_inv")), inverse[:1])
+
+
+def _row(view: wp.array) -> wp.array:
+    """The one row behind a world-stride-0 view ``(num_worlds, …)``, as a ``(1, …)`` array."""
+    inner = view.strides[1:]
+    row = int(np.prod(view.shape[1:], dtype=np.int64)) * wp.types.type_size_in_bytes(view.dtype)
+    return wp.array(ptr=view.ptr, shape=(1, *view.shape[1:]), strides=(row, *inner), dtype=view.dtype,
+                    device=view.device)
 
 
 class SolverSAP(newton.solvers.SolverBase):
@@ -213,7 +401,8 @@ class SolverSAP(newton.solvers.SolverBase):
         contact_material, joint_limits, skip_unsupported_shapes, per_world_parameters: model
             conversion options (:func:`sap_newton.convert_model`). With ``per_world_parameters``
             (default) worlds that differ only in masses, gains, limits, friction or gravity run in
-            one SAP solver that reads them per world (``sap_gpu.WorldParameters``).
+            one SAP solver that reads them per world (``sap_gpu.WorldParameters``), and
+            :meth:`notify_model_changed` copies a change of those values in place.
         **overrides: any :class:`~sap_common.config.SapConfig` knob (line search, tolerances, …).
 
     After :meth:`step`, :meth:`diagnostics` gives per-world status bits (``StepStatus``),
@@ -297,6 +486,8 @@ class SolverSAP(newton.solvers.SolverBase):
         self._group_masks = [wp.zeros(g.sap_model.num_worlds, dtype=wp.bool, device=d) for g in conv.groups]
         self._contacts_used = False
         self._model_control = model.control(clone_variables=False)
+        # notify_model_changed's in-place path (per-world parameters only): its arrays, made here.
+        self._update = _ParameterUpdate(self) if o["per_world_parameters"] else None
         self._publish_status()
 
     # ------------------------------------------------------------------ Newton interface
@@ -469,15 +660,53 @@ class SolverSAP(newton.solvers.SolverBase):
     def notify_model_changed(self, flags) -> None:
         """Re-read the Newton model after a change of the categories in ``flags`` (``newton.ModelFlags``).
 
-        A flag of :data:`CACHED_MODEL_FLAGS` (joints, DOF properties, bodies, shapes, gravity,
-        constraints)
-        rebuilds the SAP solvers from the model (host work, allocates: graphs captured before must
-        be captured again); the other categories need no work. :attr:`world_status`,
-        :attr:`world_failed`, :attr:`any_failed` and observable containers stay valid. ``ValueError``
-        for flags that are not an int >= 0.
+        * **Parameter categories** (:data:`PARAMETER_MODEL_FLAGS`): ``BODY_INERTIAL_PROPERTIES``
+          (masses, COMs, inertias), ``JOINT_DOF_PROPERTIES``, ``JOINT_DOF_FORCE_PROPERTIES`` and
+          ``JOINT_DOF_INERTIAL_PROPERTIES`` (gains and drive modes, limits and their stiffness and
+          damping, effort limits, armature, damping), ``SHAPE_PROPERTIES`` (friction, stiffness ke
+          and damping kd, gap) and ``MODEL_PROPERTIES`` (gravity). With ``per_world_parameters``
+          (default) they are copied in place: kernels re-derive each group's per-world parameters
+          from the model's device arrays with the conversion's operations, and device copies write
+          them into the arrays the solvers read (the group's ``sap_gpu.WorldParameters``, or the
+          one row of a group whose worlds are equal), with what derives from them (inverse
+          inertias, the pair materials of Newton's contacts, margins, COMs). No solver, state or
+          array is replaced, so graphs captured before stay valid and replay with the new values,
+          and the per-world statistics carry on. The values are a new ``SolverSAP``'s of the
+          changed model, bit for bit.
+        * A parameter change that is more than new values **rebuilds** instead: a drive, limit or
+          mass that appears or disappears (which rows exist is the template's), a drive mode that
+          adds or drops a velocity target, a shape whose pose, scale or surface margin changed
+          (``SHAPE_PROPERTIES`` covers geometry too), worlds that now differ where the solver keeps
+          one row for all (a group built from equal worlds; its COMs, margins or materials), a
+          ``SHAPE_PROPERTIES`` change with ``collision="sap"`` while a group of equal worlds has a
+          pipeline (which combines their pair materials once, when it is built), or a value the
+          device check of a ``WorldParameters`` device write refuses (the rebuild then raises the
+          conversion's ``ValueError`` naming it, and the solver is left as it was).
+        * **Topology and geometry categories** (:data:`TOPOLOGY_MODEL_FLAGS`: joints, body flags,
+          reference poses, shape types and sources, constraints), and any category of
+          :data:`CACHED_MODEL_FLAGS` with ``per_world_parameters=False``, rebuild the SAP solvers
+          from the model (host work, allocates: graphs captured before must be captured again,
+          and the per-world statistics restart). The other categories need no work.
+
+        Host cost of the in-place path: a handful of launches and one readback of a device flag
+        (whether a rebuild is needed), plus with ``BODY_INERTIAL_PROPERTIES`` a readback of the new
+        masses and inertias, whose inverses are computed by NumPy as a new solver's are (Warp's 3×3
+        inverse differs in the last bits). So a notify synchronizes with the device: call it
+        between steps, not inside a captured graph. It checks the device rules only: the host
+        checks of a build (an inertia's triangle inequality, the mass-matrix check) are not
+        repeated. :attr:`conversion` keeps describing the last build (its templates, ``parameters``
+        and notes of dropped features are those of then). :attr:`world_status`, :attr:`world_failed`,
+        :attr:`any_failed` and observable containers stay valid either way. ``ValueError`` for flags
+        that are not an int >= 0.
         """
         flags = _flag_bits(flags, newton.ModelFlags)
-        if flags & CACHED_MODEL_FLAGS:
+        if not flags & CACHED_MODEL_FLAGS:
+            return
+        if flags & TOPOLOGY_MODEL_FLAGS or self._update is None:
+            self._build()
+            return
+        families = [f for f, bits in _FAMILY_FLAGS.items() if flags & bits]
+        if not self._update.apply(self.model, self.transfer, families):
             self._build()
 
     # ------------------------------------------------------------------ diagnostics

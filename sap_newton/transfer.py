@@ -24,8 +24,9 @@ objects, which write ``joint_f``; Newton's solvers do not read it either.
 Newton contacts: the witness points are Newton's body-frame support points plus their surface
 offsets, moved to world by the SAP poses of ``joint_q``; φ₀ = n̂·(x₁ − x₀); materials are
 combined per shape pair with :func:`sap_common.collision_rules.combine_materials` and
-:func:`~sap_common.collision_rules.combine_hc_dissipation` (Newton's
-per-contact properties are not used); point contacts, so ``area`` is 0. Each slot is written
+:func:`~sap_common.collision_rules.combine_hc_dissipation` into per-world tables, on the device,
+by one kernel that also refreshes them after a parameter change (Newton's per-contact properties
+are not used); point contacts, so ``area`` is 0. Each slot is written
 through sap_gpu's contact-record helpers (``write_contact_point``, ``write_contact_pair``). A
 world with more contacts than slots keeps an arbitrary subset (Warp's atomic order), counts the
 rest in ``overflow`` and is flagged ``CONTACT_OVERFLOW`` by the solver: size
@@ -179,6 +180,60 @@ def _clamp_counts(capacity: int, count: wp.array(dtype=int)):
     count[world] = wp.min(count[world], capacity)
 
 
+@wp.func
+def _or_fallback(x: wp.float64, fallback: wp.float64):
+    if wp.isnan(x):
+        return fallback
+    return x
+
+
+@wp.kernel
+def _pair_tables(mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
+                 tau: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64), fallback_mu: wp.float64,
+                 fallback_ke: wp.float64, fallback_tau: wp.float64, fallback_hcd: wp.float64,
+                 pair_mu: wp.array3d(dtype=wp.float64), pair_ke: wp.array3d(dtype=wp.float64),
+                 pair_ke0: wp.array3d(dtype=wp.float64), pair_ke1: wp.array3d(dtype=wp.float64),
+                 pair_tau: wp.array3d(dtype=wp.float64), pair_hcd: wp.array3d(dtype=wp.float64)):
+    """The combined materials of the ordered shape pair (a, b) of world w from the shapes' values
+    with the fallbacks: sap_common.collision_rules.combine_materials and combine_hc_dissipation, in
+    their operations. This one kernel builds the tables and refreshes them
+    (SolverSAP.notify_model_changed), so a refreshed table is a new solver's, bit for bit."""
+    w, a, b = wp.tid()
+    zero = wp.float64(0.0)
+    mu0 = _or_fallback(mu[w, a], fallback_mu)
+    mu1 = _or_fallback(mu[w, b], fallback_mu)
+    k0 = _or_fallback(ke[w, a], fallback_ke)
+    k1 = _or_fallback(ke[w, b], fallback_ke)
+    d0 = _or_fallback(hcd[w, a], fallback_hcd)
+    d1 = _or_fallback(hcd[w, b], fallback_hcd)
+    m = zero
+    if mu0 + mu1 != zero:
+        m = wp.float64(2.0) * mu0 * mu1 / (mu0 + mu1)
+    k = zero
+    if wp.isinf(k0) or wp.isinf(k1):
+        k = k0
+        if wp.isinf(k0):
+            k = k1
+    elif k0 + k1 != zero:
+        k = k0 * k1 / (k0 + k1)
+    d = zero
+    if wp.isinf(k0) and wp.isinf(k1):
+        d = wp.float64(0.5) * (d0 + d1)
+    elif wp.isinf(k0):
+        d = d1
+    elif wp.isinf(k1):
+        d = d0
+    elif k0 + k1 != zero:
+        denom = k0 + k1
+        d = (k1 / denom) * d0 + (k0 / denom) * d1
+    pair_mu[w, a, b] = m
+    pair_ke[w, a, b] = k
+    pair_ke0[w, a, b] = k0
+    pair_ke1[w, a, b] = k1
+    pair_tau[w, a, b] = _or_fallback(tau[w, a], fallback_tau) + _or_fallback(tau[w, b], fallback_tau)
+    pair_hcd[w, a, b] = d
+
+
 # ---------------------------------------------------------------------------------- launchers
 
 
@@ -194,7 +249,8 @@ def _check(name: str, a, length: int, dtype, device) -> None:
 
 
 class _GroupMaps:
-    """One group's index maps on the device."""
+    """One group's index maps on the device, and its per-world margins and COMs: ``(Wg, …)`` arrays,
+    or one row every world reads (a world-stride-0 view of ``rows[name]``) where the worlds agree."""
 
     def __init__(self, group, device):
         i32 = lambda a: wp.array(np.ascontiguousarray(a, np.int32), dtype=int, device=device)  # noqa: E731
@@ -204,9 +260,15 @@ class _GroupMaps:
         m = group.sap_model
         self.shape_body = i32(m.shape_body if m.shape_count else np.zeros(1))
         margin = world_values(group, "shape_margin")
-        self.shape_margin = _per_world(margin if m.shape_count else np.zeros((margin.shape[0], 1)), wp.float64,
-                                       m.num_worlds, device)
-        self.body_com = _per_world(world_values(group, "body_com"), wp.vec3d, m.num_worlds, device)
+        self.rows = {}  # name -> the stored (rows, …) array behind the (num_worlds, …) one
+        self.shape_margin = self._keep("shape_margin", margin if m.shape_count else np.zeros((margin.shape[0], 1)),
+                                       wp.float64, m.num_worlds, device)
+        self.body_com = self._keep("body_com", world_values(group, "body_com"), wp.vec3d, m.num_worlds, device)
+
+    def _keep(self, name, values, dtype, num_worlds, device) -> wp.array:
+        a = _per_world(values, dtype, num_worlds, device)
+        self.rows[name] = getattr(a, "_sap_base", a)
+        return a
 
 
 def world_values(group, name: str) -> np.ndarray:
@@ -225,30 +287,6 @@ def _per_world(values: np.ndarray, dtype, num_worlds: int, device) -> wp.array:
     view = world_view(a, num_worlds)
     view._sap_base = a  # the view does not own its memory
     return view
-
-
-def combined_tables(mu, ke, tau, hcd, config) -> list:
-    """(mu, ke, ke0, ke1, tau_d, hcd) of every ordered shape pair of each world, (Wg, S, S) each,
-    from per-shape values (Wg, S): sap_common.collision_rules.combine_materials and
-    combine_hc_dissipation in the same operations, over arrays."""
-    def fb(a, fallback):
-        return np.where(np.isnan(a), fallback, a)
-
-    mu_, ke_ = fb(mu, config.fallback_mu), fb(ke, config.fallback_stiffness)
-    tau_, d_ = fb(tau, config.contact_tau_d), fb(hcd, config.fallback_hc_dissipation)
-    mu0, mu1 = mu_[:, :, None], mu_[:, None, :]
-    k0, k1 = ke_[:, :, None], ke_[:, None, :]
-    d0, d1 = d_[:, :, None], d_[:, None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mu_c = np.where(mu0 + mu1 == 0.0, 0.0, 2.0 * mu0 * mu1 / (mu0 + mu1))
-        inf0, inf1 = np.isinf(k0), np.isinf(k1)
-        ke_c = np.where(inf0 | inf1, np.where(inf0, k1, k0), np.where(k0 + k1 == 0.0, 0.0, k0 * k1 / (k0 + k1)))
-        denom = k0 + k1
-        hcd_c = np.where(inf0 & inf1, 0.5 * (d0 + d1), np.where(inf0, d1, np.where(
-            inf1, d0, np.where(denom == 0.0, 0.0, (k1 / denom) * d0 + (k0 / denom) * d1))))
-    shape = mu_c.shape
-    return [mu_c, ke_c, np.broadcast_to(k0, shape), np.broadcast_to(k1, shape),
-            tau_[:, :, None] + tau_[:, None, :], hcd_c]
 
 
 class Transfer:
@@ -274,15 +312,53 @@ class Transfer:
         self.shape_group, self.shape_slot = i32(conversion.shape_group), i32(conversion.shape_slot)
         self.shape_local = i32(conversion.shape_local)
         self._no_row_map = wp.zeros(1, dtype=wp.vec3i, device=d)  # stand-in when no row map is kept
-        config = SapConfig() if config is None else config
-        self.pair_materials = []  # per group: 6 tables (Wg, S, S), one row seen by every world unless they differ
+        self.config = SapConfig() if config is None else config
+        # Per group: the 6 pair tables (mu, ke, ke0, ke1, tau_d, hcd), (Wg, S, S) each, or one row every
+        # world reads while the group's worlds have the same shape materials (the stored rows:
+        # _pair_rows). Combined on the device (_pair_tables), here and by update_parameters.
+        self.pair_materials, self._pair_rows = [], []
+        names = ("shape_material_mu", "shape_material_ke", "shape_material_tau", "shape_material_hcd")
         for g in conversion.groups:
             m, S = g.sap_model, g.sap_model.shape_count
-            names = ("shape_material_mu", "shape_material_ke", "shape_material_tau", "shape_material_hcd")
             rows = max(world_values(g, n).shape[0] for n in names)
-            per_shape = [np.broadcast_to(world_values(g, n), (rows, S)) for n in names]
-            tables = combined_tables(*per_shape, config) if S else [np.zeros((rows, 1, 1))] * 6
-            self.pair_materials.append([_per_world(t, wp.float64, m.num_worlds, d) for t in tables])
+            tables = [wp.zeros((rows, max(S, 1), max(S, 1)), dtype=wp.float64, device=d) for _ in range(6)]
+            self._pair_rows.append(tables)
+            self.pair_materials.append([t if rows == m.num_worlds else world_view(t, m.num_worlds) for t in tables])
+            if S:
+                self._combine(len(self._pair_rows) - 1, *(
+                    wp.array(np.ascontiguousarray(np.broadcast_to(world_values(g, n), (rows, S))), dtype=wp.float64,
+                             device=d) for n in names))
+
+    def _combine(self, g: int, mu, ke, tau, hcd) -> None:
+        """Launch: group ``g``'s stored pair tables from per-shape values ((rows or more, S) arrays)."""
+        tables, cfg = self._pair_rows[g], self.config
+        S = self.conversion.groups[g].sap_model.shape_count
+        wp.launch(_pair_tables, dim=(tables[0].shape[0], S, S), device=self.device, inputs=[
+            mu, ke, tau, hcd, wp.float64(cfg.fallback_mu), wp.float64(cfg.fallback_stiffness),
+            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation)], outputs=tables)
+
+    # ------------------------------------------------------------------ per-world parameters
+
+    def table_rows(self, g: int) -> dict:
+        """How many rows group ``g``'s per-world tables store: ``"body_com"``, ``"shape_margin"`` and
+        ``"materials"`` (the pair tables) → Wg, or 1 where every world reads one row."""
+        M = self.groups[g]
+        return {"body_com": M.rows["body_com"].shape[0], "shape_margin": M.rows["shape_margin"].shape[0],
+                "materials": self._pair_rows[g][0].shape[0]}
+
+    def update_parameters(self, g: int, body_com=None, shape_margin=None, materials=None) -> None:
+        """Launch: group ``g``'s per-world tables from new per-world values, in place (the arrays a step
+        reads stay the same): ``body_com`` ((Wg, B) ``wp.vec3d``), ``shape_margin`` ((Wg, S) float64)
+        and ``materials`` (the shapes' mu, ke, tau, hcd, (Wg, S) float64 each: the pair tables are
+        combined again). A table stored as one row takes world 0's values: the caller has checked
+        that every world's are the same (:meth:`table_rows`)."""
+        M = self.groups[g]
+        for name, values in (("body_com", body_com), ("shape_margin", shape_margin)):
+            if values is not None:
+                rows = M.rows[name]
+                wp.copy(rows, values[:rows.shape[0]])
+        if materials is not None and self.conversion.groups[g].sap_model.shape_count:
+            self._combine(g, *materials)
 
     # ------------------------------------------------------------------ allocation
 

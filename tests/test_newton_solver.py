@@ -16,6 +16,7 @@ from newton_scenes import mixed_robot_newton  # noqa: E402
 import sap_gpu  # noqa: E402
 import sap_newton  # noqa: E402
 from sap_common.collision_rules import combine_materials  # noqa: E402
+from sap_common.parameters import PARAMETER_FIELDS  # noqa: E402
 from sap_common.state import SapContacts, StepStatus  # noqa: E402
 
 DT = 2e-3
@@ -390,3 +391,234 @@ def test_free_body_wrenches_follow_newtons_com_convention(device):
     np.testing.assert_allclose(np.array(com(0)), [0.1, 0.05, 0.0], atol=atol)  # ... which stays put
     np.testing.assert_allclose(qd[1], [0.4 / 2.0 * t, 0, 0, 0, 0, 0], atol=atol)  # translates, no spin
     np.testing.assert_allclose(s0.body_qd.numpy(), qd, atol=atol)
+
+
+# ------------------------------------------------------------------ notify_model_changed: parameters in place
+
+F = newton.ModelFlags
+NB, NV, NS = 6, 14, 6  # bodies, DOFs and shapes of one world of mixed_robot_newton
+
+
+def _edit(array, change):
+    """``change`` a host copy of a Newton model array, then write it back (the model's device array)."""
+    a = array.numpy()
+    change(a)
+    array.assign(a)
+
+
+def _addresses(solver) -> dict:
+    """The address of every array a step reads that an in-place notify writes."""
+    out = {}
+    for g, s in enumerate(solver.solvers):
+        for name in (*PARAMETER_FIELDS, "body_inertia_inv"):
+            out[g, name] = s.parameters.array(name).ptr
+            if solver.pipelines:
+                out[g, "pipeline", name] = solver.pipelines[g].parameters.array(name).ptr
+        M = solver.transfer.groups[g]
+        out[g, "com"], out[g, "margin"] = M.body_com.ptr, M.shape_margin.ptr
+        for k, table in enumerate(solver.transfer.pair_materials[g]):
+            out[g, "pair", k] = table.ptr
+        if solver.pipelines:
+            out[g, "pipeline", "pair_mu"] = solver.pipelines[g].pair_mu.ptr
+    return out
+
+
+def _values(solver) -> dict:
+    """Every value an in-place notify writes, read back: each group's per-world parameters (the
+    inverse inertias too), its transfer tables and its pipeline's pair materials when they are kept
+    (one shared row, combined at construction), one row per world."""
+    out = {}
+    for g, s in enumerate(solver.solvers):
+        W = s.model.num_worlds
+        for name in (*PARAMETER_FIELDS, "body_inertia_inv"):
+            out[g, name] = s.parameters.array(name).numpy()  # a shared row reads back once per world
+        M = solver.transfer.groups[g]
+        out[g, "com"], out[g, "margin"] = M.body_com.numpy(), M.shape_margin.numpy()
+        for k, table in enumerate(solver.transfer.pair_materials[g]):
+            out[g, "pair", k] = table.numpy()
+        if solver.pipelines and solver.pipelines[g].parameters.shared:  # else combined at every collide
+            p = solver.pipelines[g]
+            for k, table in enumerate((p.pair_mu, p.pair_ke, p.pair_ke0, p.pair_ke1, p.pair_tau, p.pair_hcd)):
+                out[g, "pipeline", k] = table.numpy()
+        assert all(v.shape[0] == W for k, v in out.items() if k[0] == g)
+    return out
+
+
+def _assert_same_values(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))  # NaN (unset) equals NaN
+
+
+def _objects(solver) -> list:
+    return [*solver.solvers, *solver.pipelines, *(p for p in solver.parameters if p is not None), solver.transfer,
+            *solver.sap_state_in, *solver.sap_control]
+
+
+def _per_world_robot(device, num_worlds=3):
+    """mixed_robot_newton whose worlds differ in masses, COMs, friction and (with 3 worlds) gaps: one
+    group with per-world parameters and per-world tables (pair materials, COMs; margins with 3 worlds)."""
+    model = mixed_robot_newton(device, num_worlds=num_worlds)
+    shape_world = model.shape_world.numpy()
+    _edit(model.body_mass, lambda a: a.__setitem__(NB + 1, a[NB + 1] * 1.5))
+    _edit(model.body_com, lambda a: a.__setitem__(((num_worlds - 1) * NB, 0), 0.02))
+    _edit(model.shape_material_mu, lambda a: a.__setitem__(shape_world == 1, 0.5))
+    _edit(model.shape_gap, lambda a: a.__setitem__(shape_world == 2, 0.05))
+    return model
+
+
+def _change_every_parameter(model, solver, per_world=True):
+    """Every per-world parameter of mixed_robot_newton changed (per world, or the same in every world),
+    each category notified with its flag; returns the solver objects kept."""
+    W = model.world_count
+    scale = np.array([1.1, 1.3, 0.8] if per_world else [1.2] * 3, np.float32)[:W]
+    shape_world = model.shape_world.numpy()
+    kept = _objects(solver)
+
+    def per_body(a, s=scale):
+        a.reshape(W, NB, *a.shape[1:])[...] *= s.reshape(W, *([1] * a.ndim))
+
+    _edit(model.body_mass, per_body)
+    _edit(model.body_inertia, per_body)
+    _edit(model.body_com, lambda a: a.reshape(W, NB, 3).__setitem__((slice(None), 1, 2), -0.1 * scale))
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES)
+    for name in ("shape_material_mu", "shape_material_ke", "shape_material_kd", "shape_gap"):
+        _edit(getattr(model, name), lambda a: a.__setitem__(shape_world >= 0, a[shape_world >= 0]
+                                                             * np.repeat(scale, NS)))
+    solver.notify_model_changed(F.SHAPE_PROPERTIES)
+
+    def per_dof(dofs, values):
+        def change(a):
+            a.reshape(W, NV)[:, dofs] = np.outer(scale, values)
+        return change
+
+    _edit(model.joint_target_ke, per_dof([6, 7], [60.0, 150.0]))   # rev (POSITION), pri (POSITION_VELOCITY)
+    _edit(model.joint_target_kd, per_dof([6, 7, 11], [3.0, 6.0, 4.0]))  # and the D6's x (VELOCITY)
+    _edit(model.joint_limit_lower, per_dof([6, 7], [-0.9, -0.04]))
+    _edit(model.joint_limit_upper, per_dof([6, 11], [1.1, 0.08]))
+    _edit(model.joint_limit_ke, per_dof([6, 7], [5e4, 1e4]))
+    _edit(model.joint_limit_kd, per_dof([6], [30.0]))
+    _edit(model.joint_effort_limit, per_dof([6], [20.0]))
+    solver.notify_model_changed(F.JOINT_DOF_FORCE_PROPERTIES)
+    _edit(model.joint_armature, per_dof([3, 4, 6, 12], [0.01, 0.02, 0.03, 0.004]))  # FREE angular DOFs too
+    solver.notify_model_changed(F.JOINT_DOF_INERTIAL_PROPERTIES)
+    _edit(model.joint_damping, per_dof([0, 5, 9, 13], [0.1, 0.2, 0.07, 0.3]))
+    solver.notify_model_changed(F.JOINT_DOF_PROPERTIES)
+    _edit(model.gravity, lambda a: a.__setitem__(slice(0, W), np.outer(scale, [0.5, 0.0, -9.0])))
+    solver.notify_model_changed(F.MODEL_PROPERTIES)
+    return kept
+
+
+@pytest.mark.parametrize("collision", ("newton", "sap"))
+def test_parameter_changes_are_copied_in_place_and_step_as_a_new_solver(device, collision):
+    """Masses, inertias, COMs, friction, contact stiffness and damping, gaps, gains, limits, effort
+    limits, armature (a FREE joint's too), damping and gravity changed per world on the Newton model's
+    device arrays, each category notified with its flag: the solver keeps every object and array
+    (what a captured graph holds) and steps bit for bit as a new SolverSAP of the changed model."""
+    model = _per_world_robot(device)
+    options = dict(collision=collision, max_rigid_contact=32)  # Newton's 0.1 m gaps report ~25 contacts a world
+    solver = sap_newton.SolverSAP(model, **options)
+    assert len(solver.solvers) == 1 and solver.parameters[0] is not None
+    assert solver.transfer.table_rows(0) == {"body_com": 3, "shape_margin": 3, "materials": 3}
+    before, _ = _rollout(model, solver, 12, newton_contacts=collision == "newton")
+    addresses = _addresses(solver)
+    kept = _change_every_parameter(model, solver)
+    assert all(a is b for a, b in zip(_objects(solver), kept)) and _addresses(solver) == addresses
+    new = sap_newton.SolverSAP(model, **options)
+    _assert_same_values(_values(solver), _values(new))
+    after, _ = _rollout(model, solver, 12, newton_contacts=collision == "newton")
+    fresh, _ = _rollout(model, new, 12, newton_contacts=collision == "newton")
+    assert np.array_equal(after, fresh)
+    assert not np.array_equal(after, before)
+    assert not solver.diagnostics()["failed"].any()
+
+
+def test_in_place_copies_follow_the_conversion_options(device):
+    """joint_limits="drake" (the near-rigid limit, whatever Newton's limit gains) and
+    contact_material="sap" (the solver's fallback stiffness and τ_d): the values copied in place are
+    a new solver's of the same options."""
+    model = _per_world_robot(device)
+    options = dict(joint_limits="drake", contact_material="sap", collision="sap")
+    solver = sap_newton.SolverSAP(model, **options)
+    kept = _change_every_parameter(model, solver)
+    assert all(a is b for a, b in zip(_objects(solver), kept))
+    _assert_same_values(_values(solver), _values(sap_newton.SolverSAP(model, **options)))
+
+
+@pytest.mark.parametrize("collision", ("newton", "sap"))
+def test_a_group_of_equal_worlds_keeps_its_one_row_until_its_worlds_differ(device, collision):
+    """A group whose worlds are equal reads one shared row: a change that keeps them equal is written
+    into that row in place; one that makes them differ rebuilds (the worlds then read per-world
+    parameters). With collision="sap" the pipeline of such a group combines its pair materials once,
+    when built: a change of friction rebuilds there. Each steps bit for bit as a new solver."""
+    model = box_model(device, num_worlds=3, vx=(0.5, 1.0, 1.5))
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision=collision)
+    assert solver.parameters == [None]
+    new = collision == "newton"
+
+    def as_a_new_solver():
+        fresh = sap_newton.SolverSAP(model, max_rigid_contact=16, collision=collision)
+        _assert_same_values(_values(solver), _values(fresh))
+        a, _ = _rollout(model, solver, 40, newton_contacts=new)
+        b, _ = _rollout(model, fresh, 40, newton_contacts=new)
+        assert np.array_equal(a, b)
+        return a
+
+    before = as_a_new_solver()
+    kept, addresses = solver.solvers[0], _addresses(solver)
+    _edit(model.body_mass, lambda a: a.__setitem__(slice(None), 2.0))
+    _edit(model.gravity, lambda a: a.__setitem__(slice(None), (0.0, 0.0, -5.0)))
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES | F.MODEL_PROPERTIES)
+    assert solver.solvers[0] is kept and solver.parameters == [None] and _addresses(solver) == addresses
+    assert not np.array_equal(as_a_new_solver(), before)
+    _edit(model.shape_material_mu, lambda a: a.__setitem__(slice(None), 0.2))
+    solver.notify_model_changed(F.SHAPE_PROPERTIES)
+    assert (solver.solvers[0] is kept) == (collision == "newton") and solver.parameters == [None]
+    as_a_new_solver()
+    kept = solver.solvers[0]
+    _edit(model.body_mass, lambda a: a.__setitem__(1, 3.0))  # world 1 alone: the one row cannot hold it
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES)
+    assert solver.solvers[0] is not kept and solver.parameters[0] is not None
+    as_a_new_solver()
+
+
+def test_changes_beyond_values_rebuild_as_a_new_solver(device):
+    """A limit or a drive's velocity target that disappears (the rows the template lays out), a
+    mass that vanishes, a shape whose size changes under SHAPE_PROPERTIES, a table kept once whose
+    worlds come apart, and a topology category: each rebuilds, and steps bit for bit as a new solver."""
+    model = _per_world_robot(device, num_worlds=2)
+    solver = sap_newton.SolverSAP(model, collision="sap")
+    assert solver.parameters[0] is not None and solver.transfer.table_rows(0)["shape_margin"] == 1
+    P = newton.JointTargetMode.POSITION
+    cases = [
+        (F.SHAPE_PROPERTIES, model.shape_gap, lambda a: a.__setitem__(3, 0.05)),  # the margins: one row until now
+        (F.JOINT_DOF_FORCE_PROPERTIES, model.joint_limit_upper, lambda a: a.__setitem__(NV + 6, 1e10)),  # MAXVAL
+        (F.JOINT_DOF_FORCE_PROPERTIES, model.joint_target_mode, lambda a: a.__setitem__(7, int(P))),  # no target_qd
+        (F.BODY_INERTIAL_PROPERTIES, model.body_mass, lambda a: a.__setitem__(5, 0.0)),  # the welded l5
+        (F.SHAPE_PROPERTIES, model.shape_scale, lambda a: a.__setitem__((0, 0), 0.12)),  # world 0's base sphere
+        (F.JOINT_PROPERTIES, model.joint_X_p, lambda a: None),  # nothing changed, but joints are the topology
+    ]
+    for flags, array, change in cases:
+        kept = solver.solvers[0]
+        _edit(array, change)
+        solver.notify_model_changed(flags)
+        assert solver.solvers[0] is not kept, F(flags).name
+        a, _ = _rollout(model, solver, 8)
+        b, _ = _rollout(model, sap_newton.SolverSAP(model, collision="sap"), 8)
+        assert np.array_equal(a, b), F(flags).name
+    assert len(solver.solvers) == 2  # world 1 lost a limit: its template is not world 0's any more
+
+
+def test_a_refused_parameter_value_raises_and_leaves_the_solver_as_it_was(device):
+    """A value the conversion refuses (an effort limit of 0 on a driven hinge) fails the device check:
+    the notify rebuilds, which raises the conversion's ValueError, and the solver keeps its values."""
+    model = mixed_robot_newton(device, num_worlds=2)
+    solver = sap_newton.SolverSAP(model, collision="sap")
+    kept = solver.solvers[0]
+    before, _ = _rollout(model, solver, 5)
+    _edit(model.joint_effort_limit, lambda a: a.__setitem__(NV + 6, 0.0))
+    with pytest.raises(ValueError, match=r"joint 'rev' \(DOF 20\): joint_effort_limit must be > 0, got 0.0"):
+        solver.notify_model_changed(F.JOINT_DOF_FORCE_PROPERTIES)
+    assert solver.solvers[0] is kept and not solver.solvers[0].parameters.invalid.numpy().any()
+    again, _ = _rollout(model, solver, 5)
+    assert np.array_equal(again, before)

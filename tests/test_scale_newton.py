@@ -169,17 +169,61 @@ def test_bad_reset_and_notify_arguments_are_named(device):
         solver.notify_model_changed("shapes")
 
 
-def test_notify_model_changed_rebuilds_only_for_what_sap_caches(device):
+def test_notify_model_changed_copies_parameters_in_place_and_rebuilds_for_topology(device):
+    F = newton.ModelFlags
+    assert sap_newton.solver.PARAMETER_MODEL_FLAGS & sap_newton.solver.TOPOLOGY_MODEL_FLAGS == 0
+    assert sap_newton.solver.PARAMETER_MODEL_FLAGS | sap_newton.solver.TOPOLOGY_MODEL_FLAGS == \
+        sap_newton.solver.CACHED_MODEL_FLAGS
     model = box_model(device)
-    solver = sap_newton.SolverSAP(model, collision="sap")
+    solver = sap_newton.SolverSAP(model)
     world_status, kept = solver.world_status, solver.solvers[0]
-    solver.notify_model_changed(newton.ModelFlags.ACTUATOR_PROPERTIES | newton.ModelFlags.TENDON_PROPERTIES)
+    solver.notify_model_changed(F.ACTUATOR_PROPERTIES | F.TENDON_PROPERTIES)
     assert solver.solvers[0] is kept  # nothing SAP reads changed: no work
-    solver.notify_model_changed(newton.ModelFlags.BODY_INERTIAL_PROPERTIES)
-    assert solver.solvers[0] is not kept and solver.world_status is world_status  # rebuilt; status arrays kept
+    for flags in (F.BODY_INERTIAL_PROPERTIES, F.JOINT_DOF_PROPERTIES, F.JOINT_DOF_FORCE_PROPERTIES,
+                  F.JOINT_DOF_INERTIAL_PROPERTIES, F.SHAPE_PROPERTIES, F.MODEL_PROPERTIES,
+                  sap_newton.solver.PARAMETER_MODEL_FLAGS):
+        solver.notify_model_changed(flags)
+        assert solver.solvers[0] is kept, flags  # parameter values: copied into the same arrays
+    for flags in (F.JOINT_PROPERTIES, F.BODY_PROPERTIES, F.JOINT_REFERENCE_POSE_PROPERTIES,
+                  F.SHAPE_TYPE_AND_SOURCE, F.CONSTRAINT_PROPERTIES,  # mimic coefficients are couplers
+                  F.SHAPE_PROPERTIES | F.JOINT_PROPERTIES):
+        solver.notify_model_changed(flags)
+        assert solver.solvers[0] is not kept and solver.world_status is world_status, flags  # rebuilt; status kept
+        kept = solver.solvers[0]
+    solver = sap_newton.SolverSAP(model, collision="sap")
     kept = solver.solvers[0]
-    solver.notify_model_changed(newton.ModelFlags.CONSTRAINT_PROPERTIES)  # mimic coefficients are couplers
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES)
+    assert solver.solvers[0] is kept
+    solver.notify_model_changed(F.SHAPE_PROPERTIES)  # its pipeline combines the materials of equal worlds once
     assert solver.solvers[0] is not kept
+    solver = sap_newton.SolverSAP(model, per_world_parameters=False)
+    kept = solver.solvers[0]
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES)
+    assert solver.solvers[0] is not kept  # one solver per distinct world: a change always rebuilds
+
+
+def test_a_parameter_notify_reads_back_one_flag(device, monkeypatch):
+    """The in-place path launches kernels and reads back one device flag (whether a rebuild is
+    needed); with BODY_INERTIAL_PROPERTIES also the new masses and inertias (NumPy inverts them)."""
+    F = newton.ModelFlags
+    model = box_model(device, num_worlds=2)
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16)
+    solver.notify_model_changed(sap_newton.solver.PARAMETER_MODEL_FLAGS)  # loads the kernels
+    kept, copied = solver.solvers[0], []
+    original = wp.array.numpy
+
+    def counting_numpy(self):
+        copied.append((self.dtype, tuple(self.shape)))
+        return original(self)
+
+    monkeypatch.setattr(wp.array, "numpy", counting_numpy)
+    solver.notify_model_changed(F.JOINT_DOF_PROPERTIES | F.SHAPE_PROPERTIES | F.MODEL_PROPERTIES)
+    assert copied == [(wp.int32, (1,))]
+    copied.clear()
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES)
+    monkeypatch.undo()
+    assert copied == [(wp.int32, (1,)), (wp.float64, (2, 1)), (wp.mat33d, (2, 1))]
+    assert solver.solvers[0] is kept
 
 
 def test_reset_and_observables_allocate_nothing_and_copy_nothing_to_the_host(device, monkeypatch):
@@ -225,3 +269,31 @@ def test_step_reset_and_observables_capture_in_a_cuda_graph(device):
     wp.capture_launch(capture.graph)
     np.testing.assert_array_equal(s1.joint_q.numpy().reshape(3, 7)[1], model.joint_q.numpy().reshape(3, 7)[1])
     assert solver.world_failed.numpy().tolist() == [0, 0, 0]
+
+
+@pytest.mark.gpu
+def test_a_graph_captured_before_a_parameter_notify_replays_with_the_new_values(device):
+    if not device.is_cuda:
+        pytest.skip("CUDA graph capture needs a CUDA device (run with --device cuda:0); on the CPU device "
+                    "tests/test_newton_solver.py checks that an in-place notify keeps every array")
+    F = newton.ModelFlags
+    model = box_model(device, num_worlds=3, vx=(0.5, 1.0, 1.5))
+    model.body_mass.assign(np.array([1.0, 2.0, 3.0], np.float32))  # per-world parameters
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap")
+    s0, s1 = model.state(), model.state()
+    solver.step(s0, s1, None, None, DT)  # loads the kernels
+    with wp.ScopedCapture(device=device) as capture:
+        solver.step(s0, s1, None, None, DT)
+    wp.capture_launch(capture.graph)
+    before = s1.joint_q.numpy()
+    model.body_mass.assign(np.array([2.0, 0.5, 1.5], np.float32))
+    gravity = model.gravity.numpy()
+    gravity[:3] = ((0.0, 0.0, -5.0), (1.0, 0.0, -9.81), (0.0, -2.0, -12.0))
+    model.gravity.assign(gravity)
+    solver.notify_model_changed(F.BODY_INERTIAL_PROPERTIES | F.MODEL_PROPERTIES)
+    wp.capture_launch(capture.graph)  # the graph captured before the notify
+    out = model.state()
+    sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap").step(s0, out, None, None, DT)
+    np.testing.assert_array_equal(s1.joint_q.numpy(), out.joint_q.numpy())
+    np.testing.assert_array_equal(s1.joint_qd.numpy(), out.joint_qd.numpy())
+    assert not np.array_equal(s1.joint_q.numpy(), before)
