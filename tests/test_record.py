@@ -326,3 +326,227 @@ def test_record_cli_writes_a_mujoco_trajectory(tmp_path, capsys):
     assert (t.convention, t.engine, t.num_steps, t.scene) == ("mujoco", "mujoco", 20, "ball.xml")
     assert main([str(tmp_path / "ball.xml"), "--out", str(tmp_path)]) == 2  # Drake records no MJCF
     assert "--engine mujoco" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- hand-written scene files (no pydrake)
+
+
+def _mutated(tmp_path, base, change, name=None, folder=None):
+    """A copy of the committed scene file ``base`` changed by ``change(doc)``, written as
+    ``<folder>/<name>.json`` (default: ``<tmp_path>/<base>.json``)."""
+    doc = json.loads((DATA / "drake" / f"{base}.json").read_text())
+    change(doc)
+    folder = tmp_path if folder is None else folder
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name or base}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def _set(*keys_value):
+    """``doc[k0][k1]... = value``, or ``del`` it when value is the ``DELETE`` marker."""
+    *keys, value = keys_value
+
+    def change(doc):
+        target = doc
+        for k in keys[:-1]:
+            target = target[k]
+        if value is DELETE:
+            del target[keys[-1]]
+        else:
+            target[keys[-1]] = value
+    return change
+
+
+DELETE = object()
+
+# (committed scene, change, field named in the message, what the message says). The first four
+# once failed inside the recorder: a KeyError, Drake's C++ assertion text, a KeyError and a RuntimeError.
+BAD_SCENE_FILES = {
+    "constraint_on_unknown_body": ("rope_box", _set("constraints", 0, "body_A", "nobody"),
+                                   "constraints[0].body_A", "unknown body 'nobody'; bodies: world, anchor, box"),
+    "negative_mass": ("sphere_slide", _set("bodies", 1, "mass", -1.0),
+                      "bodies[1].mass", "expected a finite number >= 0 [kg], got -1.0"),
+    "joint_frame_without_name": ("pendulum_limit", _set("joints", 0, "frame_on_parent_F", "name", DELETE),
+                                 "joints[0].frame_on_parent_F.name", "missing; expected the frame's name"),
+    "free_joint_not_named_after_its_body": ("sphere_slide", _set("joints", 0, "name", "floater"),
+                                            "joints[0].name", "after the body; expected 'ball', got 'floater'"),
+    # what else Drake needs beyond the loader's checks
+    "child_frame_without_name": ("pendulum_limit", _set("joints", 0, "frame_on_child_M", "name", DELETE),
+                                 "joints[0].frame_on_child_M.name", "missing"),
+    "offset_frame_named_after_a_body": ("pendulum_limit", _set("joints", 0, "frame_on_parent_F", "name", "world"),
+                                        "joints[0].frame_on_parent_F.name", "give this frame a name of its own"),
+    "frame_name_used_twice": ("double_pendulum", _set("joints", 1, "frame_on_parent_F", "name", "j1_parent"),
+                              "joints[1].frame_on_parent_F.name", "'j1_parent' is used twice"),
+    "floating_joint_not_auto_added": ("sphere_slide", _set("joints", 0, "auto_added_for_free_body", False),
+                                      "joints[0].auto_added_for_free_body", "expected true"),
+    "world_body_named_otherwise": ("pendulum_limit", lambda d: (d["bodies"][0].update(name="ground"),
+                                                                d["joints"][0].update(parent_body="ground")),
+                                   "bodies[0].name", "Drake's world body (index 0) is named 'world', got 'ground'"),
+    "massless_welded_body": ("rope_box", _set("bodies", 1, "mass", 0.0), "bodies[1].mass", "mass > 0 kg"),
+    "body_indices_with_a_gap": ("sphere_slide", lambda d: (d["bodies"][1].update(index=2),
+                                                           d["geometries"][1].update(body_index=2)),
+                                "bodies", "expected the indices 0 to 1 (world = 0), got [0, 2]"),
+    "geometry_without_name": ("sphere_slide", _set("geometries", 1, "name", DELETE), "geometries[1].name", "missing"),
+    "geometry_index_not_its_position": ("sphere_slide", lambda d: (d["geometries"][0].update(index=1),
+                                                                   d["geometries"][1].update(index=0)),
+                                        "geometries[0].index", "expected 0, got 1"),
+    "geometry_body_not_its_body_index": ("sphere_slide", _set("geometries", 1, "body", "world"),
+                                         "geometries[1].body", "is not body_index 1's name 'ball'"),
+    "static_below_dynamic_friction": ("sphere_slide", _set("geometries", 1, "static_friction", 0.1),
+                                      "geometries[1].static_friction", "static friction >= the dynamic friction 0.6"),
+    "default_marked_property_with_other_value": (
+        "sphere_slide", _set("geometries", 1, "property_source", "point_contact_stiffness", "scene_graph_default"),
+        "geometries[1].point_contact_stiffness", "is not SceneGraph's default 1000000.0"),
+    "convex_shape_without_faces": ("mesh_rock", _set("geometries", 1, "shape", "faces", DELETE),
+                                   "geometries[1].shape.faces", "missing; expected the hull's faces"),
+    "box_shape": ("sphere_slide", _set("geometries", 1, "shape", {"type": "box", "size": [0.1, 0.1, 0.1]}),
+                  "geometries[1].shape.type", "BOX shape contact has no Drake counterpart"),
+    "actuator_without_name": ("prismatic_pd", _set("actuation", "actuators", 0, "name", DELETE),
+                              "actuation.actuators[0].name", "missing"),
+    "desired_state_of_wrong_length": ("prismatic_pd", _set("actuation", "desired_state_input", "xd", [0.5]),
+                                      "actuation.desired_state_input.xd", "expected 2·nu = 2 finite numbers"),
+    "feedforward_of_wrong_length": ("prismatic_pd", _set("actuation", "feedforward_actuation_u_ff", [0.0, 1.0]),
+                                    "actuation.feedforward_actuation_u_ff", "expected nu = 1 numbers"),
+    "initial_q_of_wrong_length": ("pendulum_limit", _set("joints", 0, "initial_q", [0.1, 0.2]),
+                                  "joints[0].initial_q", "expected a list of 1 finite numbers"),
+    "initial_q_not_the_state": ("pendulum_limit", _set("joints", 0, "initial_q", [0.3]),
+                                "joints[0].initial_q", "[0.3] differs from state.q0[0:1] = [0.8]"),
+    "ball_rpy_damping_not_one_number": ("double_pendulum", lambda d: d["joints"][0].update(
+        type="ball_rpy", nq=3, nv=3, q_start=0, v_start=0, initial_q=[0.0, 0.0, 0.0], initial_v=[0.0, 0.0, 0.0],
+        damping=[0.1, 0.2, 0.3], position_lower_limits=["-inf"] * 3, position_upper_limits=["inf"] * 3)
+        or d["joints"][1].update(q_start=3, v_start=3) or d.pop("state"),
+        "joints[0].damping", "expected 3 equal numbers, got [0.1, 0.2, 0.3]"),
+    "constraint_on_the_world_body": ("rope_box", _set("constraints", 0, "body_A", "world"),
+                                     "constraints[0].body_A", "the world body: pydrake 1.51.1 crashes"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SCENE_FILES)
+def test_a_bad_scene_file_is_one_line_naming_the_file_and_field(tmp_path, capsys, case):
+    """Checked by the loader and by what Drake needs besides, before pydrake is looked for: the
+    same line with and without pydrake, never a KeyError, Drake's C++ assertion or a RuntimeError."""
+    base, change, field, what = BAD_SCENE_FILES[case]
+    path = _mutated(tmp_path / "in", base, change)
+    assert main([str(path), "--out", str(tmp_path), "--steps", "3"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"sap-record: error: {path}: {field}: ") and what in line, line
+    assert not list(tmp_path.glob("*.npz"))
+
+
+def test_every_committed_scene_file_is_recordable_as_it_is():
+    """The checks pass every committed file and change none of them (so --reference records them
+    as before)."""
+    from sap_tools.record.scene_file import read_scene_file
+
+    for path in DRAKE_ANCHORS:
+        assert read_scene_file(str(path)) == json.loads(path.read_text()), path.name
+
+
+def test_a_scene_file_without_a_scene_key_is_named_after_its_file(tmp_path):
+    """As load_json names it: <stem> (then _lagged / _similar), not 'scene' for every such file."""
+    from sap_common.io import load_json
+    from sap_tools.record.cli import _spec
+
+    a = _mutated(tmp_path, "sphere_slide", _set("scene", DELETE), name="ball_a")
+    b = _mutated(tmp_path, "rope_box", _set("scene", DELETE), name="rope_b")
+    assert load_json(a).name == "ball_a" and _spec(str(a))["scene"] == "ball_a"  # kSap: the scene's own name
+    assert _spec(str(a), "lagged")["scene"] == "ball_a_lagged" and _spec(str(b), "lagged")["scene"] == "rope_b_lagged"
+    c = _mutated(tmp_path, "sphere_slide", lambda d: (d.pop("scene"), d["plant"].pop("discrete_contact_approximation")),
+                 name="ball_c")
+    assert _spec(str(c))["scene"] == "ball_c_lagged"  # no approximation in the file: the plant's default
+    d = _mutated(tmp_path, "sphere_slide", _set("scene", DELETE), name="index")
+    with pytest.raises(ValueError, match=r"index\.json: scene \(the file's name\): 'index' names the recording's"):
+        _spec(str(d))
+
+
+def test_joints_initial_state_comes_from_the_state_as_the_loader_reads_it(tmp_path):
+    from sap_tools.record.cli import _spec
+
+    path = _mutated(tmp_path, "pendulum_limit", lambda d: [j.pop("initial_q") for j in d["joints"]])
+    assert _spec(str(path))["joints"][0]["initial_q"] == [0.8]  # state.q0, not Drake's default 0
+
+
+def _committed_recording(folder, name="sphere_slide"):
+    folder.mkdir(parents=True, exist_ok=True)
+    for ext in ("json", "npz"):
+        shutil.copy(DATA / "drake" / f"{name}.{ext}", folder / f"{name}.{ext}")
+    return {ext: (folder / f"{name}.{ext}").read_bytes() for ext in ("json", "npz")}
+
+
+def test_a_different_recording_of_the_same_name_is_not_overwritten(tmp_path, capsys):
+    """Refused before any simulation (and before pydrake is looked for), the files untouched; the
+    message names the first field that differs."""
+    out = tmp_path / "out"
+    before = _committed_recording(out)
+    other = _mutated(tmp_path / "mine", "sphere_slide", lambda d: (d.pop("scene"), d["bodies"][1].update(mass=2.0)))
+    assert main([str(other), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"sap-record: error: --out: '{out / 'sphere_slide.json'}' holds a different recording of "
+                           "'sphere_slide' (bodies.ball.mass: 2.0 here, 1.0 there); --force overwrites it"), line
+    assert main([str(DATA / "drake" / "sphere_slide.json"), "--out", str(out), "--steps", "50"]) == 2  # other length
+    assert "(num_steps: 50 here, 2000 there)" in capsys.readouterr().err
+    assert {ext: (out / f"sphere_slide.{ext}").read_bytes() for ext in ("json", "npz")} == before
+    (out / "sphere_slide.npz").unlink()  # a JSON alone is not a recording (a scene written by hand, say)
+    assert main([str(DATA / "drake" / "sphere_slide.json"), "--out", str(out)]) == 2
+    assert "exists without 'sphere_slide.npz' beside it" in capsys.readouterr().err
+    if not HAVE_PYDRAKE:  # --force passes the refusal and reaches the pydrake check
+        assert main([str(other), "--out", str(out), "--force"]) == 2
+        assert "--engine drake: pydrake" in capsys.readouterr().err
+
+
+def test_two_scenes_of_one_run_with_one_name_are_refused(tmp_path, capsys):
+    """Two hand-written files without a 'scene' key were once both written as
+    scene_lagged.*; now each is named after its file, and two files of the same name differ."""
+    a = _mutated(tmp_path / "a", "sphere_slide", _set("scene", DELETE), name="ball")
+    b = _mutated(tmp_path / "b", "sphere_slide", lambda d: (d.pop("scene"), d["bodies"][1].update(mass=2.0)),
+                 name="ball")
+    assert main([str(a), str(b), "--out", str(tmp_path), "--approximation", "lagged"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"sap-record: error: scenes: '{a}' and '{b}' would both be recorded as "
+                           f"'{tmp_path / 'ball_lagged.json'}'"), line
+    assert "bodies.ball.mass" in line
+
+
+def test_the_same_recording_is_rewritten_without_force():
+    """--reference rewrites its own files; a built-in scene's spec is the same recording as its
+    committed recording (numbers read back from Drake within 1e-12·max(1, |x|))."""
+    from sap_tools.record.cli import _check_overwrites, _reference_scenes, _spec
+    from sap_tools.record.overwrite import check_overwrite, first_difference, recording_identity
+
+    scenes = _reference_scenes()
+    _check_overwrites(scenes, [_spec(s) for s in scenes], REFERENCE_DIR, None, False)
+    for name in ("rope_box", "geared_pair", "fourbar", "weld_drop", "slider_push", "cylinder_roll", "mesh_rock"):
+        doc = json.loads((DATA / "drake" / f"{name}.json").read_text())
+        check_overwrite(_spec(name, "sap"), REFERENCE_DIR, doc["recording"]["num_steps"])
+    with pytest.raises(ValueError, match=r"holds a different recording of 'rope_box' \(num_steps: 1000 here, 550"):
+        check_overwrite(_spec("rope_box", "sap"), REFERENCE_DIR)
+    # a value and the same value read back from Drake differ in the last bits at most
+    spec = _spec("rope_box", "sap")
+    assert spec["bodies"][1]["inertia_about_com_B"][0][0] == 1.6000000000000003e-05
+    nudged = json.loads(json.dumps(spec))
+    nudged["bodies"][1]["inertia_about_com_B"][0][0] = 1.7e-05
+    assert first_difference(recording_identity(nudged), recording_identity(spec)) == \
+        "bodies.anchor.inertia_about_com_B[0][0]: 1.7e-05 here, 1.6000000000000003e-05 there"
+
+
+def test_force_errors(capsys):
+    assert main(["--reference", "--check", "--force"]) == 2
+    assert main(["ball.xml", "--engine", "mujoco", "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("sap-record: error: --force: ") for e in err)
+
+
+@needs_pydrake
+def test_rerecording_into_the_same_folder_needs_force_only_for_a_different_recording(tmp_path, capsys):
+    mine = _mutated(tmp_path / "mine", "sphere_slide", _set("scene", DELETE), name="my_ball")
+    out = str(tmp_path)
+    assert main([str(mine), "--out", out, "--steps", "20"]) == 0  # named after the file (kSap: no suffix)
+    first = (tmp_path / "my_ball.npz").read_bytes()
+    assert main([str(mine), "--out", out, "--steps", "20"]) == 0  # the same recording: rewritten
+    assert (tmp_path / "my_ball.npz").read_bytes() == first
+    assert main([str(mine), "--out", out, "--steps", "30"]) == 2  # a different one: refused, untouched
+    assert (tmp_path / "my_ball.npz").read_bytes() == first
+    assert main([str(mine), "--out", out, "--steps", "30", "--force"]) == 0
+    assert json.loads((tmp_path / "my_ball.json").read_text())["recording"]["num_steps"] == 30
+    assert "holds a different recording of 'my_ball' (num_steps: 30 here, 20 there)" in capsys.readouterr().err

@@ -16,7 +16,11 @@ from the plant, conventions, checks) and ``<scene>.npz`` (q, v, body poses and v
 energies, contacts with depth, witness points and forces, actuation, dynamics residuals, M and
 the bias terms at the start and the end), and the scene's entry in ``index.json``. A scene is a
 built-in scene name (``sap-scenes``) or a Drake scene file, which re-records itself; features
-with no Drake counterpart are refused with a message naming them (sap_tools/record/spec.py).
+with no Drake counterpart are refused with a message naming them (sap_tools/record/spec.py). A
+scene file is checked before Drake builds anything, by ``sap_common.io.load_json`` and by what
+Drake needs besides (sap_tools/record/scene_file.py): a bad file is one line naming the file and
+the field, never a traceback; a file without a ``scene`` key is named after its file, as
+``load_json`` names it.
 The scene file carries the approximation (``plant.discrete_contact_approximation``), which
 ``sap-validate`` follows; a recording under ``lagged`` or ``similar`` is named
 ``<scene>_lagged`` / ``<scene>_similar`` (``sap`` keeps the scene's name) and also holds each
@@ -28,7 +32,10 @@ limits, materials, gravity; VALUE is JSON shaped like the model's field) under t
 ``--name``: recordings of one scene with different parameters, which ``sap-validate --batched``
 holds to Drake in one batched run (docs/validation.md § Recordings with other parameters).
 Recording twice gives identical files (byte for byte; with ``--timing`` the ``performance``
-block measures Drake's own speed and differs from run to run).
+block measures Drake's own speed and differs from run to run). A recording replaces one of the
+same name in ``--out`` only when it is the same recording (the same scene and number of steps,
+sap_tools/record/overwrite.py), as ``--reference`` rewriting its own files; a different one is
+refused before any simulation unless ``--force`` is given.
 
 MuJoCo (``--engine mujoco``): an MJCF/URDF file stepped by ``mujoco.mj_step`` with zero
 controls from ``qpos0``, written as a trajectory file (``sap_common.io.trajectory``, convention
@@ -125,8 +132,9 @@ def parse_parameter_sets(items, name: str | None) -> dict:
 
 def _spec(scene_arg: str, approximation: str | None = None, parameters: dict | None = None,
           name: str | None = None) -> dict:
-    """The Drake scene specification of a scene argument: a Drake scene file as it is, a
-    built-in scene converted (or refused); ``approximation`` (None: a file's own
+    """The Drake scene specification of a scene argument: a Drake scene file as it is, once
+    checked (:func:`sap_tools.record.scene_file.read_scene_file`), a built-in scene converted (or
+    refused); ``approximation`` (None: a file's own
     ``plant.discrete_contact_approximation``, else :data:`DEFAULT_APPROXIMATION`) sets the plant's
     approximation and the recording's name. ``parameters`` (``{field: value}``, built-in scenes
     only) replace the model's per-world parameters (``SapModel.replace``, validated as a model is);
@@ -161,16 +169,9 @@ def _scene_spec(scene_arg: str, parameters: dict, name: str | None) -> dict:
         return {**scene_to_spec(scene), "scene": name or scene.name}
 
     if scene_arg.lower().endswith(".json"):
-        if not os.path.isfile(scene_arg):
-            raise ValueError(f"scene file: {scene_arg!r} does not exist")
-        with open(scene_arg) as f:
-            try:
-                spec = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{scene_arg}: not valid JSON ({e})") from None
-        if "plant" not in spec:
-            raise ValueError(f"{scene_arg}: not a Drake scene file (no 'plant')")
-        return spec
+        from sap_tools.record.scene_file import read_scene_file
+
+        return read_scene_file(scene_arg)  # the loader's checks and what Drake needs besides, before Drake
     if scene_arg.lower().endswith((".xml", ".urdf")):
         raise ValueError(f"scene: {scene_arg!r} is an MJCF/URDF file; record it with --engine mujoco (Drake scenes "
                          "come from built-in scenes or Drake scene files)")
@@ -413,6 +414,27 @@ def _reference_scenes() -> list[str]:
         return [os.path.join(REFERENCE_DIR, f"{name}.json") for name in json.load(f)["scenes"]]
 
 
+def _check_overwrites(scenes: list, specs: list, out: str, steps: int | None, force: bool) -> None:
+    """Refuse (``ValueError``) before any simulation when two scenes of this run would be written
+    under one name, or when a recording would replace a different one in ``out`` without
+    ``force`` (:func:`sap_tools.record.overwrite.check_overwrite`)."""
+    from sap_tools.record.overwrite import check_overwrite, first_difference, recording_identity, recording_paths
+
+    by_name = {}
+    for scene, spec in zip(scenes, specs):
+        name = spec.get("scene", "scene")
+        if name in by_name:
+            first, first_spec = by_name[name]
+            difference = first_difference(recording_identity(spec, steps), recording_identity(first_spec, steps))
+            if difference:
+                raise ValueError(f"scenes: {first!r} and {scene!r} would both be recorded as "
+                                 f"{recording_paths(out, name)[0]!r}, the second replacing the first ({difference}); "
+                                 "record them into different folders or give one a 'scene' key of its own")
+            continue
+        by_name[name] = (scene, spec)
+        check_overwrite(spec, out, steps, force)
+
+
 @entry_point("sap-record")
 def main(argv=None) -> int:
     p = parser("sap-record", __doc__)
@@ -436,6 +458,9 @@ def main(argv=None) -> int:
     p.add_argument("--reference", action="store_true", help="Drake: every scene of tests/data/drake/index.json")
     p.add_argument("--check", action="store_true", help="with --reference: record into a temporary folder and compare "
                                                         "with the committed files instead of overwriting them")
+    p.add_argument("--force", action="store_true", help="Drake: overwrite a different recording of the same name in "
+                                                        "--out (without it sap-record refuses before simulating; "
+                                                        "the same recording is rewritten without --force)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = p.parse_args(argv)
     try:
@@ -463,19 +488,25 @@ def main(argv=None) -> int:
             if args.engine != "mujoco":
                 raise ValueError("--integrator: chooses MuJoCo's integrator; it needs --engine mujoco")
             mujoco_integrator(args.integrator, 0)
+        if args.force and (args.engine != "drake" or args.check):
+            raise ValueError("--force: overwrites Drake recordings in --out; not with --engine mujoco or --check")
         scenes = _reference_scenes() if args.reference else args.scenes
+        out = args.out or (REFERENCE_DIR if args.reference and not args.check else ".")
+        if not args.check:
+            check_out_dir("--out", out)
         if args.engine == "drake":  # refusals (and --set's model checks) before any simulation
             specs = [_spec(s, args.approximation, parameters, args.name) for s in scenes]
+            if not args.check:  # --check records into a fresh temporary folder
+                _check_overwrites(scenes, specs, out, args.steps, args.force)
             del specs
             from sap_tools.record.drake import pydrake_available
 
             ok, why = pydrake_available()
             if not ok:
                 raise ValueError(f"--engine drake: {why}")
-        out = args.out or (REFERENCE_DIR if args.reference and not args.check else ".")
         if args.check:
             out = tempfile.mkdtemp(prefix="sap-record-check-")
-        check_out_dir("--out", out)
+            check_out_dir("--out", out)
     except ValueError as e:
         return fail("sap-record", e)
     results, ok = [], True

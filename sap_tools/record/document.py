@@ -9,9 +9,12 @@ Numbers that JSON cannot hold (±inf) are written as the strings ``"inf"``/``"-i
 from __future__ import annotations
 
 import math
+import os
 import platform
 
 import numpy as np
+
+from sap_tools.cli import cpu_model
 
 __all__ = ["FORMAT_VERSION", "GENERATOR", "drake_document", "index_entry", "jsonable"]
 
@@ -354,6 +357,11 @@ WELD_COORDINATES = {"q_layout": [], "q_meaning": "none: X_FM = identity", "v_lay
 # ----------------------------------------------------------------------------- helpers
 
 
+def machine() -> str:
+    """CPU model, logical cores and OS of this machine (one line)."""
+    return f"{cpu_model()}; {os.cpu_count()} logical cores; {platform.system()} {platform.machine()}"
+
+
 def jsonable(x):
     """``x`` with NumPy arrays/scalars as lists/numbers and ±inf as the strings "inf"/"-inf"."""
     if isinstance(x, dict):
@@ -558,7 +566,6 @@ def drake_document(ds, sim: dict, perf: dict | None, *, npz_file: str, checks: d
     pc = plant.GetMyContextFromRoot(context)
     q0, v0 = a["q"][0], a["v"][0]
     geometries, pairs = _geometries(ds, context)
-    from sap_tools.record.drake import machine
 
     doc = {
         "format_version": FORMAT_VERSION,

@@ -21,13 +21,11 @@ n−1 → n, so they fill row n.
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 
 import numpy as np
 
-from sap_tools.cli import cpu_model
+from sap_tools.record.scene_file import is_identity_pose, spec_num_steps
 from sap_tools.record.spec import NO_DRAKE_COUNTERPART, check_spec
 
 __all__ = ["PYDRAKE_VERSION", "pydrake_available", "record", "TIMING_RUNS", "spec_approximation",
@@ -83,11 +81,6 @@ def _require_pydrake():
     ok, why = pydrake_available()
     if not ok:
         raise ValueError(f"--engine drake: {why}")
-
-
-def machine() -> str:
-    """CPU model, logical cores and OS of this machine (one line)."""
-    return f"{cpu_model()}; {os.cpu_count()} logical cores; {platform.system()} {platform.machine()}"
 
 
 # ----------------------------------------------------------------------------- building the plant
@@ -178,7 +171,7 @@ class DrakeScene:
         def frame(body_name, fd, key):
             body = bodies[body_name]
             pose = fd[key]
-            if fd["name"] == body_name and _identity(pose):
+            if fd["name"] == body_name and is_identity_pose(pose):  # the rule read_scene_file checks
                 return body.body_frame()
             return plant.AddFrame(FixedOffsetFrame(fd["name"], body.body_frame(), X(pose)))
 
@@ -380,10 +373,6 @@ def _quaternion(xyzw):
     return Quaternion(w, x, y, z)
 
 
-def _identity(pose: dict) -> bool:
-    return list(map(float, pose["p"])) == [0.0, 0.0, 0.0] and list(map(float, pose["quat_xyzw"])) == [0, 0, 0, 1]
-
-
 # ----------------------------------------------------------------------------- simulating and recording
 
 
@@ -567,7 +556,7 @@ def timing(ds: DrakeScene, num_steps: int, final_q: np.ndarray, final_v: np.ndar
 def record(spec: dict, *, num_steps: int | None = None, with_timing: bool = False):
     """Record ``spec`` with Drake: ``(DrakeScene, simulation dict, timing dict or None)``."""
     ds = DrakeScene(spec)
-    N = int(num_steps if num_steps is not None else spec.get("recording", {}).get("num_steps", 1000))
+    N = spec_num_steps(spec, num_steps)  # --steps, else the scene's, as load_json reads it
     if N < 1:
         raise ValueError(f"--steps: must be >= 1, got {N}")
     sim = simulate(ds, N)
