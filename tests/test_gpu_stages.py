@@ -259,8 +259,9 @@ def _check_stages(device, case, preset, line_search, linear_solver, newton_path,
                                                                             state.joint_qd[0]))
         assert np.all(np.abs(vn0 - hc.vn0) <= max(jtol, wtol) * np.maximum(J_v0, 1.0)), "vn0"
         # n₀ = (h fₑ₀)₊(1 − d vₙ₀)₊: fₑ₀'s and vₙ₀'s differences carried through.
-        n_scale = 1e-3 * hc.fe0 * (1.0 + hc.d * np.abs(hc.vn0))
-        dn0 = 1e-3 * hc.fe0 * hc.d * np.abs(vn0 - hc.vn0)
+        # |fₑ₀|: a contact found inside the margins has fₑ₀ < 0 (and n₀ = 0 in both backends)
+        n_scale = 1e-3 * np.abs(hc.fe0) * (1.0 + hc.d * np.abs(hc.vn0))
+        dn0 = 1e-3 * np.abs(hc.fe0) * hc.d * np.abs(vn0 - hc.vn0)
         n0_bound = wtol * n_scale + dn0 * (1 + wtol)
         assert np.all(np.abs(data[:, 3] - hc.n0) <= n0_bound), "n0"
         # ε_s = max(v_s, μσw n₀): its own rounding plus μσw times n₀'s bound.
