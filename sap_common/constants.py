@@ -32,6 +32,8 @@ __all__ = [
     "NEWTON_PATHS", "DEFAULT_NEWTON_PATH", "FUSED_MAX_REGISTERS_RANGE", "FUSED_MAX_REGISTERS_AUTO",
     "FUSED_MAX_REGISTERS_NONE", "FUSED_AUTO_MAX_REGISTERS", "FUSED_HESSIANS", "DEFAULT_FUSED_HESSIAN",
     "FUSED_CHOLESKY_AUTO", "FUSED_CHOLESKYS", "DEFAULT_FUSED_CHOLESKY", "FUSED_AUTO_CHOLESKY",
+    # memory
+    "FREE_MEMORY_FRACTION", "MEMORY_CHECK_MIN_BYTES", "MEMORY_CHECK_ENV",
 ]
 
 # ----------------------------------------------------------------------------- collision
@@ -302,3 +304,22 @@ DEFAULT_FUSED_CHOLESKY = FUSED_CHOLESKY_AUTO
 # humanoid step ran 1.25x (approx32) and 1.39x (drake) faster with "tile" at 64 worlds
 # (docs/benchmarks.md § The factorization on the CPU device).
 FUSED_AUTO_CHOLESKY = MappingProxyType({"cuda": "lanes", "cpu": "tile"})
+
+# ----------------------------------------------------------------------------- memory
+
+# The share of the free memory of a device (the host's: MemAvailable, a cgroup's or ulimit's room)
+# that one solver, collision pipeline, array set or tool run may plan to take; an estimate above it
+# is refused before anything is allocated (sap_common.state.check_memory). The estimates count the
+# arrays the objects keep; the other 10 % is for what they do not: host copies made while building
+# (the initial state, empty contacts), Warp's kernels and launch scratch, Python's objects, the
+# allocator's rounding and the other processes of the machine, which a run that plans to fill memory
+# to the last byte would hand to the OOM killer.
+FREE_MEMORY_FRACTION = 0.9
+# Estimates below this many bytes are not checked: reading the free memory would cost more than the
+# check could save (every machine that runs Python has 64 MiB to spare), and small batches, the
+# tests' and most tools', pay nothing.
+MEMORY_CHECK_MIN_BYTES = 64 * 2**20
+# The environment variable that turns the memory check off ("0", "off", "false" or "no"): for a
+# machine whose reported free memory is not what a run can use (CUDA managed memory that
+# oversubscribes the device, a host that swaps).
+MEMORY_CHECK_ENV = "SAP_MEMORY_CHECK"

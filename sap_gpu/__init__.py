@@ -29,9 +29,9 @@ from .arrays import (
 )
 from .collision import CollisionPipeline
 from .parameters import WorldParameters, world_view
-from .solver import SolverSAP
+from .solver import SolverSAP, estimate_memory
 
 __all__ = ["SolverSAP", "CollisionPipeline", "WorldParameters", "world_view", "GpuModel", "to_device", "to_host",
-           "state", "control", "contacts",
+           "state", "control", "contacts", "estimate_memory",
            "write_contact", "clear_contact", "ContactSlots", "contact_slots", "write_contact_point",
            "write_contact_pair"]

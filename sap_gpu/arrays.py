@@ -19,21 +19,28 @@ import dataclasses
 import numpy as np
 import warp as wp
 
-from sap_common.conventions import check_order, quaternion_coords
+from sap_common.conventions import check_num_worlds, check_order, quaternion_coords
 from sap_common.model import JointType, SapModel
 from sap_common.state import (
     CONTACT_SLOT_FIELDS,
     CONTACT_WORLD_FIELDS,
     INDEX_FIELDS,
+    MemoryEstimate,
     SapContacts,
     SapControl,
     SapState,
+    available_host_memory,
+    check_capacity,
     check_dtypes,
+    check_memory,
     check_type,
+    contacts_memory,
+    control_memory,
     keep_stamp,
+    state_memory,
 )
 
-from .device import get_device
+from .device import STAGING, free_memory, get_device
 
 __all__ = ["GpuModel", "tree_levels", "to_device", "to_host", "state", "control", "contacts", "device_of",
            "check_device_state", "check_device_control", "check_device_contacts", "check_array", "ContactSlots",
@@ -210,17 +217,33 @@ def to_host(obj):
 
 def state(model: SapModel, device=None) -> SapState:
     """``model.state()`` on ``device`` (public order)."""
+    _check_transfer(state_memory(model), device, "sap_gpu.state")
     return to_device(model.state(), device)
 
 
 def control(model: SapModel, device=None) -> SapControl:
     """``model.control()`` on ``device`` (public order)."""
+    _check_transfer(control_memory(model), device, "sap_gpu.control")
     return to_device(model.control(), device)
 
 
 def contacts(num_worlds: int, capacity: int, device=None) -> SapContacts:
     """Empty contacts on ``device``."""
-    return to_device(SapContacts.allocate(num_worlds, capacity), device)
+    C = check_capacity(capacity)
+    _check_transfer(contacts_memory(check_num_worlds(num_worlds), C), device, "sap_gpu.contacts", capacity=C)
+    return to_device(SapContacts.allocate(num_worlds, C), device)
+
+
+def _check_transfer(estimate: MemoryEstimate, device, what: str, capacity: int | None = None) -> None:
+    """The memory check of host arrays built and then copied to ``device``: on the CPU device both
+    copies live in host memory at once (docs/scaling.md § Memory)."""
+    d = get_device(device)
+    if d.is_cpu:
+        estimate = estimate + MemoryEstimate(estimate.num_worlds, tuple(
+            dataclasses.replace(p, name=STAGING) for p in estimate.parts))
+        check_memory(estimate, available_host_memory, what, where="device cpu", capacity=capacity)
+    else:
+        check_memory(estimate, lambda: free_memory(d), what, where=f"device {d}", capacity=capacity)
 
 
 # ----------------------------------------------------------------------------- the contact record in kernels

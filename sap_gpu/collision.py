@@ -64,7 +64,7 @@ from sap_common.constants import (  # noqa: F401
     PARALLEL_TOL,
 )
 from sap_common.model import SapModel, ShapeType
-from sap_common.state import SapContacts, SapState, StepStatus
+from sap_common.state import MemoryEstimate, SapContacts, SapState, StepStatus, check_memory, contacts_memory
 
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
 from .arrays import ContactSlots, GpuModel, clear_contact, contact_slots, write_contact_pair, write_contact_point
@@ -74,14 +74,14 @@ from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import plane_normal, primitive_contacts
 from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all
-from .device import get_device
+from .device import device_nbytes, free_memory, get_device, probe_memory
 from .kinematics import quat_norm_ok
 from .launch import launch_threads
 from .parameters import WorldParameters, check_parameters, world_view
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["CollisionPipeline", "FAMILIES", "pair_family", "collide_pairs"]
+__all__ = ["CollisionPipeline", "FAMILIES", "pair_family", "collide_pairs", "pipeline_memory"]
 
 BOX = wp.constant(int(ShapeType.BOX))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
@@ -482,8 +482,19 @@ class CollisionPipeline:
         self.broad_phase = check_broad_phase(broad_phase)
         self.model = model
         self.device = get_device(device)
+        if parameters is not None:  # a wrong argument is reported before the memory is
+            check_parameters(parameters, model, self.device)
+        # Refused before anything is allocated when the buffers would not fit (docs/scaling.md § Memory).
+        check_memory(pipeline_memory(model, self.max_rigid_contact, parameters is not None), lambda: free_memory(
+            self.device), "sap_gpu.CollisionPipeline", where=f"device {self.device}", capacity=self.max_rigid_contact)
+        self._allocate(model, parameters)
+
+    def _allocate(self, model: SapModel, parameters: WorldParameters | None, sizing: bool = False) -> None:
+        """Every buffer of the pipeline. ``sizing``: a probe of the memory estimate
+        (:func:`pipeline_memory`), which launches nothing."""
         self.m = GpuModel(model, self.device)
-        self.parameters = self.m.params = params = check_parameters(parameters, model, self.device)
+        self.parameters = self.m.params = params = check_parameters(parameters, model, self.device,
+                                                                     shared=self.m.params)
         d, W = self.device, model.num_worlds
         P, Sh = len(model.shape_pair), model.shape_count
         f64 = lambda x: wp.array(np.ascontiguousarray(x, np.float64), dtype=wp.float64, device=d)  # noqa: E731
@@ -496,7 +507,7 @@ class CollisionPipeline:
         views = [world_view(a, W) if params.shared else a for a in self._pair_rows]
         self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd, pair_margin = views
         self._shape_pair = i32(model.shape_pair.reshape(-1, 2) if P else np.zeros((1, 2)))
-        if params.shared:
+        if params.shared and not sizing:
             self._combine_materials(1)
         caps = pair_capacity(model)
         offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
@@ -577,6 +588,21 @@ class CollisionPipeline:
         self.kept = wp.zeros((W, max(self.max_rigid_contact, 1)), dtype=int, device=d)
         self._slots = None  # the ContactSlots of the contacts last filled (sap_gpu.arrays.contact_slots)
 
+    @classmethod
+    def memory_estimate(cls, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None,
+                        device=None, broad_phase: str = "aabb", parameters: WorldParameters | None = None,
+                        contacts: bool = True) -> MemoryEstimate:
+        """What this constructor's arguments would allocate on the device, without allocating it:
+        a :class:`~sap_common.state.MemoryEstimate` with the parts ``collision pipeline`` and (with
+        ``contacts``) ``contacts``, those of :meth:`contacts` (docs/scaling.md § Memory). Of
+        ``parameters`` only whether there are any matters (per-world ones, or ``True`` for ones not
+        built yet, make the pair materials per world; their own arrays are not counted)."""
+        C, _ = collision_pipeline_args(model, max_rigid_contact, config)
+        check_broad_phase(broad_phase)
+        get_device(device)
+        out = pipeline_memory(model, C, parameters is not None)
+        return out + contacts_memory(model.num_worlds, C) if contacts else out
+
     def _combine_materials(self, rows: int) -> None:
         """Launch: the pairs' materials and margins of the first ``rows`` worlds (``_pair_materials``)."""
         P = len(self.model.shape_pair)
@@ -633,3 +659,19 @@ class CollisionPipeline:
                        m.params.array("shape_margin"), self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
                        self.pair_tau, self.pair_hcd, self.scratch, c.count, self.kept], outputs=[self._slots])
         contacts.materials = MaterialFallbacks.of(self.config)  # what a solver checks its own config against
+
+
+def pipeline_memory(model: SapModel, max_rigid_contact: int, per_world_parameters: bool = False) -> MemoryEstimate:
+    """The device bytes a :class:`CollisionPipeline` of ``model`` allocates (its own arrays; per-world
+    parameters, when given, are the caller's and not counted), measured on 1 and 2 worlds
+    (:func:`~sap_gpu.device.probe_memory`): the part ``collision pipeline`` of a MemoryEstimate."""
+
+    def measure(model_w, device):
+        probe = CollisionPipeline.__new__(CollisionPipeline)
+        probe.max_rigid_contact, probe.config = collision_pipeline_args(model_w, max_rigid_contact, None)
+        probe.broad_phase, probe.model, probe.device = "aabb", model_w, device
+        params = WorldParameters(model_w, device) if per_world_parameters else None
+        probe._allocate(model_w, params, sizing=True)
+        return device_nbytes(probe) - (device_nbytes(params) if params is not None else 0)
+
+    return probe_memory("collision pipeline", model, measure, key=(int(max_rigid_contact), per_world_parameters))

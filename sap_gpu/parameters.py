@@ -43,13 +43,14 @@ import warp as wp
 from sap_common import parameters as spec
 from sap_common.enums import JointType
 from sap_common.model import SapModel
+from sap_common.state import MemoryEstimate, available_host_memory, check_memory, host_nbytes
 
-from .device import get_device
+from .device import device_nbytes, free_memory, get_device, probe_memory
 from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["WorldParameters", "shared_parameters", "check_parameters", "world_view"]
+__all__ = ["WorldParameters", "shared_parameters", "check_parameters", "world_view", "parameters_memory"]
 
 # Each field's Warp dtype and the number of its trailing host axes that the dtype holds.
 _DTYPES = {"body_com": (wp.vec3d, 1), "body_inertia": (wp.mat33d, 2), "gravity": (wp.vec3d, 1)}
@@ -221,7 +222,18 @@ class WorldParameters:
     """
 
     def __init__(self, model: SapModel, device=None):
-        self._setup(model, device, False)
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        d = get_device(device)
+        # Refused before anything is allocated when the arrays would not fit (docs/scaling.md § Memory):
+        # the device arrays, and the host copy of every value kept beside them.
+        device_part, host_part = parameters_memory(model, parts=True)
+        if d.is_cpu:
+            check_memory(device_part + host_part, available_host_memory, "sap_gpu.WorldParameters", where="device cpu")
+        else:
+            check_memory(device_part, lambda: free_memory(d), "sap_gpu.WorldParameters", where=f"device {d}")
+            check_memory(host_part, available_host_memory, "sap_gpu.WorldParameters (host copy)")
+        self._setup(model, d, False)
 
     def _setup(self, model: SapModel, device, _shared: bool) -> None:
         """Everything of the constructor; ``_shared``: one row every world reads (shared_parameters)."""
@@ -414,10 +426,11 @@ def shared_parameters(model: SapModel, device) -> WorldParameters:
     return params
 
 
-def check_parameters(parameters, model: SapModel, device) -> WorldParameters:
-    """``parameters`` (a WorldParameters of ``model`` on ``device``), or the shared ones for None."""
+def check_parameters(parameters, model: SapModel, device, shared: WorldParameters | None = None) -> WorldParameters:
+    """``parameters`` (a WorldParameters of ``model`` on ``device``), or for None the shared ones:
+    ``shared`` where given (a GpuModel's), else new ones."""
     if parameters is None:
-        return shared_parameters(model, device)
+        return shared if shared is not None else shared_parameters(model, device)
     if not isinstance(parameters, WorldParameters) or parameters.shared:
         raise ValueError(f"parameters: expected a sap_gpu.WorldParameters or None, got {type(parameters).__name__}")
     if parameters.model is not model:
@@ -426,3 +439,19 @@ def check_parameters(parameters, model: SapModel, device) -> WorldParameters:
     if parameters.device != device:
         raise ValueError(f"parameters: on device {parameters.device}, but the solver runs on {device}")
     return parameters
+
+
+def parameters_memory(model: SapModel, parts: bool = False) -> MemoryEstimate | tuple[MemoryEstimate, MemoryEstimate]:
+    """The bytes a :class:`WorldParameters` of ``model`` allocates, measured on 1 and 2 worlds
+    (:func:`~sap_gpu.device.probe_memory`): a MemoryEstimate of the parts ``parameters`` (device
+    arrays) and ``parameters (host copy)`` (the NumPy copy of every value it keeps), or with
+    ``parts`` the two estimates apart."""
+
+    def build(model_w, probe_device):
+        probe = WorldParameters.__new__(WorldParameters)
+        probe._setup(model_w, probe_device, False)
+        return probe
+
+    on_device = probe_memory("parameters", model, lambda m, d: device_nbytes(build(m, d)))
+    on_host = probe_memory("parameters (host copy)", model, lambda m, d: host_nbytes(build(m, d)._host))
+    return (on_device, on_host) if parts else on_device + on_host

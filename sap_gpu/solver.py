@@ -17,14 +17,25 @@ Diagnostics (``last_status`` …) are device arrays; :meth:`diagnostics` copies 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import warp as wp
 
 from sap_common.collision_rules import check_contact_materials, check_hunt_crossley_materials
 from sap_common.config import SapConfig
+from sap_common.conventions import check_num_worlds
 from sap_common.model import SapModel
 from sap_common.rows import RowKind
-from sap_common.state import SapContacts, SapControl, SapState
+from sap_common.state import (
+    MemoryEstimate,
+    SapContacts,
+    SapControl,
+    SapState,
+    check_memory,
+    control_memory,
+    state_memory,
+)
 from sap_common.time_step import check_time_step, time_step_bound
 
 from . import (
@@ -39,18 +50,19 @@ from . import (
     observables,
 )
 from .arrays import GpuModel, check_array, check_device_contacts, check_device_control, check_device_state
+from .collision import CollisionPipeline
 from .contact_solve import newton_kernels
 from .contact_solve_fused import fused_newton_kernel, launch_fused
-from .device import get_device
+from .device import STAGING, device_nbytes, free_memory, get_device, probe_memory
 from .launch import dry_run_open, launch_threads, loop_while
 from .linear_solve import cholesky_solve
-from .parameters import WorldParameters, check_parameters
+from .parameters import WorldParameters, check_parameters, parameters_memory
 from .plan import NewtonPlan
 from .workspace import Workspace
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts"]
+__all__ = ["SolverSAP", "check_device_state", "check_device_control", "check_device_contacts", "estimate_memory"]
 
 
 @wp.kernel
@@ -101,20 +113,31 @@ class SolverSAP:
                                                   **overrides)
         check_hunt_crossley_materials(model, cfg)
         self.device = get_device(device)
-        self.m = GpuModel(model, self.device)
-        # The per-world parameters every kernel reads (sap_gpu.parameters): the model's, shared by
-        # every world, unless given. A Hunt–Crossley solver refuses rigid shapes in them too.
-        self.parameters = self.m.params = check_parameters(parameters, model, self.device)
-        if cfg.discrete_contact_approximation != "sap" and parameters is not None:
-            parameters.check_rigid()
+        if parameters is not None:  # a wrong argument is reported before the memory is
+            check_parameters(parameters, model, self.device)
         # Which Newton loop runs, decided once (sap_gpu.plan). A dry run of record_launches
         # records what a GPU compiles (sap-precompile), so it plans for CUDA: on the CPU device a
         # register cap means nothing and is left out (a cap makes a kernel a module of its own).
         self.plan = plan = NewtonPlan.resolve(cfg, model.joint_dof_count, self.device.is_cuda or dry_run_open())
-        self.work = w = Workspace(model, self.m, cfg, plan)
-        self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
+        # Refused before anything is allocated when the buffers would not fit (docs/scaling.md § Memory).
+        check_memory(_solver_memory(model, cfg, plan, self.device), lambda: free_memory(self.device),
+                     "sap_gpu.SolverSAP", where=f"device {self.device}", capacity=cfg.max_rigid_contact)
+        self._allocate(model, parameters)
         self.kernels = newton_kernels(plan)
         self.fused_kernel = fused_newton_kernel(plan) if plan.fused else None
+
+    def _allocate(self, model: SapModel, parameters: WorldParameters | None, sizing: bool = False) -> None:
+        """Every buffer of the solver (``self.config``, ``self.plan`` and ``self.device`` set).
+        ``sizing``: a probe of the memory estimate (:func:`_solver_memory`), which launches nothing."""
+        cfg, plan = self.config, self.plan
+        self.m = GpuModel(model, self.device)
+        # The per-world parameters every kernel reads (sap_gpu.parameters): the model's, shared by
+        # every world, unless given. A Hunt–Crossley solver refuses rigid shapes in them too.
+        self.parameters = self.m.params = check_parameters(parameters, model, self.device, shared=self.m.params)
+        if cfg.discrete_contact_approximation != "sap" and parameters is not None:
+            parameters.check_rigid()
+        self.work = w = Workspace(model, self.m, cfg, plan, sizing=sizing)
+        self.pose32 = not cfg.use_f64_boundary_pose  # the pose crossing into the contact stage is float32
         # diagnostics (device arrays, refreshed by step)
         self.last_status = w.N.status
         self.last_newton_iterations = w.N.iterations
@@ -146,6 +169,22 @@ class SolverSAP:
         # The observables and statistics of the last step (device arrays; sap_gpu.observables).
         self.observables = w.obs
         self.world_statistics = w.stats
+
+    @classmethod
+    def memory_estimate(cls, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
+                        device=None, parameters: WorldParameters | None = None, **overrides) -> MemoryEstimate:
+        """What this constructor's arguments would allocate, without allocating it: a
+        :class:`~sap_common.state.MemoryEstimate` of the part ``solver`` (every buffer the solver
+        keeps: the model on the device, the workspace, the diagnostics) and, on the CPU device,
+        ``host staging`` (the initial state built on the host while the workspace is built). What
+        the constructor checks against the device's free memory (docs/scaling.md § Memory).
+        ``parameters`` are the caller's, already allocated, and not counted."""
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact, **overrides)
+        d = get_device(device)
+        return _solver_memory(model, cfg, NewtonPlan.resolve(cfg, model.joint_dof_count, d.is_cuda or dry_run_open()),
+                              d)
 
     @property
     def fused_cholesky(self) -> str:
@@ -451,6 +490,57 @@ class SolverSAP:
                 "truncated_contact_count": self.last_truncated_contact_count.numpy().copy(),
                 "linear_solver_iterations": self.last_linear_solver_iterations.numpy().copy(),
                 "linear_solver_residual": self.last_linear_solver_residual.numpy().astype(np.float64)}
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _solver_memory(model: SapModel, cfg: SapConfig, plan: NewtonPlan, device) -> MemoryEstimate:
+    """``SolverSAP.memory_estimate`` for a resolved configuration and plan: the solver's buffers
+    measured on 1 and 2 worlds (``sap_gpu.device.probe_memory``: the constructor's own allocation,
+    in its sizing mode), plus on the CPU device the host staging of the workspace's initial state
+    (``model.state()`` and its joint_qd in SAP order)."""
+
+    def measure(model_w, probe_device):
+        probe = SolverSAP.__new__(SolverSAP)
+        probe.model, probe.config, probe.plan, probe.device = model_w, cfg, plan, probe_device
+        probe._allocate(model_w, None, sizing=True)
+        return device_nbytes(probe)
+
+    out = probe_memory("solver", model, measure, key=(cfg, plan))
+    if device.is_cpu:
+        nv = model.joint_dof_count
+        staging = state_memory(model, name=STAGING)
+        out = out + MemoryEstimate(model.num_worlds, tuple(
+            dataclasses.replace(p, per_world=p.per_world + 8 * nv) for p in staging.parts))
+    return out
+
+
+def estimate_memory(model: SapModel, max_rigid_contact: int, contact_preset_variant: str = "approx32", device=None,
+                    *, num_worlds: int | None = None, parameters: bool = False, pipeline: bool = True, states: int = 1,
+                    control: bool = True, **overrides) -> MemoryEstimate:
+    """The device memory of a batch of ``model`` (``num_worlds`` worlds, default the model's) on
+    ``device``, estimated without allocating it: a :class:`~sap_common.state.MemoryEstimate` whose
+    parts are the ``solver`` (:meth:`SolverSAP.memory_estimate`, with ``host staging`` on the CPU
+    device), with ``pipeline`` the ``collision pipeline`` and its ``contacts``
+    (:meth:`CollisionPipeline.memory_estimate`), ``states`` device states (``state``), with
+    ``control`` a device control, and with ``parameters`` a :class:`WorldParameters`
+    (``parameters``). Compare ``.nbytes`` with the device's free memory before building a large
+    batch; each constructor checks its own part (docs/scaling.md § Memory).
+    """
+    d = get_device(device)
+    out = SolverSAP.memory_estimate(model, max_rigid_contact=max_rigid_contact,
+                                    contact_preset_variant=contact_preset_variant, device=d, **overrides)
+    if pipeline:
+        out = out + CollisionPipeline.memory_estimate(model, max_rigid_contact, device=d,
+                                                      parameters=True if parameters else None)
+    for _ in range(int(states)):
+        out = out + state_memory(model)
+    if control:
+        out = out + control_memory(model)
+    if parameters:
+        out = out + parameters_memory(model)
+    return out if num_worlds is None else out.worlds(check_num_worlds(num_worlds))
 
 
 @wp.kernel

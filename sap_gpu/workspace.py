@@ -64,12 +64,15 @@ class Workspace:
     size), ``rows`` (:class:`~sap_gpu.constraints.RowLayout`, the scalar rows), ``holonomic``
     (:class:`~sap_gpu.holonomic.HolonomicLayout`), ``plan`` (the
     :class:`~sap_gpu.plan.NewtonPlan` stage 3 runs), ``fused`` (``plan.fused``) and ``T``/``TL``
-    (the Warp scalars of the objective and of the Newton linear solve).
+    (the Warp scalars of the objective and of the Newton linear solve). ``sizing=True`` builds every
+    buffer and launches nothing: how ``SolverSAP``'s memory estimate measures a small batch
+    (docs/scaling.md § Memory); such a workspace is not stepped.
     """
 
-    def __init__(self, model: SapModel, m: GpuModel, config: SapConfig, plan: NewtonPlan):
+    def __init__(self, model: SapModel, m: GpuModel, config: SapConfig, plan: NewtonPlan, sizing: bool = False):
         self.device = m.device
         self.plan = plan
+        self.sizing = sizing  # a probe of SolverSAP's memory estimate: every buffer, no launch
         self._boundary(m)
         self._free_motion(m, config)
         self._contact_jacobian(m, config)
@@ -250,7 +253,7 @@ class Workspace:
         # PCR never forms H: 1-entry stand-ins keep the kernel signature; Cholesky's PCR work
         # struct is a stand-in too (its arrays are never read).
         self.H = z((1, 1, 1), TL) if pcr else z((W, ns, ns), TL)
-        if not pcr:  # the padding of H: the identity, written once (evaluate writes rows < nv only)
+        if not pcr and not self.sizing:  # the padding of H: the identity, written once (evaluate writes rows < nv)
             padding = _identity_padding_f64 if TL == wp.float64 else _identity_padding_f32
             launch_threads(padding, dim=(W, ns), device=self.device, inputs=[nv], outputs=[self.H])
         if not pcr and ns > blocked_cholesky.TILE:

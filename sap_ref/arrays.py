@@ -16,7 +16,17 @@ import dataclasses
 import numpy as np
 
 from sap_common.model import SapModel
-from sap_common.state import SapContacts, SapControl, SapState, check_dtypes, keep_stamp
+from sap_common.state import (
+    SapContacts,
+    SapControl,
+    SapState,
+    available_host_memory,
+    check_dtypes,
+    check_memory,
+    control_memory,
+    keep_stamp,
+    state_memory,
+)
 
 __all__ = ["check_host_device", "to_device", "to_host", "state", "control", "contacts", "write_contact",
            "clear_contact"]
@@ -64,12 +74,14 @@ def to_host(obj):
 def state(model: SapModel, device=None) -> SapState:
     """``model.state()`` (public order)."""
     check_host_device(device)
+    check_memory(state_memory(model), available_host_memory, "sap_ref.state")  # docs/scaling.md § Memory
     return model.state()
 
 
 def control(model: SapModel, device=None) -> SapControl:
     """``model.control()`` (public order)."""
     check_host_device(device)
+    check_memory(control_memory(model), available_host_memory, "sap_ref.control")
     return model.control()
 
 

@@ -81,7 +81,19 @@ from sap_common.constants import (  # noqa: F401
 from sap_common.conventions import quaternion_norm_ok
 from sap_common.geometry import hfield_grid, shape_local_bounds
 from sap_common.model import SapModel, ShapeType
-from sap_common.state import SapContacts, SapState, StepStatus, check_contacts, check_state
+from sap_common.state import (
+    MemoryEstimate,
+    SapContacts,
+    SapState,
+    StepStatus,
+    available_host_memory,
+    check_contacts,
+    check_memory,
+    check_state,
+    contacts_memory,
+    host_nbytes,
+    probe_memory,
+)
 
 from .arrays import check_host_device, clear_contact, write_contact
 from .broad_phase import pair_overlap
@@ -95,7 +107,7 @@ from .parameters import WorldParameters, world_slice, write_world
 __all__ = ["CollisionPipeline", "MAX_CONTACTS_PER_PAIR", "contact_capacity", "pair_contacts", "combine_materials",
            "combine_hc_dissipation",
            "plane_sphere", "plane_capsule", "plane_box", "sphere_sphere", "sphere_capsule", "sphere_box",
-           "capsule_capsule", "capsule_box", "box_box"]
+           "capsule_capsule", "capsule_box", "box_box", "pipeline_memory"]
 
 P, S, C, B = ShapeType.PLANE, ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX
 
@@ -224,16 +236,32 @@ class CollisionPipeline:
                 "the WorldParameters of another model object"
             raise ValueError(f"parameters: expected a sap_ref.WorldParameters of this pipeline's model (the same "
                              f"object), got {got}")
+        check_memory(pipeline_memory(model), available_host_memory, "sap_ref.CollisionPipeline",
+                     capacity=self.max_rigid_contact)  # docs/scaling.md § Memory
         self.parameters = parameters
         self._world_pipelines: dict[int, tuple[int, CollisionPipeline]] = {}  # w -> (version, one-world pipeline)
         # Per shape: a mesh's (points, faces) or a height field's heights, in its own frame.
         self._geometry = [shape_geometry(model, s) for s in range(model.shape_count)]
-        # Per world after collide(): StepStatus.INVALID_QUATERNION where a body_q quaternion was
-        # rejected (that world got no contacts), else 0, (num_worlds,).
-        self.last_status = np.zeros(model.num_worlds, dtype=np.int32)
+        self._allocate(model.num_worlds)
         # Per candidate pair: (mu, ke, ke0, ke1, tau_d, hcd); materials are static.
         self._materials = [(*combine_materials(model, int(a), int(b), self.config),
                             combine_hc_dissipation(model, int(a), int(b), self.config)) for a, b in model.shape_pair]
+
+    def _allocate(self, W: int) -> None:
+        """The arrays over worlds. Per world after collide(): StepStatus.INVALID_QUATERNION where a
+        body_q quaternion was rejected (that world got no contacts), else 0, ``last_status`` (W,)."""
+        self.last_status = np.zeros(W, dtype=np.int32)
+
+    @classmethod
+    def memory_estimate(cls, model: SapModel, max_rigid_contact: int, config: SapConfig | None = None,
+                        device=None, broad_phase: str = "aabb", parameters: WorldParameters | None = None,
+                        contacts: bool = True) -> MemoryEstimate:
+        """What this constructor's arguments would take on the host (sap_gpu's method of the same name):
+        the parts ``collision pipeline`` and, with ``contacts``, ``contacts`` (:meth:`contacts`)."""
+        check_host_device(device)
+        C, _ = collision_pipeline_args(model, max_rigid_contact, config)
+        check_broad_phase(broad_phase)
+        return pipeline_memory(model) + contacts_memory(model.num_worlds, C) if contacts else pipeline_memory(model)
 
     def contacts(self) -> SapContacts:
         """Empty contact buffers for this pipeline: ``(num_worlds, max_rigid_contact)`` slots."""
@@ -327,3 +355,15 @@ class CollisionPipeline:
                           m.shape_margin[a], m.shape_margin[b], mu, ke, k0, k1, tau, hcd, 0.0)
         contacts.count[w] = len(keep)
         contacts.overflow[w] = len(found) - len(keep)
+
+
+def pipeline_memory(model: SapModel) -> MemoryEstimate:
+    """The host arrays over worlds a :class:`CollisionPipeline` of ``model`` keeps (its status per world),
+    measured on 1 and 2 worlds (``sap_common.state.probe_memory``): the part ``collision pipeline``."""
+
+    def measure(W):
+        probe = CollisionPipeline.__new__(CollisionPipeline)
+        probe._allocate(W)
+        return host_nbytes(probe, skip=(SapModel,))
+
+    return probe_memory("collision pipeline", model, measure, key="sap_ref")

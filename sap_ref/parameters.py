@@ -25,11 +25,18 @@ from sap_common.parameters import (
     symmetrized,
     world_mask,
 )
-from sap_common.state import keep_stamp
+from sap_common.state import (
+    MemoryEstimate,
+    available_host_memory,
+    check_memory,
+    host_nbytes,
+    keep_stamp,
+    probe_memory,
+)
 
 from .arrays import check_host_device
 
-__all__ = ["WorldParameters", "world_slice", "write_world"]
+__all__ = ["WorldParameters", "world_slice", "write_world", "parameters_memory"]
 
 
 class WorldParameters:
@@ -55,14 +62,20 @@ class WorldParameters:
         check_host_device(device)
         if not isinstance(model, SapModel):
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        # Refused before anything is allocated when the values would not fit (docs/scaling.md § Memory).
+        check_memory(parameters_memory(model), available_host_memory, "sap_ref.WorldParameters")
+        self._allocate(model, model.num_worlds)
+        self._models: dict[int, tuple[int, SapModel]] = {}  # world -> (version, one-world model)
+        self._forbid_rigid = False
+
+    def _allocate(self, model: SapModel, W: int) -> None:
+        """The values of ``W`` worlds (the model's) and the write counts."""
         self.model = model
-        self.num_worlds = W = model.num_worlds
+        self.num_worlds = W
         self._values = {name: np.broadcast_to(np.asarray(getattr(model, name), dtype=np.float64),
                                               (W, *np.shape(getattr(model, name)))).copy()
                         for name in PARAMETER_FIELDS}
         self._version = np.zeros(W, dtype=np.int64)
-        self._models: dict[int, tuple[int, SapModel]] = {}  # world -> (version, one-world model)
-        self._forbid_rigid = False
 
     @property
     def forbid_rigid(self) -> bool:
@@ -146,3 +159,15 @@ def write_world(obj, one, w: int) -> None:
     for f in dataclasses.fields(obj):
         if isinstance(getattr(obj, f.name), np.ndarray):
             getattr(obj, f.name)[w] = getattr(one, f.name)[0]
+
+
+def parameters_memory(model: SapModel) -> MemoryEstimate:
+    """The host arrays a :class:`WorldParameters` of ``model`` allocates, measured on 1 and 2 worlds
+    (``sap_common.state.probe_memory``): the part ``parameters`` of a MemoryEstimate."""
+
+    def measure(W):
+        probe = WorldParameters.__new__(WorldParameters)
+        probe._allocate(model, W)
+        return host_nbytes(probe, skip=(SapModel,))
+
+    return probe_memory("parameters", model, measure, key="sap_ref")

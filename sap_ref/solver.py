@@ -24,23 +24,31 @@ import numpy as np
 
 from sap_common.collision_rules import check_contact_materials, check_hunt_crossley_materials
 from sap_common.config import SapConfig
-from sap_common.conventions import joint_quaternions_ok
+from sap_common.conventions import check_num_worlds, joint_quaternions_ok
 from sap_common.kinematics import body_state
 from sap_common.kinematics import forward_kinematics as world_poses
 from sap_common.model import SapModel
 from sap_common.state import (
+    MemoryEstimate,
     SapContacts,
     SapControl,
     SapState,
     StepStatus,
+    available_host_memory,
     check_contacts,
     check_control,
+    check_memory,
     check_state,
+    control_memory,
+    host_nbytes,
+    probe_memory,
+    state_memory,
 )
 from sap_common.time_step import check_time_step, time_step_bound
 
 from . import boundary
 from .arrays import check_host_device
+from .collision import CollisionPipeline
 from .constraints import (
     DriveConstraints,
     HuntCrossley,
@@ -70,9 +78,9 @@ from .observables import (
     initial_state_into,
     world_observables,
 )
-from .parameters import WorldParameters, world_slice, write_world
+from .parameters import WorldParameters, parameters_memory, world_slice, write_world
 
-__all__ = ["SolverSAP", "WorldResult"]
+__all__ = ["SolverSAP", "WorldResult", "estimate_memory"]
 
 
 @dataclass
@@ -158,28 +166,51 @@ class SolverSAP:
         self.model = model
         self.config = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact, **overrides)
         check_hunt_crossley_materials(model, self.config)
-        W = model.num_worlds
+        if parameters is not None and (not isinstance(parameters, WorldParameters) or parameters.model is not model):
+            raise ValueError(f"parameters: expected a sap_ref.WorldParameters of this solver's model (the same "
+                             f"object), got {_describe(parameters, model)}")
+        # Refused before anything is allocated when the arrays and a step's results would not fit
+        # (docs/scaling.md § Memory).
+        check_memory(_solver_memory(model, self.config), available_host_memory, "sap_ref.SolverSAP",
+                     capacity=self.config.max_rigid_contact)
+        self._allocate(model.num_worlds)
+        self.last_results: list[WorldResult] = []
+        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
+        self.parameters = parameters
+        if parameters is not None:
+            self._world_args = dict(max_rigid_contact=max_rigid_contact, contact_preset_variant=contact_preset_variant,
+                                    **overrides)
+            self._world_solvers: dict[int, tuple[int, SolverSAP, float]] = {}  # w -> (version, solver, dt bound)
+            self._forbid_rigid()
+
+    def _allocate(self, W: int) -> None:
+        """The arrays over worlds: the last step's diagnostics, its observables and the per-world
+        statistics since each world's reset (sap_ref.observables; sap_gpu's attributes of the same
+        names, as NumPy arrays)."""
         self.last_newton_iterations = np.zeros(W, dtype=np.int32)
         self.last_line_search_iterations = np.zeros(W, dtype=np.int32)
         self.last_truncated_contact_count = np.zeros(W, dtype=np.int32)
         self.last_status = np.zeros(W, dtype=np.int32)
         self.last_linear_solver_iterations = np.zeros(W, dtype=np.int32)
         self.last_linear_solver_residual = np.zeros(W, dtype=np.float64)
-        self.last_results: list[WorldResult] = []
-        self.dt_bound = time_step_bound(model)  # [s]; longer steps warn (sap_common.time_step)
-        # The last step's observables and the per-world statistics since each world's reset
-        # (sap_ref.observables; sap_gpu's attributes of the same names, as NumPy arrays).
-        self.observables = StepObservables.zeros(W, max(self.config.max_rigid_contact, 1), model.body_count)
+        self.observables = StepObservables.zeros(W, max(self.config.max_rigid_contact, 1), self.model.body_count)
         self.world_statistics = WorldStatistics.zeros(W)
-        self.parameters = parameters
-        if parameters is not None:
-            if not isinstance(parameters, WorldParameters) or parameters.model is not model:
-                raise ValueError(f"parameters: expected a sap_ref.WorldParameters of this solver's model (the same "
-                                 f"object), got {_describe(parameters, model)}")
-            self._world_args = dict(max_rigid_contact=max_rigid_contact, contact_preset_variant=contact_preset_variant,
-                                    **overrides)
-            self._world_solvers: dict[int, tuple[int, SolverSAP, float]] = {}  # w -> (version, solver, dt bound)
-            self._forbid_rigid()
+
+    @classmethod
+    def memory_estimate(cls, model: SapModel, *, max_rigid_contact: int, contact_preset_variant: str = "approx32",
+                        device=None, parameters: WorldParameters | None = None, **overrides) -> MemoryEstimate:
+        """What this constructor's arguments would take on the host, without allocating it: a
+        :class:`~sap_common.state.MemoryEstimate` of the parts ``solver`` (the arrays over worlds,
+        measured on 1 and 2 worlds) and ``step`` (what a step of every world holds at its peak: the
+        batch's converted inputs and outputs, and each world's :class:`WorldResult` twice, the last
+        step's and the new one). What the constructor checks against the host's available memory
+        (docs/scaling.md § Memory). With ``parameters``, each world's own one-world solver is not
+        counted."""
+        check_host_device(device)
+        if not isinstance(model, SapModel):
+            raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
+        return _solver_memory(model, SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
+                                                           **overrides))
 
     def step(self, state_in: SapState, state_out: SapState, control: SapControl, contacts: SapContacts | None,
              dt: float) -> None:
@@ -391,6 +422,64 @@ class SolverSAP:
                 idx = getattr(contacts, name)[w, :n]
                 if np.any((idx < -1) | (idx >= self.model.body_count)):
                     raise ValueError(f"contacts.{name}[{w}]: body indices must lie in [-1, {self.model.body_count})")
+
+
+# ----------------------------------------------------------------------------- memory
+
+# The Python objects of one world's step results (a WorldResult: a dozen dataclasses holding ~60
+# small NumPy arrays, their headers and scalars) and the step's temporaries, beside the arrays'
+# data that _step_bytes counts: 12.2–12.5 kB per world, fitted to the peak a step of 64 worlds of
+# sphere_slide, arm_push_block and rope_box reaches under tracemalloc on CPython 3.11
+# (tests/test_memory_estimate.py holds the estimate to the measured peak).
+RESULT_OBJECT_BYTES = 12_000
+
+
+def _step_bytes(model: SapModel, capacity: int) -> int:
+    """Bytes a step of one world holds at its peak, at full contact capacity C: the last step's
+    WorldResult and the new one (each: the Python objects, M and A of the free motion and the
+    problem's A, nv² each; the contacts' J and the problem's, 3C·nv each), and the batch's
+    converted inputs and outputs (SapInputs, q₁, v₁, the twists at q₀: about two states and a
+    control), float64."""
+    nv, nq, B, C = model.joint_dof_count, model.joint_coord_count, model.body_count, capacity
+    result = RESULT_OBJECT_BYTES + 8 * (3 * nv * nv + 2 * 3 * C * nv)
+    batch = 8 * (2 * (nq + nv + 19 * B) + 4 * nv)
+    return 2 * result + batch
+
+
+def _solver_memory(model: SapModel, cfg: SapConfig) -> MemoryEstimate:
+    """``SolverSAP.memory_estimate`` for a configuration: the arrays of ``_allocate`` measured on 1
+    and 2 worlds (``sap_common.state.probe_memory``) and a step's peak per world (:func:`_step_bytes`)."""
+    C = cfg.max_rigid_contact
+
+    def measure(W):
+        probe = SolverSAP.__new__(SolverSAP)
+        probe.model, probe.config = model, cfg
+        probe._allocate(W)
+        return host_nbytes(probe, skip=(SapModel,))
+
+    return (probe_memory("solver", model, measure, key=("sap_ref", C))
+            + MemoryEstimate.of("step", model.num_worlds, per_world=_step_bytes(model, C)))
+
+
+def estimate_memory(model: SapModel, max_rigid_contact: int, contact_preset_variant: str = "approx32", device=None,
+                    *, num_worlds: int | None = None, parameters: bool = False, pipeline: bool = True, states: int = 1,
+                    control: bool = True, **overrides) -> MemoryEstimate:
+    """sap_gpu's ``estimate_memory`` on the host: the ``solver`` and its ``step``
+    (:meth:`SolverSAP.memory_estimate`), with ``pipeline`` the ``collision pipeline`` (its status per
+    world) and its ``contacts``, ``states`` states, with ``control`` a control and with
+    ``parameters`` a :class:`WorldParameters` (``parameters``), for ``num_worlds`` worlds (default
+    the model's), without allocating them (docs/scaling.md § Memory)."""
+    out = SolverSAP.memory_estimate(model, max_rigid_contact=max_rigid_contact,
+                                    contact_preset_variant=contact_preset_variant, device=device, **overrides)
+    if pipeline:
+        out = out + CollisionPipeline.memory_estimate(model, max_rigid_contact, device=device)
+    for _ in range(int(states)):
+        out = out + state_memory(model)
+    if control:
+        out = out + control_memory(model)
+    if parameters:
+        out = out + parameters_memory(model)
+    return out if num_worlds is None else out.worlds(check_num_worlds(num_worlds))
 
 
 # The per-world diagnostics of the last step (arrays over worlds).

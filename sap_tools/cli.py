@@ -27,8 +27,8 @@ from sap_common.config import LINE_SEARCH_VARIANTS, LINEAR_SOLVERS, PRESETS
 
 __all__ = ["Parser", "parser", "quiet_warp", "init_warp", "plain", "fail", "check_out", "check_out_dir",
            "atomic_output", "entry_point", "INTERRUPTED_STATUS", "plot_path", "load_scene_arg", "scene_solver_kwargs",
-           "check_flags", "rollout_parser", "load_rollout", "warp_device", "PRESET_CHOICES", "LINE_SEARCH_CHOICES",
-           "LINEAR_SOLVER_CHOICES", "register_caps", "register_cap_label"]
+           "check_flags", "rollout_parser", "load_rollout", "warp_device", "check_run_memory", "PRESET_CHOICES",
+           "LINE_SEARCH_CHOICES", "LINEAR_SOLVER_CHOICES", "register_caps", "register_cap_label"]
 
 # Exit status after Ctrl-C: 128 + SIGINT, the shell's convention for a process stopped by SIGINT.
 INTERRUPTED_STATUS = 130
@@ -267,9 +267,25 @@ def plot_path(flag: str, path: str) -> str:
     return check_out(flag, path)
 
 
-def load_scene_arg(name: str, num_worlds: int):
+def load_scene_arg(name: str, num_worlds: int, check_memory: bool = True):
     """A built-in scene, a JSON scene file or (``.xml``/``.urdf``) an MJCF/URDF file; ``ValueError``
-    naming the scene argument when the name is unknown or the file is missing or unreadable."""
+    naming the scene argument when the name is unknown or the file is missing or unreadable.
+
+    With ``check_memory`` and more than one world, the scene is first loaded with one world and the
+    host arrays of ``num_worlds`` (its initial state and control) estimated: ``ValueError`` naming
+    ``--num-worlds`` when they would not fit in the host's available memory, before they are built
+    (:func:`check_run_memory`)."""
+    if check_memory and isinstance(num_worlds, int) and not isinstance(num_worlds, bool) and num_worlds > 1:
+        from sap_common.state import control_memory, state_memory
+
+        one = _load_scene(name, 1)
+        m = one.sap_model
+        check_run_memory(state_memory(m, num_worlds, "state (host)") + control_memory(m, num_worlds, "control (host)"),
+                         None, "the scene's initial state and control", f"{num_worlds} worlds of {one.name}")
+    return _load_scene(name, num_worlds)
+
+
+def _load_scene(name: str, num_worlds: int):
     from sap_common import scenes
     from sap_common.io import load_json
 
@@ -288,6 +304,33 @@ def load_scene_arg(name: str, num_worlds: int):
         return load_json(name, num_worlds=num_worlds)
     except OSError as e:
         raise ValueError(f"scene file: cannot read {name!r} ({e.strerror or e})") from None
+
+
+def check_run_memory(estimate, device, what: str, subject: str, capacity: int | None = None,
+                     flag: str = "--num-worlds", capacity_flag: str = "--max-rigid-contact") -> None:
+    """``ValueError`` starting ``flag:`` (the tools' one-line error) when a run's memory estimate
+    (a ``sap_common.state.MemoryEstimate``) does not fit, checked before the run builds anything
+    (docs/scaling.md § Memory). The parts whose name says ``host`` live in host memory, the others on
+    ``device`` (a ``wp.Device``; None: the host). On the CPU device, or with no device, every part
+    is checked against the host's available memory; on a CUDA device the device parts against its
+    free memory and the host parts against the host's. ``subject`` says what was asked for
+    (``"N worlds of humanoid"``), ``what`` what would allocate it."""
+    from sap_common.state import MemoryEstimate, available_host_memory, check_memory
+
+    W = estimate.num_worlds
+    subject = f"{flag}: {subject}" + ("" if capacity is None else
+                                      f" with {capacity} contact slot{'' if capacity == 1 else 's'}")
+    kw = dict(capacity=capacity, subject=subject, capacity_flag=capacity_flag)
+    if device is None or not device.is_cuda:
+        check_memory(estimate, available_host_memory, what, where="the host" if device is None else f"device {device}",
+                     **kw)
+        return
+    from sap_gpu.device import free_memory
+
+    host = MemoryEstimate(W, tuple(p for p in estimate.parts if "host" in p.name))
+    on_device = MemoryEstimate(W, tuple(p for p in estimate.parts if "host" not in p.name))
+    check_memory(on_device, lambda: free_memory(device), what, where=f"device {device}", **kw)
+    check_memory(host, available_host_memory, what, where="the host", **kw)
 
 
 def scene_solver_kwargs(scene, preset: str | None, line_search: str | None,

@@ -134,6 +134,7 @@ from sap_tools.cli import (
     PRESET_CHOICES,
     atomic_output,
     check_out,
+    check_run_memory,
     cpu_model,
     entry_point,
     fail,
@@ -423,6 +424,24 @@ def _settings(args) -> dict:
     return {k: getattr(args, k) for k in keys}
 
 
+def _check_memory(args, scenes0: list, specs: list[dict], device) -> None:
+    """``ValueError`` naming --num-worlds for the first sap_gpu run of the sweep whose memory would not
+    fit (:meth:`SapRun.memory_estimate` against the free memory: sap_tools.cli.check_run_memory),
+    estimated from the one-world scenes before any scene of the sweep is built
+    (docs/scaling.md § Memory). The runs are built one after the other, so each is checked alone.
+    MuJoCo Warp's runs (--vs-mjwarp) are not estimated."""
+    by_name = dict(zip(args.scene or [DEFAULT_SCENE], scenes0))
+    for spec in specs:
+        if spec["kind"] != "sap":
+            continue
+        scene0 = by_name[spec["scene"]]
+        C = scene0.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
+        estimate = SapRun.memory_estimate(scene0, spec["num_worlds"], spec["preset"], spec["overrides"], device,
+                                          noise_channels(scene0), spec["path"], spec.get("randomize", False), C)
+        check_run_memory(estimate, device, f"the run {spec['label']}",
+                         f"{spec['num_worlds']} worlds of {scene0.name}", capacity=C)
+
+
 def _execute(spec: dict, settings: dict, device) -> dict:
     """One run of the sweep on ``device`` (a name or a wp.Device): its report row."""
     import types
@@ -432,7 +451,7 @@ def _execute(spec: dict, settings: dict, device) -> dict:
         wp.config.cuda_output = args.cuda_output
     device = warp_device(device) if isinstance(device, str) else device
     W = spec["num_worlds"]
-    scene = load_scene(spec["scene"], W)
+    scene = load_scene(spec["scene"], W, check_memory=False)  # the whole run was checked by main (_check_memory)
     C = scene.max_rigid_contact if args.max_rigid_contact is None else args.max_rigid_contact
     scene.max_rigid_contact = C
     dt = args.dt if args.dt is not None else scene.dt
@@ -494,6 +513,8 @@ def main(argv=None) -> int:
                                  f"{scene0.name!r} has no MuJoCo model")
             if args.randomize:
                 _check_randomize(scene0, args.seed)
+        specs = _run_specs(args, scene_names, worlds, presets, overrides, device.is_cuda)
+        _check_memory(args, scenes0, specs, device)
     except ValueError as e:
         return fail("sap-benchmark", e)
     if args.cuda_output:
@@ -516,7 +537,6 @@ def main(argv=None) -> int:
               f"{args.steps} timed steps after {args.warmup} warm-up; noise σ {args.noise_std:g} ({channels.units}) "
               f"on {channels.count} {channels.target} channels, seed {args.seed}; {device} = {_hardware(device)}"
               f"{cfg_note}")
-    specs = _run_specs(args, scene_names, worlds, presets, overrides, device.is_cuda)
     settings = _settings(args)
     if args.ray is not None:
         try:

@@ -59,6 +59,25 @@ def pile(num_shapes: int, num_worlds: int, seed: int = 0):
     return model, state
 
 
+def _check_memory(num_shapes: int, num_worlds: int, device) -> None:
+    """``ValueError`` naming --num-worlds when the pile of ``num_worlds`` worlds would not fit
+    (sap_tools.cli.check_run_memory), estimated from a one-world pile before the batch is built: its
+    state on the host and on the device, one sap_gpu pipeline at a time with its contacts, and the
+    two host copies of the contacts compared at the end (docs/scaling.md § Memory)."""
+    import sap_gpu
+    from sap_common.collision_rules import contact_capacity
+    from sap_common.state import contacts_memory, state_memory
+    from sap_tools.cli import check_run_memory
+
+    model, _ = pile(num_shapes, 1)
+    C = contact_capacity(model)
+    compared = contacts_memory(1, C, name="contacts compared (host)")
+    estimate = (state_memory(model, name="state (host)") + state_memory(model)
+                + sap_gpu.CollisionPipeline.memory_estimate(model, C, device=device) + compared + compared)
+    check_run_memory(estimate.worlds(num_worlds), device, "sap-benchmark-collision",
+                     f"{num_worlds} worlds of {model.shape_count} shapes", capacity=C, capacity_flag="--shapes")
+
+
 def _time(fn, repeats: int) -> float:
     fn()  # warm-up (and, on the first call, kernel compilation)
     t0 = time.perf_counter()
@@ -135,6 +154,10 @@ def main(argv=None) -> int:
     from sap_ref.broad_phase import pair_overlap
     from sap_ref.collision import CollisionPipeline
 
+    try:
+        _check_memory(args.shapes, args.num_worlds, device)
+    except ValueError as e:
+        return fail(prog, e)
     model, state = pile(args.shapes, args.num_worlds)
     poses = CollisionPipeline(model.replicate(1), 0)._shape_poses
     tested = np.mean([pair_overlap(model, poses(state.body_q[w])).sum() for w in range(args.num_worlds)])

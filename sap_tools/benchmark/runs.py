@@ -10,6 +10,7 @@ runs is in :mod:`sap_tools.benchmark.measure`, the command line in :mod:`sap_too
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -17,10 +18,11 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
+from sap_common.config import SapConfig
 from sap_common.constants import DEFAULT_NEWTON_PATH
 from sap_common.io import LoadedScene
 from sap_common.parameters import PARAMETER_FIELDS
-from sap_common.state import StepStatus
+from sap_common.state import MemoryEstimate, StepStatus
 from sap_tools.cli import load_scene_arg
 
 __all__ = ["load_scene", "NoiseChannels", "noise_channels", "percentile_from_histogram", "memory_in_use",
@@ -131,9 +133,10 @@ def _accumulate_mjwarp(max_iterations: int, solver_niter: wp.array(dtype=wp.int3
 # ----------------------------------------------------------------------------- scene and noise
 
 
-def load_scene(name: str, num_worlds: int) -> LoadedScene:
-    """A built-in scene, a JSON scene file, or an MJCF/URDF file (through ``load_mjcf``)."""
-    return load_scene_arg(name, num_worlds)
+def load_scene(name: str, num_worlds: int, check_memory: bool = True) -> LoadedScene:
+    """A built-in scene, a JSON scene file, or an MJCF/URDF file (through ``load_mjcf``); with
+    ``check_memory``, refused when its host arrays would not fit (``sap_tools.cli.load_scene_arg``)."""
+    return load_scene_arg(name, num_worlds, check_memory=check_memory)
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,11 @@ class _Noise:
 def percentile_from_histogram(hist: np.ndarray, q: float = PERCENTILE) -> int:
     """The smallest count c such that at least q % of the samples are ≤ c (``hist[c]`` = samples
     with count c, summed over any leading axes)."""
-    counts = np.asarray(hist, dtype=np.int64).reshape(-1, np.shape(hist)[-1]).sum(0)
+    hist = np.asarray(hist)
+    rows = hist.reshape(-1, hist.shape[-1])
+    # Summed with an int64 accumulator, not converted first: a (num_worlds, bins) histogram of int32
+    # copied to int64 would double its memory at the end of a large run.
+    counts = rows.sum(0, dtype=np.int64) if np.issubdtype(rows.dtype, np.integer) else rows.astype(np.int64).sum(0)
     total = int(counts.sum())
     if total == 0:
         return 0
@@ -258,11 +265,54 @@ class SapRun:
         self.state = sap_gpu.to_device(scene.state, device)
         self.control = sap_gpu.to_device(scene.control, device)
         self.target = getattr(self.control, noise.target)
+        self._allocate_own(noise, sigma, seed, self.solver.config.max_iterations)
+
+    def _allocate_own(self, noise: NoiseChannels, sigma: float, seed: int, max_iterations: int) -> None:
+        """What the run adds to the solver's, the pipeline's and the batch's arrays: the noise
+        channels, the noised field's base values and the statistics (``self.target``, ``self.W``
+        and ``self.device`` set)."""
         self.base = wp.clone(self.target)
-        self.noise = _Noise(noise, sigma, seed, self.W, device)
-        self.stats = wp.zeros((self.W, len(_STAT_NAMES)), dtype=wp.int64, device=device)
-        self.newton_hist = wp.zeros((self.W, self.solver.config.max_iterations + 1), dtype=wp.int32, device=device)
-        self.ls_hist = wp.zeros((self.W, LS_HIST_BINS), dtype=wp.int32, device=device)
+        self.noise = _Noise(noise, sigma, seed, self.W, self.device)
+        self.stats = wp.zeros((self.W, len(_STAT_NAMES)), dtype=wp.int64, device=self.device)
+        self.newton_hist = wp.zeros((self.W, max_iterations + 1), dtype=wp.int32, device=self.device)
+        self.ls_hist = wp.zeros((self.W, LS_HIST_BINS), dtype=wp.int32, device=self.device)
+
+    @staticmethod
+    def memory_estimate(scene: LoadedScene, num_worlds: int, preset: str, overrides: dict, device,
+                        noise: NoiseChannels, newton_path: str = DEFAULT_NEWTON_PATH,
+                        randomized: bool = False, max_rigid_contact: int | None = None) -> MemoryEstimate:
+        """The memory of a run of ``num_worlds`` worlds of ``scene`` (any world count: its model's
+        template is read) with ``max_rigid_contact`` slots (default: the scene's), without building
+        it: ``sap_gpu.estimate_memory`` (solver, collision pipeline and contacts, the device state and
+        control, with ``randomized`` the per-world parameters), the run's own arrays (``benchmark
+        statistics``, measured on 1 and 2 worlds), and on the host the scene's state and control
+        (``state (host)``, ``control (host)``) and with ``randomized`` the drawn values
+        (``randomized values (host)``, at most one value per world of every field)."""
+        from sap_common.state import control_memory, probe_memory, state_memory
+        from sap_gpu.device import device_nbytes
+        from sap_gpu.parameters import parameters_memory
+
+        m = scene.sap_model
+        C = scene.max_rigid_contact if max_rigid_contact is None else max_rigid_contact
+        cfg = SapConfig.from_preset(preset, newton_path=newton_path, **overrides)
+        out = sap_gpu.estimate_memory(m, C, preset, device, parameters=randomized, newton_path=newton_path,
+                                      **overrides)
+        cpu = wp.get_device("cpu")
+
+        def measure(W):
+            probe = SapRun.__new__(SapRun)
+            probe.W, probe.device = W, cpu
+            probe.target = wp.zeros((W, max(m.joint_dof_count, 1)), dtype=wp.float64, device=cpu)
+            probe._allocate_own(noise, 0.0, 0, cfg.max_iterations)
+            return device_nbytes(probe) - device_nbytes(probe.target)
+
+        out = out + probe_memory("benchmark statistics", m, measure, key=("sap-benchmark", cfg.max_iterations))
+        out = out + state_memory(m, name="state (host)") + control_memory(m, name="control (host)")
+        if randomized:
+            _, host = parameters_memory(m, parts=True)
+            out = out + MemoryEstimate(m.num_worlds, tuple(dataclasses.replace(p, name="randomized values (host)")
+                                                           for p in host.parts))
+        return out.worlds(num_worlds)
 
     def step(self, mark=None) -> None:
         """One step of every world; ``mark(stage)`` (if given) is called after collision, noise and statistics."""
