@@ -13,7 +13,8 @@ Newton.
 from sap_common._version import __version__ as __version__
 
 from .convert import NewtonConversion, WorldGroup, convert_model, to_sap_model
-from .solver import SolverSAP
+from .solver import SolverSAP, default_max_rigid_contact
 from .transfer import Transfer
 
-__all__ = ["NewtonConversion", "WorldGroup", "SolverSAP", "Transfer", "convert_model", "to_sap_model"]
+__all__ = ["NewtonConversion", "WorldGroup", "SolverSAP", "Transfer", "convert_model", "default_max_rigid_contact",
+           "to_sap_model"]

@@ -55,9 +55,11 @@ Mapping (Newton → SAP):
   with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops them instead).
   Visual-only shapes and sites are not converted.
 * **Materials** (``contact_material="newton"``): μ, stiffness ke [N/m] and the dissipation
-  time scale τ_d = kd/ke [s] from Newton's ke [N/m] and kd [N·s/m]; ``"sap"`` keeps μ and
-  leaves ke and τ_d unset, so the solver's fallbacks (``fallback_stiffness``,
-  ``contact_tau_d``) apply.
+  time scale τ_d = kd/ke [s] from Newton's ke [N/m] and kd [N·s/m]; a shape whose ke is Newton's
+  builder default (:data:`NEWTON_DEFAULT_KE`, 2.5e3: MuJoCo's default ``solref`` as Newton reads
+  it, not a stiffness in N/m) has chosen none, and takes the solver's fallbacks
+  (``fallback_stiffness``, ``contact_tau_d``) for k and τ_d, whatever its kd. ``"sap"`` keeps μ
+  and leaves ke and τ_d unset on every shape.
 * **Collision filtering**: the candidate pairs are Newton's own ``model.shape_contact_pairs``
   (groups, filter pairs, parent filtering, worlds): every shape gets group −1 and mask 1 and
   the pairs SAP's rules would add are written as explicit filter pairs. Newton pairs between
@@ -79,12 +81,22 @@ from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
 from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
 from sap_common.parameters import PARAMETER_FIELDS
 
-__all__ = ["CONTACT_MATERIALS", "JOINT_LIMIT_MODELS", "WorldGroup", "NewtonConversion", "convert_model",
-           "to_sap_model"]
+__all__ = ["CONTACT_MATERIALS", "NEWTON_DEFAULT_KE", "NEWTON_DEFAULT_KD", "JOINT_LIMIT_MODELS", "WorldGroup",
+           "NewtonConversion", "convert_model", "to_sap_model"]
 
 wp.set_module_options({"enable_backward": False})
 
 CONTACT_MATERIALS = ("newton", "sap")
+# Newton's ModelBuilder.ShapeConfig defaults of the contact stiffness ke and damping kd (2.5e3 and
+# 100 in Newton 1.8), as the float32 the model stores. They are MuJoCo's default solref (0.02 s,
+# damping ratio 1) as Newton's MJCF importer converts it (ke = 1/(timeconst·dampratio)², kd =
+# 2/timeconst): a stiffness per unit mass for Newton's MuJoCo solver, ignored by its XPBD solver,
+# a penalty gain only for its semi-implicit ones. Read as N/m, ke = 2.5e3 lets a robot sink by
+# centimetres where Newton's rigid solvers rest on the surface, so a shape whose ke is the default
+# (unset: every shape of a builder that never set one, and every MJCF geom without a solref) takes
+# the solver's fallback stiffness and τ_d (SapConfig.fallback_stiffness, contact_tau_d).
+NEWTON_DEFAULT_KE = float(np.float32(newton.ModelBuilder.ShapeConfig().ke))
+NEWTON_DEFAULT_KD = float(np.float32(newton.ModelBuilder.ShapeConfig().kd))
 JOINT_LIMIT_MODELS = ("newton", "drake")
 
 # Newton's "no limit" value (limits at or beyond it are infinite; effort limits too).
@@ -560,7 +572,7 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         for s in np.flatnonzero(use & ~(k > 0)):
             notes.add("shapes with ke <= 0 take the solver's fallback_stiffness and contact_tau_d",
                       f"{model.shape_label[s]!r}")
-        good = k > 0
+        good = (k > 0) & (k != np.float32(NEWTON_DEFAULT_KE))  # Newton's default ke: unset (SAP's k and τ_d)
         ke[good] = k[good]
         tau[good] = np.maximum(kd[good], 0.0) / k[good]
     return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau)
@@ -745,8 +757,9 @@ def convert_model(model, *, contact_material: str = "newton", joint_limits: str 
 
     Args:
         model: the Newton model (any device; read once on the host).
-        contact_material: ``"newton"`` (ke, kd → stiffness and τ_d = kd/ke) or ``"sap"`` (the
-            solver's fallback stiffness and τ_d); μ always comes from Newton.
+        contact_material: ``"newton"`` (ke, kd → stiffness and τ_d = kd/ke; a shape whose ke is
+            Newton's default, :data:`NEWTON_DEFAULT_KE`, takes the solver's fallbacks) or ``"sap"``
+            (the solver's fallback stiffness and τ_d on every shape); μ always comes from Newton.
         joint_limits: ``"newton"`` (limit stiffness/damping ``joint_limit_ke/kd``) or
             ``"drake"`` (Drake's near-rigid 1e12 with a 1 ms time scale).
         skip_unsupported_shapes: drop colliding shapes of types SAP does not have (noted)
@@ -973,17 +986,18 @@ def _gather_dofs(index: wp.array2d(dtype=int), axis: wp.array(dtype=int), patter
 @wp.kernel
 def _gather_shapes(index: wp.array2d(dtype=int), mu_in: wp.array(dtype=wp.float32),
                    ke_in: wp.array(dtype=wp.float32), kd_in: wp.array(dtype=wp.float32),
-                   gap_in: wp.array(dtype=wp.float32), newton_material: int, mu: wp.array2d(dtype=wp.float64),
-                   ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
-                   margin: wp.array2d(dtype=wp.float64)):
-    """Friction, stiffness, τ_d = max(kd, 0)/ke (NaN, the solver's fallbacks, where ke ≤ 0 or with
-    contact_material="sap") and the detection margin (Newton's gap) of one template shape (_shape_table)."""
+                   gap_in: wp.array(dtype=wp.float32), newton_material: int, default_ke: wp.float32,
+                   mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
+                   tau: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64)):
+    """Friction, stiffness, τ_d = max(kd, 0)/ke (NaN, the solver's fallbacks, where ke ≤ 0, where ke
+    is Newton's default or with contact_material="sap") and the detection margin (Newton's gap) of one
+    template shape (_shape_table)."""
     w, s = wp.tid()
     k = index[w, s]
     nan = wp.float64(wp.nan)
     stiffness = nan
     time_scale = nan
-    if newton_material != 0:
+    if newton_material != 0 and ke_in[k] != default_ke:
         K = wp.float64(ke_in[k])
         if K > wp.float64(0.0):
             d = wp.float64(kd_in[k])
@@ -1121,7 +1135,7 @@ class ParameterGather:
         if "shape" in families and self.counts["shape"]:
             wp.launch(_gather_shapes, dim=dim("shape"), device=d, inputs=[
                 self.shape_index, model.shape_material_mu, model.shape_material_ke, model.shape_material_kd,
-                model.shape_gap, int(self.contact_material == "newton")],
+                model.shape_gap, int(self.contact_material == "newton"), wp.float32(NEWTON_DEFAULT_KE)],
                 outputs=[*(v[k] for k in self.FAMILIES["shape"])])
         if "gravity" in families:
             wp.launch(_gather_gravity, dim=self.gravity_index.shape[0], device=d,

@@ -16,9 +16,16 @@ step launches Warp kernels only (no host synchronization), like ``sap_gpu``.
 Contacts (``collision=``):
 
 * ``"newton"`` (default): ``step`` takes the ``newton.Contacts`` the program fills with its own
-  ``CollisionPipeline`` (``None``: no contact), converted per world (:mod:`sap_newton.transfer`);
+  ``CollisionPipeline``, converted per world (:mod:`sap_newton.transfer`); a step given
+  ``contacts=None`` on a model with candidate shape pairs runs this project's collision instead
+  (as Newton's MuJoCo solver collides by itself when it is given no contacts; with
+  ``fallback_collision=False`` it has no contact), and one without candidate pairs has no contact;
 * ``"sap"``: the solver runs this project's collision (:class:`sap_gpu.CollisionPipeline`) on the
   poses of ``state_in.joint_q``; ``step``'s ``contacts`` must then be ``None``.
+
+Contact slots per world (``max_rigid_contact=None``): :func:`default_max_rigid_contact`, the most
+contacts the world's candidate pairs can give at once, so that no contact of Newton's examples is
+dropped.
 
 Newton's solver contract (``newton.solvers.SolverBase``, docs/newton.md § Solver contract):
 ``reset(state, world_mask, flags)`` with Newton's mask (``(world_count + 1,)`` bool, the last entry
@@ -37,22 +44,80 @@ import numpy as np
 import warp as wp
 
 import sap_gpu
+from sap_common.collision_rules import pair_capacity
 from sap_common.config import SapConfig
+from sap_common.model import ShapeType
 
 from .convert import ParameterGather, ShapeGeometry, convert_model
 from .transfer import Transfer
 
-__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "MAX_RIGID_CONTACT_CAP", "CACHED_MODEL_FLAGS",
+__all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "NEWTON_PAIR_CONTACTS",
+           "NEWTON_MANIFOLD_CONTACTS", "NEIGHBORS_PER_SHAPE", "default_max_rigid_contact", "CACHED_MODEL_FLAGS",
            "PARAMETER_MODEL_FLAGS", "TOPOLOGY_MODEL_FLAGS"]
 
 wp.set_module_options({"enable_backward": False})
 
 COLLISION_SOURCES = ("newton", "sap")
-# Default contact slots per world: one per candidate shape pair, within these bounds (as
-# sap_common.io.load_mjcf); a pair can give several contacts (a box on a plane gives four), so
-# scenes that rest on many faces pass max_rigid_contact explicitly.
+# Default contact slots per world (default_max_rigid_contact): never fewer than this.
 MAX_RIGID_CONTACT_MIN = 8
-MAX_RIGID_CONTACT_CAP = 64
+# The most contacts Newton 1.8's narrow phase writes for one pair of these shape types
+# (newton/_src/geometry/narrow_phase.py): its primitive routines (a sphere against a plane, sphere,
+# capsule, cylinder or box, a plane against an ellipsoid: one point; a capsule against a plane or a
+# capsule: two; a box or a cylinder on a plane: four) ...
+_S, _P, _C, _B, _CY, _E = (ShapeType.SPHERE, ShapeType.PLANE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER,
+                           ShapeType.ELLIPSOID)
+NEWTON_PAIR_CONTACTS = {frozenset(k): n for k, n in (
+    ((_P, _S), 1), ((_S,), 1), ((_S, _C), 1), ((_S, _CY), 1), ((_S, _B), 1), ((_P, _E), 1),
+    ((_P, _C), 2), ((_C,), 2), ((_P, _B), 4), ((_P, _CY), 4))}
+# ... and every other pair: a GJK/MPR manifold of four points plus the deepest one (multicontact.py),
+# the per-pair budget Newton sizes its MuJoCo solver's contact rows with (collide.py,
+# _RIGID_CONTACTS_PER_PRIMITIVE_PAIR).
+NEWTON_MANIFOLD_CONTACTS = 5
+
+
+# A moving shape touches at most this many others at once: the neighbour budget Newton sizes its
+# CollisionPipeline's contact buffer with (collide.py, _RIGID_CONTACT_MAX_NEIGHBORS_PER_SHAPE).
+NEIGHBORS_PER_SHAPE = 20
+
+
+def default_max_rigid_contact(sap_model, collision: str = "newton") -> int:
+    """The contact slots per world ``SolverSAP`` gives a group of worlds with template ``sap_model``
+    when ``max_rigid_contact`` is None: the most contacts the world's candidate shape pairs can give at
+    once, at least :data:`MAX_RIGID_CONTACT_MIN`.
+
+    A pair gives at most n contacts: with ``collision="sap"`` what this project's narrow phase keeps
+    (``sap_common.collision_rules.MAX_CONTACTS_PER_PAIR``: 8 for a box on a box or a plane, 4 with a
+    cylinder, 2 for capsules, 1 with a sphere, …); with ``"newton"`` the larger of that and what
+    Newton's narrow phase writes (:data:`NEWTON_PAIR_CONTACTS`, else :data:`NEWTON_MANIFOLD_CONTACTS`),
+    since a step given no Newton contacts runs this project's collision. The slots are the sum of n
+    over the pairs with a static shape (a plane, the world's boxes), plus over the pairs of moving
+    shapes the smaller of the sum of n and a neighbour bound: each moving shape touching at most
+    :data:`NEIGHBORS_PER_SHAPE` others at once with its largest n (Newton's own bound on the contacts
+    of a scene), which only bounds worlds of many shapes that can all touch each other.
+    """
+    P = len(sap_model.shape_pair)
+    if P == 0:
+        return MAX_RIGID_CONTACT_MIN
+    pairs = np.asarray(sap_model.shape_pair, np.int64).reshape(P, 2)
+    caps = pair_capacity(sap_model)
+    if collision == "newton":
+        kinds = [ShapeType(int(t)) for t in sap_model.shape_type]
+        newton_caps = np.array([NEWTON_PAIR_CONTACTS.get(frozenset((kinds[a], kinds[b])), NEWTON_MANIFOLD_CONTACTS)
+                                for a, b in pairs])
+        caps = np.maximum(caps, newton_caps)
+    static = (np.asarray(sap_model.shape_body)[pairs] < 0).any(axis=1)
+    moving = pairs[~static]
+    total = int(caps[static].sum())
+    if len(moving):
+        S = int(sap_model.shape_count)
+        degree = np.bincount(moving.ravel(), minlength=S)
+        largest = np.zeros(S, np.int64)
+        np.maximum.at(largest, moving[:, 0], caps[~static])
+        np.maximum.at(largest, moving[:, 1], caps[~static])
+        neighbours = (np.minimum(degree, NEIGHBORS_PER_SHAPE) * largest).sum()
+        total += min(int(caps[~static].sum()), int(-(-neighbours // 2)))
+    return max(total, MAX_RIGID_CONTACT_MIN)
+
 # The model properties the SAP solvers cache (converted into SapModel templates at construction).
 # Those that can only change values of the per-world parameters (sap_common.parameters): masses,
 # COMs and inertias; gains and drive modes, limits, effort limits, armature and damping; friction,
@@ -275,6 +340,12 @@ class _GroupUpdate:
         # combines them again): a change of the shapes' values rebuilds there (_ParameterUpdate.apply);
         # the other fields are written into its one row too, to keep it the group's values.
         self.pipeline_params = pipeline.parameters if pipeline is not None and pipeline.parameters.shared else None
+        # With collision="newton" a group of equal worlds gives the pipeline it runs on a step without
+        # Newton contacts per-world parameters of its own (combined at every collide): the shape
+        # fields are written there too (a group with per-world parameters shares the solver's).
+        self.fallback_params = None
+        if pipeline is not None and not pipeline.parameters.shared and pipeline.parameters is not solver.parameters:
+            self.fallback_params = pipeline.parameters
 
 
 class _ParameterUpdate:
@@ -348,6 +419,9 @@ class _ParameterUpdate:
                 if inverse is not None:
                     wp.copy(G.params.array("body_inertia_inv"), inverse)
             shape = "shape" in families
+            if shape and G.fallback_params is not None:  # the pipeline reads the shapes' fields only
+                for name in ParameterGather.FAMILIES["shape"]:
+                    G.fallback_params.set(name, values[name])
             transfer.update_parameters(
                 g, body_com=values["body_com"] if "body" in families else None,
                 shape_margin=values["shape_margin"] if shape else None,
@@ -394,10 +468,14 @@ class SolverSAP(newton.solvers.SolverBase):
     Args:
         model: the finalized ``newton.Model`` (all its worlds; see :mod:`sap_newton.convert` for
             what is mapped and what is refused).
-        max_rigid_contact: contact slots per world (default: the candidate shape pairs of the
-            world, clamped to [8, 64]).
+        max_rigid_contact: contact slots per world (default: :func:`default_max_rigid_contact`, the
+            most contacts the world's candidate shape pairs can give).
         contact_preset_variant: ``"approx32"`` (default), ``"approx64"`` or ``"drake"``.
-        collision: ``"newton"`` (step takes Newton contacts) or ``"sap"`` (the solver collides).
+        collision: ``"newton"`` (step takes Newton contacts; given ``contacts=None`` on a model
+            with candidate shape pairs, the solver collides) or ``"sap"`` (the solver collides).
+        fallback_collision: with ``collision="newton"``, whether a step given ``contacts=None`` runs
+            this project's collision (True, default: its pipeline is built with the solver, with
+            the memory of its per-pair scratch) or has no contact (False: nothing is built).
         contact_material, joint_limits, skip_unsupported_shapes, per_world_parameters: model
             conversion options (:func:`sap_newton.convert_model`). With ``per_world_parameters``
             (default) worlds that differ only in masses, gains, limits, friction or gravity run in
@@ -421,19 +499,23 @@ class SolverSAP(newton.solvers.SolverBase):
                                        _ObservableKind.BODY_CONTACT_F, _ObservableKind.WORLD_STATUS})
 
     def __init__(self, model, *, max_rigid_contact: int | None = None, contact_preset_variant: str = "approx32",
-                 collision: str = "newton", contact_material: str = "newton", joint_limits: str = "newton",
-                 skip_unsupported_shapes: bool = False, per_world_parameters: bool = True, **overrides):
+                 collision: str = "newton", fallback_collision: bool = True, contact_material: str = "newton",
+                 joint_limits: str = "newton", skip_unsupported_shapes: bool = False, per_world_parameters: bool = True,
+                 **overrides):
         if not isinstance(model, newton.Model):
             raise ValueError(f"model: expected a newton.Model, got {type(model).__name__}")
         if collision not in COLLISION_SOURCES:
             raise ValueError(f"collision: must be one of {', '.join(map(repr, COLLISION_SOURCES))}, "
                              f"got {collision!r}")
+        if not isinstance(fallback_collision, (bool, np.bool_)):
+            raise ValueError(f"fallback_collision: must be True or False, got {fallback_collision!r}")
         if max_rigid_contact is not None and (isinstance(max_rigid_contact, bool) or not isinstance(
                 max_rigid_contact, (int, np.integer)) or max_rigid_contact < 0):
             raise ValueError(f"max_rigid_contact: must be an integer >= 0 or None, got {max_rigid_contact!r}")
         super().__init__(model)
         self.collision = collision
         self._options = dict(max_rigid_contact=max_rigid_contact, contact_preset_variant=contact_preset_variant,
+                             fallback_collision=bool(fallback_collision),
                              contact_material=contact_material, joint_limits=joint_limits,
                              skip_unsupported_shapes=skip_unsupported_shapes,
                              per_world_parameters=per_world_parameters, overrides=dict(overrides))
@@ -460,10 +542,15 @@ class SolverSAP(newton.solvers.SolverBase):
                                                per_world_parameters=o["per_world_parameters"])
         d = model.device
         self.solvers, self.pipelines, self.parameters = [], [], []
+        # collision="newton": a step given no Newton contacts runs this project's collision where the
+        # model has candidate pairs (a pipeline per group), as Newton's MuJoCo solver collides by
+        # itself; built here, so that such a step allocates nothing either.
+        fallback = self.collision == "newton" and o["fallback_collision"] and any(
+            len(g.sap_model.shape_pair) for g in conv.groups)
         for g in conv.groups:
             C = o["max_rigid_contact"]
             if C is None:
-                C = int(np.clip(len(g.sap_model.shape_pair), MAX_RIGID_CONTACT_MIN, MAX_RIGID_CONTACT_CAP))
+                C = default_max_rigid_contact(g.sap_model, self.collision)
             params = None  # the group's worlds differ in physical parameters: one solver reads them per world
             if g.parameters:
                 params = sap_gpu.WorldParameters(g.sap_model, device=d)
@@ -476,6 +563,15 @@ class SolverSAP(newton.solvers.SolverBase):
             if self.collision == "sap":
                 self.pipelines.append(sap_gpu.CollisionPipeline(g.sap_model, C, self.solvers[-1].config, device=d,
                                                                 parameters=params))
+            elif fallback:
+                # Per-world parameters, so that notify_model_changed writes a change of the shapes' values
+                # in place (a shared instance combines its pair materials once, when it is built).
+                own = params
+                if own is None:
+                    own = sap_gpu.WorldParameters(g.sap_model, device=d)
+                    own.forbid_rigid = self.solvers[-1].config.discrete_contact_approximation != "sap"
+                self.pipelines.append(sap_gpu.CollisionPipeline(g.sap_model, C, self.solvers[-1].config, device=d,
+                                                                parameters=own))
         self.transfer = Transfer(conv, int(model.body_count), int(model.joint_coord_count),
                                  int(model.joint_dof_count), int(model.shape_count), d, self.solvers[0].config)
         self.sap_state_in, self.sap_state_out = self.transfer.states(), self.transfer.states()
@@ -513,7 +609,9 @@ class SolverSAP(newton.solvers.SolverBase):
         """Advance every world by ``dt``: Newton ``state_in`` → ``state_out`` (may be the same object).
 
         ``control=None`` uses the model's control values (Newton's convention); ``contacts`` is a
-        ``newton.Contacts`` or ``None`` with ``collision="newton"``, and must be ``None`` with
+        ``newton.Contacts`` or ``None`` with ``collision="newton"`` (None: the solver runs this
+        project's collision where the model has candidate shape pairs, as Newton's MuJoCo solver
+        collides when given no contacts; no contact where it has none), and must be ``None`` with
         ``collision="sap"``. ``observables``: a container from :meth:`observables`; its requested
         arrays are written after the step.
         """
@@ -539,7 +637,7 @@ class SolverSAP(newton.solvers.SolverBase):
         if self.ObservableKind.CONTACT_F in kinds and contacts is not None:
             row_map = observables._sap_row_map
             row_map.fill_(wp.vec3i(-1, -1, -1))
-        self._contacts_used = self.collision == "sap" or contacts is not None
+        self._contacts_used = self.collision == "sap" or contacts is not None or bool(self.pipelines)
         for g, solver in enumerate(self.solvers):
             s_in, s_out = self.sap_state_in[g], self.sap_state_out[g]
             self.transfer.state_to_sap(g, state_in, s_in)
@@ -547,7 +645,7 @@ class SolverSAP(newton.solvers.SolverBase):
             solver.body_poses(s_in.joint_q, s_in.body_q)
             self.transfer.control_to_sap(g, control, self.sap_control[g])
             sap_contacts = None
-            if self.collision == "sap":
+            if self.pipelines and contacts is None:  # collision="sap", or no Newton contacts given
                 sap_contacts = self.sap_contacts[g]
                 self.pipelines[g].collide(s_in, sap_contacts)
             elif contacts is not None:

@@ -369,7 +369,9 @@ def test_free_body_wrenches_follow_newtons_com_convention(device):
     inertia = np.diag([0.02, 0.03, 0.04])
     for _ in range(2):
         body = b.add_body(mass=2.0, com=wp.vec3(0.1, 0.05, 0.0), inertia=wp.mat33(inertia))
-        b.add_shape_sphere(body, radius=0.05, cfg=newton.ModelBuilder.ShapeConfig(density=0.0))
+        # Not colliding: the two overlap, and a step given no contacts runs SAP's collision where there are pairs.
+        b.add_shape_sphere(body, radius=0.05, cfg=newton.ModelBuilder.ShapeConfig(density=0.0,
+                                                                                  has_shape_collision=False))
     model = b.finalize(device=device)
     solver = sap_newton.SolverSAP(model, contact_preset_variant="approx64")
     s0, s1, control = model.state(), model.state(), model.control()
@@ -622,3 +624,195 @@ def test_a_refused_parameter_value_raises_and_leaves_the_solver_as_it_was(device
     assert solver.solvers[0] is kept and not solver.solvers[0].parameters.invalid.numpy().any()
     again, _ = _rollout(model, solver, 5)
     assert np.array_equal(again, before)
+
+
+# ------------------------------------------------------------------ the one-line swap's defaults
+# Newton's examples swap their solver for SolverSAP(model) and nothing else (tests/test_newton_examples.py):
+# the default contact slots, materials and a step given no contacts are what such a program gets.
+
+
+def _free_box(builder, xyz, half=0.1, mass=1.0):
+    body = builder.add_body(mass=mass, xform=wp.transform(xyz, wp.quat_identity()),
+                            inertia=wp.mat33(np.eye(3) * (2.0 / 3.0 * mass * half * half)))
+    builder.add_shape_box(body, hx=half, hy=half, hz=half)
+    return body
+
+
+def _resting_pairs_model(device):
+    """One world per resting pile, each pair in the pose of its most contacts: a tower of three boxes,
+    a cylinder standing on a box, a capsule lying across another on the ground, a sphere on a box and
+    an ellipsoid, all on the ground plane (global)."""
+    lying = wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), 0.5 * np.pi)
+    crossed = wp.quat_from_axis_angle(wp.vec3(1.0, 0.0, 0.0), 0.5 * np.pi)
+    inertia = wp.mat33(np.eye(3) * 0.01)
+    b = newton.ModelBuilder()
+    b.default_shape_cfg.density = 0.0
+
+    def world(fill):
+        w = newton.ModelBuilder()
+        w.default_shape_cfg.density = 0.0
+        fill(w)
+        b.add_world(w)
+
+    world(lambda w: [_free_box(w, (0.0, 0.0, 0.1 + 0.2 * k - 0.001 * (k + 1))) for k in range(3)])
+
+    def cylinder_on_box(w):
+        _free_box(w, (0.0, 0.0, 0.099))
+        c = w.add_body(mass=1.0, xform=wp.transform((0.0, 0.0, 0.297), wp.quat_identity()), inertia=inertia)
+        w.add_shape_cylinder(c, radius=0.08, half_height=0.1)
+
+    def capsules(w):
+        for k, (z, q) in enumerate(((0.049, lying), (0.147, crossed))):
+            c = w.add_body(mass=1.0, xform=wp.transform((0.0, 0.0, z), q), inertia=inertia)
+            w.add_shape_capsule(c, radius=0.05, half_height=0.2)
+
+    def sphere_and_ellipsoid(w):
+        _free_box(w, (0.0, 0.0, 0.099))
+        s = w.add_body(mass=1.0, xform=wp.transform((0.0, 0.0, 0.249), wp.quat_identity()), inertia=inertia)
+        w.add_shape_sphere(s, radius=0.05)
+        e = w.add_body(mass=1.0, xform=wp.transform((0.5, 0.0, 0.049), wp.quat_identity()), inertia=inertia)
+        w.add_shape_ellipsoid(e, rx=0.1, ry=0.08, rz=0.05)
+
+    for fill in (cylinder_on_box, capsules, sphere_and_ellipsoid):
+        world(fill)
+    b.add_ground_plane()
+    return b.finalize(device=device)
+
+
+def test_default_contact_slots_hold_every_contact_newton_writes(device):
+    """max_rigid_contact=None sizes each world for the most contacts its candidate pairs can give
+    (sap_newton.default_max_rigid_contact): no Newton contact is dropped. The tower of three boxes
+    gets 20 contacts from 6 candidate pairs (4 on each face it rests on, and speculative ones within
+    Newton's gap); the old default (one slot per pair, at least 8) kept 8."""
+    model = _resting_pairs_model(device)
+    pipeline = newton.CollisionPipeline(model)
+    contacts = pipeline.contacts()
+    state = model.state()
+    pipeline.collide(state, contacts)
+    n = int(contacts.rigid_contact_count.numpy()[0])
+    world = model.shape_world.numpy()[contacts.rigid_contact_shape0.numpy()[:n]]
+    world = np.where(world < 0, model.shape_world.numpy()[contacts.rigid_contact_shape1.numpy()[:n]], world)
+    written = np.bincount(world, minlength=model.world_count)
+    solver = sap_newton.SolverSAP(model)
+    slots = {int(w): s.config.max_rigid_contact for g, s in zip(solver.conversion.groups, solver.solvers)
+             for w in g.worlds}
+    pairs = {int(w): len(g.sap_model.shape_pair) for g in solver.conversion.groups for w in g.worlds}
+    assert written[0] > max(pairs[0], 8)  # the tower: 4 on each face it rests on, and speculative ones
+    solver.step(state, model.state(), None, contacts, DT)
+    diag = solver.diagnostics()
+    assert diag["contact_count"].tolist() == written.tolist() and not diag["truncated_contact_count"].any()
+    assert all(slots[w] >= written[w] for w in range(model.world_count))
+    assert not (diag["status"] & int(StepStatus.CONTACT_OVERFLOW)).any()
+    # The rule: per pair the most either narrow phase gives (SAP keeps 8 for a box on a box or a plane).
+    assert slots[0] == 6 * 8 and slots == {int(w): sap_newton.default_max_rigid_contact(g.sap_model)
+                                           for g in solver.conversion.groups for w in g.worlds}
+
+
+def test_default_contact_slots_of_a_crowded_world_follow_newton_s_neighbour_bound():
+    """30 boxes that can all touch each other (435 box pairs of 8 contacts) and the ground: the pairs
+    with the ground count in full (30 · 8), the others up to 20 neighbours per box (30 · 20 · 8 / 2)."""
+    b = newton.ModelBuilder()
+    b.default_shape_cfg.density = 0.0
+    for k in range(30):
+        _free_box(b, (0.3 * (k % 6), 0.3 * (k // 6), 0.1))
+    b.add_ground_plane()
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert len(m.shape_pair) == 30 + 435
+    assert sap_newton.default_max_rigid_contact(m) == 30 * 8 + 30 * 20 * 8 // 2
+
+
+def _default_material_box(device, ke=None, kd=None):
+    """A 1 kg, 0.2 m box on the ground from a builder that sets no stiffness (ke, kd: set them)."""
+    b = newton.ModelBuilder()
+    if ke is not None:
+        b.default_shape_cfg.ke, b.default_shape_cfg.kd = ke, kd
+    b.default_shape_cfg.density = 0.0
+    _free_box(b, (0.0, 0.0, 0.1))
+    b.add_ground_plane()
+    return b.finalize(device=device)
+
+
+def test_newton_s_default_stiffness_takes_sap_s_and_rests_on_the_surface(device):
+    """Newton's builder default ke = 2.5e3 (MuJoCo's default solref as Newton reads it, no stiffness
+    in N/m) is unset: k and τ_d are the solver's fallback_stiffness (1e6 N/m) and contact_tau_d, as
+    contact_material="sap" gives, so the box rests 0.09 mm deep (SAP's near-rigid regime: a 1 kg box
+    on four 5e5 N/m corners oscillates in 4.4 ms, about two steps) where Newton's rigid solvers rest,
+    not 1.96 mm (2.5e3 N/m read literally: m g / 4 corners of 1.25e3 N/m). A set ke is still read in
+    N/m: 1e4 rests m g / (4 · 5e3) = 0.49 mm deep."""
+    model = _default_material_box(device)
+    solver = sap_newton.SolverSAP(model)
+    traj, _ = _rollout(model, solver, 200, newton_contacts=True)
+    assert 0.0 < 0.1 - traj[-1, 2] < 1e-4
+    sap, _ = _rollout(model, sap_newton.SolverSAP(model, contact_material="sap"), 200, newton_contacts=True)
+    assert np.array_equal(traj, sap)
+    m = solver.conversion.groups[0].sap_model
+    assert np.isnan(m.shape_material_ke).all() and np.isnan(m.shape_material_tau).all()
+    assert (sap_newton.convert.NEWTON_DEFAULT_KE, sap_newton.convert.NEWTON_DEFAULT_KD) == (2.5e3, 100.0)
+    model = _default_material_box(device, 1e4, 1e2)
+    solver = sap_newton.SolverSAP(model)
+    m = solver.conversion.groups[0].sap_model
+    np.testing.assert_array_equal(m.shape_material_ke, [1e4, 1e4])
+    np.testing.assert_allclose(m.shape_material_tau, [1e-2, 1e-2], rtol=1e-7)
+    traj, _ = _rollout(model, solver, 200, newton_contacts=True)
+    assert 0.1 - traj[-1, 2] == pytest.approx(9.81 / (4 * 5e3), rel=REST_RTOL)
+    # The in-place path (notify_model_changed) follows the same rule, as a new solver reads it.
+    model = _default_material_box(device, 1e4, 1e2)
+    solver = sap_newton.SolverSAP(model)
+    kept = solver.solvers[0]
+    _edit(model.shape_material_ke, lambda a: a.__setitem__(slice(None), 2.5e3))
+    solver.notify_model_changed(F.SHAPE_PROPERTIES)
+    assert solver.solvers[0] is kept
+    fresh = sap_newton.SolverSAP(model)  # kept alive: the values of its one shared row are views of its arrays
+    _assert_same_values(_values(solver), _values(fresh))
+    assert np.isnan(solver.solvers[0].parameters.array("shape_material_ke").numpy()).all()
+
+
+def test_a_step_given_no_contacts_runs_sap_s_collision(device):
+    """collision="newton" (the default) and step(..., contacts=None) on a model with candidate shape
+    pairs: the solver collides by itself (as Newton's MuJoCo solver does when given no contacts), bit
+    for bit as collision="sap"; a box on the ground stays there (it fell through before). With
+    fallback_collision=False, and on a model without candidate pairs, there is no pipeline and no
+    contact."""
+    model = box_model(device, num_worlds=2, vx=(0.5, -0.5))
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16)
+    a, _ = _rollout(model, solver, 100)
+    assert a[-1, 2] == pytest.approx(0.1 - 9.81 / (4 * 5e4), rel=1e-3)  # resting, not 0.2 s of free fall
+    b, _ = _rollout(model, sap_newton.SolverSAP(model, max_rigid_contact=16, collision="sap"), 100)
+    assert np.array_equal(a, b) and len(solver.pipelines) == 1
+    assert solver.diagnostics()["contact_count"].min() > 0
+    # Given Newton's contacts, the solver uses them (not its own collision).
+    c, _ = _rollout(model, solver, 100, newton_contacts=True)
+    d, _ = _rollout(model, sap_newton.SolverSAP(model, max_rigid_contact=16), 100, newton_contacts=True)
+    assert np.array_equal(c, d) and not np.array_equal(a, c)
+    # fallback_collision=False: no pipeline, and a step without contacts has none (the box falls).
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16, fallback_collision=False)
+    e, _ = _rollout(model, solver, 100)
+    assert solver.pipelines == [] and e[-1, 2] == pytest.approx(0.1 - 0.5 * 9.81 * (100 * DT) ** 2, rel=0.05)
+    with pytest.raises(ValueError, match="fallback_collision"):
+        sap_newton.SolverSAP(model, fallback_collision="yes")
+    b = newton.ModelBuilder(gravity=(0.0, 0.0, -9.81))
+    body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_shape_sphere(body, radius=0.05)
+    free = b.finalize(device=device)
+    solver = sap_newton.SolverSAP(free)
+    assert solver.pipelines == []
+    traj, _ = _rollout(free, solver, 10)
+    assert traj[-1, 2] == pytest.approx(-0.5 * 9.81 * (10 * DT) ** 2, rel=0.2)  # free fall
+
+
+def test_a_shape_change_reaches_the_collision_of_a_step_given_no_contacts_in_place(device):
+    """With collision="newton" the pipeline a step without contacts runs reads per-world parameters of
+    its own (a group of equal worlds included), written by notify_model_changed in place: no rebuild,
+    and the next steps are a new solver's, bit for bit."""
+    model = box_model(device, num_worlds=2, vx=(1.0, 1.0))
+    solver = sap_newton.SolverSAP(model, max_rigid_contact=16)
+    assert solver.parameters == [None] and not solver.pipelines[0].parameters.shared
+    kept, addresses = solver.solvers[0], _addresses(solver)
+    _edit(model.shape_material_mu, lambda a: a.__setitem__(slice(None), 0.1))
+    solver.notify_model_changed(F.SHAPE_PROPERTIES)
+    assert solver.solvers[0] is kept and _addresses(solver) == addresses
+    a, _ = _rollout(model, solver, 40)
+    b, _ = _rollout(model, sap_newton.SolverSAP(model, max_rigid_contact=16), 40)
+    assert np.array_equal(a, b)
+    np.testing.assert_array_equal(solver.pipelines[0].parameters.array("shape_material_mu").numpy(),
+                                  np.full((2, 3), np.float32(0.1), np.float64))
