@@ -56,7 +56,9 @@ GOLDEN_ITERATIONS = 80
 # t = 0. Along a segment inside a box the signed distance has flat stretches where the two probes
 # differ only by rounding (~1e-17 m on metre-scale shapes); the tolerance, ~100 ulps, makes the
 # outcome independent of that rounding (so both backends, which round differently, find the same
-# point) and moves the minimum found by at most a few times itself.
+# point). At a smooth minimum (the segment outside the box) a flat stretch spans ~√(GOLDEN_TIE/f'')
+# and a decision can still fall either way, so there the minimiser is then made exact
+# (sap_ref.collision_box._refined_outside).
 GOLDEN_TIE = 1e-14
 # box–box [m]: an edge axis must separate by this much more than the best face axis to be used,
 # so that rounding in stacks of aligned boxes never flips face contact (4 points) to edge contact (1).

@@ -92,6 +92,47 @@ def plane_box(S: Scratch, world: int, pair: int, swap: int, Xp: wp.transformd, X
 
 
 @wp.func
+def side_of(c: wp.float64, h: wp.float64) -> int:
+    """0 inside the slab |c| ≤ h, else the side (±1) it is clamped to."""
+    side = int(0)
+    if wp.abs(c) > h:
+        side = int(1)
+        if c <= wp.float64(0.0):
+            side = int(-1)
+    return side
+
+
+@wp.func
+def refined_outside(Xb: wp.transformd, h: wp.vec3d, p0: wp.vec3d, p1: wp.vec3d, t: wp.float64) -> wp.float64:
+    """sap_ref.collision_box._refined_outside: the exact minimiser where p(t) is outside the box."""
+    q_B = wp.transform_get_rotation(Xb)
+    a = wp.quat_rotate_inv(q_B, p0 - wp.transform_get_translation(Xb))
+    e = wp.quat_rotate_inv(q_B, p1 - p0)
+    num = wp.float64(0.0)
+    den = wp.float64(0.0)
+    s0 = side_of(a[0] + t * e[0], h[0])
+    s1 = side_of(a[1] + t * e[1], h[1])
+    s2 = side_of(a[2] + t * e[2], h[2])
+    if s0 != 0:
+        num += (a[0] - wp.float64(s0) * h[0]) * e[0]
+        den += e[0] * e[0]
+    if s1 != 0:
+        num += (a[1] - wp.float64(s1) * h[1]) * e[1]
+        den += e[1] * e[1]
+    if s2 != 0:
+        num += (a[2] - wp.float64(s2) * h[2]) * e[2]
+        den += e[2] * e[2]
+    out = t
+    if den > wp.float64(0.0):
+        ts = -num / den
+        if ts >= wp.float64(0.0) and ts <= wp.float64(1.0):
+            if (side_of(a[0] + ts * e[0], h[0]) == s0 and side_of(a[1] + ts * e[1], h[1]) == s1
+                    and side_of(a[2] + ts * e[2], h[2]) == s2):
+                out = ts
+    return out
+
+
+@wp.func
 def capsule_box(S: Scratch, world: int, pair: int, swap: int, Xc: wp.transformd, size_c: wp.vec3d,
                 Xb: wp.transformd, h: wp.vec3d):
     p0 = segment_end(Xc, size_c[1], wp.float64(-1.0))
@@ -121,7 +162,7 @@ def capsule_box(S: Scratch, world: int, pair: int, swap: int, Xc: wp.transformd,
             f1 = f2
             x2 = lo + g * (hi - lo)
             q2, n2, f2 = box_point_query(Xb, h, p0 + x2 * (p1 - p0))
-    t = wp.float64(0.5) * (lo + hi)
+    t = refined_outside(Xb, h, p0, p1, wp.float64(0.5) * (lo + hi))
     qt, nt, ft = box_point_query(Xb, h, p0 + t * (p1 - p0))
     qa, na, fa = box_point_query(Xb, h, p0)
     qb, nb, fb = box_point_query(Xb, h, p1)

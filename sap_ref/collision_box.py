@@ -146,10 +146,42 @@ def capsule_box(Xc, size_c, Xb, size_b):
             lo, x1, f1 = x1, x2, f2
             x2 = lo + g * (hi - lo)
             f2 = sd(x2)
-    t = 0.5 * (lo + hi)
+    t = _refined_outside(Xb, size_b, p0, p1, 0.5 * (lo + hi))
     if sd(t) < min(sd(0.0), sd(1.0)) - INTERIOR_DEPTH_MARGIN:
         out += sphere_box(with_position(Xc, p0 + t * (p1 - p0)), size_c, Xb, size_b)
     return out
+
+
+def _refined_outside(Xb, size_b, p0, p1, t):
+    """The golden-section minimiser ``t`` of the segment's signed distance, made exact where p(t) lies
+    outside the box: there f(t)² = Σ (cᵢ(t) − bᵢ)² over the axes clamped at t (cᵢ(t) = aᵢ + t·eᵢ
+    in the box frame, bᵢ = ±hᵢ), a quadratic whose minimiser is t* = −Σ(aᵢ − bᵢ)eᵢ / Σeᵢ². Golden
+    section finds a smooth minimum only to ~√ε (f is flat to rounding over that span, and the
+    ``GOLDEN_TIE`` decisions fall either way in the two backends: points 3e-8 m apart were seen);
+    t* is kept when it lies in [0, 1] with the same axes clamped to the same sides, else ``t``.
+    Inside the box f is piecewise linear and the search already ends on its kink."""
+    R = spatial.quat_to_matrix(Xb[3:])
+    a = R.T @ (np.asarray(p0, dtype=np.float64) - Xb[:3])
+    e = R.T @ (np.asarray(p1, dtype=np.float64) - np.asarray(p0, dtype=np.float64))
+    h = np.asarray(size_b, dtype=np.float64)
+    num = den = 0.0
+    side = [0, 0, 0]
+    for i in range(3):  # in order, as sap_gpu sums
+        c = a[i] + t * e[i]
+        if abs(c) > h[i]:
+            side[i] = 1 if c > 0.0 else -1
+            num += (a[i] - side[i] * h[i]) * e[i]
+            den += e[i] * e[i]
+    if den <= 0.0:
+        return t
+    ts = -num / den
+    if not 0.0 <= ts <= 1.0:
+        return t
+    for i in range(3):
+        c = a[i] + ts * e[i]
+        if (0 if abs(c) <= h[i] else (1 if c > 0.0 else -1)) != side[i]:
+            return t
+    return ts
 
 
 def _face_polygon(center, R, h, axis, sign):

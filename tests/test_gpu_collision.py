@@ -157,6 +157,27 @@ def generic_two_shape_models(draw):
     return _two_shapes((t0, t1), [sizes[t0](), sizes[t1]()], poses, materials)
 
 
+# A capsule (r 0.138, half length 0.164) reaching 1.5 cm into a box off its edge: the segment's
+# deepest point is a smooth minimum, which golden section finds only to ~√ε; the two backends' last
+# GOLDEN_TIE decisions went apart and the interior contact's points were 2.7e-8 m, its normal 2.2e-7
+# apart, until the minimiser is made exact outside the box (sap_ref.collision_box._refined_outside).
+# Found by tests/test_gpu_stages_parameters.py's search.
+CAPSULE_OFF_BOX_EDGE = (
+    [0.1379858777019921, 0.16384680072879543, 0.0], [0.0433861392371131, 0.12170707702329056, 0.10146093311463476],
+    [[-0.007954607024559754, -0.0038213129475459726, -0.005515717295071696, 0.3965274757188809,
+      -0.6765025352850862, 0.619230642850058, -0.04078837712347784],
+     [-0.10471379974198337, -0.059701064942986645, 0.21652478475581707, 0.7348753471157885,
+      -0.2130503676264073, -0.6429166028972577, 0.03501437954258385]])
+
+
+def test_capsule_box_interior_minimum_is_exact_in_both_backends(device):
+    size_c, size_b, poses = CAPSULE_OFF_BOX_EDGE
+    model, state = _two_shapes((ShapeType.CAPSULE, ShapeType.BOX), [size_c, size_b], [np.array(p) for p in poses])
+    expected, got = _both(model, state, 16, device, SapConfig())
+    assert expected.count[0] == 2  # the end sphere in the box and the interior minimum
+    assert_same_contacts(expected, got)
+
+
 @settings(max_examples=400)
 @given(generic_two_shape_models())
 def test_random_pairs_match_sap_ref(device, case):
