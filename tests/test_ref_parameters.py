@@ -28,6 +28,8 @@ from sap_ref.parameters import world_slice
 
 W = 3  # worlds per batch
 STEPS = 25  # steps per example
+# The acceptance size of a batch against its worlds alone, under -m slow: 16 worlds, 200 steps.
+SLOW_W, SLOW_STEPS = 16, 200
 
 # ----------------------------------------------------------------------------- batch = one world alone
 
@@ -38,39 +40,42 @@ def _floats(lo, hi, n, unset=False):
     return st.lists(st.one_of(st.just(math.nan), x) if unset else x, min_size=n, max_size=n).map(np.array)
 
 
-# Added to the drawn gravity (set in every world): the worlds differ even where every draw is alike.
-_APART = np.outer(np.arange(W), [0.0, 0.0, 0.5])
+def _apart(n):
+    """Added to the drawn gravity (set in every world): the worlds differ even where every draw is alike."""
+    return np.outer(np.arange(n), [0.0, 0.0, 0.5])
 
 
-def _per_world(draw, strategy):
-    return np.stack([draw(strategy) for _ in range(W)])
+def _per_world(draw, strategy, n):
+    return np.stack([draw(strategy) for _ in range(n)])
 
 
 @st.composite
 def _arm_values(draw, m):
     """Per-world values of arm_push_block (DOFs 0, 1: the revolute shoulder and elbow; 2:8 the block's
     FREE joint, which takes no drive and no limit)."""
+    n = m.num_worlds
+    pw = lambda strategy: _per_world(draw, strategy, n)  # noqa: E731
     B, S, nv = m.body_count, m.shape_count, m.joint_dof_count
-    scale = _per_world(draw, _floats(0.5, 2.0, B))
+    scale = pw(_floats(0.5, 2.0, B))
     v = {"body_mass": m.body_mass * scale,
-         "body_inertia": m.body_inertia * (scale * _per_world(draw, _floats(0.8, 1.25, B)))[..., None, None],
-         "body_com": m.body_com + _per_world(draw, _floats(-0.02, 0.02, 3 * B)).reshape(W, B, 3)}
+         "body_inertia": m.body_inertia * (scale * pw(_floats(0.8, 1.25, B)))[..., None, None],
+         "body_com": m.body_com + pw(_floats(-0.02, 0.02, 3 * B)).reshape(n, B, 3)}
     for name, lo, hi in (("joint_armature", 1e-3, 0.05), ("joint_damping", 0.0, 0.5), ("joint_target_ke", 50.0, 400.0),
                          ("joint_target_kd", 5.0, 40.0), ("joint_effort_limit", 2.0, 100.0)):
-        v[name] = np.broadcast_to(getattr(m, name), (W, nv)).copy()
-        v[name][:, :2] = _per_world(draw, _floats(lo, hi, 2))
-    v["joint_limit_upper"] = np.broadcast_to(m.joint_limit_upper, (W, nv)).copy()
-    v["joint_limit_upper"][:, 0] = _per_world(draw, _floats(-0.29, math.pi, 1))[:, 0]  # the shoulder starts at -0.3
-    v["joint_limit_lower"] = np.broadcast_to(m.joint_limit_lower, (W, nv)).copy()
-    v["joint_limit_lower"][:, 1] = _per_world(draw, _floats(-0.05, -1e-3, 1))[:, 0]  # the elbow starts at 0
-    v["joint_limit_ke"] = 10.0 ** _per_world(draw, _floats(5.0, 12.0, nv))
-    v["joint_limit_kd"] = v["joint_limit_ke"] * _per_world(draw, _floats(0.0, 1e-2, nv))
-    v["shape_material_mu"] = _per_world(draw, _floats(0.1, 1.0, S, unset=True))
-    v["shape_material_ke"] = 10.0 ** _per_world(draw, _floats(4.0, 7.0, S, unset=True))
-    v["shape_material_tau"] = _per_world(draw, _floats(0.0, 0.05, S, unset=True))
-    v["shape_material_hcd"] = _per_world(draw, _floats(0.0, 100.0, S, unset=True))
-    v["shape_margin"] = _per_world(draw, _floats(0.0, 5e-3, S))
-    v["gravity"] = _per_world(draw, _floats(-1.0, 1.0, 3)) + [0.0, 0.0, -draw(st.floats(6.0, 12.0))] - _APART
+        v[name] = np.broadcast_to(getattr(m, name), (n, nv)).copy()
+        v[name][:, :2] = pw(_floats(lo, hi, 2))
+    v["joint_limit_upper"] = np.broadcast_to(m.joint_limit_upper, (n, nv)).copy()
+    v["joint_limit_upper"][:, 0] = pw(_floats(-0.29, math.pi, 1))[:, 0]  # the shoulder starts at -0.3
+    v["joint_limit_lower"] = np.broadcast_to(m.joint_limit_lower, (n, nv)).copy()
+    v["joint_limit_lower"][:, 1] = pw(_floats(-0.05, -1e-3, 1))[:, 0]  # the elbow starts at 0
+    v["joint_limit_ke"] = 10.0 ** pw(_floats(5.0, 12.0, nv))
+    v["joint_limit_kd"] = v["joint_limit_ke"] * pw(_floats(0.0, 1e-2, nv))
+    v["shape_material_mu"] = pw(_floats(0.1, 1.0, S, unset=True))
+    v["shape_material_ke"] = 10.0 ** pw(_floats(4.0, 7.0, S, unset=True))
+    v["shape_material_tau"] = pw(_floats(0.0, 0.05, S, unset=True))
+    v["shape_material_hcd"] = pw(_floats(0.0, 100.0, S, unset=True))
+    v["shape_margin"] = pw(_floats(0.0, 5e-3, S))
+    v["gravity"] = pw(_floats(-1.0, 1.0, 3)) + [0.0, 0.0, -draw(st.floats(6.0, 12.0))] - _apart(n)
     return v
 
 
@@ -78,21 +83,24 @@ def _arm_values(draw, m):
 def _fourbar_values(draw, m):
     """Per-world values of fourbar (three revolute DOFs without drives, the rocker's (DOF 2) lower limit near
     its start)."""
+    n = m.num_worlds
+    pw = lambda strategy: _per_world(draw, strategy, n)  # noqa: E731
     B, nv = m.body_count, m.joint_dof_count
-    scale = _per_world(draw, _floats(0.5, 2.0, B))
+    scale = pw(_floats(0.5, 2.0, B))
     v = {"body_mass": m.body_mass * scale, "body_inertia": m.body_inertia * scale[..., None, None],
-         "body_com": m.body_com + _per_world(draw, _floats(-0.02, 0.02, 3 * B)).reshape(W, B, 3)}
+         "body_com": m.body_com + pw(_floats(-0.02, 0.02, 3 * B)).reshape(n, B, 3)}
     for name, lo, hi in (("joint_armature", 0.0, 0.01), ("joint_damping", 0.0, 0.2), ("joint_effort_limit", 1.0, 50.0)):
-        v[name] = _per_world(draw, _floats(lo, hi, nv))
-    v["joint_limit_lower"] = np.broadcast_to(m.joint_limit_lower, (W, nv)).copy()
-    v["joint_limit_lower"][:, 2] = _per_world(draw, _floats(-1.25, -1.195, 1))[:, 0]  # the rocker starts at -1.19
-    v["joint_limit_ke"] = 10.0 ** _per_world(draw, _floats(6.0, 12.0, nv))
-    v["joint_limit_kd"] = v["joint_limit_ke"] * _per_world(draw, _floats(0.0, 4e-3, nv))
-    v["gravity"] = _per_world(draw, _floats(-2.0, 2.0, 3)) + [0.0, 0.0, -draw(st.floats(6.0, 12.0))] - _APART
+        v[name] = pw(_floats(lo, hi, nv))
+    v["joint_limit_lower"] = np.broadcast_to(m.joint_limit_lower, (n, nv)).copy()
+    v["joint_limit_lower"][:, 2] = pw(_floats(-1.25, -1.195, 1))[:, 0]  # the rocker starts at -1.19
+    v["joint_limit_ke"] = 10.0 ** pw(_floats(6.0, 12.0, nv))
+    v["joint_limit_kd"] = v["joint_limit_ke"] * pw(_floats(0.0, 4e-3, nv))
+    v["gravity"] = pw(_floats(-2.0, 2.0, 3)) + [0.0, 0.0, -draw(st.floats(6.0, 12.0))] - _apart(n)
     return v
 
 
-_SCENES = {name: scenes.get(name, num_worlds=W) for name in ("arm_push_block", "fourbar")}
+_SCENE_NAMES = ("arm_push_block", "fourbar")
+_SCENES = {name: scenes.get(name, num_worlds=W) for name in _SCENE_NAMES}
 _VALUES = {"arm_push_block": _arm_values, "fourbar": _fourbar_values}
 
 
@@ -115,7 +123,21 @@ def _one_world_control(control, w) -> SapControl:
 @settings(max_examples=6, deadline=None)
 @given(data=st.data())
 def test_each_world_steps_as_its_one_world_model_bit_for_bit(scene_name, data):
-    scene = _SCENES[scene_name]
+    _batch_against_worlds_alone(_SCENES[scene_name], scene_name, data, STEPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scene_name", _SCENE_NAMES)
+@settings(max_examples=1, deadline=None)
+@given(data=st.data())
+def test_sixteen_worlds_step_as_their_one_world_models_for_200_steps(scene_name, data):
+    _batch_against_worlds_alone(scenes.get(scene_name, num_worlds=SLOW_W), scene_name, data, SLOW_STEPS)
+
+
+def _batch_against_worlds_alone(scene, scene_name, data, steps):
+    """Every world of a batch with drawn per-world values steps bit for bit as a one-world solver and
+    pipeline of its own model, every step: state, contacts, status, iterations, diagnostics."""
+    W = scene.sap_model.num_worlds
     model, C, dt = scene.sap_model, scene.max_rigid_contact, scene.dt
     values = data.draw(_VALUES[scene_name](model), label="values")
     masks = {}
@@ -147,7 +169,7 @@ def test_each_world_steps_as_its_one_world_model_bit_for_bit(scene_name, data):
     touched = np.zeros(W, bool)
     with warnings.catch_warnings():
         warnings.simplefilter("error", LargeTimeStepWarning)
-        for k in range(STEPS):
+        for k in range(steps):
             pipeline.collide(state, contacts)
             touched |= contacts.count > 0
             solver.step(state, state, control, contacts, dt)
@@ -165,7 +187,7 @@ def test_each_world_steps_as_its_one_world_model_bit_for_bit(scene_name, data):
         for name, x in solver.read_observables().items():
             assert np.array_equal(x[w], one_solver.read_observables()[name][0]), (name, w)
         assert np.array_equal(solver.last_results[w].q1, one_solver.last_results[0].q1)
-    assert solver.statistics()["steps"].tolist() == [STEPS] * W
+    assert solver.statistics()["steps"].tolist() == [steps] * W
     # The draws changed the dynamics: the worlds did not all end alike.
     assert any(not np.array_equal(state.joint_q[0], state.joint_q[w]) for w in range(1, W))
     if scene_name == "arm_push_block":
