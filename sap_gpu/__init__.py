@@ -27,11 +27,11 @@ from .arrays import (
     write_contact_pair,
     write_contact_point,
 )
-from .collision import CollisionPipeline
+from .collision import CollisionPipeline, pair_material
 from .parameters import WorldParameters, world_view
 from .solver import SolverSAP, estimate_memory
 
 __all__ = ["SolverSAP", "CollisionPipeline", "WorldParameters", "world_view", "GpuModel", "to_device", "to_host",
            "state", "control", "contacts", "estimate_memory",
            "write_contact", "clear_contact", "ContactSlots", "contact_slots", "write_contact_point",
-           "write_contact_pair"]
+           "write_contact_pair", "pair_material"]

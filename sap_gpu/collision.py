@@ -411,26 +411,19 @@ def _or_fallback(x: wp.float64, fallback: wp.float64):
     return x
 
 
-@wp.kernel
-def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.float64),
-                    ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
-                    hcd: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64),
-                    fallback_mu: wp.float64, fallback_ke: wp.float64, fallback_tau: wp.float64,
-                    fallback_hcd: wp.float64, pair_mu: wp.array2d(dtype=wp.float64),
-                    pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
-                    pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
-                    pair_hcd: wp.array2d(dtype=wp.float64), pair_margin: wp.array2d(dtype=wp.float64)):
-    """One thread per (world, pair): the pair's combined materials from its shapes' values with the
-    fallbacks, in the operations of sap_common.collision_rules.combine_materials and
-    combine_hc_dissipation, and its margin margin₀ + margin₁."""
-    w, p = wp.tid()
-    a = shape_pair[p, 0]
-    b = shape_pair[p, 1]
+@wp.func
+def pair_material(mu_a: wp.float64, mu_b: wp.float64, ke_a: wp.float64, ke_b: wp.float64, tau_a: wp.float64,
+                  tau_b: wp.float64, hcd_a: wp.float64, hcd_b: wp.float64, fallback_mu: wp.float64,
+                  fallback_ke: wp.float64, fallback_tau: wp.float64, fallback_hcd: wp.float64):
+    """``(μ, k, k₀, k₁, τ_d, d)`` of a shape pair from its two shapes' values (NaN: unset, the
+    fallback), in the operations of sap_common.collision_rules.combine_materials and
+    combine_hc_dissipation: the device's one copy of the combination rules (the pipeline's pair
+    materials and sap_newton's pair tables both call it, so they agree bit for bit)."""
     zero = wp.float64(0.0)
-    mu0 = _or_fallback(mu[w, a], fallback_mu)
-    mu1 = _or_fallback(mu[w, b], fallback_mu)
-    k0 = _or_fallback(ke[w, a], fallback_ke)
-    k1 = _or_fallback(ke[w, b], fallback_ke)
+    mu0 = _or_fallback(mu_a, fallback_mu)
+    mu1 = _or_fallback(mu_b, fallback_mu)
+    k0 = _or_fallback(ke_a, fallback_ke)
+    k1 = _or_fallback(ke_b, fallback_ke)
     m = zero
     if mu0 + mu1 != zero:
         m = wp.float64(2.0) * mu0 * mu1 / (mu0 + mu1)
@@ -441,8 +434,8 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
             k = k1
     elif k0 + k1 != zero:
         k = k0 * k1 / (k0 + k1)
-    d0 = _or_fallback(hcd[w, a], fallback_hcd)
-    d1 = _or_fallback(hcd[w, b], fallback_hcd)
+    d0 = _or_fallback(hcd_a, fallback_hcd)
+    d1 = _or_fallback(hcd_b, fallback_hcd)
     d = zero
     if wp.isinf(k0) and wp.isinf(k1):
         d = wp.float64(0.5) * (d0 + d1)
@@ -453,11 +446,30 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
     elif k0 + k1 != zero:
         denom = k0 + k1
         d = (k1 / denom) * d0 + (k0 / denom) * d1
+    return m, k, k0, k1, _or_fallback(tau_a, fallback_tau) + _or_fallback(tau_b, fallback_tau), d
+
+
+@wp.kernel
+def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.float64),
+                    ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
+                    hcd: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64),
+                    fallback_mu: wp.float64, fallback_ke: wp.float64, fallback_tau: wp.float64,
+                    fallback_hcd: wp.float64, pair_mu: wp.array2d(dtype=wp.float64),
+                    pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
+                    pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
+                    pair_hcd: wp.array2d(dtype=wp.float64), pair_margin: wp.array2d(dtype=wp.float64)):
+    """One thread per (world, pair): the pair's combined materials (:func:`pair_material`) and its
+    margin margin₀ + margin₁."""
+    w, p = wp.tid()
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    m, k, k0, k1, t, d = pair_material(mu[w, a], mu[w, b], ke[w, a], ke[w, b], tau[w, a], tau[w, b], hcd[w, a],
+                                       hcd[w, b], fallback_mu, fallback_ke, fallback_tau, fallback_hcd)
     pair_mu[w, p] = m
     pair_ke[w, p] = k
     pair_ke0[w, p] = k0
     pair_ke1[w, p] = k1
-    pair_tau[w, p] = _or_fallback(tau[w, a], fallback_tau) + _or_fallback(tau[w, b], fallback_tau)
+    pair_tau[w, p] = t
     pair_hcd[w, p] = d
     pair_margin[w, p] = margin[w, a] + margin[w, b]
 

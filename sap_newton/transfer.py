@@ -180,13 +180,6 @@ def _clamp_counts(capacity: int, count: wp.array(dtype=int)):
     count[world] = wp.min(count[world], capacity)
 
 
-@wp.func
-def _or_fallback(x: wp.float64, fallback: wp.float64):
-    if wp.isnan(x):
-        return fallback
-    return x
-
-
 @wp.kernel
 def _pair_tables(mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float64),
                  tau: wp.array2d(dtype=wp.float64), hcd: wp.array2d(dtype=wp.float64), fallback_mu: wp.float64,
@@ -195,42 +188,18 @@ def _pair_tables(mu: wp.array2d(dtype=wp.float64), ke: wp.array2d(dtype=wp.float
                  pair_ke0: wp.array3d(dtype=wp.float64), pair_ke1: wp.array3d(dtype=wp.float64),
                  pair_tau: wp.array3d(dtype=wp.float64), pair_hcd: wp.array3d(dtype=wp.float64)):
     """The combined materials of the ordered shape pair (a, b) of world w from the shapes' values
-    with the fallbacks: sap_common.collision_rules.combine_materials and combine_hc_dissipation, in
-    their operations. This one kernel builds the tables and refreshes them
-    (SolverSAP.notify_model_changed), so a refreshed table is a new solver's, bit for bit."""
+    with the fallbacks (``sap_gpu.pair_material``, the pipeline's own combination). This one kernel
+    builds the tables and refreshes them (SolverSAP.notify_model_changed), so a refreshed table is a
+    new solver's, bit for bit."""
     w, a, b = wp.tid()
-    zero = wp.float64(0.0)
-    mu0 = _or_fallback(mu[w, a], fallback_mu)
-    mu1 = _or_fallback(mu[w, b], fallback_mu)
-    k0 = _or_fallback(ke[w, a], fallback_ke)
-    k1 = _or_fallback(ke[w, b], fallback_ke)
-    d0 = _or_fallback(hcd[w, a], fallback_hcd)
-    d1 = _or_fallback(hcd[w, b], fallback_hcd)
-    m = zero
-    if mu0 + mu1 != zero:
-        m = wp.float64(2.0) * mu0 * mu1 / (mu0 + mu1)
-    k = zero
-    if wp.isinf(k0) or wp.isinf(k1):
-        k = k0
-        if wp.isinf(k0):
-            k = k1
-    elif k0 + k1 != zero:
-        k = k0 * k1 / (k0 + k1)
-    d = zero
-    if wp.isinf(k0) and wp.isinf(k1):
-        d = wp.float64(0.5) * (d0 + d1)
-    elif wp.isinf(k0):
-        d = d1
-    elif wp.isinf(k1):
-        d = d0
-    elif k0 + k1 != zero:
-        denom = k0 + k1
-        d = (k1 / denom) * d0 + (k0 / denom) * d1
+    m, k, k0, k1, t, d = sap_gpu.pair_material(mu[w, a], mu[w, b], ke[w, a], ke[w, b], tau[w, a], tau[w, b],
+                                               hcd[w, a], hcd[w, b], fallback_mu, fallback_ke, fallback_tau,
+                                               fallback_hcd)
     pair_mu[w, a, b] = m
     pair_ke[w, a, b] = k
     pair_ke0[w, a, b] = k0
     pair_ke1[w, a, b] = k1
-    pair_tau[w, a, b] = _or_fallback(tau[w, a], fallback_tau) + _or_fallback(tau[w, b], fallback_tau)
+    pair_tau[w, a, b] = t
     pair_hcd[w, a, b] = d
 
 

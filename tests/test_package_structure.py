@@ -221,6 +221,7 @@ GPU_ONLY = {
     "contact_slots": "makes a ContactSlots; sap_ref's helpers take the SapContacts",
     "write_contact_point": "write_contact's point half, for kernels: one call keeps every loaded value live at once",
     "write_contact_pair": "write_contact's pair half, for kernels: one call keeps every loaded value live at once",
+    "pair_material": "the combination rules as a Warp function for kernels; sap_ref calls sap_common.collision_rules",
     "world_view": "a (num_worlds, …) device view of one row, world stride 0; NumPy broadcasting does it on the host",
 }
 
