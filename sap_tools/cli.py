@@ -229,17 +229,24 @@ def atomic_output(path: str):
     _OUTPUTS.written.append(path)
 
 
+# Exit status of a tool whose stdout was closed by its reader (128 + SIGPIPE, as a shell reports it).
+BROKEN_PIPE_STATUS = 141
+
+
 def entry_point(prog: str):
     """Decorator of a tool's ``main(argv=None) -> int``: Ctrl-C (``KeyboardInterrupt``) ends it
     with one line on stderr, ``prog: interrupted (Ctrl-C)`` and the outputs not written, and
-    exit status :data:`INTERRUPTED_STATUS` (130), instead of a traceback. Outputs written with
+    exit status :data:`INTERRUPTED_STATUS` (130), instead of a traceback; a closed stdout
+    (``| head``) ends it quietly with :data:`BROKEN_PIPE_STATUS` (141). Outputs written with
     :func:`atomic_output` are complete or absent (an existing file keeps its old content)."""
     def wrap(main):
         @functools.wraps(main)
         def run(argv=None) -> int:
             _OUTPUTS.reset()
             try:
-                return main(argv)
+                status = main(argv)
+                sys.stdout.flush()  # a closed pipe is reported here, not at the interpreter's exit
+                return status
             except KeyboardInterrupt:
                 missing = _OUTPUTS.unwritten()
                 note = (f"; not written: {', '.join(missing)} (an existing file keeps its old content)"
@@ -247,6 +254,13 @@ def entry_point(prog: str):
                 sys.stdout.flush()
                 print(f"{prog}: interrupted (Ctrl-C){note}", file=sys.stderr, flush=True)
                 return INTERRUPTED_STATUS
+            except BrokenPipeError:
+                # The reader of stdout went away (``sap-scenes | head``): the rest of the output
+                # has nowhere to go. Point stdout at /dev/null so the interpreter's final flush
+                # does not raise again, and end quietly with the status of a closed pipe.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                return BROKEN_PIPE_STATUS
         return run
     return wrap
 
@@ -276,13 +290,19 @@ def load_scene_arg(name: str, num_worlds: int, check_memory: bool = True):
     ``--num-worlds`` when they would not fit in the host's available memory, before they are built
     (:func:`check_run_memory`)."""
     if check_memory and isinstance(num_worlds, int) and not isinstance(num_worlds, bool) and num_worlds > 1:
-        from sap_common.state import control_memory, state_memory
-
-        one = _load_scene(name, 1)
-        m = one.sap_model
-        check_run_memory(state_memory(m, num_worlds, "state (host)") + control_memory(m, num_worlds, "control (host)"),
-                         None, "the scene's initial state and control", f"{num_worlds} worlds of {one.name}")
+        check_scene_memory(_load_scene(name, 1), num_worlds)
     return _load_scene(name, num_worlds)
+
+
+def check_scene_memory(one, num_worlds: int) -> None:
+    """``ValueError`` naming ``--num-worlds`` when ``num_worlds`` worlds of the scene ``one`` (loaded
+    with one world) would not fit their initial state and control in the host's available memory
+    (:func:`check_run_memory`)."""
+    from sap_common.state import control_memory, state_memory
+
+    m = one.sap_model
+    check_run_memory(state_memory(m, num_worlds, "state (host)") + control_memory(m, num_worlds, "control (host)"),
+                     None, "the scene's initial state and control", f"{num_worlds} worlds of {one.name}")
 
 
 def _load_scene(name: str, num_worlds: int):

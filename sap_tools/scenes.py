@@ -22,7 +22,7 @@ import numpy as np
 
 from sap_common import scenes
 from sap_common.io import LoadedScene
-from sap_tools.cli import entry_point, fail, load_scene_arg, parser
+from sap_tools.cli import check_scene_memory, entry_point, fail, load_scene_arg, parser
 
 _load = load_scene_arg  # the scene argument of every tool: a built-in name or a scene file
 
@@ -50,6 +50,16 @@ def _row(scene: LoadedScene) -> dict:
         nq=m.joint_coord_count, nv=m.joint_dof_count, shapes=m.shape_count, shape_pairs=len(m.shape_pair),
         dt=scene.dt, num_steps=scene.num_steps, max_rigid_contact=scene.max_rigid_contact,
     )
+
+
+def _listed(one: LoadedScene, num_worlds: int) -> dict:
+    """The table row of a scene loaded with one world, for ``num_worlds`` worlds: every other column
+    is the same for any number of worlds, so the listing never builds the batch; ``num_worlds``
+    worlds are still checked against the host's memory as a run of that scene checks them
+    (``ValueError`` naming ``--num-worlds``)."""
+    if num_worlds > 1:
+        check_scene_memory(one, num_worlds)
+    return dict(_row(one), num_worlds=num_worlds)
 
 
 def _table(rows: list[dict]) -> str:
@@ -90,9 +100,8 @@ def main(argv=None) -> int:
             raise ValueError(f"--num-worlds: must be >= 1, got {args.num_worlds}")
         if args.scene is None:
             names = [n for n in scenes.names() if scenes.availability(n)[0]]
-            rows = [_row(scenes.get(n, args.num_worlds)) for n in names]
-            files = drake_scene_files()
-            file_rows = [dict(_row(load_scene_arg(f, args.num_worlds)), name=f) for f in files]
+            rows = [_listed(scenes.get(n, 1), args.num_worlds) for n in names]
+            file_rows = [dict(_listed(load_scene_arg(f, 1), args.num_worlds), name=f) for f in drake_scene_files()]
         else:
             scene = _load(args.scene, args.num_worlds)
     except ValueError as e:

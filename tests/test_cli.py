@@ -331,6 +331,23 @@ def test_ctrl_c_in_a_running_tool_ends_it_with_one_line(tmp_path):
     assert out.read_bytes() == b"the old plot" and os.listdir(tmp_path) == ["plot.png"]
 
 
+def test_a_closed_stdout_ends_a_tool_quietly():
+    """``sap-scenes | head``: the reader closes the pipe before the listing is written. The tool ends
+    with the closed pipe's status (141) and nothing on stderr, not a BrokenPipeError traceback (the
+    old code printed one, from the table's print or from the interpreter's last flush)."""
+    import subprocess
+    import sys
+
+    from sap_tools.cli import BROKEN_PIPE_STATUS
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from sap_tools.scenes import main; sys.exit(main())"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=DATA.parent.parent)
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.communicate(timeout=120)[1]
+    assert proc.returncode == BROKEN_PIPE_STATUS, stderr
+    assert stderr == ""
+
+
 def test_atomic_output_renames_when_complete_and_removes_what_failed(tmp_path):
     from sap_tools.cli import atomic_output
 

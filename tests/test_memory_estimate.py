@@ -16,6 +16,7 @@ import gc
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -310,6 +311,13 @@ def test_other_tools_refuse_worlds_whose_scene_arrays_do_not_fit(capsys):
     assert scenes_main(["box_stack", "--num-worlds", str(W)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"sap-scenes: error: --num-worlds: {W} worlds of box_stack: ") and "\n" not in err
+    # The listing of every scene checks each scene's worlds as a run of it would (it builds one world
+    # of each: the table's other columns do not depend on the number of worlds).
+    assert scenes_main(["--num-worlds", str(W)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"sap-scenes: error: --num-worlds: {W} worlds of ") and "\n" not in err
+    assert scenes_main(["--num-worlds", "3"]) == 0
+    assert re.search(r"^ *sphere_drop +3 ", capsys.readouterr().out, re.M)
     assert collision_main(["--num-worlds", str(10**7), "--device", "cpu", "--skip-ref"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"sap-benchmark-collision: error: --num-worlds: {10**7} worlds of 120 shapes"), err
