@@ -20,7 +20,7 @@ __all__ = [
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
     "RAISE_GAP", "RAISE_MAX_ITERATIONS",
     "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS",
-    "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS",
+    "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS", "WITNESS_CLAMP_TOL",
     # constraints and weights
     "SOFT_NORM_EPS", "LIMIT_BETA", "DRIVE_BETA", "LIMIT_WINDOW_FACTOR", "DISTANCE_EPS", "WEIGHT_FLOOR",
     "HC_VELOCITY_GUARD", "HOLONOMIC_BETA", "CONSTRAINT_DISTANCE_MIN", "CONSTRAINT_DISTANCE_MIN_RELATIVE",
@@ -127,6 +127,12 @@ KINK_TOL = 1e-12
 # ends of an edge lying against the other shape differ by ~1e-9 of the size; distinct vertices of a
 # generic contact differ by far more.
 SUPPORT_TIE = 1e-8
+# [m] A witness on a segment (a box's edge, a cylinder's side line) against a face (a cylinder's
+# cap, a box's face) is kept to the part of the segment that, moved along the normal by the
+# separation, lies on that face's solid core grown by this: where the two are nearly parallel
+# (tilted 1e-7 rad) the point of the edge nearest EPA's witness can lie beyond the face (0.56 mm
+# beyond a cap's rim, found by the random search). Rounding of a point on the rim is ~1e-17 m.
+WITNESS_CLAMP_TOL = 1e-12
 # [m] A refinement step (or a move onto a kink) must raise σ by more than this: a smaller gain is
 # rounding (~1e-16 m per operation on metre-scale coordinates), and following it would only slide
 # the normal along a flat optimum (a face against a rim), moving the witness points off the face.

@@ -26,6 +26,7 @@ from sap_common.constants import (
     REFINE_ROUNDS,
     REFINE_STEP,
     SUPPORT_TIE,
+    WITNESS_CLAMP_TOL,
 )
 
 from .collision_primitive import segment_closest_params
@@ -701,6 +702,65 @@ def support_feature(G: Geometry, s: Convex, d: wp.vec3d):
 
 
 @wp.func
+def clip_slab(l0: wp.float64, d: wp.float64, h: wp.float64, t0: wp.float64, t1: wp.float64):
+    """(ok, t0, t1): the interval [t0, t1] cut to the parameters where l0 + t·d ∈ [−h, h]."""
+    if d == wp.float64(0.0):
+        if wp.abs(l0) > h:
+            return 0, t0, t1
+        return 1, t0, t1
+    ta = (-h - l0) / d
+    tb = (h - l0) / d
+    return 1, wp.max(t0, wp.min(ta, tb)), wp.min(t1, wp.max(ta, tb))
+
+
+@wp.func
+def segment_in_core(s: Convex, e0: wp.vec3d, e1: wp.vec3d):
+    """sap_ref.collision_convex._segment_in_core: (found, t0, t1)."""
+    tol = wp.float64(WITNESS_CLAMP_TOL)  # set where every use below sees it (sap_gpu.codegen_check)
+    t0 = wp.float64(0.0)
+    t1 = wp.float64(1.0)
+    if s.kind != BOX and s.kind != CYLINDER:
+        return 0, t0, t1
+    l0 = wp.transpose(s.R) * (e0 - s.p)
+    l1 = wp.transpose(s.R) * (e1 - s.p)
+    d = l1 - l0
+    ok = int(1)
+    if s.kind == BOX:
+        for k in range(3):
+            if ok == 1:
+                ok, t0, t1 = clip_slab(l0[k], d[k], s.size[k] + tol, t0, t1)
+    else:
+        r = s.size[0] + tol
+        a = d[0] * d[0] + d[1] * d[1]
+        b = wp.float64(2.0) * (l0[0] * d[0] + l0[1] * d[1])
+        c = l0[0] * l0[0] + l0[1] * l0[1] - r * r
+        if a == wp.float64(0.0):
+            if c > wp.float64(0.0):
+                ok = 0
+        else:
+            disc = b * b - wp.float64(4.0) * a * c
+            if disc < wp.float64(0.0):
+                ok = 0
+            else:
+                root = wp.sqrt(disc)
+                t0 = wp.max(t0, (-b - root) / (wp.float64(2.0) * a))
+                t1 = wp.min(t1, (-b + root) / (wp.float64(2.0) * a))
+        if ok == 1:
+            ok, t0, t1 = clip_slab(l0[2], d[2], s.size[1] + tol, t0, t1)
+    if ok == 0 or t0 > t1:
+        return 0, t0, t1
+    return 1, t0, t1
+
+
+@wp.func
+def clamp_to(t: wp.float64, found: int, t0: wp.float64, t1: wp.float64) -> wp.float64:
+    """sap_ref.collision_convex._clamp_to."""
+    if found == 0:
+        return t
+    return wp.min(wp.max(t, t0), t1)
+
+
+@wp.func
 def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64, a_s: wp.vec3d, b_s: wp.vec3d,
               a_epa: wp.vec3d, b_epa: wp.vec3d):
     """sap_ref.collision_convex._witnesses."""
@@ -741,9 +801,15 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
         return b_s - sigma * n, b_s
     if ka == 1:
         s, t = segment_closest_params(fa0, fa1, a_epa, a_epa)
+        if kb == 2:  # the witness moved onto the other face must stay on it (sap_ref)
+            found, t0, t1 = segment_in_core(B, fa0 + sigma * n, fa1 + sigma * n)
+            s = clamp_to(s, found, t0, t1)
         pa = fa0 + s * (fa1 - fa0)
         return pa, pa + sigma * n
     s, t = segment_closest_params(fb0, fb1, b_epa, b_epa)
+    if ka == 2:
+        found, t0, t1 = segment_in_core(A, fb0 - sigma * n, fb1 - sigma * n)
+        s = clamp_to(s, found, t0, t1)
     pb = fb0 + s * (fb1 - fb0)
     return pb - sigma * n, pb
 

@@ -58,6 +58,7 @@ from sap_common.constants import (
     REFINE_ROUNDS,
     REFINE_STEP,
     SUPPORT_TIE,
+    WITNESS_CLAMP_TOL,
 )
 from sap_common.enums import ShapeType
 
@@ -450,6 +451,43 @@ def _support_feature(shape: Convex, d):
     return "segment", (centre - hl * ax, centre + hl * ax)
 
 
+def _segment_in_core(shape: Convex, e0, e1):
+    """``(t0, t1)``: the parameters of segment e0–e1 whose points lie in a box's or cylinder's solid
+    core grown by ``WITNESS_CLAMP_TOL`` (an interval, as the core is convex), or None where no point
+    does or the shape is of another kind."""
+    if shape.kind not in (ShapeType.BOX, ShapeType.CYLINDER):
+        return None
+    l0, l1 = shape.R.T @ (e0 - shape.p), shape.R.T @ (e1 - shape.p)
+    d = l1 - l0
+    t0, t1 = 0.0, 1.0
+    if shape.kind == ShapeType.BOX:
+        slabs = [(k, shape.size[k]) for k in range(3)]
+    else:
+        slabs = [(2, shape.size[1])]
+        r = shape.size[0] + WITNESS_CLAMP_TOL
+        a = d[0] * d[0] + d[1] * d[1]
+        b = 2.0 * (l0[0] * d[0] + l0[1] * d[1])
+        c = l0[0] * l0[0] + l0[1] * l0[1] - r * r
+        if a == 0.0:
+            if c > 0.0:
+                return None
+        else:
+            disc = b * b - 4.0 * a * c
+            if disc < 0.0:
+                return None
+            root = math.sqrt(disc)
+            t0, t1 = max(t0, (-b - root) / (2.0 * a)), min(t1, (-b + root) / (2.0 * a))
+    for k, h in slabs:
+        h = h + WITNESS_CLAMP_TOL
+        if d[k] == 0.0:
+            if abs(l0[k]) > h:
+                return None
+            continue
+        ta, tb = (-h - l0[k]) / d[k], (h - l0[k]) / d[k]
+        t0, t1 = max(t0, min(ta, tb)), min(t1, max(ta, tb))
+    return (t0, t1) if t0 <= t1 else None
+
+
 def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     """Witness points on the cores after a refinement to the normal n with separation σ.
 
@@ -460,7 +498,8 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
     nearer EPA's own witnesses. Two segments
     (side lines, cores): their crossing seen along n (Ericson's closest points of A's segment and
     B's moved by −σn into A's plane). A segment against a face: the segment's point nearest EPA's
-    witness. Two faces: EPA's witness on A."""
+    witness (kept to the part of the segment that, moved along n, lies on the face: nearly parallel
+    faces put a box's edge beyond a cap's rim). Two faces: EPA's witness on A."""
     (ka, fa), (kb, fb) = _support_feature(A, n), _support_feature(B, -n)
     gap_epa = b_epa - a_epa - sigma * n
     if ka == "set" and kb == "set":
@@ -499,11 +538,22 @@ def _witnesses(A: Convex, B: Convex, n, sigma, a_s, b_s, a_epa, b_epa):
         return b_s - sigma * n, b_s
     if ka == "segment":
         s, _ = segment_closest_params(fa[0], fa[1], a_epa, a_epa)
+        if kb == "set":  # the witness moved onto the other face must stay on it
+            s = _clamp_to(s, _segment_in_core(B, fa[0] + sigma * n, fa[1] + sigma * n))
         a = fa[0] + s * (fa[1] - fa[0])
         return a, a + sigma * n
     t, _ = segment_closest_params(fb[0], fb[1], b_epa, b_epa)
+    if ka == "set":
+        t = _clamp_to(t, _segment_in_core(A, fb[0] - sigma * n, fb[1] - sigma * n))
     b = fb[0] + t * (fb[1] - fb[0])
     return b - sigma * n, b
+
+
+def _clamp_to(t, interval):
+    """t, or the nearest end of ``interval`` when t lies outside it (None: t)."""
+    if interval is None:
+        return t
+    return min(max(t, interval[0]), interval[1])
 
 
 def _curved(shape: Convex) -> bool:

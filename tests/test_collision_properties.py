@@ -407,7 +407,7 @@ def _sphere_deepest_in_column(centre, radius, tri):
 # single contact and, through it, a manifold's deepest point). (2) A manifold kept GJK/EPA's witness
 # even where it lay beyond the reference cap's rim, and projected it onto the cap's plane outside the
 # cap. The cases below are five of those draws (the witness was off by 7.7e-5, 1.5e-5, 8.9e-6,
-# 9.9e-5 and 5.6e-7 m).
+# 9.9e-5 and 5.6e-7 m), and a sixth found later (5.6e-4 m).
 NEARLY_PARALLEL_CAPS = {
     "manifold, witness beyond the reference rim": (
         (CY, np.array([0.0424982545455201, 0.04822109859839392, 0.0]), None),
@@ -433,6 +433,16 @@ NEARLY_PARALLEL_CAPS = {
                   0.8905510432903573, 1.793324029174601e-05, 5.211561939289206e-05]),
         (CY, np.array([0.03553746123112095, 0.010204795930104402, 0.0]), None),
         np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.2081166583643172, -0.978104011090472])),
+    # A box whose bottom face is tilted 1e-7 rad against a cap 1 mm into it: the refined normal
+    # ties two corners of the box (an edge) against the cap, and the edge's point nearest EPA's
+    # witness, moved onto the cap's plane, lay 0.56 mm beyond the rim (the explore run found it);
+    # the witness is now kept to the part of the edge over the cap.
+    "manifold, a box's edge beyond a cap's rim": (
+        (CY, np.array([0.04121886837404623, 0.07612102883946778, 0.0]), None),
+        np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.9925916385601233, -0.1214983088792986]),
+        (B, np.array([0.04121886837404623, 0.09127719120235092, 0.04121886837404623]), None),
+        np.array([-0.02700035449345904, 0.11212468323387942, 0.1163778776101592, -7.231301797518903e-08,
+                  6.056143722061612e-08, 0.9804878107671611, -0.19657988945212793])),
     "single contact, rim against a box's edge": (
         (B, np.array([0.08548538776524434, 0.029488767485582042, 0.08229669283885988]), None),
         np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.04928472593615798, 0.9987847695021174]),
