@@ -83,6 +83,19 @@ def recapture(example) -> None:
                            "capture SAP's step again")
 
 
+def reallocate_observables(example, old_solver) -> None:
+    """Allocate again, from the example's (swapped) solver, each observables container its constructor
+    allocated from ``old_solver`` (same kinds, same contacts), as a constructor whose solver line was
+    swapped would have: a container belongs to the solver that allocated it (Newton's
+    ``SolverBase.validate_observables``)."""
+    import newton.solvers
+
+    for name, value in list(vars(example).items()):
+        if isinstance(value, newton.solvers.SolverBase.Observables) and value._solver is old_solver:
+            contacts = next((c for c in (value.contacts_for_kind(k) for k in value.kinds) if c is not None), None)
+            setattr(example, name, example.solver.observables(value.kinds, contacts=contacts))
+
+
 def run_example(module: str, argv: list[str], *, swap: bool = True) -> dict:
     """Run ``python -m newton.examples.<module> argv --viewer null --test --device cpu`` in this process,
     with the example's solver swapped for ``sap_newton.SolverSAP(example.model)`` (``swap``) where the
@@ -101,7 +114,9 @@ def run_example(module: str, argv: list[str], *, swap: bool = True) -> dict:
         if swap:
             import sap_newton
 
+            native = example.solver
             example.solver = sap_newton.SolverSAP(example.model)
+            reallocate_observables(example, native)
             recapture(example)
         t1 = time.perf_counter()
         original(example, args)
