@@ -48,9 +48,13 @@ Mapping (Newton → SAP):
   MuJoCo-specific actuators have no SAP counterpart: dropped, each listed in ``notes`` and
   warned about once.
 * **Shapes** with ``ShapeFlags.COLLIDE_SHAPES``: PLANE (static, a half-space; finite extents
-  are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID. Newton's surface
-  ``margin`` inflates spheres and capsules (radius + margin) and shifts planes; a box, cylinder
-  or ellipsoid with margin > 0 (a rounded shape, which SAP's does not model) is refused.
+  are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID; CONVEX_MESH as a convex
+  mesh (the hull of its vertices times the shape scale), MESH as the convex hull of its vertices
+  (Newton collides its triangles: the same solid where the surface is its hull, and a noted
+  approximation otherwise, :func:`_mesh_points`), HFIELD as a height field with Newton's grid and
+  triangles (:func:`_hfield`). Newton's surface ``margin`` inflates spheres and capsules
+  (radius + margin) and shifts planes; a box, cylinder, ellipsoid, mesh or height field with
+  margin > 0 (a rounded shape, which SAP's does not model) is refused.
   Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types are refused
   with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops them instead).
   Visual-only shapes and sites are not converted.

@@ -37,11 +37,13 @@ import newton.examples  # noqa: E402
 # from passing (docs/newton.md § Newton's examples with the swap).
 SWAP_PASSES = [
     ("basic.example_basic_dzhanibekov", ["--num-frames", "230"]),  # native: VBD
+    ("basic.example_basic_heightfield", ["--num-frames", "120"]),  # XPBD; an HFIELD terrain
     ("basic.example_basic_joints", []),  # XPBD
     ("basic.example_basic_mimic_joint", ["--num-frames", "120"]),  # XPBD
     ("basic.example_basic_pendulum", []),  # XPBD
     ("basic.example_basic_urdf", ["--num-frames", "200", "--world-count", "16"]),  # XPBD
     ("basic.example_recording", ["--num-frames", "120", "--world-count", "8"]),  # MuJoCo, contacts=None
+    ("contacts.example_balance_bird", ["--num-frames", "60"]),  # XPBD; a MESH pedestal (convex)
     ("contacts.example_domino_spiral", ["--num-frames", "60"]),  # XPBD
     ("contacts.example_newton_cradle", ["--num-frames", "60"]),  # XPBD
     ("contacts.example_pyramid", ["--num-frames", "120", "--num-pyramids", "3", "--pyramid-size", "5"]),  # XPBD
@@ -160,7 +162,7 @@ def test_the_quadruped_passes_with_the_swap(tmp_path):
     assert "'slots': [52]" in line and "'truncated': 0" in line and "'failed': 0" in line, line
 
 
-@pytest.mark.slow  # 72 s with -n 2 on two cores (each example in its own process, kernels cached)
+@pytest.mark.slow  # 16 examples: 311 s with -n 2 on two shared cores (72 s for 14 on idle ones), one process each
 @pytest.mark.parametrize("module, args", SWAP_PASSES, ids=[m for m, _ in SWAP_PASSES])
 def test_newton_s_example_passes_its_own_test_with_the_swap(tmp_path, module, args):
     run = _run(tmp_path, module, args)
