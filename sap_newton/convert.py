@@ -638,23 +638,26 @@ def _mesh_points(model, n, shapes, notes) -> dict:
 
 
 def _is_its_hull(points: np.ndarray, triangles: np.ndarray, hull) -> bool:
-    """Whether a triangle surface is the surface of its convex hull: every triangle in a face plane of the
-    hull, and the triangles' area the hull's (:data:`MESH_CONVEX_TOL`)."""
-    size = float(np.max(np.ptp(points, axis=0)))
-    tol = MESH_CONVEX_TOL * size
-    n, d = hull.planes[:, :3], hull.planes[:, 3]
-    for lo in range(0, len(triangles), 4096):  # bounded memory: (chunk, 3, faces) distances
-        tri = points[triangles[lo:lo + 4096]]
-        on_face = (np.abs(tri @ n.T - d) <= tol).all(axis=1).any(axis=1)
-        if not on_face.all():
-            return False
+    """Whether a triangle surface is the surface of its convex hull: the plane of every triangle (of
+    non-zero area, either winding) supports the hull, so the triangle lies on a face of it, and the
+    triangles' area is the hull's (:data:`MESH_CONVEX_TOL`)."""
+    tol = MESH_CONVEX_TOL * float(np.max(np.ptp(points, axis=0)))
     tri = points[triangles]
-    area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1).sum()
-    hull_area = 0.0
-    for face in hull.faces:
-        v = hull.vertices[face]
-        hull_area += 0.5 * np.linalg.norm(np.cross(v[1:-1] - v[0], v[2:] - v[0]).sum(axis=0))
-    return abs(area - hull_area) <= MESH_CONVEX_TOL * hull_area
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    twice_area = np.linalg.norm(normal, axis=1)
+    keep = twice_area > 0.0
+    normal = normal[keep] / twice_area[keep, None]
+    offset = np.einsum("ij,ij->i", normal, tri[keep, 0])
+    V = hull.vertices
+    chunk = max(1, 2 ** 22 // len(V))  # bounded memory: (chunk, hull points) heights, 32 MB at most
+    for lo in range(0, len(normal), chunk):
+        height = normal[lo:lo + chunk] @ V.T - offset[lo:lo + chunk, None]  # either winding
+        if not np.all((height.max(axis=1) <= tol) | (height.min(axis=1) >= -tol)):
+            return False
+    fan = np.array([(f[0], f[k], f[k + 1]) for f in hull.faces for k in range(1, len(f) - 1)]).reshape(-1, 3)
+    h = V[fan]
+    hull_area = 0.5 * np.linalg.norm(np.cross(h[:, 1] - h[:, 0], h[:, 2] - h[:, 0]), axis=1).sum()
+    return abs(0.5 * twice_area.sum() - hull_area) <= MESH_CONVEX_TOL * hull_area
 
 
 def _hfield(model, n, s: int):

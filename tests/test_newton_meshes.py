@@ -152,13 +152,25 @@ def _bowl():
     return newton.Mesh(v, np.array(f, np.int32).ravel(), compute_inertia=False)
 
 
-def test_a_non_convex_mesh_warns_once_and_collides_as_its_hull():
-    """A bowl in each of two worlds: one UserWarning naming it, and the SAP mesh is its hull (the rim
-    and floor corners: the bowl filled up to its rim)."""
+def _dented_cube():
+    """The cube [−1, 1]³ with its top face pushed in: 4 triangles down to an apex at the centre, 12
+    triangles in all, closed, not convex."""
+    v = np.array([[x, y, z] for z in (-1, 1) for y in (-1, 1) for x in (-1, 1)] + [[0, 0, 0]], np.float32)
+    f = [(0, 2, 1), (1, 2, 3), (0, 1, 4), (1, 5, 4), (1, 3, 5), (3, 7, 5), (3, 2, 7), (2, 6, 7), (2, 0, 6),
+         (0, 4, 6)]  # bottom and sides (outward)
+    f += [(4, 5, 8), (5, 7, 8), (7, 6, 8), (6, 4, 8)]  # the dent
+    return newton.Mesh(v, np.array(f, np.int32).ravel(), compute_inertia=False)
+
+
+@pytest.mark.parametrize("make", (_bowl, _dented_cube), ids=("open bowl", "dented cube"))
+def test_a_non_convex_mesh_warns_once_and_collides_as_its_hull(make):
+    """A non-convex mesh in each of two worlds (an open bowl, whose triangles all lie on its hull but
+    leave its lid open; a closed cube with a dent): one UserWarning naming it, and the SAP mesh is its
+    hull (the bowl filled up to its rim, the dent filled)."""
     w = newton.ModelBuilder()
     w.default_shape_cfg.density = 0.0
     body = w.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
-    w.add_shape_mesh(body, mesh=_bowl(), scale=(0.2, 0.2, 0.5), label="bowl")
+    w.add_shape_mesh(body, mesh=make(), scale=(0.2, 0.2, 0.5), label="bowl")
     b = newton.ModelBuilder()
     b.replicate(w, 2)
     b.add_ground_plane()
@@ -171,10 +183,9 @@ def test_a_non_convex_mesh_warns_once_and_collides_as_its_hull():
     m = conv.sap_model
     s = int(np.flatnonzero(np.asarray(m.shape_name) == "bowl")[0])
     lo, hi = m.mesh_vertex_start[m.shape_source[s]], m.mesh_vertex_start[m.shape_source[s] + 1]
-    points = _bowl().vertices.astype(np.float64) * np.float32([0.2, 0.2, 0.5])
+    points = make().vertices.astype(np.float64) * np.float32([0.2, 0.2, 0.5])
     hull = ConvexHull(points)
     assert np.array_equal(np.unique(m.mesh_vertex[lo:hi], axis=0), np.unique(points[hull.vertices], axis=0))
-    # The bowl's 8 points are all extreme; the hull holds the volume between rim and floor.
     assert ConvexHull(m.mesh_vertex[lo:hi]).volume == pytest.approx(hull.volume)
 
 
