@@ -48,9 +48,13 @@ Mapping (Newton → SAP):
   MuJoCo-specific actuators have no SAP counterpart: dropped, each listed in ``notes`` and
   warned about once.
 * **Shapes** with ``ShapeFlags.COLLIDE_SHAPES``: PLANE (static, a half-space; finite extents
-  are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID. Newton's surface
-  ``margin`` inflates spheres and capsules (radius + margin) and shifts planes; a box, cylinder
-  or ellipsoid with margin > 0 (a rounded shape, which SAP's does not model) is refused.
+  are noted), SPHERE, CAPSULE and CYLINDER (along z), BOX, ELLIPSOID; CONVEX_MESH as a convex
+  mesh (the hull of its vertices times the shape scale), MESH as the convex hull of its vertices
+  (Newton collides its triangles: the same solid where the surface is its hull, and a noted
+  approximation otherwise, :func:`_mesh_points`), HFIELD as a height field with Newton's grid and
+  triangles (:func:`_hfield`). Newton's surface ``margin`` inflates spheres and capsules
+  (radius + margin) and shifts planes; a box, cylinder, ellipsoid, mesh or height field with
+  margin > 0 (a rounded shape, which SAP's does not model) is refused.
   Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types are refused
   with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops them instead).
   Visual-only shapes and sites are not converted.
@@ -78,6 +82,7 @@ import numpy as np
 import warp as wp
 
 from sap_common.builder import DEFAULT_LIMIT_KD, DEFAULT_LIMIT_KE
+from sap_common.geometry import convex_hull
 from sap_common.model import ConstraintType, JointType, SapModel, ShapeType
 from sap_common.parameters import PARAMETER_FIELDS
 
@@ -118,7 +123,22 @@ _NEWTON_SHAPES = {int(newton.GeoType.PLANE): ShapeType.PLANE,
                   int(newton.GeoType.CAPSULE): ShapeType.CAPSULE,
                   int(newton.GeoType.BOX): ShapeType.BOX,
                   int(newton.GeoType.CYLINDER): ShapeType.CYLINDER,
-                  int(newton.GeoType.ELLIPSOID): ShapeType.ELLIPSOID}
+                  int(newton.GeoType.ELLIPSOID): ShapeType.ELLIPSOID,
+                  int(newton.GeoType.MESH): ShapeType.CONVEX_MESH,  # by its convex hull (noted when not convex)
+                  int(newton.GeoType.CONVEX_MESH): ShapeType.CONVEX_MESH,
+                  int(newton.GeoType.HFIELD): ShapeType.HEIGHTFIELD}
+_MESH = int(newton.GeoType.MESH)
+_CONVEX_MESH = int(newton.GeoType.CONVEX_MESH)
+_HFIELD = int(newton.GeoType.HFIELD)
+# Newton 1.8 collides a height field's triangles as prisms extruded this far down [m] (its support
+# function's TRIANGLE_PRISM_EXTRUSION): the terrain is solid 1 m below its surface. SAP's height field is
+# solid down to a flat base; the conversion puts it this far below the field's lowest point.
+NEWTON_HFIELD_EXTRUSION = 1.0
+# A MESH collides as its convex hull; it *is* its hull (no warning) when every triangle lies on a face
+# plane of the hull within this, relative to the mesh's size (Newton stores vertices in float32, whose
+# rounding, ~6e-8 relative, must not make a convex mesh count as non-convex), and the triangles' area
+# is the hull's within the same relative tolerance (an open mesh, or one folded inside, is not).
+MESH_CONVEX_TOL = 1e-6
 _COLLIDE_SHAPES = int(newton.ShapeFlags.COLLIDE_SHAPES)
 _KINEMATIC = int(newton.BodyFlags.KINEMATIC)
 _MODE = newton.JointTargetMode
@@ -537,10 +557,10 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         if not skip:
             name = newton.GeoType(int(t[s])).name if int(t[s]) in {int(x) for x in newton.GeoType} else str(t[s])
             raise ValueError(f"{label} is a {name} collision shape; SAP converts PLANE, SPHERE, CAPSULE, BOX, "
-                             "CYLINDER and ELLIPSOID "
+                             "CYLINDER, ELLIPSOID, MESH (by its convex hull), CONVEX_MESH and HFIELD "
                              "(pass skip_unsupported_shapes=True to drop such shapes)")
         notes.add("unsupported collision shapes skipped (SAP converts plane, sphere, capsule, box, cylinder, "
-                  "ellipsoid)", label)
+                  "ellipsoid, mesh, convex mesh, height field)", label)
     use = colliding & supported
     ours = np.array([int(_NEWTON_SHAPES.get(int(x), -1)) for x in t], np.int64).reshape(S)
     scale, margin, X = n["shape_scale"].reshape(S, 3), n["shape_margin"].reshape(S), n["shape_transform"].copy()
@@ -550,7 +570,9 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
     for s in np.flatnonzero(plane & (body >= 0)):
         raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
                          "static half-spaces on the world")
-    for kind, mask in (("box", box), ("cylinder", cylinder), ("ellipsoid", ellipsoid)):
+    meshes, hfields = use & np.isin(t, (_MESH, _CONVEX_MESH)), use & (t == _HFIELD)
+    for kind, mask in (("box", box), ("cylinder", cylinder), ("ellipsoid", ellipsoid), ("mesh", meshes),
+                       ("height field", hfields)):
         for s in np.flatnonzero(mask & (margin > 0)):
             raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a {kind} with margin {margin[s]} m is a "
                              f"rounded {kind}, which SAP's {kind} does not model; set the shape's margin to 0")
@@ -565,6 +587,10 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
     size[box] = scale[box]
     size[cylinder, 0], size[cylinder, 1] = scale[cylinder, 0], scale[cylinder, 1]  # radius, half height (z)
     size[ellipsoid] = scale[ellipsoid]  # semi-axes along x, y, z
+    points = _mesh_points(model, n, np.flatnonzero(meshes), notes)
+    heights = {}
+    for s in np.flatnonzero(hfields):
+        heights[s], size[s], X[s] = _hfield(model, n, s)
     mu = n["shape_material_mu"].reshape(S).copy()
     ke, tau = np.full(S, math.nan), np.full(S, math.nan)
     if contact_material == "newton":
@@ -575,7 +601,96 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         good = (k > 0) & (k != np.float32(NEWTON_DEFAULT_KE))  # Newton's default ke: unset (SAP's k and τ_d)
         ke[good] = k[good]
         tau[good] = np.maximum(kd[good], 0.0) / k[good]
-    return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau)
+    return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau,
+                points=points, heights=heights)
+
+
+def _mesh_points(model, n, shapes, notes) -> dict:
+    """The convex-mesh points of Newton's MESH and CONVEX_MESH shapes: shape → (V, 3) [m] in the shape
+    frame, the extreme points of the hull of the mesh's vertices times the shape's scale (Newton's
+    ``shape_scale``, signed: a negative component mirrors). A CONVEX_MESH is its vertices' hull in Newton
+    too; a MESH (a triangle surface, collided triangle by triangle in Newton) becomes its convex hull,
+    noted once per model, naming the meshes whose surface is not their hull. Worlds that share a mesh and
+    a scale share the work."""
+    done, out = {}, {}
+    for s in shapes:
+        s = int(s)
+        label, src = f"shape {model.shape_label[s]!r} (index {s})", model.shape_source[s]
+        kind = "MESH" if int(n["shape_type"][s]) == _MESH else "CONVEX_MESH"
+        vertices = getattr(src, "vertices", None)
+        if vertices is None:
+            raise ValueError(f"{label} is a {kind} without a newton.Mesh (model.shape_source[{s}] is {src!r})")
+        scale = n["shape_scale"][s].reshape(3)
+        key = (id(src), kind, scale.tobytes())
+        if key not in done:
+            p = np.asarray(vertices, dtype=np.float64).reshape(-1, 3) * scale
+            try:
+                hull = convex_hull(p, f"{label}: the {kind}'s vertices")
+            except ValueError as e:
+                raise ValueError(f"{e} (SAP collides a {kind} as the solid convex hull of its vertices)") from None
+            convex = kind == "CONVEX_MESH" or _is_its_hull(p, np.asarray(src.indices).reshape(-1, 3), hull)
+            done[key] = (hull.vertices, convex)
+        out[s], convex = done[key]
+        if not convex:
+            notes.add("non-convex MESH shapes collide as their convex hulls (a bowl becomes a filled solid, a "
+                      "concave part fills in)", f"{model.shape_label[s]!r}")
+    return out
+
+
+def _is_its_hull(points: np.ndarray, triangles: np.ndarray, hull) -> bool:
+    """Whether a triangle surface is the surface of its convex hull: the plane of every triangle (of
+    non-zero area, either winding) supports the hull, so the triangle lies on a face of it, and the
+    triangles' area is the hull's (:data:`MESH_CONVEX_TOL`)."""
+    tol = MESH_CONVEX_TOL * float(np.max(np.ptp(points, axis=0)))
+    tri = points[triangles]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    twice_area = np.linalg.norm(normal, axis=1)
+    keep = twice_area > 0.0
+    normal = normal[keep] / twice_area[keep, None]
+    offset = np.einsum("ij,ij->i", normal, tri[keep, 0])
+    V = hull.vertices
+    chunk = max(1, 2 ** 22 // len(V))  # bounded memory: (chunk, hull points) heights, 32 MB at most
+    for lo in range(0, len(normal), chunk):
+        height = normal[lo:lo + chunk] @ V.T - offset[lo:lo + chunk, None]  # either winding
+        if not np.all((height.max(axis=1) <= tol) | (height.min(axis=1) >= -tol)):
+            return False
+    fan = np.array([(f[0], f[k], f[k + 1]) for f in hull.faces for k in range(1, len(f) - 1)]).reshape(-1, 3)
+    h = V[fan]
+    hull_area = 0.5 * np.linalg.norm(np.cross(h[:, 1] - h[:, 0], h[:, 2] - h[:, 0]), axis=1).sum()
+    return abs(0.5 * twice_area.sum() - hull_area) <= MESH_CONVEX_TOL * hull_area
+
+
+def _hfield(model, n, s: int):
+    """``(heights (nrow, ncol), size (hx, hy, base), X)`` of Newton height-field shape ``s`` as SAP's
+    height field, the same surface and triangles as Newton's collision.
+
+    Newton (``model.heightfield_data``, the shape's scale baked in, and ``heightfield_elevations``):
+    samples e[r, c] ∈ [0, 1] at x = −hx + 2hx·c/(ncol − 1), y = −hy + 2hy·r/(nrow − 1) of the shape frame,
+    height z = min_z + e·(max_z − min_z); cell (r, c) split along its diagonal from (r, c) to
+    (r + 1, c + 1), each triangle a prism extruded :data:`NEWTON_HFIELD_EXTRUSION` down. SAP's grid is the
+    same (row along y, column along x, the same diagonal: ``sap_common.geometry``), solid down to a flat
+    base: its heights are Newton's less the lowest one, z₀, its frame Newton's moved up its z axis by z₀,
+    and its base :data:`NEWTON_HFIELD_EXTRUSION` below z₀."""
+    label = f"shape {model.shape_label[s]!r} (index {s})"
+    if int(n["shape_body"][s]) >= 0:
+        raise ValueError(f"{label} is a HFIELD on body {int(n['shape_body'][s])}; SAP's height fields are static "
+                         "terrain on the world (body -1)")
+    index = getattr(model, "shape_heightfield_index", None)
+    k = -1 if index is None else int(index.numpy()[s])
+    if k < 0:
+        raise ValueError(f"{label} is a HFIELD without height data (model.shape_heightfield_index[{s}] = {k})")
+    d = model.heightfield_data.numpy()[k]
+    nrow, ncol, start = int(d["nrow"]), int(d["ncol"]), int(d["data_offset"])
+    e = model.heightfield_elevations.numpy()[start:start + nrow * ncol].astype(np.float64).reshape(nrow, ncol)
+    lo, hi = float(d["min_z"]), float(d["max_z"])
+    z = lo + e * (hi - lo)
+    if not (np.all(np.isfinite(z)) and float(d["hx"]) > 0 and float(d["hy"]) > 0):
+        raise ValueError(f"{label}: a HFIELD needs finite heights and extents hx, hy > 0, got hx = {float(d['hx'])}, "
+                         f"hy = {float(d['hy'])}")
+    z0 = float(z.min())
+    X = n["shape_transform"][s].copy()
+    X[:3] += _quat_to_matrix(X[3:])[:, 2] * z0
+    return z - z0, np.array([float(d["hx"]), float(d["hy"]), NEWTON_HFIELD_EXTRUSION]), X
 
 
 def _dof_table(model, n, joint_limits, notes) -> dict:
@@ -688,11 +803,37 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_name=_unique(model.shape_label[s] for s in shape_ids),
         gravity=g[w] if len(g) > w else g[0],
     )
+    kwargs.update(_shape_sources(shapes, shape_ids))
     kwargs.update(_constraints(model, n, joints, loops, body_local, bodies, equalities))
     maps = dict(body_index=bodies, coord_index=coords, dof_index=dof, param_index=param,
                 target_q_index=dofs["pos_target"][dof],
                 target_qd_index=dofs["vel_target"][dof], shape_index=shape_ids)
     return kwargs, maps
+
+
+def _shape_sources(shapes: dict, shape_ids: np.ndarray) -> dict:
+    """SapModel keyword arguments of a world's convex meshes and height fields (``shape_source`` and the
+    ``mesh_*`` / ``hfield_*`` arrays, in the order of its shapes); empty when it has none."""
+    points, heights = shapes["points"], shapes["heights"]
+    if not points and not heights:
+        return {}
+    source = np.full(len(shape_ids), -1, np.int32)
+    meshes, fields = [], []
+    for i, s in enumerate(int(x) for x in shape_ids):
+        if s in points:
+            source[i] = len(meshes)
+            meshes.append(points[s])
+        elif s in heights:
+            source[i] = len(fields)
+            fields.append(heights[s])
+    if not meshes and not fields:
+        return {}
+    return dict(shape_source=source,
+                mesh_vertex=np.concatenate(meshes) if meshes else np.zeros((0, 3)),
+                mesh_vertex_start=np.concatenate([[0], np.cumsum([len(v) for v in meshes])]).astype(np.int32),
+                hfield_height=np.concatenate([h.ravel() for h in fields]) if fields else np.zeros(0),
+                hfield_start=np.concatenate([[0], np.cumsum([h.size for h in fields])]).astype(np.int32),
+                hfield_shape=np.array([h.shape for h in fields], np.int32).reshape(-1, 2))
 
 
 def _pairs_by_world(pairs: np.ndarray, shape_w: np.ndarray, W: int):

@@ -52,7 +52,8 @@ from .convert import ParameterGather, ShapeGeometry, convert_model
 from .transfer import Transfer
 
 __all__ = ["SolverSAP", "COLLISION_SOURCES", "MAX_RIGID_CONTACT_MIN", "NEWTON_PAIR_CONTACTS",
-           "NEWTON_MANIFOLD_CONTACTS", "NEIGHBORS_PER_SHAPE", "default_max_rigid_contact", "CACHED_MODEL_FLAGS",
+           "NEWTON_MANIFOLD_CONTACTS", "NEWTON_MESH_PAIR_CONTACTS", "NEIGHBORS_PER_SHAPE", "default_max_rigid_contact",
+           "CACHED_MODEL_FLAGS",
            "PARAMETER_MODEL_FLAGS", "TOPOLOGY_MODEL_FLAGS"]
 
 wp.set_module_options({"enable_backward": False})
@@ -73,6 +74,11 @@ NEWTON_PAIR_CONTACTS = {frozenset(k): n for k, n in (
 # the per-pair budget Newton sizes its MuJoCo solver's contact rows with (collide.py,
 # _RIGID_CONTACTS_PER_PRIMITIVE_PAIR).
 NEWTON_MANIFOLD_CONTACTS = 5
+# ... except a pair with a triangle mesh (MESH) or a height field (HFIELD): Newton collides it triangle by
+# triangle and its contact reduction keeps at most this many contacts per shape pair (the hard limit of
+# contact_reduction.py, MAX_CONTACTS_PER_PAIR, above its 20 normal bins × 7 slots + 100 voxel slots + 7).
+NEWTON_MESH_PAIR_CONTACTS = 255
+_NEWTON_MESH_TYPES = (int(newton.GeoType.MESH), int(newton.GeoType.HFIELD))
 
 
 # A moving shape touches at most this many others at once: the neighbour budget Newton sizes its
@@ -80,7 +86,7 @@ NEWTON_MANIFOLD_CONTACTS = 5
 NEIGHBORS_PER_SHAPE = 20
 
 
-def default_max_rigid_contact(sap_model, collision: str = "newton") -> int:
+def default_max_rigid_contact(sap_model, collision: str = "newton", newton_shape_type=None) -> int:
     """The contact slots per world ``SolverSAP`` gives a group of worlds with template ``sap_model``
     when ``max_rigid_contact`` is None: the most contacts the world's candidate shape pairs can give at
     once, at least :data:`MAX_RIGID_CONTACT_MIN`.
@@ -88,8 +94,12 @@ def default_max_rigid_contact(sap_model, collision: str = "newton") -> int:
     A pair gives at most n contacts: with ``collision="sap"`` what this project's narrow phase keeps
     (``sap_common.collision_rules.MAX_CONTACTS_PER_PAIR``: 8 for a box on a box or a plane, 4 with a
     cylinder, 2 for capsules, 1 with a sphere, …); with ``"newton"`` the larger of that and what
-    Newton's narrow phase writes (:data:`NEWTON_PAIR_CONTACTS`, else :data:`NEWTON_MANIFOLD_CONTACTS`),
-    since a step given no Newton contacts runs this project's collision. The slots are the sum of n
+    Newton's narrow phase writes (:data:`NEWTON_PAIR_CONTACTS`; a pair with a Newton MESH or HFIELD
+    :data:`NEWTON_MESH_PAIR_CONTACTS`; else :data:`NEWTON_MANIFOLD_CONTACTS`), since a step given no
+    Newton contacts runs this project's collision. ``newton_shape_type``: the Newton ``GeoType`` of each
+    template shape, (S,) (a MESH and a CONVEX_MESH are both SAP convex meshes, but Newton collides them
+    differently); None: every SAP height field counts as a Newton HFIELD, no convex mesh as a MESH. The
+    slots are the sum of n
     over the pairs with a static shape (a plane, the world's boxes), plus over the pairs of moving
     shapes the smaller of the sum of n and a neighbour bound: each moving shape touching at most
     :data:`NEIGHBORS_PER_SHAPE` others at once with its largest n (Newton's own bound on the contacts
@@ -102,7 +112,11 @@ def default_max_rigid_contact(sap_model, collision: str = "newton") -> int:
     caps = pair_capacity(sap_model)
     if collision == "newton":
         kinds = [ShapeType(int(t)) for t in sap_model.shape_type]
-        newton_caps = np.array([NEWTON_PAIR_CONTACTS.get(frozenset((kinds[a], kinds[b])), NEWTON_MANIFOLD_CONTACTS)
+        mesh_path = np.asarray([k == ShapeType.HEIGHTFIELD for k in kinds], bool)
+        if newton_shape_type is not None:
+            mesh_path = np.isin(np.asarray(newton_shape_type, np.int64).reshape(len(kinds)), _NEWTON_MESH_TYPES)
+        newton_caps = np.array([NEWTON_MESH_PAIR_CONTACTS if mesh_path[a] or mesh_path[b] else
+                                NEWTON_PAIR_CONTACTS.get(frozenset((kinds[a], kinds[b])), NEWTON_MANIFOLD_CONTACTS)
                                 for a, b in pairs])
         caps = np.maximum(caps, newton_caps)
     static = (np.asarray(sap_model.shape_body)[pairs] < 0).any(axis=1)
@@ -547,10 +561,11 @@ class SolverSAP(newton.solvers.SolverBase):
         # itself; built here, so that such a step allocates nothing either.
         fallback = self.collision == "newton" and o["fallback_collision"] and any(
             len(g.sap_model.shape_pair) for g in conv.groups)
+        newton_types = model.shape_type.numpy()
         for g in conv.groups:
             C = o["max_rigid_contact"]
             if C is None:
-                C = default_max_rigid_contact(g.sap_model, self.collision)
+                C = default_max_rigid_contact(g.sap_model, self.collision, newton_types[g.shape_index[0]])
             params = None  # the group's worlds differ in physical parameters: one solver reads them per world
             if g.parameters:
                 params = sap_gpu.WorldParameters(g.sap_model, device=d)
