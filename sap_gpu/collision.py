@@ -30,10 +30,12 @@ the broad phase drops, the shapes in canonical order), then runs its family's ro
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
 and their number to ``pair_count[world, p]``, so threads never share a slot, whichever family's
-kernel runs them. The compaction then takes two launches. ``_select_order`` (one thread per
-world) walks the slots in order — pair by pair, each pair's points in its routine's order:
-sap_ref's generation order, whatever order the threads and kernels ran in — and lists the scratch
-slot of each contact kept. If more than ``max_rigid_contact`` were generated the deepest are kept
+kernel runs them. The compaction then takes two launches. ``_select_order`` (one block of lanes
+per world) lists the scratch slot of each contact kept in slot order — pair by pair, each pair's
+points in its routine's order: sap_ref's generation order, whatever order the threads and kernels
+ran in. Its lanes take 32 pairs at a time, each lane its pair's kept points, and an exclusive
+prefix sum over the lanes of their numbers says where each pair's list starts: the indices of a
+walk over the pairs one after another. If more than ``max_rigid_contact`` were generated the deepest are kept
 (ties by generation order), in generation order, and the rest counted in ``contacts.overflow``.
 ``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot through the
 contact record's helpers (:func:`~sap_gpu.arrays.write_contact_point` and
