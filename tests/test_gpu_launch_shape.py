@@ -143,43 +143,63 @@ def test_contact_selection_with_lanes_is_the_serial_walks(device, capacity):
 # ----------------------------------------------------------------------------- the input and output checks
 
 
-def _checks(model, W, device, lanes: bool, bad_inputs, bad_outputs, params_invalid, status_in, overflow):
-    """check_inputs on the scene's state with ``bad_inputs`` applied, then select_outputs on the
+def _checks(model, W, device, lanes: bool, bad_inputs, bad_outputs, params_invalid, status_in, overflow,
+            out_order: str):
+    """check_inputs on random inputs with ``bad_inputs`` applied, then select_outputs on the
     scene's q₀, v₀ = 0 and q₁ = q₀ + 0.01, v₁ = v₀ + 0.01 with ``bad_outputs`` applied, from
-    ``status_in``."""
+    ``status_in``, into an output state in ``out_order``."""
     m = GpuModel(model, device)
+    rng = np.random.default_rng(3)
+    nv, B = model.joint_dof_count, model.body_count
     state, control = sap_gpu.arrays.state(model, device), sap_gpu.arrays.control(model, device)
-    host = {"joint_q": np.tile(model.joint_q_init, (W, 1)), "joint_qd": np.zeros((W, model.joint_dof_count)),
-            "joint_act": np.zeros((W, model.joint_dof_count)), "joint_target_vel": np.zeros((W, model.joint_dof_count)),
-            "body_f": np.zeros((W, model.body_count, 6))}
+    host = {"joint_q": np.tile(model.joint_q_init, (W, 1)), "joint_qd": rng.normal(size=(W, nv)),
+            "joint_f": rng.normal(size=(W, nv)), "joint_act": rng.normal(size=(W, nv)),
+            "joint_target_pos": rng.normal(size=(W, nv)), "joint_target_vel": rng.normal(size=(W, nv)),
+            "body_q": rng.normal(size=(W, B, 7)), "body_qd": rng.normal(size=(W, B, 6)),
+            "body_f": rng.normal(size=(W, B, 6))}
     for name, index, value in bad_inputs:
         host[name][index] = value
     for name, value in host.items():
-        getattr(control if name in ("joint_act", "joint_target_vel") else state, name).assign(value)
+        getattr(control if name in ("joint_f", "joint_act", "joint_target_pos", "joint_target_vel") else state,
+                name).assign(value)
     m.params.invalid.assign(np.asarray(params_invalid, dtype=np.int32))
     status = wp.zeros(W, dtype=int, device=device)
     done = wp.full(W, 7, dtype=int, device=device)
-    q0, v0 = np.tile(model.joint_q_init, (W, 1)), np.zeros((W, model.joint_dof_count))
+    copies = {"q0": wp.zeros((W, model.joint_coord_count), dtype=wp.float64, device=device),
+              "qd_in": wp.zeros((W, nv), dtype=wp.float64, device=device),
+              "body_q_in": wp.zeros((W, B), dtype=wp.transformd, device=device),
+              "body_qd_in": wp.zeros((W, B), dtype=wp.spatial_vectord, device=device),
+              **{name: wp.zeros((W, nv), dtype=wp.float64, device=device)
+                 for name in ("joint_act", "target_pos", "target_vel")}}
+    q0, v0 = np.tile(model.joint_q_init, (W, 1)), np.zeros((W, nv))
     q1, v1 = q0 + 0.01, v0 + 0.01
     for name, index, value in bad_outputs:
         (q1 if name == "q1" else v1)[index] = value
     dq0, dv0 = wp.array(q0, dtype=wp.float64, device=device), wp.array(v0, dtype=wp.float64, device=device)
     dq1, dv1 = wp.array(q1, dtype=wp.float64, device=device), wp.array(v1, dtype=wp.float64, device=device)
     out_status = wp.array(np.asarray(status_in, dtype=np.int32), dtype=int, device=device)
+    state_out = sap_gpu.arrays.state(model, device)
+    state_out.joint_qd_order = out_order
+    state_out.joint_qd.fill_(5.0)  # written only in SAP order
+    truncated = wp.full(W, -1, dtype=int, device=device)
     with cooperative_lanes(lanes):
-        boundary.check_inputs(m, state, control, status, done)
+        boundary.check_inputs(m, state, control, status, done, *copies.values())
         boundary.select_outputs(m, dq0, dv0, wp.array(np.asarray(overflow, dtype=np.int32), dtype=int, device=device),
-                                dq1, dv1, out_status)
+                                dq1, dv1, out_status, state_out, truncated)
     return {"status": status.numpy(), "done": done.numpy(), "q1": dq1.numpy(), "v1": dv1.numpy(),
-            "out_status": out_status.numpy(), "q0": q0, "v0": v0, "q1_in": q1, "v1_in": v1}
+            "out_status": out_status.numpy(), "joint_q_out": state_out.joint_q.numpy(),
+            "joint_qd_out": state_out.joint_qd.numpy(), "truncated": truncated.numpy(),
+            **{"copy " + name: a.numpy() for name, a in copies.items()}}, host, (q0, v0, q1, v1)
 
 
 @pytest.mark.skipif(not scenes.availability("humanoid3")[0], reason="the humanoid MJCF needs mujoco-warp's files")
-def test_input_and_output_checks_with_lanes_flag_the_worlds_a_serial_walk_flags(device):
+@pytest.mark.parametrize("out_order", ["public", "sap"])
+def test_input_and_output_checks_with_lanes_flag_the_worlds_a_serial_walk_flags(device, out_order):
     """Three humanoids in a world (84 coordinates, 81 velocities, 54 bodies, 3 quaternions: the
     lanes go round more than once). Each world has one bad value, placed past the first 32 items
-    where the kind allows; the flags, ``done``, the output status and the restored q₁, v₁ equal
-    with one lane and with 32, and what the checks define."""
+    where the kind allows; the flags, ``done``, the output status, the restored q₁, v₁, the
+    step's copies of its inputs and the outputs written into the state (q₁; v₁ in SAP order;
+    the overflow) equal with one lane and with 32, and what the checks define."""
     W = 9
     model = scenes.get("humanoid3", W).sap_model
     nq, nv, B = model.joint_coord_count, model.joint_dof_count, model.body_count
@@ -199,16 +219,47 @@ def test_input_and_output_checks_with_lanes_flag_the_worlds_a_serial_walk_flags(
     status_in[7] = NON_FINITE
     overflow = [0] * W
     overflow[8] = 2
-    one = _checks(model, W, device, False, bad_inputs, bad_outputs, params_invalid, status_in, overflow)
-    many = _checks(model, W, device, True, bad_inputs, bad_outputs, params_invalid, status_in, overflow)
+    args = (bad_inputs, bad_outputs, params_invalid, status_in, overflow, out_order)
+    one, host, (q0, v0, q1, v1) = _checks(model, W, device, False, *args)
+    many = _checks(model, W, device, True, *args)[0]
     for name in one:
         np.testing.assert_array_equal(many[name], one[name], err_msg=name)
     expected_in = [0, NON_FINITE, NON_FINITE, NON_FINITE, NON_FINITE, NON_FINITE, INVALID_QUATERNION, NON_FINITE, 0]
     assert one["status"].tolist() == expected_in
     assert one["done"].tolist() == [int(s != 0) for s in expected_in]
+    for copy, name in (("q0", "joint_q"), ("qd_in", "joint_qd"), ("body_q_in", "body_q"), ("body_qd_in", "body_qd"),
+                       ("joint_act", "joint_act"), ("target_pos", "joint_target_pos"),
+                       ("target_vel", "joint_target_vel")):
+        np.testing.assert_array_equal(one["copy " + copy], host[name], err_msg=copy)
     expected_out = [NON_FINITE] + [0] * 6 + [NON_FINITE, INVALID_QUATERNION | CONTACT_OVERFLOW]
     assert one["out_status"].tolist() == expected_out
     for w in range(W):
         rejected = expected_out[w] & REJECTED
-        np.testing.assert_array_equal(one["q1"][w], one["q0"][w] if rejected else one["q1_in"][w])
-        np.testing.assert_array_equal(one["v1"][w], one["v0"][w] if rejected else one["v1_in"][w])
+        np.testing.assert_array_equal(one["q1"][w], q0[w] if rejected else q1[w])
+        np.testing.assert_array_equal(one["v1"][w], v0[w] if rejected else v1[w])
+    np.testing.assert_array_equal(one["joint_q_out"], one["q1"])
+    np.testing.assert_array_equal(one["joint_qd_out"], one["v1"] if out_order == "sap" else np.full((W, nv), 5.0))
+    assert one["truncated"].tolist() == overflow
+
+
+@HUMANOID
+@pytest.mark.parametrize("order", ["public", "sap"])
+def test_a_humanoid_step_makes_no_device_copy(device, order, monkeypatch):
+    """The step's copies of its inputs and outputs are stored by the kernels that read or produce
+    them (the input check, the contact geometry, the output selection, forward kinematics at q₁):
+    collision + step of the default path issue no ``wp.copy``, with the output velocities in
+    either order."""
+    W = 4
+    scene = scenes.get("humanoid", W)
+    solver = sap_gpu.SolverSAP(scene.sap_model, max_rigid_contact=scene.max_rigid_contact, device=device)
+    pipeline = sap_gpu.CollisionPipeline(scene.sap_model, scene.max_rigid_contact, solver.config, device=device)
+    state, control = sap_gpu.to_device(scene.state, device), sap_gpu.to_device(scene.control, device)
+    state.joint_qd_order = order
+    contacts = pipeline.contacts()
+    copies = []
+    copy = wp.copy
+    monkeypatch.setattr(wp, "copy", lambda *a, **k: (copies.append(a[0].shape), copy(*a, **k)))
+    pipeline.collide(state, contacts)
+    solver.step(state, state, control, contacts, 2e-3)
+    assert copies == []
+    assert np.isfinite(state.joint_q.numpy()).all() and (solver.last_status.numpy() & REJECTED == 0).all()
