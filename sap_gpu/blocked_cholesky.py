@@ -34,7 +34,7 @@ from .launch import TILE_BLOCK_DIM, built_once, launch_blocks
 wp.set_module_options({"enable_backward": False})
 
 __all__ = ["padded_size", "TILE", "BLOCK_DIM", "solve", "single_factor_solve", "shared_factor_solve",
-           "blocked_factor_solve", "block_max_int", "block_sync"]
+           "blocked_factor_solve", "block_max_int", "block_or_int", "block_sum_int", "block_prefix_int", "block_sync"]
 
 TILE = 32  # tile edge: one 32×32 fp64 tile is 8 KiB of shared memory
 BLOCK_DIM = TILE_BLOCK_DIM  # threads per world (one warp)
@@ -51,6 +51,28 @@ def padded_size(nv: int, tile: int = TILE) -> int:
 def block_max_int(x: int) -> int:
     """The largest ``x`` over the block's lanes, returned to every lane (a cooperative call)."""
     return wp.tile_extract(wp.tile_max(wp.tile(x)), 0)
+
+
+@wp.func
+def block_or_int(x: int) -> int:
+    """The bitwise OR of ``x`` over the block's lanes (e.g. a world's status bits), returned to
+    every lane (a cooperative call)."""
+    return wp.tile_extract(wp.tile_reduce(wp.bit_or, wp.tile(x)), 0)
+
+
+@wp.func
+def block_sum_int(x: int) -> int:
+    """The sum of ``x`` over the block's lanes, returned to every lane (a cooperative call; integers,
+    so exact in any order)."""
+    return wp.tile_extract(wp.tile_sum(wp.tile(x)), 0)
+
+
+@wp.func
+def block_prefix_int(x: int, lane: int):
+    """``(Σ x of the lanes before lane, Σ x of every lane)``: an exclusive prefix sum over the
+    block's lanes in lane order and the block's total (a cooperative call; integers, so exact)."""
+    inclusive = wp.tile_scan_inclusive(wp.tile(x))
+    return wp.tile_extract(inclusive, lane) - x, wp.tile_extract(inclusive, wp.block_dim() - 1)
 
 
 # The factor check's relative tolerance on |Σ_k L_ik² − A_ii|, in units of (n + 1)·ε: a computed

@@ -11,8 +11,10 @@ Counterpart of :mod:`sap_ref.boundary` (docs/conventions.md, docs/design.md § B
   :func:`body_twists_to_public` convert back; :func:`keep_rejected_worlds` gives every rejected
   world its input state back, bit for bit.
 
-The checks and the selection of outputs run one thread per world; the conversions one thread per
-(world, joint) or (world, body), the restoring of rejected worlds one per (world, element).
+The checks and the selection of outputs run one block of lanes per world (lanes over the
+world's coordinates, velocities, bodies and quaternions, one block OR of the flags); the
+conversions one thread per (world, joint) or (world, body), the restoring of rejected worlds one
+per (world, element).
 
 With r = R_WB·com, ``v_O = v_C − ω × r`` and ``τ_O = τ_C + r × f``. With ``pose32`` set
 (``use_f64_boundary_pose=False``) r is evaluated in float32 from the rounded pose, as on the host.
@@ -24,8 +26,9 @@ import warp as wp
 
 from sap_common.state import StepStatus
 
+from .blocked_cholesky import block_or_int
 from .kinematics import DISTANCE, FREE, quat_norm_ok
-from .launch import launch_threads
+from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
@@ -151,75 +154,128 @@ def _body_twists_to_public(body_com: wp.array2d(dtype=wp.vec3d),
 
 
 @wp.func
-def world_quaternions_ok(quat_coord: wp.array(dtype=int), quat_count: int, q: wp.array(dtype=wp.float64)) -> int:
-    """1 if every BALL/FREE/DISTANCE quaternion of one world's joint_q is accepted (quat_norm_ok)."""
-    for k in range(quat_count):
+def _rejected_quaternions(quat_coord: wp.array(dtype=int), quat_count: int, q: wp.array(dtype=wp.float64),
+                          lane: int) -> int:
+    """1 if a BALL/FREE/DISTANCE quaternion of one world's joint_q that this lane checks (every
+    ``block_dim``-th from ``lane``) is rejected (quat_norm_ok), else 0."""
+    bad = int(0)
+    for k in range(lane, quat_count, wp.block_dim()):
         i = quat_coord[k]
         if quat_norm_ok(wp.quatd(q[i], q[i + 1], q[i + 2], q[i + 3])) == 0:
-            return 0
-    return 1
+            bad = 1
+    return bad
 
 
-@wp.kernel
+@wp.kernel(enable_backward=False, module="unique")
 def _check_inputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int, body_count: int,
                   joint_q: wp.array2d(dtype=wp.float64),
                   joint_qd: wp.array2d(dtype=wp.float64), joint_f: wp.array2d(dtype=wp.float64),
                   joint_act: wp.array2d(dtype=wp.float64), target_pos: wp.array2d(dtype=wp.float64),
-                  target_vel: wp.array2d(dtype=wp.float64), body_f: wp.array2d(dtype=wp.spatial_vectord),
-                  params_invalid: wp.array(dtype=int), status: wp.array(dtype=int), done: wp.array(dtype=int)):
+                  target_vel: wp.array2d(dtype=wp.float64), body_q: wp.array2d(dtype=wp.transformd),
+                  body_qd: wp.array2d(dtype=wp.spatial_vectord), body_f: wp.array2d(dtype=wp.spatial_vectord),
+                  params_invalid: wp.array(dtype=int), status: wp.array(dtype=int), done: wp.array(dtype=int),
+                  q0_out: wp.array2d(dtype=wp.float64), qd_out: wp.array2d(dtype=wp.float64),
+                  act_out: wp.array2d(dtype=wp.float64), target_pos_out: wp.array2d(dtype=wp.float64),
+                  target_vel_out: wp.array2d(dtype=wp.float64), body_q_out: wp.array2d(dtype=wp.transformd),
+                  body_qd_out: wp.array2d(dtype=wp.spatial_vectord)):
     """A world whose inputs are not finite (NON_FINITE) or whose quaternions are rejected
-    (INVALID_QUATERNION) is flagged and takes no part; it is left unchanged, as in sap_ref."""
-    world = wp.tid()
-    ok = int(1)
-    for i in range(nq):
-        if not wp.isfinite(joint_q[world, i]):
-            ok = 0
-    for i in range(nv):
-        if not (wp.isfinite(joint_qd[world, i]) and wp.isfinite(joint_f[world, i]) and wp.isfinite(joint_act[world, i])
-                and wp.isfinite(target_pos[world, i]) and wp.isfinite(target_vel[world, i])):
-            ok = 0
-    for b in range(body_count):
+    (INVALID_QUATERNION) is flagged and takes no part; it is left unchanged, as in sap_ref. The
+    step's copies of the inputs it reads (``*_out``: q₀, the state's velocities and body state for
+    a rejected world, the actuation and drive targets) are stored on the way.
+
+    One block per world: lanes over coordinates, velocities, bodies and quaternions, each lane
+    with its own bits (neighbouring lanes, neighbouring elements: coalesced loads and stores);
+    one block OR gives the world's flags, which lane 0 stores."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
+    flags = int(0)
+    for i in range(lane, nq, bd):
+        q = joint_q[world, i]
+        q0_out[world, i] = q
+        if not wp.isfinite(q):
+            flags = NON_FINITE
+    for i in range(lane, nv, bd):
+        qd = joint_qd[world, i]
+        act = joint_act[world, i]
+        qt = target_pos[world, i]
+        vt = target_vel[world, i]
+        qd_out[world, i] = qd
+        act_out[world, i] = act
+        target_pos_out[world, i] = qt
+        target_vel_out[world, i] = vt
+        if not (wp.isfinite(qd) and wp.isfinite(joint_f[world, i]) and wp.isfinite(act) and wp.isfinite(qt)
+                and wp.isfinite(vt)):
+            flags = NON_FINITE
+    for b in range(lane, body_count, bd):
+        body_q_out[world, b] = body_q[world, b]
+        body_qd_out[world, b] = body_qd[world, b]
         for i in range(6):
             if not wp.isfinite(body_f[world, b][i]):
-                ok = 0
-    flags = int(0)
-    if ok == 0 or params_invalid[world] != 0:  # a device write of bad per-world parameters (sap_gpu.parameters)
-        flags = NON_FINITE
-    if world_quaternions_ok(quat_coord, quat_count, joint_q[world]) == 0:
+                flags = NON_FINITE
+    if _rejected_quaternions(quat_coord, quat_count, joint_q[world], lane) != 0:
         flags = flags | INVALID_QUATERNION
-    status[world] = flags
-    done[world] = 0
-    if flags != 0:
-        done[world] = 1
+    flags = block_or_int(flags)
+    if lane == 0:
+        if params_invalid[world] != 0:  # a device write of bad per-world parameters (sap_gpu.parameters)
+            flags = flags | NON_FINITE
+        status[world] = flags
+        done[world] = 0
+        if flags != 0:
+            done[world] = 1
 
 
-@wp.kernel
-def _select_outputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int,
+@wp.kernel(enable_backward=False, module="unique")
+def _select_outputs(quat_coord: wp.array(dtype=int), quat_count: int, nq: int, nv: int, v_out_sap: int,
                     q0: wp.array2d(dtype=wp.float64), v0: wp.array2d(dtype=wp.float64),
                     overflow: wp.array(dtype=int), q1: wp.array2d(dtype=wp.float64), v1: wp.array2d(dtype=wp.float64),
-                    status: wp.array(dtype=int)):
+                    status: wp.array(dtype=int), joint_q_out: wp.array2d(dtype=wp.float64),
+                    joint_qd_out: wp.array2d(dtype=wp.float64), truncated_out: wp.array(dtype=int)):
     """Flag non-finite results, quaternions the step carried out of range, and contact overflow; a
-    NON_FINITE or INVALID_QUATERNION world keeps q₀, v₀ (docs/design.md § Bad input)."""
-    world = wp.tid()
-    if (status[world] & REJECTED) == 0:  # a world rejected on input keeps its input flags only
-        ok = int(1)
-        for i in range(nq):
+    NON_FINITE or INVALID_QUATERNION world keeps q₀, v₀ (docs/design.md § Bad input). The
+    selected q₁ goes to ``joint_q_out`` too, v₁ to ``joint_qd_out`` where ``v_out_sap`` (the
+    output state is in SAP order), the overflow to ``truncated_out``.
+
+    One block per world: lanes over coordinates, velocities and quaternions find the bad ones
+    (one block OR), every lane then holds the world's new status, lanes over coordinates and
+    velocities restore a rejected world and store the outputs, and lane 0 stores the status.
+    Every lane reads the status before the OR's barrier, and lane 0 writes it after."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
+    s = status[world]
+    found = int(0)  # NON_FINITE, INVALID_QUATERNION: this lane's bits
+    if (s & REJECTED) == 0:  # a world rejected on input keeps its input flags only
+        for i in range(lane, nq, bd):
             if not wp.isfinite(q1[world, i]):
-                ok = 0
-        for i in range(nv):
+                found = NON_FINITE
+        for i in range(lane, nv, bd):
             if not wp.isfinite(v1[world, i]):
-                ok = 0
-        if ok == 0:
-            status[world] = status[world] | NON_FINITE
-        elif world_quaternions_ok(quat_coord, quat_count, q1[world]) == 0:
-            status[world] = status[world] | INVALID_QUATERNION  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
-    if (status[world] & REJECTED) != 0:
-        for i in range(nq):
-            q1[world, i] = q0[world, i]
-        for i in range(nv):
-            v1[world, i] = v0[world, i]
+                found = NON_FINITE
+        if _rejected_quaternions(quat_coord, quat_count, q1[world], lane) != 0:
+            found = found | INVALID_QUATERNION
+    found = block_or_int(found)
+    if (found & NON_FINITE) != 0:
+        s = s | NON_FINITE
+    elif found != 0:
+        s = s | INVALID_QUATERNION  # e.g. sap_euler's drift carried |q| past QUAT_NORM_MAX
+    rejected = (s & REJECTED) != 0
+    for i in range(lane, nq, bd):
+        q = q1[world, i]
+        if rejected:
+            q = q0[world, i]
+            q1[world, i] = q
+        joint_q_out[world, i] = q
+    for i in range(lane, nv, bd):
+        v = v1[world, i]
+        if rejected:
+            v = v0[world, i]
+            v1[world, i] = v
+        if v_out_sap != 0:
+            joint_qd_out[world, i] = v
     if overflow[world] > 0:
-        status[world] = status[world] | CONTACT_OVERFLOW
+        s = s | CONTACT_OVERFLOW
+    if lane == 0:
+        status[world] = s
+        truncated_out[world] = overflow[world]
 
 
 @wp.kernel
@@ -244,21 +300,29 @@ def _keep_rejected_worlds(same_qd_order: int, nq: int, nv: int, body_count: int,
         body_qd_out[world, k] = body_qd_in[world, k]
 
 
-def check_inputs(m, state, control, status, done) -> None:
+def check_inputs(m, state, control, status, done, q0, qd_in, body_q_in, body_qd_in, joint_act, target_pos,
+                 target_vel) -> None:
     """Launch: per world, ``status`` = NON_FINITE where an input of the step is not finite and
     INVALID_QUATERNION where a joint_q quaternion is rejected (else 0); ``done`` = 1 for those
-    worlds, which take no part in the step (sap_ref: ``read_inputs``' ``finite`` and ``quat_ok``)."""
-    launch_threads(_check_inputs, dim=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq, m.nv,
-                   m.body_count, state.joint_q, state.joint_qd, control.joint_f, control.joint_act,
-                   control.joint_target_pos, control.joint_target_vel, state.body_f, m.params.invalid],
-                   outputs=[status, done])
+    worlds, which take no part in the step (sap_ref: ``read_inputs``' ``finite`` and ``quat_ok``).
+    Also the step's copies of what it reads: ``q0`` = ``state.joint_q``, ``qd_in``,
+    ``body_q_in``, ``body_qd_in`` = the state's ``joint_qd``, ``body_q``, ``body_qd`` (for
+    :func:`keep_rejected_worlds`), ``joint_act``, ``target_pos``, ``target_vel`` = the control's."""
+    launch_blocks(_check_inputs, num_worlds=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq,
+                  m.nv, m.body_count, state.joint_q, state.joint_qd, control.joint_f, control.joint_act,
+                  control.joint_target_pos, control.joint_target_vel, state.body_q, state.body_qd, state.body_f,
+                  m.params.invalid], outputs=[status, done, q0, qd_in, joint_act, target_pos, target_vel, body_q_in,
+                  body_qd_in])
 
 
-def select_outputs(m, q0, v0, overflow, q1, v1, status) -> None:
+def select_outputs(m, q0, v0, overflow, q1, v1, status, state_out, truncated) -> None:
     """Launch: flag non-finite results, quaternions carried out of range and contact overflow in
-    ``status``; a rejected world's ``q1``, ``v1`` become its ``q0``, ``v0``."""
-    launch_threads(_select_outputs, dim=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count, m.nq, m.nv,
-                   q0, v0, overflow], outputs=[q1, v1, status])
+    ``status``; a rejected world's ``q1``, ``v1`` become its ``q0``, ``v0``. Then
+    ``state_out.joint_q`` = ``q1``, ``state_out.joint_qd`` = ``v1`` if the state is in SAP order
+    (in public order :func:`joint_velocities_to_public` writes it), ``truncated`` = ``overflow``."""
+    launch_blocks(_select_outputs, num_worlds=m.num_worlds, device=m.device, inputs=[m.quat_coord, m.quat_count,
+                  m.nq, m.nv, int(state_out.joint_qd_order != "public"), q0, v0, overflow], outputs=[q1, v1, status,
+                  state_out.joint_q, state_out.joint_qd, truncated])
 
 
 def keep_rejected_worlds(m, state_in, state_out, status, q_in, qd_in, body_q_in, body_qd_in) -> None:

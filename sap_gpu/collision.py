@@ -30,10 +30,12 @@ the broad phase drops, the shapes in canonical order), then runs its family's ro
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
 and their number to ``pair_count[world, p]``, so threads never share a slot, whichever family's
-kernel runs them. The compaction then takes two launches. ``_select_order`` (one thread per
-world) walks the slots in order — pair by pair, each pair's points in its routine's order:
-sap_ref's generation order, whatever order the threads and kernels ran in — and lists the scratch
-slot of each contact kept. If more than ``max_rigid_contact`` were generated the deepest are kept
+kernel runs them. The compaction then takes two launches. ``_select_order`` (one block of lanes
+per world) lists the scratch slot of each contact kept in slot order — pair by pair, each pair's
+points in its routine's order: sap_ref's generation order, whatever order the threads and kernels
+ran in. Its lanes take 32 pairs at a time, each lane its pair's kept points, and an exclusive
+prefix sum over the lanes of their numbers says where each pair's list starts: the indices of a
+walk over the pairs one after another. If more than ``max_rigid_contact`` were generated the deepest are kept
 (ties by generation order), in generation order, and the rest counted in ``contacts.overflow``.
 ``_select_copy`` (one thread per (world, contact slot)) then fills every contact slot through the
 contact record's helpers (:func:`~sap_gpu.arrays.write_contact_point` and
@@ -48,6 +50,7 @@ import numpy as np
 import warp as wp
 
 from sap_common.collision_rules import (
+    MAX_CONTACTS_PER_PAIR,
     MaterialFallbacks,
     check_broad_phase,
     pair_capacity,
@@ -68,6 +71,7 @@ from sap_common.state import MemoryEstimate, SapContacts, SapState, StepStatus, 
 
 # The pair routines' thresholds, re-exported: sap_ref.collision names the same objects.
 from .arrays import ContactSlots, GpuModel, clear_contact, contact_slots, write_contact_pair, write_contact_point
+from .blocked_cholesky import block_or_int, block_prefix_int, block_sum_int
 from .broad_phase import pair_overlap, world_bounds
 from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
@@ -76,7 +80,7 @@ from .collision_primitive import plane_normal, primitive_contacts
 from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all
 from .device import device_nbytes, free_memory, get_device, probe_memory
 from .kinematics import quat_norm_ok
-from .launch import launch_threads
+from .launch import launch_blocks, launch_threads
 from .parameters import WorldParameters, check_parameters, world_view
 
 wp.set_module_options({"enable_backward": False})
@@ -331,49 +335,86 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
     launch_threads(kernel, dim=dim, device=m.device, inputs=inputs, outputs=outputs)
 
 
-@wp.kernel
+@wp.kernel(enable_backward=False, module="unique")
 def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), status_out: wp.array(dtype=int)):
     """INVALID_QUATERNION for a world with a rejected body_q quaternion
-    (docs/conventions.md § Quaternions read from a state), else 0."""
-    world = wp.tid()
-    status_out[world] = 0
-    for b in range(body_count):  # a rejected body_q quaternion: no contacts for this world
+    (docs/conventions.md § Quaternions read from a state), else 0. One block per world: lanes over
+    the bodies, one block OR, lane 0 stores."""
+    world, lane = wp.tid()
+    flags = int(0)
+    for b in range(lane, body_count, wp.block_dim()):  # a rejected body_q quaternion: no contacts for this world
         if quat_norm_ok(wp.transform_get_rotation(body_q[world, b])) == 0:
-            status_out[world] = INVALID_QUATERNION
-            return
+            flags = INVALID_QUATERNION
+    flags = block_or_int(flags)
+    if lane == 0:
+        status_out[world] = flags
 
 
-@wp.kernel
+# A pair's kept points are the bits of one int in _select_order.
+assert max(MAX_CONTACTS_PER_PAIR.values()) < 32
+
+
+@wp.func
+def _kept_points(capacity: int, slots: int, n: int, S: Scratch, world: int, p: int) -> int:
+    """Bit jj set where point jj of pair p is kept: every generated point while the world's
+    ``n`` contacts fit in ``capacity``; else the point's rank by depth (ties by generation
+    order, i.e. slot order) among the world's contacts must be below ``capacity``."""
+    kept = int(0)
+    for jj in range(S.pair_count[world, p]):
+        i = S.offset[p] + jj
+        keep = int(1)
+        if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
+            rank = int(0)
+            for j in range(slots):
+                pj = S.slot_pair[j]
+                if j - S.offset[pj] < S.pair_count[world, pj]:
+                    if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
+                        rank += 1
+            if rank >= capacity:
+                keep = 0
+        if keep == 1:
+            kept = kept | (1 << jj)
+    return kept
+
+
+@wp.kernel(enable_backward=False, module="unique")
 def _select_order(capacity: int, pairs: int, slots: int, S: Scratch, count: wp.array(dtype=int),
                   overflow: wp.array(dtype=int), kept: wp.array2d(dtype=int)):
     """Which scratch slots a world keeps, in order: ``kept[world, 0 … count − 1]``. Every
     generated contact in generation order (pair by pair, each pair's slots in order); past
     ``capacity`` the ``capacity`` deepest, ties by generation order, still in generation order.
-    One thread per world; it reads the world's pair counts and writes one index per kept contact
-    (:func:`_select_copy` moves the contacts themselves, coalesced)."""
-    world = wp.tid()
-    n = int(0)
-    for p in range(pairs):
-        n += S.pair_count[world, p]
+
+    One block per world (:func:`_select_copy` moves the contacts themselves, coalesced): lanes
+    over the pairs sum the world's generated contacts (one block sum); then, 32 pairs at a time,
+    each lane finds its pair's kept points and an exclusive prefix sum over the lanes of their
+    numbers gives where the pair's first one goes, after the earlier pairs' (the order of the
+    serial walk, pair by pair). Integer sums: the same indices as one thread walking the pairs."""
+    world, lane = wp.tid()
+    bd = wp.block_dim()
+    mine = int(0)
+    for p in range(lane, pairs, bd):
+        mine += S.pair_count[world, p]
+    n = block_sum_int(mine)
     out = int(0)
-    for p in range(pairs):
-        for jj in range(S.pair_count[world, p]):
-            i = S.offset[p] + jj
-            keep = int(1)
-            if n > capacity:  # rank by depth, ties by generation order: keep the `capacity` deepest
-                rank = int(0)
-                for j in range(slots):
-                    pj = S.slot_pair[j]
-                    if j - S.offset[pj] < S.pair_count[world, pj]:
-                        if S.phi[world, j] < S.phi[world, i] or (S.phi[world, j] == S.phi[world, i] and j < i):
-                            rank += 1
-                if rank >= capacity:
-                    keep = 0
-            if keep == 1:
-                kept[world, out] = i
-                out += 1
-    count[world] = out
-    overflow[world] = n - out
+    for first in range(0, pairs, bd):  # the same trips on every lane: the prefix sum is cooperative
+        p = first + lane
+        points = int(0)
+        number = int(0)
+        if p < pairs:
+            points = _kept_points(capacity, slots, n, S, world, p)
+            for jj in range(S.pair_count[world, p]):
+                number += (points >> jj) & 1
+        before, total = block_prefix_int(number, lane)
+        k = out + before
+        if p < pairs:
+            for jj in range(S.pair_count[world, p]):
+                if ((points >> jj) & 1) != 0:
+                    kept[world, k] = S.offset[p] + jj
+                    k += 1
+        out += total
+    if lane == 0:
+        count[world] = out
+        overflow[world] = n - out
 
 
 @wp.kernel
@@ -652,8 +693,8 @@ class CollisionPipeline:
                              f"{(m.num_worlds, m.body_count)}")
         check_device_contacts(m, contacts, self.max_rigid_contact)
         W, P = m.num_worlds, len(self.model.shape_pair)
-        launch_threads(_check_poses, dim=W, device=self.device, inputs=[m.body_count, state.body_q],
-                       outputs=[self.last_status])
+        launch_blocks(_check_poses, num_worlds=W, device=self.device, inputs=[m.body_count, state.body_q],
+                      outputs=[self.last_status])
         use_bp = int(self.broad_phase == "aabb")
         if not self.parameters.shared:  # per-world materials and margins: combined again, a (W, P) launch
             self._combine_materials(W)
@@ -665,8 +706,8 @@ class CollisionPipeline:
                           self.centre, self.half, epa_first, self.epa, self.scratch)
         c, C = contacts, self.max_rigid_contact
         self._slots = contact_slots(c, self._slots)
-        launch_threads(_select_order, dim=W, device=self.device, inputs=[C, P, self.slots if P else 0, self.scratch],
-                       outputs=[c.count, c.overflow, self.kept])
+        launch_blocks(_select_order, num_worlds=W, device=self.device, inputs=[C, P, self.slots if P else 0,
+                      self.scratch], outputs=[c.count, c.overflow, self.kept])
         launch_threads(_select_copy, dim=(W, C), device=self.device, inputs=[m.shape_pair, m.shape_body,
                        m.params.array("shape_margin"), self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1,
                        self.pair_tau, self.pair_hcd, self.scratch, c.count, self.kept], outputs=[self._slots])

@@ -84,11 +84,20 @@ def _contact_geometry(
     count_in: wp.array(dtype=int), body0_in: wp.array2d(dtype=int), body1_in: wp.array2d(dtype=int),
     x0_in: wp.array2d(dtype=wp.vec3d), x1_in: wp.array2d(dtype=wp.vec3d), normal_in: wp.array2d(dtype=wp.vec3d),
     ke0_in: wp.array2d(dtype=wp.float64), ke1_in: wp.array2d(dtype=wp.float64),
+    mu_in: wp.array2d(dtype=wp.float64),
     body_X_in: wp.array2d(dtype=wp.transformd), dof_S_in: wp.array2d(dtype=wp.spatial_vectord),
     R_WC_out: wp.array2d(dtype=wp.mat33d), p0_out: wp.array2d(dtype=wp.vec3d), p1_out: wp.array2d(dtype=wp.vec3d),
-    J_out: wp.array3d(dtype=wp.float64),
+    J_out: wp.array3d(dtype=wp.float64), count_out: wp.array(dtype=int), mu_out: wp.array2d(dtype=wp.float64),
 ):
-    world, c = wp.tid()  # one thread per contact slot; slots past the world's count return
+    # one thread per contact slot (and one for a world of no slots): the Newton problem's copies
+    # of the count and of every slot's μ, then the slot's frame, points and rows; slots past the
+    # world's count return
+    world, c = wp.tid()
+    if c == 0:
+        count_out[world] = count_in[world]
+    if c >= mu_in.shape[1]:
+        return
+    mu_out[world, c] = mu_in[world, c]
     if c >= count_in[world]:
         return
     R = contact_frame(normal_in[world, c])
@@ -184,13 +193,14 @@ def _weights_kernel(T):
     return contact_weights_kernel
 
 
-def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J) -> None:
+def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J, count, mu) -> None:
     """Launch: contact frames, the points J measures, and the Jacobian rows ``J (W, 3C, nv)``; one
-    thread per (world, contact slot)."""
-    launch_threads(_contact_geometry, dim=(m.num_worlds, R_WC.shape[1]), device=m.device, inputs=[m.body_parent,
-                   m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count, contacts.body0, contacts.body1,
-                   contacts.x0, contacts.x1, contacts.normal, contacts.ke0, contacts.ke1, body_X, dof_S], outputs=[R_WC,
-                   p0, p1, J])
+    thread per (world, contact slot), at least one per world. Also ``count`` = ``contacts.count``
+    and ``mu`` = ``contacts.mu`` (the Newton problem's copies)."""
+    launch_threads(_contact_geometry, dim=(m.num_worlds, max(R_WC.shape[1], 1)), device=m.device,
+                   inputs=[m.body_parent, m.body_joint, m.joint_qd_start, m.nv, int(midpoint), contacts.count,
+                   contacts.body0, contacts.body1, contacts.x0, contacts.x1, contacts.normal, contacts.ke0,
+                   contacts.ke1, contacts.mu, body_X, dof_S], outputs=[R_WC, p0, p1, J, count, mu])
 
 
 def contact_weights(m, contacts, delassus: bool, precision: str, dt, beta, sigma, A, body_X, R_WC, p0, p1, J,

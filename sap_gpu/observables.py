@@ -190,19 +190,21 @@ def _body_contact_wrenches(body0: wp.array2d(dtype=wp.int32), body1: wp.array2d(
 
 
 @wp.kernel
-def _accelerations_and_statistics(body_count: int, h: wp.float64, status: wp.array(dtype=wp.int32),
+def _accelerations_and_statistics(h: wp.float64, status: wp.array(dtype=wp.int32),
                                   newton_iterations: wp.array(dtype=wp.int32),
                                   line_search_iterations: wp.array(dtype=wp.int32),
                                   body_qd1: wp.array2d(dtype=wp.spatial_vectord), O: StepObservables,
                                   S: WorldStatistics):
-    world = wp.tid()
+    """One thread per (world, body): the body's acceleration over the step; body 0's thread also
+    adds the step to the world's statistics."""
+    world, b = wp.tid()
     s = status[world]
-    rejected = (s & REJECTED) != 0
-    for b in range(body_count):
-        a = wp.spatial_vectord()
-        if not rejected:
-            a = (body_qd1[world, b] - O.body_qd0[world, b]) / h
-        O.body_acceleration[world, b] = a
+    a = wp.spatial_vectord()
+    if (s & REJECTED) == 0:
+        a = (body_qd1[world, b] - O.body_qd0[world, b]) / h
+    O.body_acceleration[world, b] = a
+    if b != 0:
+        return
     S.steps[world] = S.steps[world] + wp.int64(1)
     S.newton_iterations[world] = S.newton_iterations[world] + wp.int64(newton_iterations[world])
     S.line_search_iterations[world] = S.line_search_iterations[world] + wp.int64(line_search_iterations[world])
@@ -229,9 +231,10 @@ def body_contact_wrenches(m, contacts, body_X, obs) -> None:
 
 def accelerations_and_statistics(m, h: float, status, newton_iterations, line_search_iterations, body_qd1, obs,
                                  stats) -> None:
-    """Launch: body accelerations over the step, then the per-world statistics (one thread per world)."""
-    launch_threads(_accelerations_and_statistics, dim=m.num_worlds, device=m.device,
-                   inputs=[m.body_count, wp.float64(h), status, newton_iterations, line_search_iterations, body_qd1,
+    """Launch: body accelerations over the step and the per-world statistics (one thread per
+    (world, body))."""
+    launch_threads(_accelerations_and_statistics, dim=(m.num_worlds, m.body_count), device=m.device,
+                   inputs=[wp.float64(h), status, newton_iterations, line_search_iterations, body_qd1,
                            obs, stats])
 
 

@@ -218,15 +218,10 @@ class SolverSAP:
         m, cfg, w = self.m, self.config, self.work
         contacts = self._check_inputs(state_in, state_out, control, contacts, dt)
         h = float(dt)
-        # 0. boundary in: every world checked, velocities and forces in SAP order, poses
-        wp.copy(w.q0, state_in.joint_q)
-        wp.copy(w.qd_in, state_in.joint_qd)
-        wp.copy(w.body_q_in, state_in.body_q)
-        wp.copy(w.body_qd_in, state_in.body_qd)
-        wp.copy(w.joint_act, control.joint_act)
-        wp.copy(w.target_pos, control.joint_target_pos)
-        wp.copy(w.target_vel, control.joint_target_vel)
-        boundary.check_inputs(m, state_in, control, w.N.status, w.N.done)
+        # 0. boundary in: every world checked (and the inputs the step keeps copied), velocities and
+        #    forces in SAP order, poses
+        boundary.check_inputs(m, state_in, control, w.N.status, w.N.done, w.q0, w.qd_in, w.body_q_in, w.body_qd_in,
+                              w.joint_act, w.target_pos, w.target_vel)
         boundary.joint_arrays_to_sap(m, state_in, control, self.pose32, w.v0, w.joint_f)
         kinematics.forward_kinematics(m, w.q0, w.v0, w.body_X, w.body_V, w.dof_S)
         boundary.body_wrenches_to_sap(m, state_in, self.pose32, w.body_X, w.body_f)
@@ -245,10 +240,8 @@ class SolverSAP:
             kinematics.round_poses(w.body_X, w.body_Xc)
             kinematics.motion_subspaces(m, w.q0, w.body_Xc, w.dof_Sc)
             body_X, dof_S = w.body_Xc, w.dof_Sc
-        wp.copy(w.P.contact_count, contacts.count)
-        wp.copy(w.contact_mu, contacts.mu)
         contact_jacobian.contact_geometry(m, contacts, cfg.contact_point_mode == "contact_midpoint", body_X, dof_S,
-                                          w.R_WC, w.p0, w.p1, w.contact_J)
+                                          w.R_WC, w.p0, w.p1, w.contact_J, w.P.contact_count, w.contact_mu)
         contact_jacobian.contact_weights(m, contacts, cfg.contact_weight_mode == "diag_delassus",
                                          cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
                                          w.A, body_X, w.R_WC, w.p0, w.p1, w.contact_J, w.contact_w, w.contact_R,
@@ -267,20 +260,16 @@ class SolverSAP:
         integration.integrate_positions(m, w.q0, w.v0, w.v1, h, cfg.position_integration, w.q1)
         self._stage("integration")
         # 5. boundary out
-        boundary.select_outputs(m, w.q0, w.v0, contacts.overflow, w.q1, w.v1, w.N.status)
+        boundary.select_outputs(m, w.q0, w.v0, contacts.overflow, w.q1, w.v1, w.N.status, state_out,
+                                self.last_truncated_contact_count)  # and q₁ (v₁ in SAP order) into state_out
         #    the contact observables, at the poses the contact stage used (before FK at q₁)
         observables.contact_observables(m, w.T, h, w.N.status, w.P.contact_count, w.P.gamma, w.R_WC, w.p0, w.p1,
                                         w.obs)
         observables.body_contact_wrenches(m, contacts, body_X, w.obs)
-        wp.copy(self.last_truncated_contact_count, contacts.overflow)
-        wp.copy(state_out.joint_q, w.q1)
         if state_out.joint_qd_order == "public":
             boundary.joint_velocities_to_public(m, self.pose32, w.q1, w.v1, state_out.joint_qd)
-        else:
-            wp.copy(state_out.joint_qd, w.v1)
-        kinematics.forward_kinematics(m, w.q1, w.v1, w.body_X, w.body_V, w.dof_S)
-        wp.copy(state_out.body_q, w.body_X)
-        boundary.body_twists_to_public(m, w.body_X, w.body_V, state_out.body_qd)
+        kinematics.forward_kinematics(m, w.q1, w.v1, state_out.body_q, w.body_V, w.dof_S)  # the poses at q₁
+        boundary.body_twists_to_public(m, state_out.body_q, w.body_V, state_out.body_qd)
         boundary.keep_rejected_worlds(m, state_in, state_out, w.N.status, w.q0, w.qd_in, w.body_q_in, w.body_qd_in)
         #    observables: body accelerations over the step, the per-world statistics
         observables.accelerations_and_statistics(m, h, w.N.status, w.N.iterations, w.N.ls_iterations,

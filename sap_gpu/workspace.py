@@ -89,10 +89,12 @@ class Workspace:
         q0: q₀, (W, nq).  v0: v₀ [m/s, rad/s], (W, nv).  joint_f: generalized forces [N, N·m],
         (W, nv).  joint_act, target_pos, target_vel: the control's actuation and drive targets,
         (W, nv).  body_f: body wrenches [τ_O; f] at the origins, world [N·m, N], (W, B).
-        body_X: body poses, (W, B) transforms.  body_V: body twists [ω; v_O], (W, B).
+        body_X: body poses at q₀, (W, B) transforms (the poses at q₁ go straight into the output
+        state's body_q).  body_V: body twists [ω; v_O], (W, B).
         dof_S: each DOF's motion subspace (the child's twist per unit rate), (W, nv).
         qd_in, body_q_in, body_qd_in: state_in's velocities and body state, kept for the worlds
-        a step leaves unchanged (state_out may be state_in).  q1: q₁, (W, nq).  v1: v₁, (W, nv).
+        a step leaves unchanged (state_out may be state_in); q0, these and the control's arrays
+        are stored by the input check (``boundary.check_inputs``), not copied.  q1: q₁, (W, nq).  v1: v₁, (W, nv).
         """
         z, W, B, nq, nv = self._zeros, m.num_worlds, m.body_count, m.nq, m.nv
         self.q0, self.v0, self.joint_f, self.joint_act = z((W, nq)), z((W, nv)), z((W, nv)), z((W, nv))
