@@ -350,8 +350,10 @@ def _check_poses(body_count: int, body_q: wp.array2d(dtype=wp.transformd), statu
         status_out[world] = flags
 
 
-# A pair's kept points are the bits of one int in _select_order.
-assert max(MAX_CONTACTS_PER_PAIR.values()) < 32
+# A pair's kept points are the bits of one int in _select_order (checked at import, also under -O).
+if max(MAX_CONTACTS_PER_PAIR.values()) >= 32:
+    raise RuntimeError("sap_gpu.collision: _select_order keeps a pair's points as the bits of one int; "
+                       f"MAX_CONTACTS_PER_PAIR must stay below 32, got {max(MAX_CONTACTS_PER_PAIR.values())}")
 
 
 @wp.func

@@ -714,23 +714,23 @@ def clip_slab(l0: wp.float64, d: wp.float64, h: wp.float64, t0: wp.float64, t1: 
 
 
 @wp.func
-def segment_in_core(s: Convex, e0: wp.vec3d, e1: wp.vec3d):
-    """sap_ref.collision_convex._segment_in_core: (found, t0, t1)."""
+def segment_in_core(kind: int, p: wp.vec3d, R: wp.mat33d, size: wp.vec3d, e0: wp.vec3d, e1: wp.vec3d):
+    """sap_ref.collision_convex._segment_in_core of the shape (kind, p, R, size): (found, t0, t1)."""
     tol = wp.float64(WITNESS_CLAMP_TOL)  # set where every use below sees it (sap_gpu.codegen_check)
     t0 = wp.float64(0.0)
     t1 = wp.float64(1.0)
-    if s.kind != BOX and s.kind != CYLINDER:
+    if kind != BOX and kind != CYLINDER:
         return 0, t0, t1
-    l0 = wp.transpose(s.R) * (e0 - s.p)
-    l1 = wp.transpose(s.R) * (e1 - s.p)
+    l0 = wp.transpose(R) * (e0 - p)
+    l1 = wp.transpose(R) * (e1 - p)
     d = l1 - l0
     ok = int(1)
-    if s.kind == BOX:
+    if kind == BOX:
         for k in range(3):
             if ok == 1:
-                ok, t0, t1 = clip_slab(l0[k], d[k], s.size[k] + tol, t0, t1)
+                ok, t0, t1 = clip_slab(l0[k], d[k], size[k] + tol, t0, t1)
     else:
-        r = s.size[0] + tol
+        r = size[0] + tol
         a = d[0] * d[0] + d[1] * d[1]
         b = wp.float64(2.0) * (l0[0] * d[0] + l0[1] * d[1])
         c = l0[0] * l0[0] + l0[1] * l0[1] - r * r
@@ -746,7 +746,7 @@ def segment_in_core(s: Convex, e0: wp.vec3d, e1: wp.vec3d):
                 t0 = wp.max(t0, (-b - root) / (wp.float64(2.0) * a))
                 t1 = wp.min(t1, (-b + root) / (wp.float64(2.0) * a))
         if ok == 1:
-            ok, t0, t1 = clip_slab(l0[2], d[2], s.size[1] + tol, t0, t1)
+            ok, t0, t1 = clip_slab(l0[2], d[2], size[1] + tol, t0, t1)
     if ok == 0 or t0 > t1:
         return 0, t0, t1
     return 1, t0, t1
@@ -799,19 +799,36 @@ def witnesses(G: Geometry, A: Convex, B: Convex, n: wp.vec3d, sigma: wp.float64,
             if wp.dot(gap_epa, gap_epa) < wp.dot(gap_b, gap_b):
                 return a_epa, a_epa + sigma * n
         return b_s - sigma * n, b_s
+    # One segment against a face or a point: the segment's point nearest EPA's witness on its shape,
+    # kept, where the other is a face, to the part that moved by ±σn lies on it (sap_ref). One
+    # inlined copy of the clamp for both sides (the kernel's stack).
+    e0 = fb0
+    e1 = fb1
+    w = b_epa
+    off = -(sigma * n)
+    o_kind = A.kind
+    o_p = A.p
+    o_R = A.R
+    o_size = A.size
+    o_set = ka == 2
     if ka == 1:
-        s, t = segment_closest_params(fa0, fa1, a_epa, a_epa)
-        if kb == 2:  # the witness moved onto the other face must stay on it (sap_ref)
-            found, t0, t1 = segment_in_core(B, fa0 + sigma * n, fa1 + sigma * n)
-            s = clamp_to(s, found, t0, t1)
-        pa = fa0 + s * (fa1 - fa0)
-        return pa, pa + sigma * n
-    s, t = segment_closest_params(fb0, fb1, b_epa, b_epa)
-    if ka == 2:
-        found, t0, t1 = segment_in_core(A, fb0 - sigma * n, fb1 - sigma * n)
+        e0 = fa0
+        e1 = fa1
+        w = a_epa
+        off = sigma * n
+        o_kind = B.kind
+        o_p = B.p
+        o_R = B.R
+        o_size = B.size
+        o_set = kb == 2
+    s, t = segment_closest_params(e0, e1, w, w)
+    if o_set:
+        found, t0, t1 = segment_in_core(o_kind, o_p, o_R, o_size, e0 + off, e1 + off)
         s = clamp_to(s, found, t0, t1)
-    pb = fb0 + s * (fb1 - fb0)
-    return pb - sigma * n, pb
+    pe = e0 + s * (e1 - e0)
+    if ka == 1:
+        return pe, pe + off
+    return pe + off, pe
 
 
 @wp.func
