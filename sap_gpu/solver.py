@@ -112,6 +112,9 @@ class SolverSAP:
         self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
                                                   **overrides)
         check_hunt_crossley_materials(model, cfg)
+        for b in np.flatnonzero(model.body_kinematic):  # sap_ref solves them (docs/formulation.md § Kinematic bodies)
+            raise ValueError(f"body_kinematic[{b}] ({model.body_name[b]}): sap_gpu does not solve kinematic bodies "
+                             "yet; use sap_ref.SolverSAP, or make every body dynamic (body_kinematic all False)")
         self.device = get_device(device)
         if parameters is not None:  # a wrong argument is reported before the memory is
             check_parameters(parameters, model, self.device)

@@ -1,0 +1,228 @@
+"""Kinematic bodies (SapModel.body_kinematic): the model's checks and sap_ref's step.
+
+A conveyor belt (a thin box, kinematic, moving at BELT_SPEED along x on a prismatic or a FREE
+joint) carries a box resting on it: friction accelerates the box to the belt's speed, the
+momentum of the box balances gravity and the contact impulses, and the belt moves exactly as
+prescribed whatever the box pushes (docs/formulation.md § Kinematic bodies).
+"""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import DATA
+
+import sap_gpu
+from sap_common import spatial
+from sap_common.builder import ModelBuilder, solid_box_inertia
+from sap_common.enums import JointType
+from sap_common.io import load_json
+from sap_ref.collision import CollisionPipeline
+from sap_ref.integration import integrate_positions
+from sap_ref.solver import SolverSAP
+
+BELT_SPEED = 0.5  # [m/s] along x
+DT = 1e-3  # [s]
+STEPS = 300  # 0.3 s: friction (μg = 4.9 m/s²) reaches the belt's speed after ~0.1 s, then it sticks
+# After sticking, the box's slip relative to the belt decays geometrically (the regularized
+# friction's stiction creep, ~1/20 every 30 steps); observed 0 to 1e-15 after 300 steps with the
+# drake preset, 2e-9 with approx32 (float32 contact weights). 1e-6 m/s is 0.0002 % of the speed.
+BELT_SPEED_TOL = 1e-6
+# Δp − h·m·g − Σγ of the box over one step, with the Newton loop run to a relative optimality
+# tolerance of 1e-14 (the balance is A(v − v*) = Jᵀγ at the optimum): observed ≤ 3e-15 N·s for
+# momentum changes up to 0.4 N·s; the rest is the rounding of the public↔SAP conversions.
+MOMENTUM_BALANCE_TOL = 1e-13  # [N·s]
+EXACT_SOLVE = dict(line_search_variant="exact_root", optimality_rel_tol=1e-14, optimality_abs_tol=0.0)
+
+
+def belt_model(joint: str = "prismatic", num_worlds: int = 1, belt_w=(0.0, 0.0, 0.0)):
+    """The conveyor: a kinematic belt (10 kg, 2 × 0.6 × 0.04 m, top face at z = 0) and a 2 kg box
+    (0.2 × 0.15 × 0.1 m) touching it with 4 corner spheres, at rest."""
+    b = ModelBuilder()
+    belt = b.add_body(10.0, inertia=solid_box_inertia(10.0, 1.0, 0.3, 0.02), name="belt", kinematic=True)
+    if joint == "prismatic":
+        b.add_joint_prismatic(-1, belt, spatial.transform((0, 0, -0.02)), axis=(1, 0, 0), qd0=(BELT_SPEED,),
+                              name="belt")
+    else:
+        b.add_joint_free(-1, belt, q0=(0, 0, -0.02, 0, 0, 0, 1), qd0=(BELT_SPEED, 0, 0, *belt_w), name="belt")
+    b.add_shape_box(belt, hx=1.0, hy=0.3, hz=0.02, mu=0.5, ke=1e7, tau=0.01, name="belt")
+    b.add_ground_plane(-0.5, mu=0.5, name="ground")  # below the belt: the belt–ground pair is dropped
+    hx, hy, hz, r = 0.1, 0.075, 0.05, 0.005
+    box = b.add_body(2.0, inertia=solid_box_inertia(2.0, hx, hy, hz), name="box")
+    b.add_joint_free(-1, box, q0=(0, 0, hz + r, 0, 0, 0, 1), name="box")
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            b.add_shape_sphere(box, spatial.transform((sx * hx, sy * hy, -hz)), radius=r, mu=0.5, ke=1e7, tau=0.0)
+    return b.replicate(num_worlds).finalize()
+
+
+def _run(model, steps, preset="drake", each=None, **overrides):
+    solver = SolverSAP(model, max_rigid_contact=8, contact_preset_variant=preset, **overrides)
+    pipe = CollisionPipeline(model, 8, solver.config)
+    contacts, state, control = pipe.contacts(), model.state(), model.control()
+    for _ in range(steps):
+        pipe.collide(state, contacts)
+        before = {f: np.array(getattr(state, f)) for f in ("joint_q", "joint_qd", "body_qd")}
+        solver.step(state, state, control, contacts, DT)
+        if each is not None:
+            each(model, solver, before, state)
+    return state
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def test_model_flags_and_pairs():
+    m = belt_model()
+    assert m.body_kinematic.tolist() == [True, False]
+    assert m.dof_kinematic.tolist() == [True] + [False] * 6
+    names = {tuple(m.shape_name[s] for s in p) for p in m.shape_pair}
+    assert ("ground", "belt") not in names and ("belt", "ground") not in names  # kinematic–world: dropped
+    assert len(m.shape_pair) == 4 + 4  # each corner sphere with the belt and with the ground
+    default = m.replace(body_kinematic=None)
+    assert not default.body_kinematic.any() and len(default.shape_pair) == 9  # now the belt meets the ground
+
+
+def test_kinematic_tree_must_be_whole_and_rooted_at_the_world():
+    b = ModelBuilder()
+    arm = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="arm", kinematic=True)
+    b.add_joint_revolute(-1, arm, axis=(0, 0, 1), name="shoulder")
+    hand = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="hand")
+    b.add_joint_revolute(arm, hand, axis=(0, 0, 1), name="wrist")
+    with pytest.raises(ValueError, match=r"body_kinematic\[0\] \(arm\): body 'hand' of the same kinematic tree "
+                                         r"is dynamic"):
+        b.finalize()
+    b = ModelBuilder()
+    arm = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="arm")
+    b.add_joint_revolute(-1, arm, axis=(0, 0, 1), name="shoulder")
+    hand = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="hand", kinematic=True)
+    b.add_joint_distance(arm, hand, name="hand")
+    with pytest.raises(ValueError, match=r"body_kinematic\[1\] \(hand\): the root joint 'hand' of its tree has "
+                                         r"body 'arm' as parent"):
+        b.finalize()
+
+
+def test_bad_flags_are_refused():
+    m = belt_model()
+    with pytest.raises(ValueError, match=r"body_kinematic: expected 2 booleans"):
+        m.replace(body_kinematic=[True])
+    with pytest.raises(ValueError, match=r"body_kinematic: expected booleans \(0 or 1 when integers\)"):
+        m.replace(body_kinematic=[2, 0])
+    with pytest.raises(ValueError, match=r"kinematic must be True or False, got 'yes'"):
+        ModelBuilder().add_body(1.0, inertia=(1, 1, 1), kinematic="yes")
+
+
+def test_constraints_on_kinematic_bodies_are_refused():
+    b = ModelBuilder()
+    belt = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="belt", kinematic=True)
+    b.add_joint_prismatic(-1, belt, axis=(1, 0, 0), name="belt")
+    box = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="box")
+    b.add_joint_prismatic(-1, box, axis=(1, 0, 0), name="slider")
+    b.add_ball(belt, (0, 0, 0), box, (0, 0, 0.1), name="tie")
+    with pytest.raises(ValueError, match=r"constraint_body_a\[0\] \(tie\): body 'belt' is kinematic"):
+        b.finalize()
+    b._constraints.clear()
+    b.add_coupler(0, 1, name="gear")
+    with pytest.raises(ValueError, match=r"constraint_joint0\[0\] \(gear\): joint 'belt' moves the kinematic body"):
+        b.finalize()
+
+
+def test_json_scene_reads_the_flag():
+    spec = json.loads((DATA / "drake" / "pendulum_limit.json").read_text())
+    assert load_json(spec).sap_model.body_kinematic.tolist() == [False]
+    spec["bodies"][1]["kinematic"] = True
+    assert load_json(spec).sap_model.body_kinematic.tolist() == [True]
+    spec["bodies"][1]["kinematic"] = "yes"
+    with pytest.raises(ValueError, match=r"bodies\[1\]\.kinematic: expected true or false"):
+        load_json(spec)
+
+
+def test_hunt_crossley_and_sap_gpu_refuse_kinematic_bodies():
+    m = belt_model()
+    with pytest.raises(ValueError, match=r"body_kinematic\[0\] \(belt\): kinematic bodies are solved with "
+                                         r"discrete_contact_approximation 'sap' only"):
+        SolverSAP(m, max_rigid_contact=8, discrete_contact_approximation="lagged")
+    with pytest.raises(ValueError, match=r"body_kinematic\[0\] \(belt\): sap_gpu does not solve kinematic bodies"):
+        sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+@pytest.mark.parametrize("preset", ["drake", "approx32"])
+@pytest.mark.parametrize("joint", ["prismatic", "free"])
+def test_box_reaches_belt_speed(joint, preset):
+    """Friction accelerates the box from rest to the belt's speed, then it rides along."""
+    m = belt_model(joint)
+    state = _run(m, STEPS, preset)
+    box = m.body_index("box")
+    v_box = state.body_qd[0, box, :3]
+    assert abs(v_box[0] - BELT_SPEED) < BELT_SPEED_TOL, v_box
+    assert abs(v_box[1]) < BELT_SPEED_TOL
+
+
+def test_momentum_balance_and_prescribed_belt():
+    """Each step: the box's Δp = h·m·g + Σ contact impulses (the belt's infinite mass takes the
+    reaction); the belt's velocity is exactly the prescribed one and its pose moved by h·v."""
+    worst = []
+
+    def check(model, solver, before, state):
+        box, belt = model.body_index("box"), model.body_index("belt")
+        r = solver.last_results[0]
+        dp = model.body_mass[box] * (state.body_qd[0, box, :3] - before["body_qd"][0, box, :3])
+        impulse = model.body_mass[box] * model.gravity * DT
+        if len(r.contacts.phi0):
+            assert set(r.contacts.body0.tolist()) | set(r.contacts.body1.tolist()) == {belt, box}
+            sign = np.where(r.contacts.body1 == box, 1.0, -1.0)
+            impulse = impulse + (sign[:, None] * r.contact_impulses_W).sum(axis=0)
+            assert model.dof_kinematic[0] and 0 not in r.problem.dofs  # the belt's DOF is no unknown
+        worst.append(np.abs(dp - impulse).max())
+        assert state.joint_qd[0, 0] == BELT_SPEED  # exactly as prescribed
+        assert state.joint_q[0, 0] == before["joint_q"][0, 0] + DT * BELT_SPEED
+        np.testing.assert_array_equal(state.body_qd[0, belt], [BELT_SPEED, 0, 0, 0, 0, 0])
+
+    _run(belt_model(), 150, each=check, **EXACT_SOLVE)
+    assert max(worst) < MOMENTUM_BALANCE_TOL, max(worst)
+
+
+def test_free_belt_pose_follows_its_velocity():
+    """A spinning FREE kinematic belt: v₁ = v₀ bit for bit (public order in and out), q₁ by the
+    integrator from v₀ = v₁, whatever the box does on it."""
+    m = belt_model("free", belt_w=(0.0, 0.0, 0.3))
+    belt_v, belt_q = m.joint_qd_slice(0), m.joint_q_slice(0)
+
+    def check(model, solver, before, state):
+        np.testing.assert_array_equal(state.joint_qd[0, belt_v], before["joint_qd"][0, belt_v])
+        r = solver.last_results[0]
+        q0 = before["joint_q"][0]
+        v_sap = r.v1  # SAP order; the belt's part is v₀
+        expect = integrate_positions(model, q0, v_sap, v_sap, DT, solver.config.position_integration)
+        np.testing.assert_array_equal(state.joint_q[0, belt_q], expect[belt_q])
+
+    state = _run(m, 40, each=check)
+    assert JointType(int(m.joint_type[0])) == JointType.FREE
+    assert state.joint_q[0, 0] > 0.0195  # moved 40 steps along x (0.02 m at the belt's speed)
+
+
+def test_gravity_drives_and_limits_do_not_move_a_kinematic_body():
+    """A kinematic slider along z under gravity, with a drive and a limit it runs past: its
+    velocity stays the prescribed −0.2 m/s."""
+    b = ModelBuilder()
+    lift = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="lift", kinematic=True)
+    b.add_joint_prismatic(-1, lift, axis=(0, 0, 1), qd0=(-0.2,), target_ke=100.0, target_kd=10.0,
+                          limit_lower=0.0, limit_upper=1.0, name="lift")
+    ball = b.add_body(1.0, inertia=(0.1, 0.1, 0.1), name="ball")
+    b.add_joint_free(-1, ball, q0=(0, 0, 2, 0, 0, 0, 1), name="ball")
+    b.add_shape_sphere(ball, radius=0.1)
+    m = b.finalize()
+    solver = SolverSAP(m, max_rigid_contact=4, contact_preset_variant="drake")
+    state, control = m.state(), m.control()
+    control.joint_target_pos[0, 0] = 0.5
+    control.joint_act[0, 0] = 50.0
+    for _ in range(20):
+        solver.step(state, state, control, None, DT)
+        assert state.joint_qd[0, 0] == -0.2
+        r = solver.last_results[0]
+        assert len(r.limits.g0) == 0 and len(r.drives.dof) == 0
+    assert state.joint_q[0, 0] == pytest.approx(-0.2 * 20 * DT, rel=1e-12)
+    assert state.joint_qd[0, 3] == pytest.approx(-9.81 * 20 * DT, rel=1e-12)  # the ball falls freely
