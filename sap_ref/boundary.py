@@ -120,8 +120,7 @@ def write_state(model: SapModel, state_in: SapState, state_out: SapState, q1: np
     Worlds where ``keep`` (flagged NON_FINITE or INVALID_QUATERNION; their q₁, v₁ are q₀, v₀) are
     left unchanged: ``state_in``'s ``joint_q``, ``body_q``, ``body_qd`` and — when the two states
     use the same velocity order — ``joint_qd`` are copied bit for bit (``state_out`` may be
-    ``state_in``). So is a kinematic body's ``joint_qd`` (prescribed, unchanged by the step) when
-    the orders agree; otherwise it is v₁ = v₀ converted at q₁.
+    ``state_in``).
     """
     check_state(model, state_out, "state_out")
     pose = _pose_dtype(use_f64_boundary_pose)
@@ -131,10 +130,6 @@ def write_state(model: SapModel, state_in: SapState, state_out: SapState, q1: np
     if state_out.joint_qd_order == "public":
         qd = _convert_where(ok, lambda q_, x: cv.joint_qd_sap_to_public(model, q_, x, pose_dtype=pose), q1, v1,
                             _floating_dofs(model))
-    kinematic = model.dof_kinematic
-    if np.any(kinematic) and state_in.joint_qd_order == state_out.joint_qd_order:
-        qd = qd.copy()
-        qd[:, kinematic] = np.asarray(state_in.joint_qd)[:, kinematic]
     state_out.joint_q[...] = q1
     state_out.joint_qd[...] = qd
     step = ~keep

@@ -186,8 +186,8 @@ def test_momentum_balance_and_prescribed_belt():
 
 
 def test_free_belt_pose_follows_its_velocity():
-    """A spinning FREE kinematic belt: v₁ = v₀ bit for bit (public order in and out), q₁ by the
-    integrator from v₀ = v₁, whatever the box does on it."""
+    """A spinning FREE kinematic belt (COM at its origin, so its public [v_C, ω] is its twist):
+    v₁ = v₀ bit for bit, q₁ by the integrator from v₀ = v₁, whatever the box does on it."""
     m = belt_model("free", belt_w=(0.0, 0.0, 0.3))
     belt_v, belt_q = m.joint_qd_slice(0), m.joint_q_slice(0)
 
