@@ -112,9 +112,6 @@ class SolverSAP:
         self.config = cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact,
                                                   **overrides)
         check_hunt_crossley_materials(model, cfg)
-        for b in np.flatnonzero(model.body_kinematic):  # sap_ref solves them (docs/formulation.md § Kinematic bodies)
-            raise ValueError(f"body_kinematic[{b}] ({model.body_name[b]}): sap_gpu does not solve kinematic bodies "
-                             "yet; use sap_ref.SolverSAP, or make every body dynamic (body_kinematic all False)")
         self.device = get_device(device)
         if parameters is not None:  # a wrong argument is reported before the memory is
             check_parameters(parameters, model, self.device)
@@ -239,8 +236,12 @@ class SolverSAP:
         dynamics.mass_matrix(m, h, w.body_X, w.dof_S, w.Ic, w.A)
         dynamics.generalized_forces(m, w.body_X, w.body_V, w.dof_S, w.v0, w.body_f, w.acc, w.wrench, w.tau)
         free_motion.free_motion_rhs(m, h, w.tau, w.v0, w.joint_f, w.joint_act, w.rhs)
+        if m.has_kinematic:  # no force moves a kinematic DOF
+            free_motion.zero_kinematic_rhs(m, w.rhs)
         free_motion.solve_free_motion(w.A, w.rhs, w.v0, w.v_star, w.all_worlds, w.fm_scratch,
                                       cfg.free_motion_solve_precision, cfg.matrixfree_representation)
+        if m.has_kinematic:  # v* = v₀ there, the prescribed velocity
+            free_motion.keep_kinematic_velocity(m, w.v0, w.v_star)
         self._stage("free_motion")
         # 2. contact Jacobians, weights and regularization
         body_X, dof_S = w.body_X, w.dof_S
@@ -252,6 +253,8 @@ class SolverSAP:
         wp.copy(w.contact_mu, contacts.mu)
         contact_jacobian.contact_geometry(m, contacts, cfg.contact_point_mode == "contact_midpoint", body_X, dof_S,
                                           w.R_WC, w.p0, w.p1, w.contact_J)
+        if m.has_kinematic:  # J_kin v₀ is known: J keeps the dynamic columns only (infinite mass)
+            contact_jacobian.split_kinematic(m, contacts, w.v0, w.contact_J, w.contact_vc_kin)
         contact_jacobian.contact_weights(m, contacts, cfg.contact_weight_mode == "diag_delassus",
                                          cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
                                          w.A, body_X, w.R_WC, w.p0, w.p1, w.contact_J, w.contact_w, w.contact_R,

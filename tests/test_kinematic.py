@@ -1,4 +1,4 @@
-"""Kinematic bodies (SapModel.body_kinematic): the model's checks and sap_ref's step.
+"""Kinematic bodies (SapModel.body_kinematic): the model's checks, sap_ref's step, sap_gpu against it.
 
 A conveyor belt (a thin box, kinematic, moving at BELT_SPEED along x on a prismatic or a FREE
 joint) carries a box resting on it: friction accelerates the box to the belt's speed, the
@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import DATA
+from conftest import DATA, cooperative_lanes
 
 import sap_gpu
 from sap_common import spatial
@@ -18,8 +18,12 @@ from sap_common.builder import ModelBuilder, solid_box_inertia
 from sap_common.enums import JointType
 from sap_common.io import load_json
 from sap_ref.collision import CollisionPipeline
+from sap_ref.contact_jacobian import split_kinematic
+from sap_ref.contact_solve import evaluate
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
+from sap_tools.compare_backends import with_device_setup
+from sap_tools.tolerances import TOL
 
 BELT_SPEED = 0.5  # [m/s] along x
 DT = 1e-3  # [s]
@@ -137,13 +141,12 @@ def test_json_scene_reads_the_flag():
         load_json(spec)
 
 
-def test_hunt_crossley_and_sap_gpu_refuse_kinematic_bodies():
-    m = belt_model()
+@pytest.mark.parametrize("backend", ["sap_ref", "sap_gpu"])
+def test_hunt_crossley_refuses_kinematic_bodies(backend):
+    solver = SolverSAP if backend == "sap_ref" else sap_gpu.SolverSAP
     with pytest.raises(ValueError, match=r"body_kinematic\[0\] \(belt\): kinematic bodies are solved with "
                                          r"discrete_contact_approximation 'sap' only"):
-        SolverSAP(m, max_rigid_contact=8, discrete_contact_approximation="lagged")
-    with pytest.raises(ValueError, match=r"body_kinematic\[0\] \(belt\): sap_gpu does not solve kinematic bodies"):
-        sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
+        solver(belt_model(), max_rigid_contact=8, discrete_contact_approximation="lagged")
 
 
 # ----------------------------------------------------------------------------- the step
@@ -159,6 +162,27 @@ def test_box_reaches_belt_speed(joint, preset):
     v_box = state.body_qd[0, box, :3]
     assert abs(v_box[0] - BELT_SPEED) < BELT_SPEED_TOL, v_box
     assert abs(v_box[1]) < BELT_SPEED_TOL
+
+
+# The relative motion of the two runs below differs by the rounding of 0.5 + x against x:
+# observed 1.7e-16 m/s over 60 steps.
+GALILEAN_TOL = 1e-14  # [m/s]
+
+
+def test_moving_belt_is_a_resting_belt_seen_from_a_moving_frame():
+    """A box at rest on a belt moving at +0.5 m/s moves relative to the belt exactly as a box
+    sliding at −0.5 m/s on a belt at rest (the same SAP problem in the belt's frame): including the
+    hop of the convex approximation's sliding contact in the first steps."""
+    def box_velocities(model):
+        out = []
+        _run(model, 60, each=lambda m_, s_, b_, st: out.append(st.body_qd[0, m_.body_index("box"), :3].copy()))
+        return np.array(out)
+
+    moving = box_velocities(belt_model()) - [BELT_SPEED, 0.0, 0.0]
+    resting_model = belt_model().replace(joint_qd_init=np.r_[0.0, -BELT_SPEED, 0.0, 0.0, 0.0, 0.0, 0.0])
+    resting = box_velocities(resting_model)
+    assert np.abs(moving - resting).max() < GALILEAN_TOL
+    assert resting[0, 2] > 0.1  # the box hops off in both (vz = 0.19 m/s after one step)
 
 
 def test_momentum_balance_and_prescribed_belt():
@@ -226,3 +250,73 @@ def test_gravity_drives_and_limits_do_not_move_a_kinematic_body():
         assert len(r.limits.g0) == 0 and len(r.drives.dof) == 0
     assert state.joint_q[0, 0] == pytest.approx(-0.2 * 20 * DT, rel=1e-12)
     assert state.joint_qd[0, 3] == pytest.approx(-9.81 * 20 * DT, rel=1e-12)  # the ball falls freely
+
+
+# ----------------------------------------------------------------------------- sap_gpu against sap_ref
+
+GPU_STEPS = 120  # the box lands, slides, hops (the convex approximation's gliding) and sticks
+GPU_EVERY = 6  # compared from sap_ref's state every 6th step (each a device step from identical inputs)
+
+
+@pytest.mark.parametrize("newton_path", ["staged", "fused"])
+@pytest.mark.parametrize("preset, joint", [("drake", "free"), ("approx32", "prismatic"), ("approx64", "free")])
+def test_sap_gpu_matches_sap_ref(preset, joint, newton_path):
+    """From sap_ref's state, sap_gpu's step agrees stage by stage (tests/test_gpu_stages.py's bars):
+    v*, J_dyn, J_kin v₀, w, R, v̂ₙ; its v₁ is as close to sap_ref's as the two residuals allow
+    (‖Δv‖_A ≤ ‖∇ℓ‖_A⁻¹ of each, on the problem with the device's inputs); the belt's velocity is v₀
+    and its pose the same."""
+    m = belt_model(joint, belt_w=(0.0, 0.0, 0.3) if joint == "free" else (0.0, 0.0, 0.0))
+    kw = dict(max_rigid_contact=8, contact_preset_variant=preset, newton_path=newton_path)
+    ref, gpu = SolverSAP(m, **kw), sap_gpu.SolverSAP(m, device="cpu", **kw)
+    cfg = ref.config
+    pipe = CollisionPipeline(m, 8, cfg)
+    contacts, state, control = pipe.contacts(), m.state(), m.control()
+    jtol = TOL["fp64"] if cfg.use_f64_boundary_pose else TOL["fp32_pose"]
+    wtol = TOL["fp64"] if cfg.sap_contact_weight_precision == "fp64" else TOL["fp32_weights"]
+    compared_contacts = 0
+    for step in range(GPU_STEPS):
+        pipe.collide(state, contacts)
+        if step % GPU_EVERY:
+            ref.step(state, state, control, contacts, DT)
+            continue
+        out = sap_gpu.to_device(state, "cpu")
+        with cooperative_lanes(newton_path == "fused"):
+            gpu.step(sap_gpu.to_device(state, "cpu"), out, sap_gpu.to_device(control, "cpu"),
+                     sap_gpu.to_device(contacts, "cpu"), DT)
+        before = state.copy()
+        ref.step(state, state, control, contacts, DT)
+        r, w = ref.last_results[0], gpu.work
+        assert gpu.diagnostics()["status"][0] == r.status == 1
+        v0 = r.free_motion.v_star.copy()  # v* = v₀ on the belt's DOFs
+        kin = m.dof_kinematic
+        np.testing.assert_array_equal(w.v_star.numpy()[0, kin], v0[kin])
+        if cfg.free_motion_solve_precision == "fp64":
+            np.testing.assert_allclose(w.v_star.numpy()[0], r.free_motion.v_star, rtol=0, atol=TOL["fp64"])
+        C = int(contacts.count[0])
+        if C:
+            compared_contacts += 1
+            J_dyn, vc_kin = split_kinematic(m, r.contacts.J, v0)
+            np.testing.assert_allclose(w.contact_J.numpy()[0, :3 * C], J_dyn.reshape(3 * C, -1), rtol=0, atol=jtol)
+            scale = np.abs(r.contacts.J[:, :, kin]) @ np.abs(v0[kin])
+            assert np.all(np.abs(w.contact_vc_kin.numpy()[0, :C] - vc_kin) <= jtol * np.maximum(scale, 1.0))
+            np.testing.assert_allclose(w.contact_w.numpy()[0, :C], r.w, rtol=wtol)
+            np.testing.assert_allclose(w.contact_R.numpy()[0, :C], r.R, rtol=wtol)
+            np.testing.assert_allclose(w.contact_v_hat.numpy()[0, :C], r.v_hat[:, 2], rtol=0, atol=wtol)
+        # v₁: both minimize the same strongly convex ℓ to their tolerances (tests/test_gpu_stages.py).
+        dofs = r.problem.dofs
+        v_gpu = w.v1.numpy()[0]
+        np.testing.assert_array_equal(v_gpu[kin], v0[kin])
+        if len(dofs):
+            p = with_device_setup(r.problem, gpu, C)
+            ev, ev_ref = evaluate(p, v_gpu[dofs]), evaluate(p, r.v1[dofs])
+            A = np.asarray(p.A, np.float64)
+            a_inv = lambda g: float(np.sqrt(max(g @ np.linalg.solve(A, g), 0.0)))  # noqa: E731
+            dv = (v_gpu - r.v1)[dofs]
+            bound = a_inv(np.asarray(ev.grad, np.float64)) + a_inv(np.asarray(ev_ref.grad, np.float64))
+            v_scale = float(np.sqrt(r.v1[dofs] @ A @ r.v1[dofs]))
+            assert np.sqrt(dv @ A @ dv) <= bound * (1 + 1e-9) + TOL["fp64"] * max(1.0, v_scale), step
+        belt_q = m.joint_q_slice(0)
+        np.testing.assert_allclose(out.joint_q.numpy()[0, belt_q], state.joint_q[0, belt_q], rtol=0, atol=TOL["fp64"])
+        np.testing.assert_array_equal(out.joint_qd.numpy()[0, m.joint_qd_slice(0)],
+                                      before.joint_qd[0, m.joint_qd_slice(0)])
+    assert compared_contacts >= 5  # steps compared with the box on the belt (6 of 20: it hops between)
