@@ -1031,6 +1031,7 @@ class SapModel:
                 f"{'world' if p < 0 else self.body_name[p]} -> {self.body_name[self.joint_child[j]]} "
                 f"(q {self.joint_q_start[j]}:{self.joint_q_start[j + 1]}, "
                 f"qd {self.joint_qd_start[j]}:{self.joint_qd_start[j + 1]})"
+                + (" kinematic" if self.body_kinematic[self.joint_child[j]] else "")
             )
         for k in range(self.constraint_count):
             ct = ConstraintType(int(self.constraint_type[k]))

@@ -78,6 +78,7 @@ def _run(model, steps, preset="drake", each=None, **overrides):
 
 def test_model_flags_and_pairs():
     m = belt_model()
+    assert "PRISMATIC world -> belt (q 0:1, qd 0:1) kinematic" in m.summary()
     assert m.body_kinematic.tolist() == [True, False]
     assert m.dof_kinematic.tolist() == [True] + [False] * 6
     names = {tuple(m.shape_name[s] for s in p) for p in m.shape_pair}
@@ -258,15 +259,17 @@ GPU_STEPS = 120  # the box lands, slides, hops (the convex approximation's glidi
 GPU_EVERY = 6  # compared from sap_ref's state every 6th step (each a device step from identical inputs)
 
 
-@pytest.mark.parametrize("newton_path", ["staged", "fused"])
+@pytest.mark.parametrize("newton_path, linear_solver", [("staged", "cholesky"), ("fused", "cholesky"),
+                                                        ("staged", "pcr")])
 @pytest.mark.parametrize("preset, joint", [("drake", "free"), ("approx32", "prismatic"), ("approx64", "free")])
-def test_sap_gpu_matches_sap_ref(preset, joint, newton_path):
+def test_sap_gpu_matches_sap_ref(preset, joint, newton_path, linear_solver):
     """From sap_ref's state, sap_gpu's step agrees stage by stage (tests/test_gpu_stages.py's bars):
     v*, J_dyn, J_kin v₀, w, R, v̂ₙ; its v₁ is as close to sap_ref's as the two residuals allow
     (‖Δv‖_A ≤ ‖∇ℓ‖_A⁻¹ of each, on the problem with the device's inputs); the belt's velocity is v₀
     and its pose the same."""
     m = belt_model(joint, belt_w=(0.0, 0.0, 0.3) if joint == "free" else (0.0, 0.0, 0.0))
-    kw = dict(max_rigid_contact=8, contact_preset_variant=preset, newton_path=newton_path)
+    kw = dict(max_rigid_contact=8, contact_preset_variant=preset, newton_path=newton_path,
+              contact_linear_solver=linear_solver)
     ref, gpu = SolverSAP(m, **kw), sap_gpu.SolverSAP(m, device="cpu", **kw)
     cfg = ref.config
     pipe = CollisionPipeline(m, 8, cfg)
