@@ -234,6 +234,8 @@ class SolverSAP:
         self._stage("boundary_in")
         # 1. free motion: A = M + h·D, v*
         dynamics.mass_matrix(m, h, w.body_X, w.dof_S, w.Ic, w.A)
+        if m.has_kinematic:  # a kinematic block of A is never used: the identity (any mass)
+            dynamics.identity_kinematic_block(m, w.A)
         dynamics.generalized_forces(m, w.body_X, w.body_V, w.dof_S, w.v0, w.body_f, w.acc, w.wrench, w.tau)
         free_motion.free_motion_rhs(m, h, w.tau, w.v0, w.joint_f, w.joint_act, w.rhs)
         if m.has_kinematic:  # no force moves a kinematic DOF

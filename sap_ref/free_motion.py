@@ -83,7 +83,9 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
 
     Returns:
         :class:`FreeMotion` with M, A, k, v_star. A kinematic body's DOFs (``model.dof_kinematic``)
-        keep their prescribed velocity, ``v* = v₀``, and k = 0 there: no force moves them.
+        keep their prescribed velocity, ``v* = v₀``, and k = 0 there: no force moves them. Their
+        block of A is the identity (a kinematic tree is a tree of its own, so A has no other entry
+        in those rows and columns): never used, and regular whatever the body's mass, 0 included.
     """
     joint_q = np.asarray(joint_q, dtype=np.float64)
     v0 = np.asarray(v0, dtype=np.float64)
@@ -91,6 +93,11 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
     S = motion_subspaces(model, joint_q, body_q)
     M = mass_matrix(model, joint_q, body_q, S)
     A = dynamics_matrix(model, M, dt)
+    kinematic = model.dof_kinematic
+    if np.any(kinematic):
+        A[kinematic, :] = 0.0
+        A[:, kinematic] = 0.0
+        A[kinematic, kinematic] = 1.0
     k = -bias_forces(model, joint_q, v0, body_q, S) - model.joint_damping * v0
     if joint_f is not None:
         k = k + np.asarray(joint_f, dtype=np.float64)
@@ -98,7 +105,6 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         k = k + body_wrench_forces(model, joint_q, body_f, body_q, S)
     if joint_act is not None:
         k = k + explicit_actuation(model, joint_act)
-    kinematic = model.dof_kinematic
     if np.any(kinematic):
         k = np.where(kinematic, 0.0, k)
     dtype = precision_dtype(precision)

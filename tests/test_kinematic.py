@@ -229,6 +229,30 @@ def test_free_belt_pose_follows_its_velocity():
     assert state.joint_q[0, 0] > 0.0195  # moved 40 steps along x (0.02 m at the belt's speed)
 
 
+@pytest.mark.parametrize("backend", ["sap_ref", "sap_gpu"])
+def test_a_kinematic_body_s_mass_does_not_matter(backend):
+    """The belt at 10 kg or massless (0 kg, zero inertia: its block of A is the identity either way):
+    the same steps, bit for bit."""
+    heavy = belt_model()
+    light = heavy.replace(body_mass=[0.0, 2.0], body_inertia=np.stack([np.zeros((3, 3)), heavy.body_inertia[1]]))
+    assert light.body_mass[0] == 0.0
+    finals = []
+    for m in (heavy, light):
+        if backend == "sap_ref":
+            finals.append(_run(m, 40).joint_qd.copy())
+            continue
+        gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
+        pipe = sap_gpu.CollisionPipeline(m, 8, gpu.config, device="cpu")
+        contacts, state, control = pipe.contacts(), sap_gpu.to_device(m.state(), "cpu"), sap_gpu.to_device(
+            m.control(), "cpu")
+        for _ in range(40):
+            pipe.collide(state, contacts)
+            gpu.step(state, state, control, contacts, DT)
+        finals.append(state.joint_qd.numpy())
+    np.testing.assert_array_equal(finals[0], finals[1])
+    assert finals[0][0, 0] == BELT_SPEED and finals[0][0, 1] > 0.05  # the belt carries the box along
+
+
 def test_gravity_drives_and_limits_do_not_move_a_kinematic_body():
     """A kinematic slider along z under gravity, with a drive and a limit it runs past: its
     velocity stays the prescribed −0.2 m/s."""
@@ -291,8 +315,10 @@ def test_sap_gpu_matches_sap_ref(preset, joint, newton_path, linear_solver):
         r, w = ref.last_results[0], gpu.work
         assert gpu.diagnostics()["status"][0] == r.status == 1
         v0 = r.free_motion.v_star.copy()  # v* = v₀ on the belt's DOFs
-        kin = m.dof_kinematic
+        kin, nv = m.dof_kinematic, m.joint_dof_count
         np.testing.assert_array_equal(w.v_star.numpy()[0, kin], v0[kin])
+        np.testing.assert_allclose(w.A.numpy()[0, :nv, :nv], r.free_motion.A, rtol=0, atol=TOL["fp64"])
+        np.testing.assert_array_equal(r.free_motion.A[np.ix_(kin, kin)], np.eye(kin.sum()))
         if cfg.free_motion_solve_precision == "fp64":
             np.testing.assert_allclose(w.v_star.numpy()[0], r.free_motion.v_star, rtol=0, atol=TOL["fp64"])
         C = int(contacts.count[0])
