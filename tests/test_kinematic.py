@@ -17,12 +17,14 @@ from sap_common import spatial
 from sap_common.builder import ModelBuilder, solid_box_inertia
 from sap_common.enums import JointType
 from sap_common.io import load_json
+from sap_common.io.scene import LoadedScene
 from sap_ref.collision import CollisionPipeline
 from sap_ref.contact_jacobian import split_kinematic
 from sap_ref.contact_solve import evaluate
 from sap_ref.integration import integrate_positions
 from sap_ref.solver import SolverSAP
 from sap_tools.compare_backends import with_device_setup
+from sap_tools.record.spec import scene_to_spec
 from sap_tools.tolerances import TOL
 
 BELT_SPEED = 0.5  # [m/s] along x
@@ -140,6 +142,14 @@ def test_json_scene_reads_the_flag():
     spec["bodies"][1]["kinematic"] = "yes"
     with pytest.raises(ValueError, match=r"bodies\[1\]\.kinematic: expected true or false"):
         load_json(spec)
+
+
+def test_drake_recorder_refuses_kinematic_bodies():
+    m = belt_model()
+    scene = LoadedScene(name="belt", sap_model=m, state=m.state(), control=m.control(), dt=DT, num_steps=10,
+                        max_rigid_contact=8)
+    with pytest.raises(ValueError, match=r"scene 'belt': body 'belt': kinematic body has no Drake counterpart"):
+        scene_to_spec(scene)
 
 
 @pytest.mark.parametrize("backend", ["sap_ref", "sap_gpu"])
