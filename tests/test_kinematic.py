@@ -359,3 +359,27 @@ def test_sap_gpu_matches_sap_ref(preset, joint, newton_path, linear_solver):
         np.testing.assert_array_equal(out.joint_qd.numpy()[0, m.joint_qd_slice(0)],
                                       before.joint_qd[0, m.joint_qd_slice(0)])
     assert compared_contacts >= 5  # steps compared with the box on the belt (6 of 20: it hops between)
+
+
+def test_sap_gpu_batch_world_equals_its_solo_run():
+    """Three worlds whose belts run at 0.5, −0.2 and 0 m/s (the state's joint_qd): each world of the
+    batch steps bit for bit as the same world alone."""
+    speeds = (0.5, -0.2, 0.0)
+
+    def run(num_worlds, worlds):
+        m = belt_model(num_worlds=num_worlds)
+        gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
+        pipe = sap_gpu.CollisionPipeline(m, 8, gpu.config, device="cpu")
+        host = m.state()
+        host.joint_qd[:, 0] = [speeds[w] for w in worlds]
+        contacts, state = pipe.contacts(), sap_gpu.to_device(host, "cpu")
+        control = sap_gpu.to_device(m.control(), "cpu")
+        for _ in range(30):
+            pipe.collide(state, contacts)
+            gpu.step(state, state, control, contacts, DT)
+        return np.concatenate([state.joint_q.numpy(), state.joint_qd.numpy()], axis=1)
+
+    batch = run(3, (0, 1, 2))
+    for w in range(3):
+        np.testing.assert_array_equal(batch[w], run(1, (w,))[0])
+    assert batch[0, 8] == 0.5 and batch[1, 8] == -0.2 and batch[2, 8] == 0.0  # the belts keep their speeds
