@@ -152,7 +152,8 @@ class ModelBuilder:
 
     # ------------------------------------------------------------------ bodies
 
-    def add_body(self, mass: float, com=(0.0, 0.0, 0.0), inertia=None, name: str | None = None) -> int:
+    def add_body(self, mass: float, com=(0.0, 0.0, 0.0), inertia=None, name: str | None = None,
+                 kinematic: bool = False) -> int:
         """Add a rigid body; returns its index.
 
         Args:
@@ -161,6 +162,8 @@ class ModelBuilder:
             inertia: about the COM in body axes [kg·m²]: a 3×3 matrix or its diagonal (3,).
                 Must be symmetric positive definite (zero allowed only with zero mass).
             name: unique name (default ``body_<index>``).
+            kinematic: True for a kinematic body (``SapModel.body_kinematic``): its joint velocities
+                come from the state, and its whole tree, rooted at the world, must be kinematic.
         """
         name = self._name("body", name, self._bodies)
         where = f"add_body(name={name!r})"
@@ -178,7 +181,9 @@ class ModelBuilder:
         if I.shape != (3, 3):
             raise ValueError(f"{where}: inertia must be 3x3 or a diagonal (3,), got shape {I.shape}")
         check_inertia(f"{where}: inertia", float(mass), I)
-        self._bodies.append(dict(mass=float(mass), com=com, inertia=I, name=name))
+        if not isinstance(kinematic, (bool, np.bool_)):
+            raise ValueError(f"{where}: kinematic must be True or False, got {kinematic!r}")
+        self._bodies.append(dict(mass=float(mass), com=com, inertia=I, name=name, kinematic=bool(kinematic)))
         return len(self._bodies) - 1
 
     # ------------------------------------------------------------------ joints
@@ -657,6 +662,7 @@ class ModelBuilder:
             body_com=np.array([b["com"] for b in bodies]).reshape(-1, 3),
             body_inertia=np.array([b["inertia"] for b in bodies]).reshape(-1, 3, 3),
             body_name=tuple(b["name"] for b in bodies),
+            body_kinematic=np.array([b["kinematic"] for b in bodies], dtype=bool),
             joint_type=np.array([int(j["type"]) for j in joints], dtype=np.int32),
             joint_parent=np.array([j["parent"] for j in joints], dtype=np.int32),
             joint_child=np.array([j["child"] for j in joints], dtype=np.int32),

@@ -169,9 +169,15 @@ def check_hunt_crossley_materials(model, config) -> None:
     """``ValueError`` if ``config`` asks for a Hunt–Crossley approximation (``lagged``, ``similar``)
     and a shape of a candidate pair is rigid (``shape_material_ke`` = inf): the constraint's normal
     impulse h·(fₑ₀ − hkv)₊(1 − dv)₊ needs a finite stiffness (Drake refuses rigid point contact
-    too). Checked once, when a solver is built."""
+    too). Checked once, when a solver is built. A kinematic body (``body_kinematic``) is refused
+    with them too: its known contact velocity enters the friction cone through v̂, and a
+    Hunt–Crossley constraint has no v̂ (docs/formulation.md § Kinematic bodies)."""
     if config.discrete_contact_approximation == "sap":
         return
+    for b in np.flatnonzero(model.body_kinematic):
+        raise ValueError(f"body_kinematic[{b}] ({model.body_name[b]}): kinematic bodies are solved with "
+                         f"discrete_contact_approximation 'sap' only, got "
+                         f"{config.discrete_contact_approximation!r}")
     in_pairs = {int(s) for pair in model.shape_pair for s in pair}
     for s in sorted(in_pairs):
         if math.isinf(model.shape_material_ke[s]):

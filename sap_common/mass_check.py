@@ -80,8 +80,10 @@ def check_mass_matrix(model: "SapModel") -> None:
     suspect = []  # joints with DOFs that move only massless bodies and have no armature on some DOF
     for j in range(model.joint_count):
         dofs = model.joint_qd_slice(j)
-        if dofs.stop > dofs.start and comp[int(model.joint_child[j])] <= 0.0 \
-                and not np.all(model.joint_armature[dofs] > 0.0):
+        c = int(model.joint_child[j])
+        if model.body_kinematic[c]:  # its mass is never used: its block of A is the identity (sap_ref.free_motion)
+            continue
+        if dofs.stop > dofs.start and comp[c] <= 0.0 and not np.all(model.joint_armature[dofs] > 0.0):
             suspect.append(j)
     if not suspect:
         return

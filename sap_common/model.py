@@ -210,6 +210,12 @@ class SapModel:
         shape_material_hcd: Hunt–Crossley dissipation d [s/m], (S,); NaN = unset (solver's
             fallback_hc_dissipation). Read by the ``lagged`` and ``similar`` contact
             approximations only. Optional (default: all unset).
+        body_kinematic: True where a body is kinematic, (B,) bool. Optional (default: all False,
+            every body dynamic). A kinematic body's joint velocities are prescribed by the state
+            (``joint_qd`` in, unchanged by the step) and its pose follows them; it acts on the
+            dynamic bodies through contact and constraints as a body of infinite mass. Every body of
+            its kinematic tree is kinematic and the tree's root joint has the world as its parent
+            (docs/formulation.md § Kinematic bodies).
 
     Holonomic constraints, K of them (all optional, default none; docs/formulation.md
     § Holonomic constraints, :class:`ConstraintType` for the types and their rows):
@@ -240,6 +246,7 @@ class SapModel:
         body_tree: kinematic tree (clique) index per body, (B,); ``tree_count`` trees.
         dof_tree: tree index per DOF, (nv,).
         body_static: True where a body is welded to the world (only FIXED joints up to it), (B,).
+        dof_kinematic: True where a DOF belongs to a kinematic body's joint, (nv,).
         shape_pair: candidate collision pairs (a < b), sorted, (P, 2).
         mesh_face_start: start of mesh m's faces, (M + 1,); mesh_face_vertex_start: start of
             face f's vertices in ``mesh_face_vertex``, (F + 1,); mesh_face_vertex: indices into
@@ -297,6 +304,7 @@ class SapModel:
     hfield_start: np.ndarray | None = None
     hfield_shape: np.ndarray | None = None
     shape_material_hcd: np.ndarray | None = None
+    body_kinematic: np.ndarray | None = None
     constraint_type: np.ndarray | None = None
     constraint_name: tuple | None = None
     constraint_body_a: np.ndarray | None = None
@@ -321,6 +329,7 @@ class SapModel:
     tree_count: int = field(init=False)
     dof_tree: np.ndarray = field(init=False)
     body_static: np.ndarray = field(init=False)
+    dof_kinematic: np.ndarray = field(init=False)
     shape_pair: np.ndarray = field(init=False)
     mesh_face_start: np.ndarray = field(init=False)
     mesh_face_vertex_start: np.ndarray = field(init=False)
@@ -496,6 +505,12 @@ class SapModel:
         set_("tree_count", int(tree_count))
         set_("dof_tree", _ro(dof_tree))
         set_("body_static", _ro(body_static))
+        kinematic = self._kinematic(B, names, jnames, parent, child, body_joint, body_tree)
+        set_("body_kinematic", _ro(kinematic))
+        dof_kinematic = np.zeros(nv, dtype=bool)
+        for j in range(J):
+            dof_kinematic[qd_start[j]:qd_start[j + 1]] = kinematic[child[j]]
+        set_("dof_kinematic", _ro(dof_kinematic))
         set_("shape_pair", _ro(self._candidate_pairs()))
         for k, v in zip(("mesh_face_start", "mesh_face_vertex_start", "mesh_face_vertex", "mesh_face_plane"),
                         geometry.mesh_faces(mesh_v, mesh_vs)):
@@ -503,6 +518,38 @@ class SapModel:
         set_("shape_local_bounds", _ro(geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s)))
         self._constraints(set_)
         check_mass_matrix(self)
+
+    def _kinematic(self, B, bnames, jnames, parent, child, body_joint, body_tree) -> np.ndarray:
+        """``body_kinematic`` checked: (B,) bools; a kinematic body's whole tree is kinematic and the
+        tree's root joint is jointed to the world."""
+        if self.body_kinematic is None:
+            return np.zeros(B, dtype=bool)
+        raw = np.asarray(self.body_kinematic)
+        if raw.shape != (B,) or not (raw.dtype == np.bool_ or np.issubdtype(raw.dtype, np.integer)):
+            raise ValueError(f"body_kinematic: expected {B} booleans (one per body; True = kinematic), "
+                             f"got {raw.dtype} {raw.shape}")
+        if np.issubdtype(raw.dtype, np.integer) and not np.all((raw == 0) | (raw == 1)):
+            raise ValueError("body_kinematic: expected booleans (0 or 1 when integers), got "
+                             f"{sorted(set(raw.tolist()) - {0, 1})}")
+        kinematic = raw.astype(bool)
+        for b in np.flatnonzero(kinematic):
+            j = body_joint[b]
+            for other in np.flatnonzero(body_tree == body_tree[b]):
+                if not kinematic[other]:
+                    raise ValueError(
+                        f"body_kinematic[{b}] ({bnames[b]}): body {bnames[other]!r} of the same kinematic tree "
+                        "is dynamic; every body of a kinematic body's tree must be kinematic (valid: a whole "
+                        "tree kinematic, its root jointed to the world, or none of it)")
+            root = b
+            while self.body_parent[root] >= 0:
+                root = self.body_parent[root]
+            jr = body_joint[root]
+            if parent[jr] >= 0:
+                raise ValueError(
+                    f"body_kinematic[{b}] ({bnames[b]}): the root joint {jnames[jr]!r} of its tree has body "
+                    f"{bnames[parent[jr]]!r} as parent; a kinematic tree's root joint must have the world (-1) as "
+                    f"its parent (joint {jnames[j]!r})")
+        return kinematic
 
     @staticmethod
     def _names(field_name: str, names, n: int) -> tuple:
@@ -764,6 +811,10 @@ class SapModel:
                 for nm, j in (("constraint_joint0", joint0[k]), ("constraint_joint1", joint1[k])):
                     if not 0 <= j < J:
                         raise ValueError(f"{nm}{where}: {int(j)} is not a joint index in [0, {J})")
+                    if self.body_kinematic[self.joint_child[j]]:
+                        raise ValueError(f"{nm}{where}: joint {self.joint_name[j]!r} moves the kinematic body "
+                                         f"{self.body_name[self.joint_child[j]]!r}; holonomic constraints join "
+                                         "dynamic bodies (and the world) only")
                     if not coupler_joint_ok(int(self.joint_type[j]), self.joint_dof_dim[j]):
                         raise ValueError(
                             f"{nm}{where}: joint {self.joint_name[j]!r} is a "
@@ -783,6 +834,10 @@ class SapModel:
             if body_a[k] == body_b[k]:
                 raise ValueError(f"constraint_body_a/body_b{where}: a {ct.name} constraint needs two different "
                                  f"bodies, got {int(body_a[k])} twice")
+            for nm, b in (("constraint_body_a", body_a[k]), ("constraint_body_b", body_b[k])):
+                if b >= 0 and self.body_kinematic[b]:
+                    raise ValueError(f"{nm}{where}: body {self.body_name[b]!r} is kinematic; holonomic constraints "
+                                     "join dynamic bodies (and the world) only")
             static = [b < 0 or bool(self.body_static[b]) for b in (body_a[k], body_b[k])]
             if all(static):
                 raise ValueError(f"constraint_body_a/body_b{where}: both bodies are the world or welded to it; a "
@@ -821,8 +876,9 @@ class SapModel:
                 ba, bb = int(self.shape_body[a]), int(self.shape_body[b])
                 if ba == bb:
                     continue
-                static_a = ba < 0 or self.body_static[ba]
-                static_b = bb < 0 or self.body_static[bb]
+                # Neither body moves with the solve (world, welded or kinematic): nothing to solve for.
+                static_a = ba < 0 or self.body_static[ba] or self.body_kinematic[ba]
+                static_b = bb < 0 or self.body_static[bb] or self.body_kinematic[bb]
                 if static_a and static_b:
                     continue
                 if ba >= 0 and bb >= 0 and (self.body_parent[ba] == bb or self.body_parent[bb] == ba):
@@ -975,6 +1031,7 @@ class SapModel:
                 f"{'world' if p < 0 else self.body_name[p]} -> {self.body_name[self.joint_child[j]]} "
                 f"(q {self.joint_q_start[j]}:{self.joint_q_start[j + 1]}, "
                 f"qd {self.joint_qd_start[j]}:{self.joint_qd_start[j + 1]})"
+                + (" kinematic" if self.body_kinematic[self.joint_child[j]] else "")
             )
         for k in range(self.constraint_count):
             ct = ConstraintType(int(self.constraint_type[k]))

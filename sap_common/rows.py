@@ -70,19 +70,24 @@ WINDOWED_KINDS = frozenset({RowKind.LIMIT})
 
 
 def driven_dofs(model) -> np.ndarray:
-    """The DOFs with a PD drive (``joint_target_ke > 0`` or ``joint_target_kd > 0``), ascending (int32)."""
-    return np.flatnonzero((model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0)).astype(np.int32)
+    """The DOFs with a PD drive (``joint_target_ke > 0`` or ``joint_target_kd > 0``), ascending (int32);
+    a kinematic body's DOFs have none (their velocity is prescribed)."""
+    driven = ((model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0)) & ~model.dof_kinematic
+    return np.flatnonzero(driven).astype(np.int32)
 
 
 def limit_slots(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(kind, index, side)`` of every limit row the model can have (int32 each): ``kind`` 0 a DOF's
     limit (``index`` the DOF), 1 a distance joint's (``index`` the joint); ``side`` −1 lower, +1
     upper. Joint by joint, lower side first: the order sap_ref builds the rows in. A limit with
-    ``joint_limit_ke ≤ 0`` or an infinite bound (a distance joint: a lower bound ≤ 0) has no row."""
+    ``joint_limit_ke ≤ 0`` or an infinite bound (a distance joint: a lower bound ≤ 0) has no row, and
+    neither has a kinematic body's joint."""
     kind, index, side = [], [], []
     for j in range(model.joint_count):
         jt = JointType(int(model.joint_type[j]))
         d0 = int(model.joint_qd_start[j])
+        if model.body_kinematic[model.joint_child[j]]:
+            continue
         if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
             for dof in range(d0, int(model.joint_qd_start[j + 1])):
                 if model.joint_limit_ke[dof] <= 0.0:

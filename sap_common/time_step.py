@@ -32,11 +32,12 @@ class LargeTimeStepWarning(UserWarning):
 
 
 def _thinnest_moving_shape(model) -> tuple[float, int]:
-    """``(L_min [m], shape index)`` over shapes on non-static bodies; ``(inf, -1)`` if there is none."""
+    """``(L_min [m], shape index)`` over shapes on dynamic bodies (not welded to the world, not
+    kinematic); ``(inf, -1)`` if there is none."""
     best, which = math.inf, -1
     for s in range(model.shape_count):
         b = int(model.shape_body[s])
-        if b < 0 or model.body_static[b]:
+        if b < 0 or model.body_static[b] or model.body_kinematic[b]:  # neither falls
             continue
         t, size = ShapeType(int(model.shape_type[s])), model.shape_size[s]
         if t in (ShapeType.BOX, ShapeType.ELLIPSOID):

@@ -81,7 +81,11 @@ class GpuModel:
         self.body_inertia_inv = _arr(inv, wp.mat33d, d)
         self.body_parent = _arr(m.body_parent, i32, d)
         self.body_joint = _arr(m.body_joint, i32, d)
-        self.body_static = _arr(m.body_static.astype(np.int32), i32, d)
+        # Bodies whose inverse inertia no contact weight counts: welded to the world or kinematic
+        # (infinite mass for contact, docs/formulation.md § Kinematic bodies).
+        self.body_static = _arr((m.body_static | m.body_kinematic).astype(np.int32), i32, d)
+        self.has_kinematic = bool(m.dof_kinematic.any())
+        self.dof_kinematic = _arr(m.dof_kinematic.astype(np.int32), i32, d)
         self.joint_type = _arr(m.joint_type, i32, d)
         self.joint_parent = _arr(m.joint_parent, i32, d)
         self.joint_child = _arr(m.joint_child, i32, d)

@@ -21,7 +21,7 @@ from .launch import built_once, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["contact_geometry", "contact_weights", "WEIGHT_FLOOR"]
+__all__ = ["contact_geometry", "split_kinematic", "contact_weights", "WEIGHT_FLOOR"]
 
 # 4π², computed here in float64: arithmetic between constants inside a Warp kernel is float32.
 FOUR_PI2 = 4.0 * math.pi * math.pi
@@ -191,6 +191,34 @@ def _weights_kernel(T):
         v_hat_out[world, c] = wp.float64(-T(phi0_in[world, c]) / (h + tau))
 
     return contact_weights_kernel
+
+
+@wp.kernel(enable_backward=False)
+def _split_kinematic(dof_kinematic: wp.array(dtype=int), nv: int, count_in: wp.array(dtype=int),
+                     v0_in: wp.array2d(dtype=wp.float64), J_inout: wp.array3d(dtype=wp.float64),
+                     vc_kin_out: wp.array2d(dtype=wp.vec3d)):
+    """One thread per (world, contact slot): vc_kin = J_kin v₀ of its 3 rows, then J's kinematic
+    columns zeroed (J_dyn)."""
+    world, c = wp.tid()
+    if c >= count_in[world]:
+        return
+    b = wp.vec3d()
+    for i in range(3):
+        s = wp.float64(0.0)
+        for k in range(nv):
+            if dof_kinematic[k] != 0:
+                s += J_inout[world, 3 * c + i, k] * v0_in[world, k]
+                J_inout[world, 3 * c + i, k] = wp.float64(0.0)
+        b[i] = s
+    vc_kin_out[world, c] = b
+
+
+def split_kinematic(m, contacts, v0, J, vc_kin) -> None:
+    """Launch: the contacts' known velocity of the kinematic DOFs ``vc_kin = J_kin v₀ (W, C)`` and
+    J with those columns zeroed (sap_ref.contact_jacobian.split_kinematic); one thread per
+    (world, contact slot)."""
+    launch_threads(_split_kinematic, dim=(m.num_worlds, vc_kin.shape[1]), device=m.device,
+                   inputs=[m.dof_kinematic, m.nv, contacts.count, v0], outputs=[J, vc_kin])
 
 
 def contact_geometry(m, contacts, midpoint: bool, body_X, dof_S, R_WC, p0, p1, J, count, mu) -> None:

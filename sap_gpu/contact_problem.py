@@ -100,6 +100,10 @@ def problem_types(T):
         contact_mu: wp.array2d(dtype=wp.float64)
         # Hunt–Crossley data per contact (lagged/similar): (k, d, fₑ₀, n₀, ε_s); a stand-in under sap.
         contact_hc: wp.array2d(dtype=HC5)
+        # Kinematic bodies: 1 if any, and each contact's known velocity J_kin v₀ of their DOFs (t₁, t₂,
+        # n), which the cone reads as vc + J_kin v₀ (docs/formulation.md § Kinematic bodies).
+        kinematic: int
+        contact_vc_kin: wp.array2d(dtype=wp.vec3d)
         # The scalar rows: whether in use this step (a limit inside its window; every holonomic and
         # drive row), J, and R, v̂ (limit and holonomic rows).
         row_active: wp.array2d(dtype=int)
@@ -380,6 +384,9 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     def cone_term(P: Problem, world: int, c: int, vc: V3):
         """γ, G, ℓ and the region of contact c as a friction cone (``sap``)."""
         R, vh, mu = contact_params(P, world, c)
+        if P.kinematic != 0:
+            b = P.contact_vc_kin[world, c]
+            return friction_cone(vc + V3(T(b[0]), T(b[1]), T(b[2])), R, vh, mu)
         return friction_cone(vc, R, vh, mu)
 
     if approximation == "sap":

@@ -27,11 +27,11 @@ import warp as wp
 
 from .blocked_cholesky import block_sync
 from .kinematics import D6, DISTANCE, FREE, PRISMATIC, twist_v, twist_w
-from .launch import launch_blocks
+from .launch import launch_blocks, launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["mass_matrix", "generalized_forces"]
+__all__ = ["mass_matrix", "identity_kinematic_block", "generalized_forces"]
 
 
 @wp.func
@@ -244,6 +244,23 @@ def _generalized_forces(
             for kd in range(joint_qd_start[j], joint_qd_start[j + 1]):
                 tau_out[world, kd] = wp.dot(dof_S_in[world, kd], wrench_scratch[world, c])
         block_sync(lane)
+
+
+@wp.kernel(enable_backward=False)
+def _identity_kinematic_block(dof_kinematic: wp.array(dtype=int), A_out: wp.array3d(dtype=wp.float64)):
+    world, i, j = wp.tid()
+    if dof_kinematic[i] != 0 or dof_kinematic[j] != 0:
+        if i == j:
+            A_out[world, i, j] = wp.float64(1.0)
+        else:
+            A_out[world, i, j] = wp.float64(0.0)
+
+
+def identity_kinematic_block(m, A) -> None:
+    """Launch: the identity in A's rows and columns of kinematic DOFs (never used: v* = v₀ there;
+    regular whatever the body's mass; sap_ref.free_motion)."""
+    launch_threads(_identity_kinematic_block, dim=(m.num_worlds, m.nv, m.nv), device=m.device,
+                   inputs=[m.dof_kinematic], outputs=[A])
 
 
 def mass_matrix(m, dt, body_X, dof_S, Ic_scratch, A) -> None:

@@ -15,7 +15,7 @@ from .launch import launch_threads
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["free_motion_rhs", "solve_free_motion", "cast_matrix"]
+__all__ = ["free_motion_rhs", "solve_free_motion", "cast_matrix", "zero_kinematic_rhs", "keep_kinematic_velocity"]
 
 
 @wp.kernel
@@ -56,6 +56,33 @@ def _add_increment_f32(v0_in: wp.array2d(dtype=wp.float64), dv_in: wp.array3d(dt
                        v_out: wp.array2d(dtype=wp.float64)):
     w, i = wp.tid()
     v_out[w, i] = v0_in[w, i] + wp.float64(dv_in[w, i, 0])
+
+
+@wp.kernel
+def _zero_kinematic_rhs(dof_kinematic: wp.array(dtype=int), rhs_out: wp.array3d(dtype=wp.float64)):
+    world, i = wp.tid()
+    if dof_kinematic[i] != 0:
+        rhs_out[world, i, 0] = wp.float64(0.0)
+
+
+@wp.kernel
+def _keep_kinematic_velocity(dof_kinematic: wp.array(dtype=int), v0_in: wp.array2d(dtype=wp.float64),
+                             v_star_out: wp.array2d(dtype=wp.float64)):
+    world, i = wp.tid()
+    if dof_kinematic[i] != 0:
+        v_star_out[world, i] = v0_in[world, i]
+
+
+def zero_kinematic_rhs(m, rhs) -> None:
+    """Launch: ``h·k = 0`` on a kinematic body's DOFs (no force moves them; sap_ref.free_motion)."""
+    launch_threads(_zero_kinematic_rhs, dim=(m.num_worlds, m.nv), device=m.device, inputs=[m.dof_kinematic],
+                   outputs=[rhs])
+
+
+def keep_kinematic_velocity(m, v0, v_star) -> None:
+    """Launch: ``v* = v₀`` on a kinematic body's DOFs (their prescribed velocity)."""
+    launch_threads(_keep_kinematic_velocity, dim=(m.num_worlds, m.nv), device=m.device, inputs=[m.dof_kinematic, v0],
+                   outputs=[v_star])
 
 
 def cast_matrix(src, dst) -> None:

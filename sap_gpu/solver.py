@@ -229,10 +229,16 @@ class SolverSAP:
         self._stage("boundary_in")
         # 1. free motion: A = M + h·D, v*
         dynamics.mass_matrix(m, h, w.body_X, w.dof_S, w.Ic, w.A)
+        if m.has_kinematic:  # a kinematic block of A is never used: the identity (any mass)
+            dynamics.identity_kinematic_block(m, w.A)
         dynamics.generalized_forces(m, w.body_X, w.body_V, w.dof_S, w.v0, w.body_f, w.acc, w.wrench, w.tau)
         free_motion.free_motion_rhs(m, h, w.tau, w.v0, w.joint_f, w.joint_act, w.rhs)
+        if m.has_kinematic:  # no force moves a kinematic DOF
+            free_motion.zero_kinematic_rhs(m, w.rhs)
         free_motion.solve_free_motion(w.A, w.rhs, w.v0, w.v_star, w.all_worlds, w.fm_scratch,
                                       cfg.free_motion_solve_precision, cfg.matrixfree_representation)
+        if m.has_kinematic:  # v* = v₀ there, the prescribed velocity
+            free_motion.keep_kinematic_velocity(m, w.v0, w.v_star)
         self._stage("free_motion")
         # 2. contact Jacobians, weights and regularization
         body_X, dof_S = w.body_X, w.dof_S
@@ -242,6 +248,8 @@ class SolverSAP:
             body_X, dof_S = w.body_Xc, w.dof_Sc
         contact_jacobian.contact_geometry(m, contacts, cfg.contact_point_mode == "contact_midpoint", body_X, dof_S,
                                           w.R_WC, w.p0, w.p1, w.contact_J, w.P.contact_count, w.contact_mu)
+        if m.has_kinematic:  # J_kin v₀ is known: J keeps the dynamic columns only (infinite mass)
+            contact_jacobian.split_kinematic(m, contacts, w.v0, w.contact_J, w.contact_vc_kin)
         contact_jacobian.contact_weights(m, contacts, cfg.contact_weight_mode == "diag_delassus",
                                          cfg.sap_contact_weight_precision, h, cfg.contact_beta, cfg.contact_sigma,
                                          w.A, body_X, w.R_WC, w.p0, w.p1, w.contact_J, w.contact_w, w.contact_R,

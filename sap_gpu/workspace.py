@@ -147,7 +147,9 @@ class Workspace:
         contact_v_hat: v̂ₙ [m/s], (W, C).  contact_mu: μ, (W, C).  contact_hc: the Hunt–Crossley
         data (k [N/m], d [s/m], fₑ₀ [N], n₀ [N·s], ε_s [m/s]) of each contact under ``lagged`` /
         ``similar``, (W, C) (a 1-entry stand-in under ``sap``).  contact_vn0: the contacts' normal
-        velocity at v₀ [m/s], (W, C) (Hunt–Crossley only, likewise).  empty_contacts: what
+        velocity at v₀ [m/s], (W, C) (Hunt–Crossley only, likewise).  contact_vc_kin: the contacts'
+        known velocity of the kinematic DOFs J_kin v₀ [m/s] (t₁, t₂, n), (W, C) (a 1-entry stand-in
+        without kinematic bodies; docs/formulation.md § Kinematic bodies).  empty_contacts: what
         ``step(contacts=None)`` reads (no contact).
         """
         z, W, B, nv, C = self._zeros, m.num_worlds, m.body_count, m.nv, config.max_rigid_contact
@@ -159,6 +161,7 @@ class Workspace:
         hc = config.discrete_contact_approximation != "sap"
         self.contact_hc = z((W, C) if hc else (1, 1), HC_DATA)
         self.contact_vn0 = z((W, C) if hc else (1, 1))
+        self.contact_vc_kin = z((W, C) if m.has_kinematic else (1, 1), wp.vec3d)
         self.empty_contacts = make_contacts(W, C, self.device)
 
     def _constraints(self, model: SapModel, m: GpuModel) -> None:
@@ -215,6 +218,7 @@ class Workspace:
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)
         P.contact_hc = self.contact_hc
+        P.kinematic, P.contact_vc_kin = int(m.has_kinematic), self.contact_vc_kin
         P.row_start = ROW_START(*self.rows.start)
         P.row_active, P.row_J = self.row_active, self.row_J
         P.row_R, P.row_v_hat = self.row_R, self.row_v_hat

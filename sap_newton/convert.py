@@ -266,8 +266,6 @@ def _refuse_unsupported(model, n: dict) -> None:
                                  "which couples single-DOF joints (REVOLUTE, PRISMATIC, a one-axis D6)")
     if int(getattr(model, "tendon_count", 0)) > 0:
         raise ValueError(f"model: {model.tendon_count} tendons; SAP has no tendon model")
-    for b in np.flatnonzero(n["body_flags"].astype(np.int64) & _KINEMATIC):
-        raise ValueError(f"body {model.body_label[b]!r} (index {b}) is KINEMATIC; SAP simulates dynamic bodies only")
     loops = set(int(j) for j in _loop_joints(n, np.arange(len(n["joint_type"])))[1])
     for j, t in enumerate(n["joint_type"].astype(int)):
         label = f"joint {model.joint_label[j]!r} (index {j})"
@@ -781,6 +779,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         body_mass=n["body_mass"][bodies], body_com=n["body_com"][bodies].reshape(-1, 3),
         body_inertia=n["body_inertia"][bodies].reshape(-1, 3, 3),
         body_name=_unique(model.body_label[b] for b in bodies),
+        body_kinematic=(n["body_flags"][bodies].astype(np.int64) & _KINEMATIC) != 0,  # BodyFlags.KINEMATIC
         joint_type=np.array([int(_NEWTON_JOINTS[int(t)]) for t in n["joint_type"][joints]], np.int32),
         joint_parent=np.where(parent >= 0, body_local[np.maximum(parent, 0)], -1).astype(np.int32),
         joint_child=body_local[child].astype(np.int32), joint_X_p=n["joint_X_p"][joints].reshape(-1, 7),

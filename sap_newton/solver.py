@@ -143,7 +143,7 @@ PARAMETER_MODEL_FLAGS = int(newton.ModelFlags.BODY_INERTIAL_PROPERTIES | newton.
                             | newton.ModelFlags.JOINT_DOF_INERTIAL_PROPERTIES | newton.ModelFlags.SHAPE_PROPERTIES
                             | newton.ModelFlags.MODEL_PROPERTIES)
 # Those that change what the templates are built from beyond those values: joints (frames, axes,
-# coordinates), body flags (a kinematic body is refused), reference poses, shape types and sources,
+# coordinates), body flags (SapModel.body_kinematic), reference poses, shape types and sources,
 # and the constraints (mimic coefficients, which become couplers): a change of these rebuilds.
 TOPOLOGY_MODEL_FLAGS = int(newton.ModelFlags.JOINT_PROPERTIES | newton.ModelFlags.BODY_PROPERTIES
                            | newton.ModelFlags.JOINT_REFERENCE_POSE_PROPERTIES

@@ -308,7 +308,8 @@ def limit_constraints(model: SapModel, joint_q, v0, v_star, A, dt: float, body_q
     A limit enters only if it lies inside ``q₀ ± 2δ``, δ = h·max(|v₀|, |v*|) (distance limits:
     the same test on the anchor distance and its rate). ``k = joint_limit_ke``,
     ``τ = joint_limit_kd / joint_limit_ke``, ``R = max(β²w/(4π²), 1/(h k (h + τ)))`` with
-    β = 0.1 and Drake's Delassus weight w, ``v̂ = −g₀/(h + τ)``. A limit with ke = 0 is inert.
+    β = 0.1 and Drake's Delassus weight w, ``v̂ = −g₀/(h + τ)``. A limit with ke = 0 is inert, and
+    so is a kinematic body's (its velocity is prescribed).
     """
     joint_q, v0, v_star = (np.asarray(x, dtype=np.float64) for x in (joint_q, v0, v_star))
     nv = model.joint_dof_count
@@ -316,6 +317,8 @@ def limit_constraints(model: SapModel, joint_q, v0, v_star, A, dt: float, body_q
     for j in range(model.joint_count):
         jt = JointType(int(model.joint_type[j]))
         d0 = int(model.joint_qd_start[j])
+        if model.body_kinematic[model.joint_child[j]]:
+            continue
         if jt in (JointType.PRISMATIC, JointType.REVOLUTE, JointType.D6):
             q0 = int(model.joint_q_start[j])
             for k in range(int(model.joint_qd_start[j + 1]) - d0):

@@ -40,6 +40,7 @@ __all__ = [
     "contact_frames",
     "contact_points",
     "contact_geometry",
+    "split_kinematic",
     "delassus_weights",
     "body_inertia_weights",
     "contact_regularization",
@@ -136,6 +137,25 @@ def contact_geometry(model: SapModel, contacts, world: int, body_q: np.ndarray, 
                            body0=body0, body1=body1)
 
 
+def split_kinematic(model: SapModel, J: np.ndarray, v0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(J_dyn (C, 3, nv), vc_kin (C, 3))``: the contact Jacobians on the dynamic DOFs and the known
+    contact velocity of the kinematic DOFs (docs/formulation.md § Kinematic bodies).
+
+    ``vc = J v = J_dyn v_dyn + J_kin v_kin`` with ``v_kin = v₀`` prescribed: ``J_dyn`` is J with the
+    kinematic columns zeroed and ``vc_kin = J_kin v₀``. The friction cone depends on ``v̂ − vc`` only,
+    so the problem takes ``J_dyn`` and ``v̂ − vc_kin``: exactly the same cost in the dynamic DOFs.
+    Without kinematic bodies J is returned as it is and ``vc_kin`` is zero.
+    """
+    kinematic = model.dof_kinematic
+    vc_kin = np.zeros(J.shape[:2])
+    if not np.any(kinematic):
+        return J, vc_kin
+    vc_kin = np.einsum("cik,k->ci", J[:, :, kinematic], np.asarray(v0, dtype=np.float64)[kinematic])
+    J_dyn = J.copy()
+    J_dyn[:, :, kinematic] = 0.0
+    return J_dyn, vc_kin
+
+
 def delassus_weights(J: np.ndarray, A_diag: np.ndarray, precision: str = "fp64") -> np.ndarray:
     """Drake's ``w_i = ‖J_i diag(A)⁻¹ J_iᵀ‖_F / n_i`` for constraint blocks ``J (m, n_i, nv)``."""
     dt = precision_dtype(precision)
@@ -150,7 +170,8 @@ def body_inertia_weights(model: SapModel, geometry: ContactGeometry, body_q: np.
     """``body_inertia`` weights (docs/formulation.md § Weights): each dynamic body's inverse inertia at the contact.
 
     ``ω_b(c) = 1/m_b + (R_bᵀ(r_b × c))ᵀ I_b⁻¹ (R_bᵀ(r_b × c))`` with r_b from the body's COM to
-    its contact point, summed over the contact's dynamic bodies, averaged over c ∈ (t₁, t₂, n).
+    its contact point, summed over the contact's dynamic bodies (not the world, welded or kinematic
+    bodies: infinite mass), averaged over c ∈ (t₁, t₂, n).
     """
     dt = precision_dtype(precision)
     C = len(geometry.phi0)
@@ -158,7 +179,7 @@ def body_inertia_weights(model: SapModel, geometry: ContactGeometry, body_q: np.
     com_W = spatial.transform_point(body_q, model.body_com) if model.body_count else np.zeros((0, 3))
     for c in range(C):
         for b, p in ((geometry.body0[c], geometry.p0[c]), (geometry.body1[c], geometry.p1[c])):
-            if b < 0 or model.body_static[b] or model.body_mass[b] == 0.0:
+            if b < 0 or model.body_static[b] or model.body_kinematic[b] or model.body_mass[b] == 0.0:
                 continue
             R_b = spatial.quat_to_matrix(body_q[b, 3:]).astype(dt)
             I_inv = np.linalg.inv(model.body_inertia[b].astype(dt))

@@ -47,8 +47,9 @@ class FreeMotion:
 
 
 def driven_dofs(model: SapModel) -> np.ndarray:
-    """``(nv,) bool``: DOFs with a drive (``target_ke > 0`` or ``target_kd > 0``)."""
-    return (model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0)
+    """``(nv,) bool``: DOFs with a drive (``target_ke > 0`` or ``target_kd > 0``); a kinematic
+    body's DOFs have none (their velocity is prescribed)."""
+    return ((model.joint_target_ke > 0.0) | (model.joint_target_kd > 0.0)) & ~model.dof_kinematic
 
 
 def explicit_actuation(model: SapModel, joint_act: np.ndarray) -> np.ndarray:
@@ -81,7 +82,10 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         pcr_settings: solve with PCR on A·p products at ``precision`` instead of Cholesky.
 
     Returns:
-        :class:`FreeMotion` with M, A, k, v_star.
+        :class:`FreeMotion` with M, A, k, v_star. A kinematic body's DOFs (``model.dof_kinematic``)
+        keep their prescribed velocity, ``v* = v₀``, and k = 0 there: no force moves them. Their
+        block of A is the identity (a kinematic tree is a tree of its own, so A has no other entry
+        in those rows and columns): never used, and regular whatever the body's mass, 0 included.
     """
     joint_q = np.asarray(joint_q, dtype=np.float64)
     v0 = np.asarray(v0, dtype=np.float64)
@@ -89,6 +93,11 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
     S = motion_subspaces(model, joint_q, body_q)
     M = mass_matrix(model, joint_q, body_q, S)
     A = dynamics_matrix(model, M, dt)
+    kinematic = model.dof_kinematic
+    if np.any(kinematic):
+        A[kinematic, :] = 0.0
+        A[:, kinematic] = 0.0
+        A[kinematic, kinematic] = 1.0
     k = -bias_forces(model, joint_q, v0, body_q, S) - model.joint_damping * v0
     if joint_f is not None:
         k = k + np.asarray(joint_f, dtype=np.float64)
@@ -96,6 +105,8 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         k = k + body_wrench_forces(model, joint_q, body_f, body_q, S)
     if joint_act is not None:
         k = k + explicit_actuation(model, joint_act)
+    if np.any(kinematic):
+        k = np.where(kinematic, 0.0, k)
     dtype = precision_dtype(precision)
     A_p, rhs = A.astype(dtype), (dt * k).astype(dtype)
     if not len(rhs):
@@ -104,4 +115,7 @@ def free_motion(model: SapModel, joint_q, v0, dt: float, *, precision: str = "fp
         dv = pcr(lambda x: A_p @ x, rhs, np.diag(A_p), pcr_settings, precision).x
     else:
         dv = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A_p, lower=True), rhs)
-    return FreeMotion(M=M, A=A, k=k, v_star=v0 + dv.astype(np.float64))
+    v_star = v0 + dv.astype(np.float64)
+    if np.any(kinematic):
+        v_star = np.where(kinematic, v0, v_star)
+    return FreeMotion(M=M, A=A, k=k, v_star=v_star)

@@ -63,6 +63,7 @@ from .contact_jacobian import (
     contact_geometry,
     contact_regularization,
     delassus_weights,
+    split_kinematic,
 )
 from .contact_solve import SapProblem, SolveResult, make_problem, solve
 from .free_motion import FreeMotion, free_motion
@@ -329,8 +330,9 @@ class SolverSAP:
             body_q = body_q.astype(np.float32).astype(np.float64)
         J_bodies = body_jacobians(model, q0, body_q, motion_subspaces(model, q0, body_q))
         geo = contact_geometry(model, contacts, w, body_q, J_bodies, cfg.contact_point_mode)
+        J_dyn, vc_kin = split_kinematic(model, geo.J, v0)  # kinematic DOFs: known velocity, infinite mass
         if cfg.contact_weight_mode == "diag_delassus":
-            weights = delassus_weights(geo.J, np.diag(fm.A), cfg.sap_contact_weight_precision)
+            weights = delassus_weights(J_dyn, np.diag(fm.A), cfg.sap_contact_weight_precision)
         else:
             weights = body_inertia_weights(model, geo, body_q, cfg.sap_contact_weight_precision)
         R, v_hat = contact_regularization(weights, geo.ke, geo.tau_d, geo.phi0, dt, cfg.contact_beta,
@@ -345,7 +347,7 @@ class SolverSAP:
         drives = drive_constraints(model, q0, fm.A, dt, x.joint_target_pos[w], x.joint_target_vel[w],
                                    x.joint_act[w])
         holonomic = holonomic_constraints(model, q0, fm.A, dt, body_q, J_bodies)
-        problem = make_problem(model, fm.A, fm.v_star, geo.J, R, v_hat, geo.mu, limits, drives,
+        problem = make_problem(model, fm.A, fm.v_star, J_dyn, R, v_hat - vc_kin, geo.mu, limits, drives,
                                cfg.contact_solve_precision, hc, holonomic)
         sol = solve(problem, v0[problem.dofs], cfg)
         v1 = fm.v_star.copy()

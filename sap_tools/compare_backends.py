@@ -387,6 +387,9 @@ def with_device_setup(p, gpu, C: int, limits=None, holonomic=None):
     if C:
         v_hat = p.contact_v_hat.copy()
         v_hat[:, 2] = work.contact_v_hat.numpy()[0, :C]
+        if gpu.m.has_kinematic:  # the device adds J_kin v₀ to vc, sap_ref takes it off v̂ (the same cost)
+            b = work.contact_vc_kin.numpy()[0, :C]
+            v_hat = np.stack([-b[:, 0], -b[:, 1], v_hat[:, 2] - b[:, 2]], axis=-1).astype(p.dtype)
         J = work.contact_J.numpy()[0, :3 * C][:, dofs].reshape(C, 3, len(dofs))
         p = dataclasses.replace(p, contact_J=J.astype(p.dtype), contact_R=work.contact_R.numpy()[0, :C].astype(p.dtype),
                                 contact_v_hat=v_hat)

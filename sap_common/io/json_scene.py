@@ -3,7 +3,8 @@
 ``load_json(path)`` reads a scene written by the anchor generator (or by hand in the same
 format) into a :class:`~sap_common.io.scene.LoadedScene`:
 
-* bodies with mass, ``com_B`` and ``inertia_about_com_B``; body 0 is the world;
+* bodies with mass, ``com_B`` and ``inertia_about_com_B`` and an optional ``kinematic`` (true
+  or false, default false: ``SapModel.body_kinematic``); body 0 is the world;
 * joints ``quaternion_floating`` → FREE, ``revolute``, ``prismatic``, ``ball_rpy`` → our
   quaternion BALL joint, ``weld`` → FIXED; per-v damping; 1-DOF position limits with Drake's
   limit constraint (k = 1e12, τ = h, docs/formulation.md § Limits);
@@ -311,7 +312,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
             continue
         mass = _num(bd, "mass", bw, lo=0.0, unit="kg")
         json_body[idx] = build(bw, "add_body", mass=mass, com=_vec(bd, "com_B", bw, 3, unit="m"),
-                               inertia=_mat3(bd, "inertia_about_com_B", bw), name=name_i)
+                               inertia=_mat3(bd, "inertia_about_com_B", bw), name=name_i,
+                               kinematic=_bool(bd, "kinematic", bw, default=False))
     if 0 not in json_body:
         raise _SceneError(bp, "no body with index 0 (the world body)")
 

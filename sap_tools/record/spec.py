@@ -54,6 +54,8 @@ NO_DRAKE_COUNTERPART = {
     "joint_act beyond the effort limit on an undriven DOF": "Drake does not clamp a plain actuation input",
     "AXIS_ALIGN constraint": "Drake has no constraint that keeps two axes parallel (it closes a revolute loop "
                              "joint here; Drake's constraints are the coupler, distance, ball and weld)",
+    "kinematic body": "the recorder's MultibodyPlant simulates every body under its dynamics (none whose velocity "
+                      "the state prescribes)",
     "constraint on the world body": "pydrake 1.51.1 crashes on the first step when a ball, distance or weld "
                                     "constraint attaches to the world body (attach it to a body welded to the world)",
 }
@@ -131,6 +133,8 @@ def scene_to_spec(scene: LoadedScene) -> dict:
     if np.any(scene.control.joint_f[0] != 0) or np.any(scene.state.body_f[0] != 0):
         raise _refuse(name, "joint_f / body_f", "control")
     bodies = [{"index": 0, "name": "world"}]
+    for b in np.flatnonzero(m.body_kinematic):
+        raise _refuse(name, "kinematic body", f"body {m.body_name[b]!r}")
     for b in range(m.body_count):
         bodies.append({"index": b + 1, "name": m.body_name[b], "mass": float(m.body_mass[b]),
                        "com_B": m.body_com[b].tolist(), "inertia_about_com_B": m.body_inertia[b].tolist()})
