@@ -36,6 +36,7 @@ import newton.examples  # noqa: E402
 # example's default. The docs list them with times, and the others with what keeps them from running here or
 # from passing (docs/newton.md § Newton's examples with the swap).
 SWAP_PASSES = [
+    ("basic.example_basic_conveyor", ["--num-frames", "100"]),  # XPBD; a KINEMATIC belt, non-convex MESH hulls
     ("basic.example_basic_dzhanibekov", ["--num-frames", "230"]),  # native: VBD
     ("basic.example_basic_heightfield", ["--num-frames", "120"]),  # XPBD; an HFIELD terrain
     ("basic.example_basic_joints", []),  # XPBD
@@ -162,7 +163,7 @@ def test_the_quadruped_passes_with_the_swap(tmp_path):
     assert "'slots': [52]" in line and "'truncated': 0" in line and "'failed': 0" in line, line
 
 
-@pytest.mark.slow  # 16 examples: 311 s with -n 2 on two shared cores (72 s for 14 on idle ones), one process each
+@pytest.mark.slow  # 17 examples (311 s for 16 with -n 2 on two shared cores, 72 s for 14 on idle ones), one process each
 @pytest.mark.parametrize("module, args", SWAP_PASSES, ids=[m for m, _ in SWAP_PASSES])
 def test_newton_s_example_passes_its_own_test_with_the_swap(tmp_path, module, args):
     run = _run(tmp_path, module, args)
