@@ -73,7 +73,7 @@ from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import plane_normal, primitive_contacts
-from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all
+from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, core_margin, emit_all
 from .device import device_nbytes, free_memory, get_device, probe_memory
 from .kinematics import quat_norm_ok
 from .launch import launch_threads
@@ -91,9 +91,13 @@ FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "heightfiel
 _CONVEX_CORES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH)
 
 
-def pair_family(type0, type1) -> str:
-    """The family (one of ``FAMILIES``) of a pair of shape types, in either order."""
+def pair_family(type0, type1, rounding0: float = 0.0, rounding1: float = 0.0) -> str:
+    """The family (one of ``FAMILIES``) of a pair of shape types, in either order, with the shapes'
+    rounding radii: two boxes, either rounded, are ``convex`` (GJK/EPA, as in sap_ref:
+    :func:`sap_ref.collision.rounded_boxes` says why)."""
     lo, hi = sorted((ShapeType(int(type0)), ShapeType(int(type1))))
+    if lo == hi == ShapeType.BOX and (rounding0 != 0.0 or rounding1 != 0.0):
+        return "convex"
     if hi == ShapeType.HEIGHTFIELD and lo not in (ShapeType.PLANE, ShapeType.HEIGHTFIELD):
         return "heightfield"
     if hi in _CONVEX_CORES:
@@ -150,12 +154,13 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
                shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
-               S: Scratch, world: int, i: int):
+               S: Scratch, world: int, i: int, boxes_by_key: int):
     """The start of every family's kernel, for its thread (world, i): the pair p = family_pair[i]
     with its count zeroed, then (go, p, swap, i0, i1). go = 0 when the world's poses were rejected
     or the broad phase drops the pair (the kernel returns); (i0, i1) its shapes in canonical order
     (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
-    :func:`key_less`) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
+    :func:`key_less`; boxes too where ``boxes_by_key`` is 1, the rounded boxes of the ``convex``
+    family) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
     poses again rather than take the ones read here: passing the poses out of the swap costs
     registers
     (docs/benchmarks.md § Registers behind the code's choices)."""
@@ -174,7 +179,7 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     swap = int(0)
     if tb < ta:
         swap = int(1)
-    elif ta == tb and ta != BOX:
+    elif ta == tb and (ta != BOX or boxes_by_key != 0):
         swap = key_less(Xb, shape_size[b], Xa, shape_size[a])
     if swap == 1:
         return 1, p, 1, b, a
@@ -212,7 +217,7 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
                        half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
@@ -227,7 +232,7 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
                  S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -241,7 +246,7 @@ def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype
                      half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     box_box(S, world, p, swap, pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -255,13 +260,13 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
                           centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     Xp = pose[world, i0]
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
     cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(Xp), plane_normal(Xp), B_,
-                                             S.margin[world, p])
+                                             core_margin(S, world, p))
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
@@ -274,13 +279,13 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
                     S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 1)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
     A_ = shape_convex(D, shape_type[i0], pose[world, i0], shape_size[i0], i0)
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
-    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, core_margin(S, world, p))
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
@@ -293,7 +298,7 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
                          E: Epa, S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -302,7 +307,7 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
     cnt, CX0, CX1, CN, CPHI = heightfield_contacts(
         G, E, row, A_, D.lo[i0], D.hi[i0], wp.transform_get_translation(Xh),
         wp.quat_to_matrix(wp.transform_get_rotation(Xh)), shape_size[i1], D.h_start[i1], D.h_rows[i1], D.h_cols[i1],
-        S.margin[world, p])
+        core_margin(S, world, p))
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
@@ -534,6 +539,9 @@ class CollisionPipeline:
         S.slot_pair = i32(np.repeat(np.arange(P), caps) if P else [0])
         pairs = model.shape_pair
         S.margin = pair_margin
+        rounding = model.shape_rounding
+        S.rounding = wp.array(np.ascontiguousarray(np.stack([rounding[pairs[:, 0]], rounding[pairs[:, 1]]], axis=1)
+                                                   if P else np.zeros((1, 2)), np.float64), dtype=wp.vec2d, device=d)
         self.scratch = S
         # Geometry of meshes and height fields, and per-shape ranges into it.
         G = Geometry()
@@ -569,7 +577,8 @@ class CollisionPipeline:
         self.shape_data = Dd
         # The pairs of each family present, in model.shape_pair order, and the first EPA scratch row
         # of the families that run GJK/EPA: one row per (world, pair) thread of theirs.
-        family = np.array([pair_family(model.shape_type[a], model.shape_type[b]) for a, b in pairs], dtype=object)
+        family = np.array([pair_family(model.shape_type[a], model.shape_type[b], model.shape_rounding[a],
+                                       model.shape_rounding[b]) for a, b in pairs], dtype=object)
         self.families = []  # (family, family_pair, epa_first), in FAMILIES order
         epa_rows = 0
         for name in FAMILIES:

@@ -16,8 +16,8 @@ from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["Scratch", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair", "closest_on_simplex",
-           "mat43d", "mat63d", "vec4d"]
+__all__ = ["Scratch", "core_margin", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
+           "closest_on_simplex", "mat43d", "mat63d", "vec4d"]
 
 SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
@@ -47,25 +47,50 @@ class Scratch:
     pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
     slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
     margin: wp.array2d(dtype=wp.float64)  # (num_worlds, P): margin0 + margin1 of each world's pair
+    rounding: wp.array(dtype=wp.vec2d)  # (P,): the rounding radii (ρ_a, ρ_b) of pair p's shapes (a, b)
+
+
+@wp.func
+def core_margin(S: Scratch, world: int, pair: int) -> wp.float64:
+    """The margin a routine bounds its candidates by: margin₀ + margin₁ + ρ_a + ρ_b, the rounded
+    shapes' margin seen from their cores (sap_ref.collision.pair_contacts; margin₀ + margin₁ itself
+    without rounding)."""
+    r = S.rounding[pair]
+    return S.margin[world, pair] + r[0] + r[1]
 
 
 @wp.func
 def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3d, n: wp.vec3d, phi: wp.float64):
-    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
-    if not (phi < S.margin[world, pair]) or not wp.isfinite(phi):
+    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order.
+    A pair with a rounded shape gets its cores' contact moved out by the radii first
+    (sap_ref.collision.rounded: x0 + ρ₀n̂, x1 − ρ₁n̂, φ − ρ₀ − ρ₁, in the canonical order)."""
+    r = S.rounding[pair]
+    y0 = x0
+    y1 = x1
+    psi = phi
+    if r[0] != wp.float64(0.0) or r[1] != wp.float64(0.0):
+        r0 = r[0]
+        r1 = r[1]
+        if swap != 0:
+            r0 = r[1]
+            r1 = r[0]
+        y0 = x0 + r0 * n
+        y1 = x1 - r1 * n
+        psi = phi - r0 - r1
+    if not (psi < S.margin[world, pair]) or not wp.isfinite(psi):
         return
     j = S.pair_count[world, pair]
     if j >= S.pair_capacity[pair]:  # never reached: MAX_CONTACTS_PER_PAIR bounds every routine
         return
     k = S.offset[pair] + j
-    S.phi[world, k] = phi
+    S.phi[world, k] = psi
     if swap != 0:
-        S.x0[world, k] = x1
-        S.x1[world, k] = x0
+        S.x0[world, k] = y1
+        S.x1[world, k] = y0
         S.normal[world, k] = -n
     else:
-        S.x0[world, k] = x0
-        S.x1[world, k] = x1
+        S.x0[world, k] = y0
+        S.x1[world, k] = y1
         S.normal[world, k] = n
     S.pair_count[world, pair] = j + 1
 

@@ -189,6 +189,35 @@ def test_random_pairs_match_sap_ref(device, case):
     assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
+ROUNDABLE = (ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER, ShapeType.ELLIPSOID,
+             ShapeType.CONVEX_MESH)
+
+
+@st.composite
+def rounded_two_shape_models(draw):
+    """:func:`generic_two_shape_models` with a rounding radius on every shape that takes one (planes
+    and height fields do not), 0 on some: a rounded shape against every type, two rounded boxes
+    (which take GJK/EPA) included."""
+    model, state = draw(generic_two_shape_models())
+    rounding = [draw(st.sampled_from([0.0, 0.005, 0.03])) if ShapeType(int(t)) in ROUNDABLE else 0.0
+                for t in model.shape_type]
+    k = next((k for k, t in enumerate(model.shape_type) if ShapeType(int(t)) in ROUNDABLE), None)
+    if k is not None and not any(rounding):
+        rounding[k] = 0.01
+    return model.replace(shape_rounding=rounding), state
+
+
+@settings(max_examples=200)
+@given(rounded_two_shape_models())
+def test_rounded_pairs_match_sap_ref(device, case):
+    """Rounded shapes: the cores' contacts moved out by the radii, the same in both backends (to the
+    tolerances of plain shapes: the move is three operations per contact, in the same order)."""
+    model, state = case
+    config = SapConfig(fallback_mu=0.7, fallback_stiffness=3e5, contact_tau_d=0.02)
+    expected, got = _both(model, state, 16, device, config)
+    assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
+
+
 @pytest.mark.parametrize("q1", [(0.124034734, 0.992277875, 0.0, 6.05638351e-05),
                                 (0.447213595, 0.894427190, 0.0, 5.45915033e-05)])
 def test_crossing_nearly_parallel_capsules_match_sap_ref(device, q1):
