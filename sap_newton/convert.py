@@ -553,10 +553,10 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
                          "static half-spaces on the world")
     for s in np.flatnonzero(cylinder & (scale[:, 2] != 0)):  # Newton's support function: barrel unless 0
-        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a barrel cylinder (shape_scale[2], the barrel "
-                         f"radius, {scale[s, 2]} m: its side is a circular arc revolved about its axis), which is not a "
-                         "cylinder swept by a ball and has no SAP shape; use a straight-sided cylinder (barrel radius "
-                         "0), with a margin for rounded edges")
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a barrel cylinder (shape_scale[2], the "
+                         f"barrel radius, {scale[s, 2]} m: its side is a circular arc revolved about its axis), which "
+                         "is not a cylinder swept by a ball and has no SAP shape; use a straight-sided cylinder "
+                         "(barrel radius 0), with a margin for rounded edges")
     for s in np.flatnonzero(plane):
         if scale[s, 0] > 0 or scale[s, 1] > 0:
             notes.add("finite planes treated as infinite half-spaces", f"{model.shape_label[s]!r}")
