@@ -73,7 +73,7 @@ from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import plane_normal, primitive_contacts
-from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, core_margin, emit_all
+from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all, round_contacts
 from .device import device_nbytes, free_memory, get_device, probe_memory
 from .kinematics import quat_norm_ok
 from .launch import launch_threads
@@ -222,6 +222,7 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
                        pose[world, i1], shape_size[i1])
+    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -236,6 +237,7 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
+    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -266,8 +268,9 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
     Xp = pose[world, i0]
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
     cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(Xp), plane_normal(Xp), B_,
-                                             core_margin(S, world, p))
+                                             S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
+    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -285,8 +288,9 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
     A_ = shape_convex(D, shape_type[i0], pose[world, i0], shape_size[i0], i0)
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
-    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, core_margin(S, world, p))
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
+    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -307,8 +311,9 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
     cnt, CX0, CX1, CN, CPHI = heightfield_contacts(
         G, E, row, A_, D.lo[i0], D.hi[i0], wp.transform_get_translation(Xh),
         wp.quat_to_matrix(wp.transform_get_rotation(Xh)), shape_size[i1], D.h_start[i1], D.h_rows[i1], D.h_cols[i1],
-        core_margin(S, world, p))
+        S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
+    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 _KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "box_box": _collide_box_box,
@@ -459,12 +464,14 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
                     ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
                     hcd: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64),
                     fallback_mu: wp.float64, fallback_ke: wp.float64, fallback_tau: wp.float64,
-                    fallback_hcd: wp.float64, pair_mu: wp.array2d(dtype=wp.float64),
+                    fallback_hcd: wp.float64, pair_rounding: wp.array(dtype=wp.vec2d),
+                    pair_mu: wp.array2d(dtype=wp.float64),
                     pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
                     pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
                     pair_hcd: wp.array2d(dtype=wp.float64), pair_margin: wp.array2d(dtype=wp.float64)):
-    """One thread per (world, pair): the pair's combined materials (:func:`pair_material`) and its
-    margin margin₀ + margin₁."""
+    """One thread per (world, pair): the pair's combined materials (:func:`pair_material`) and the
+    margin its routine bounds candidates by, margin₀ + margin₁ + ρ_a + ρ_b (just margin₀ + margin₁ without
+    rounding; :class:`~sap_gpu.collision_support.Scratch`)."""
     w, p = wp.tid()
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
@@ -476,7 +483,8 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
     pair_ke1[w, p] = k1
     pair_tau[w, p] = t
     pair_hcd[w, p] = d
-    pair_margin[w, p] = margin[w, a] + margin[w, b]
+    r = pair_rounding[p]
+    pair_margin[w, p] = margin[w, a] + margin[w, b] + r[0] + r[1]
 
 
 class CollisionPipeline:
@@ -524,8 +532,6 @@ class CollisionPipeline:
         views = [world_view(a, W) if params.shared else a for a in self._pair_rows]
         self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd, pair_margin = views
         self._shape_pair = i32(model.shape_pair.reshape(-1, 2) if P else np.zeros((1, 2)))
-        if params.shared and not sizing:
-            self._combine_materials(1)
         caps = pair_capacity(model)
         offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
         self.slots = int(offset[-1])
@@ -543,6 +549,8 @@ class CollisionPipeline:
         S.rounding = wp.array(np.ascontiguousarray(np.stack([rounding[pairs[:, 0]], rounding[pairs[:, 1]]], axis=1)
                                                    if P else np.zeros((1, 2)), np.float64), dtype=wp.vec2d, device=d)
         self.scratch = S
+        if params.shared and not sizing:
+            self._combine_materials(1)  # needs the pairs' rounding radii (S.rounding)
         # Geometry of meshes and height fields, and per-shape ranges into it.
         G = Geometry()
         G.mesh_vertex = v3(model.mesh_vertex if len(model.mesh_vertex) else np.zeros(3))
@@ -633,7 +641,8 @@ class CollisionPipeline:
         launch_threads(_pair_materials, dim=(rows, P), device=self.device, inputs=[
             self._shape_pair, a("shape_material_mu"), a("shape_material_ke"), a("shape_material_tau"),
             a("shape_material_hcd"), a("shape_margin"), wp.float64(cfg.fallback_mu), wp.float64(cfg.fallback_stiffness),
-            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation)], outputs=self._pair_rows)
+            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation), self.scratch.rounding],
+            outputs=self._pair_rows)
 
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""

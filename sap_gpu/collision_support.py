@@ -16,7 +16,7 @@ from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["Scratch", "core_margin", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
+__all__ = ["Scratch", "emit", "round_contacts", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
            "closest_on_simplex", "mat43d", "mat63d", "vec4d"]
 
 SPHERE = wp.constant(int(ShapeType.SPHERE))
@@ -46,53 +46,65 @@ class Scratch:
     offset: wp.array(dtype=int)  # (P,): first slot of pair p
     pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
     slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
-    margin: wp.array2d(dtype=wp.float64)  # (num_worlds, P): margin0 + margin1 of each world's pair
+    # (num_worlds, P): the margin pair p's routine bounds its candidates by, margin0 + margin1 + ρ_a + ρ_b
+    # (sap_ref.collision.pair_contacts: the rounded shapes' margin seen from their cores; margin0 + margin1
+    # without rounding)
+    margin: wp.array2d(dtype=wp.float64)
     rounding: wp.array(dtype=wp.vec2d)  # (P,): the rounding radii (ρ_a, ρ_b) of pair p's shapes (a, b)
 
 
 @wp.func
-def core_margin(S: Scratch, world: int, pair: int) -> wp.float64:
-    """The margin a routine bounds its candidates by: margin₀ + margin₁ + ρ_a + ρ_b, the rounded
-    shapes' margin seen from their cores (sap_ref.collision.pair_contacts; margin₀ + margin₁ itself
-    without rounding)."""
-    r = S.rounding[pair]
-    return S.margin[world, pair] + r[0] + r[1]
-
-
-@wp.func
 def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3d, n: wp.vec3d, phi: wp.float64):
-    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order.
-    A pair with a rounded shape gets its cores' contact moved out by the radii first
-    (sap_ref.collision.rounded: x0 + ρ₀n̂, x1 − ρ₁n̂, φ − ρ₀ − ρ₁, in the canonical order)."""
-    r = S.rounding[pair]
-    y0 = x0
-    y1 = x1
-    psi = phi
-    if r[0] != wp.float64(0.0) or r[1] != wp.float64(0.0):
-        r0 = r[0]
-        r1 = r[1]
-        if swap != 0:
-            r0 = r[1]
-            r1 = r[0]
-        y0 = x0 + r0 * n
-        y1 = x1 - r1 * n
-        psi = phi - r0 - r1
-    if not (psi < S.margin[world, pair]) or not wp.isfinite(psi):
+    """Record a contact of the canonical order; ``swap`` flips it to the pair's (shape0, shape1) order."""
+    if not (phi < S.margin[world, pair]) or not wp.isfinite(phi):
         return
     j = S.pair_count[world, pair]
     if j >= S.pair_capacity[pair]:  # never reached: MAX_CONTACTS_PER_PAIR bounds every routine
         return
     k = S.offset[pair] + j
-    S.phi[world, k] = psi
+    S.phi[world, k] = phi
     if swap != 0:
-        S.x0[world, k] = y1
-        S.x1[world, k] = y0
+        S.x0[world, k] = x1
+        S.x1[world, k] = x0
         S.normal[world, k] = -n
     else:
-        S.x0[world, k] = y0
-        S.x1[world, k] = y1
+        S.x0[world, k] = x0
+        S.x1[world, k] = x1
         S.normal[world, k] = n
     S.pair_count[world, pair] = j + 1
+
+
+@wp.func
+def round_contacts(S: Scratch, shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                   world: int, pair: int, swap: int):
+    """A pair with a rounded shape: its cores' contacts, as :func:`emit` recorded them, moved out by the
+    radii (sap_ref.collision.rounded: x0 + ρ₀n̂, x1 − ρ₁n̂, φ − ρ₀ − ρ₁ with ρ₀, ρ₁ in the canonical
+    order; done in the pair's order with its normal, the same values), keeping those with
+    φ < margin₀ + margin₁ (``shape_margin`` of the pair's shapes, summed as the pair materials'
+    kernel sums them), in order. Nothing for a pair without rounding. A pass over the
+    pair's slots after its routine, so that the routine's own registers stay what they were."""
+    r = S.rounding[pair]
+    if r[0] == wp.float64(0.0) and r[1] == wp.float64(0.0):
+        return
+    first = r[0]  # the canonical shape 0's radius, then shape 1's
+    second = r[1]
+    if swap != 0:
+        first = r[1]
+        second = r[0]
+    margin = shape_margin[world, shape_pair[pair, 0]] + shape_margin[world, shape_pair[pair, 1]]
+    kept = int(0)
+    for j in range(S.pair_count[world, pair]):
+        k = S.offset[pair] + j
+        phi = S.phi[world, k] - first - second
+        if phi < margin:
+            n = S.normal[world, k]
+            out = S.offset[pair] + kept
+            S.x0[world, out] = S.x0[world, k] + r[0] * n
+            S.x1[world, out] = S.x1[world, k] - r[1] * n
+            S.normal[world, out] = n
+            S.phi[world, out] = phi
+            kept += 1
+    S.pair_count[world, pair] = kept
 
 
 @wp.struct
