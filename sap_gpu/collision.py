@@ -11,10 +11,12 @@ family                pairs                                                     
 ====================  ==========================================================  ====================
 ``primitive``         plane, sphere, capsule with each other (closed forms)      collision_primitive
 ``box``               a box with a plane, sphere or capsule                       collision_box
-``box_box``           two boxes (SAT, then face clipping or edge–edge)            collision_box
+``box_box``           two boxes, neither rounded (SAT, then face clipping or      collision_box
+                      edge–edge)
 ``plane_convex``      a plane with a cylinder, ellipsoid or convex mesh           collision_manifold
 ``convex``            a cylinder, ellipsoid or mesh with anything but a plane     collision_convex
-                      or a height field (GJK/EPA, then the manifold)              + collision_manifold
+                      or a height field, and two boxes of which one is rounded    + collision_manifold
+                      (GJK/EPA, then the manifold)
 ``heightfield``       a height field with any shape but a plane                   collision_heightfield
 ====================  ==========================================================  ====================
 
@@ -25,7 +27,9 @@ once, on the host, and each family present gets one launch of (num_worlds, pairs
 threads. A kernel the size of the whole narrow phase would take the worst family's registers and
 stack for every pair, and its CUDA compile would be paid by every model. Every family's kernel
 starts with :func:`start_pair` (the pair, its count zeroed, the stop for rejected poses or a pair
-the broad phase drops, the shapes in canonical order), then runs its family's routine.
+the broad phase drops, the shapes in canonical order), then runs its family's routine; a pair with
+a rounded shape then has its cores' contacts moved out by the radii
+(:func:`~sap_gpu.collision_support.round_contacts`, docs/design.md § Rounded shapes).
 
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there

@@ -42,6 +42,10 @@ cylinder, ellipsoid, convex mesh or height field :mod:`sap_ref.collision_convex`
 shapes of :mod:`sap_ref.collision_support`), :mod:`sap_ref.collision_manifold` (multi-point
 contact, and the plane pairs of these shapes) and :mod:`sap_ref.collision_heightfield`.
 
+A shape with a rounding radius ρ (``model.shape_rounding``) is its core swept by a ball: its pairs
+run the cores' routine and move each contact out by the radii (:func:`rounded`, docs/design.md
+§ Rounded shapes); two boxes of which one is rounded take GJK/EPA (:func:`rounded_boxes`).
+
 Degenerate cases are deterministic and finite: coincident sphere centres take n̂ = +z
 (``DEFAULT_NORMAL``); a sphere centre on a capsule's segment takes the capsule frame's x axis;
 intersecting capsule segments take their axes' common perpendicular; a zero-length capsule is
