@@ -10,9 +10,10 @@ the one motion known without a state, a fall from rest under gravity: it is rais
     ½ |g| dt² > L_min,   i.e.   dt > dt_max = √(2 L_min / |g|),
 
 with L_min the thinnest collision shape on a moving body (sphere or capsule radius, smallest
-box half extent; plus the shape's rounding radius). Box stack (0.1 m boxes): dt_max ≈ 0.14 s. A model without gravity or without
-shapes on moving bodies has no bound. Limits: a state that already moves fast (a thrown body)
-tunnels at smaller steps, which this state-free check cannot see.
+box half extent; plus the shape's rounding radius). Box stack (0.1 m boxes): dt_max ≈ 0.14 s.
+A model without gravity or without shapes on moving bodies has no bound. Limits: a state that
+already moves fast (a thrown body) tunnels at smaller steps, which this state-free check cannot
+see.
 """
 
 from __future__ import annotations

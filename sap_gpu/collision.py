@@ -27,9 +27,9 @@ once, on the host, and each family present gets one launch of (num_worlds, pairs
 threads. A kernel the size of the whole narrow phase would take the worst family's registers and
 stack for every pair, and its CUDA compile would be paid by every model. Every family's kernel
 starts with :func:`start_pair` (the pair, its count zeroed, the stop for rejected poses or a pair
-the broad phase drops, the shapes in canonical order), then runs its family's routine; a pair with
-a rounded shape then has its cores' contacts moved out by the radii
-(:func:`~sap_gpu.collision_support.round_contacts`, docs/design.md § Rounded shapes).
+the broad phase drops, the shapes in canonical order), then runs its family's routine. After the
+families, the pairs with a rounded shape have their cores' contacts moved out by the radii, one
+thread per (world, such pair) (``_round_contacts``, docs/design.md § Rounded shapes).
 
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
@@ -77,7 +77,7 @@ from .collision_box import box_box, box_contacts
 from .collision_heightfield import heightfield_contacts
 from .collision_manifold import convex_manifold, plane_manifold
 from .collision_primitive import plane_normal, primitive_contacts
-from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all, round_contacts
+from .collision_support import CAPSULE, SPHERE, Convex, Epa, Geometry, Scratch, emit_all
 from .device import device_nbytes, free_memory, get_device, probe_memory
 from .kinematics import quat_norm_ok
 from .launch import launch_threads
@@ -226,7 +226,6 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
                        pose[world, i1], shape_size[i1])
-    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -241,7 +240,6 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
-    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -274,7 +272,6 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
     cnt, CX0, CX1, CN, CPHI = plane_manifold(G, wp.transform_get_translation(Xp), plane_normal(Xp), B_,
                                              S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
-    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -294,7 +291,6 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
     B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
     cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
-    round_contacts(S, shape_margin, shape_pair, world, p, swap)
 
 
 @wp.kernel(enable_backward=False, module="unique")
@@ -317,7 +313,35 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
         wp.quat_to_matrix(wp.transform_get_rotation(Xh)), shape_size[i1], D.h_start[i1], D.h_rows[i1], D.h_cols[i1],
         S.margin[world, p])
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
-    round_contacts(S, shape_margin, shape_pair, world, p, swap)
+
+
+@wp.kernel
+def _round_contacts(shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                    rounded_pair: wp.array(dtype=int), S: Scratch):
+    """One thread per (world, pair with a rounded shape), after the families' kernels: the pair's cores'
+    contacts moved out by the radii (sap_ref.collision.rounded: x0 + ρ_a n̂, x1 − ρ_b n̂,
+    φ − (ρ_a + ρ_b), in the pair's order, the same values in either shape order), keeping those with
+    φ < margin_a + margin_b (summed as the pair materials' kernel sums them), in order. Its own kernel, so
+    that the families' routines and their registers are those of shapes without rounding."""
+    world, i = wp.tid()
+    p = rounded_pair[i]
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    r = S.rounding[p]
+    margin = shape_margin[world, a] + shape_margin[world, b]
+    kept = int(0)
+    for j in range(S.pair_count[world, p]):
+        k = S.offset[p] + j
+        phi = S.phi[world, k] - (r[0] + r[1])
+        if phi < margin:
+            n = S.normal[world, k]
+            out = S.offset[p] + kept
+            S.x0[world, out] = S.x0[world, k] + r[0] * n
+            S.x1[world, out] = S.x1[world, k] - r[1] * n
+            S.normal[world, out] = n
+            S.phi[world, out] = phi
+            kept += 1
+    S.pair_count[world, p] = kept
 
 
 _KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "box_box": _collide_box_box,
@@ -549,9 +573,12 @@ class CollisionPipeline:
         S.slot_pair = i32(np.repeat(np.arange(P), caps) if P else [0])
         pairs = model.shape_pair
         S.margin = pair_margin
-        rounding = model.shape_rounding
-        S.rounding = wp.array(np.ascontiguousarray(np.stack([rounding[pairs[:, 0]], rounding[pairs[:, 1]]], axis=1)
-                                                   if P else np.zeros((1, 2)), np.float64), dtype=wp.vec2d, device=d)
+        # Per pair, its shapes' rounding radii; the pairs with any, for _round_contacts (None: no such pair).
+        rounding = np.stack([model.shape_rounding[pairs[:, 0]], model.shape_rounding[pairs[:, 1]]], axis=1) if P \
+            else np.zeros((1, 2))
+        S.rounding = wp.array(np.ascontiguousarray(rounding, np.float64), dtype=wp.vec2d, device=d)
+        rounded = np.flatnonzero(np.any(rounding != 0.0, axis=1)) if P else np.zeros(0, np.int64)
+        self.rounded_pair = i32(rounded) if len(rounded) else None
         self.scratch = S
         if params.shared and not sizing:
             self._combine_materials(1)  # needs the pairs' rounding radii (S.rounding)
@@ -685,6 +712,10 @@ class CollisionPipeline:
         for family, family_pair, epa_first in self.families:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
+        if self.rounded_pair is not None:  # docs/design.md § Rounded shapes
+            launch_threads(_round_contacts, dim=(W, self.rounded_pair.shape[0]), device=self.device,
+                           inputs=[m.params.array("shape_margin"), m.shape_pair, self.rounded_pair],
+                           outputs=[self.scratch])
         c, C = contacts, self.max_rigid_contact
         self._slots = contact_slots(c, self._slots)
         launch_threads(_select_order, dim=W, device=self.device, inputs=[C, P, self.slots if P else 0, self.scratch],

@@ -16,7 +16,7 @@ from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["Scratch", "emit", "round_contacts", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
+__all__ = ["Scratch", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
            "closest_on_simplex", "mat43d", "mat63d", "vec4d"]
 
 SPHERE = wp.constant(int(ShapeType.SPHERE))
@@ -72,39 +72,6 @@ def emit(S: Scratch, world: int, pair: int, swap: int, x0: wp.vec3d, x1: wp.vec3
         S.x1[world, k] = x1
         S.normal[world, k] = n
     S.pair_count[world, pair] = j + 1
-
-
-@wp.func
-def round_contacts(S: Scratch, shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
-                   world: int, pair: int, swap: int):
-    """A pair with a rounded shape: its cores' contacts, as :func:`emit` recorded them, moved out by the
-    radii (sap_ref.collision.rounded: x0 + ρ₀n̂, x1 − ρ₁n̂, φ − ρ₀ − ρ₁ with ρ₀, ρ₁ in the canonical
-    order; done in the pair's order with its normal, the same values), keeping those with
-    φ < margin₀ + margin₁ (``shape_margin`` of the pair's shapes, summed as the pair materials'
-    kernel sums them), in order. Nothing for a pair without rounding. A pass over the
-    pair's slots after its routine, so that the routine's own registers stay what they were."""
-    r = S.rounding[pair]
-    if r[0] == wp.float64(0.0) and r[1] == wp.float64(0.0):
-        return
-    first = r[0]  # the canonical shape 0's radius, then shape 1's
-    second = r[1]
-    if swap != 0:
-        first = r[1]
-        second = r[0]
-    margin = shape_margin[world, shape_pair[pair, 0]] + shape_margin[world, shape_pair[pair, 1]]
-    kept = int(0)
-    for j in range(S.pair_count[world, pair]):
-        k = S.offset[pair] + j
-        phi = S.phi[world, k] - first - second
-        if phi < margin:
-            n = S.normal[world, k]
-            out = S.offset[pair] + kept
-            S.x0[world, out] = S.x0[world, k] + r[0] * n
-            S.x1[world, out] = S.x1[world, k] - r[1] * n
-            S.normal[world, out] = n
-            S.phi[world, out] = phi
-            kept += 1
-    S.pair_count[world, pair] = kept
 
 
 @wp.struct

@@ -189,9 +189,11 @@ def _mirror(contacts):
 def rounded(contacts, rounding0, rounding1):
     """The contacts of two rounded shapes from their cores' (docs/design.md § Rounded shapes): each
     witness point moved out along the normal by its shape's radius, x0 + ρ₀n̂ and x1 − ρ₁n̂, and
-    φ₀ − ρ₀ − ρ₁ (the signed distance of two convex sets swept by balls is the cores' minus the
-    radii, with the same normal). ``sap_gpu.collision_support.round_contacts`` does the same operations."""
-    return [(x0 + rounding0 * n, x1 - rounding1 * n, n, phi - rounding0 - rounding1) for x0, x1, n, phi in contacts]
+    φ₀ − (ρ₀ + ρ₁) (the signed distance of two convex sets swept by balls is the cores' minus the
+    radii, with the same normal). The same values for the pair in the other order (its normal −n̂,
+    and ρ₀ + ρ₁ = ρ₁ + ρ₀ in floating point too); ``sap_gpu.collision`` does the same operations in
+    its own kernel after the pairs' routines."""
+    return [(x0 + rounding0 * n, x1 - rounding1 * n, n, phi - (rounding0 + rounding1)) for x0, x1, n, phi in contacts]
 
 
 def rounded_boxes(type0, type1, rounding0, rounding1) -> bool:
