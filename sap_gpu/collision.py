@@ -317,7 +317,7 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
 
 @wp.kernel
 def _round_contacts(shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
-                    rounded_pair: wp.array(dtype=int), S: Scratch):
+                    pair_rounding: wp.array(dtype=wp.vec2d), rounded_pair: wp.array(dtype=int), S: Scratch):
     """One thread per (world, pair with a rounded shape), after the families' kernels: the pair's cores'
     contacts moved out by the radii (sap_ref.collision.rounded: x0 + ρ_a n̂, x1 − ρ_b n̂,
     φ − (ρ_a + ρ_b), in the pair's order, the same values in either shape order), keeping those with
@@ -327,7 +327,7 @@ def _round_contacts(shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.a
     p = rounded_pair[i]
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
-    r = S.rounding[p]
+    r = pair_rounding[p]
     margin = shape_margin[world, a] + shape_margin[world, b]
     kept = int(0)
     for j in range(S.pair_count[world, p]):
@@ -576,12 +576,14 @@ class CollisionPipeline:
         # Per pair, its shapes' rounding radii; the pairs with any, for _round_contacts (None: no such pair).
         rounding = np.stack([model.shape_rounding[pairs[:, 0]], model.shape_rounding[pairs[:, 1]]], axis=1) if P \
             else np.zeros((1, 2))
-        S.rounding = wp.array(np.ascontiguousarray(rounding, np.float64), dtype=wp.vec2d, device=d)
+        # (P,) vec2d: (ρ_a, ρ_b) of each pair's shapes (a, b). Not in the Scratch struct: the families'
+        # kernels pass that struct along, and the GJK/EPA family's spills any field added to it.
+        self.pair_rounding = wp.array(np.ascontiguousarray(rounding, np.float64), dtype=wp.vec2d, device=d)
         rounded = np.flatnonzero(np.any(rounding != 0.0, axis=1)) if P else np.zeros(0, np.int64)
         self.rounded_pair = i32(rounded) if len(rounded) else None
         self.scratch = S
         if params.shared and not sizing:
-            self._combine_materials(1)  # needs the pairs' rounding radii (S.rounding)
+            self._combine_materials(1)  # needs the pairs' rounding radii (pair_rounding)
         # Geometry of meshes and height fields, and per-shape ranges into it.
         G = Geometry()
         G.mesh_vertex = v3(model.mesh_vertex if len(model.mesh_vertex) else np.zeros(3))
@@ -672,7 +674,7 @@ class CollisionPipeline:
         launch_threads(_pair_materials, dim=(rows, P), device=self.device, inputs=[
             self._shape_pair, a("shape_material_mu"), a("shape_material_ke"), a("shape_material_tau"),
             a("shape_material_hcd"), a("shape_margin"), wp.float64(cfg.fallback_mu), wp.float64(cfg.fallback_stiffness),
-            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation), self.scratch.rounding],
+            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation), self.pair_rounding],
             outputs=self._pair_rows)
 
     def contacts(self) -> SapContacts:
@@ -714,7 +716,7 @@ class CollisionPipeline:
                           self.centre, self.half, epa_first, self.epa, self.scratch)
         if self.rounded_pair is not None:  # docs/design.md § Rounded shapes
             launch_threads(_round_contacts, dim=(W, self.rounded_pair.shape[0]), device=self.device,
-                           inputs=[m.params.array("shape_margin"), m.shape_pair, self.rounded_pair],
+                           inputs=[m.params.array("shape_margin"), m.shape_pair, self.pair_rounding, self.rounded_pair],
                            outputs=[self.scratch])
         c, C = contacts, self.max_rigid_contact
         self._slots = contact_slots(c, self._slots)

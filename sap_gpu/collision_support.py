@@ -50,7 +50,6 @@ class Scratch:
     # (sap_ref.collision.pair_contacts: the rounded shapes' margin seen from their cores; margin0 + margin1
     # without rounding)
     margin: wp.array2d(dtype=wp.float64)
-    rounding: wp.array(dtype=wp.vec2d)  # (P,): the rounding radii (ρ_a, ρ_b) of pair p's shapes (a, b)
 
 
 @wp.func
