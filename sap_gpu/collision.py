@@ -15,8 +15,9 @@ family                pairs                                                     
                       edge–edge)
 ``plane_convex``      a plane with a cylinder, ellipsoid or convex mesh           collision_manifold
 ``convex``            a cylinder, ellipsoid or mesh with anything but a plane     collision_convex
-                      or a height field, and two boxes of which one is rounded    + collision_manifold
-                      (GJK/EPA, then the manifold)
+                      or a height field (GJK/EPA, then the manifold)              + collision_manifold
+``rounded_box_box``   two boxes, either rounded (as ``convex``)                   collision_convex
+                                                                                  + collision_manifold
 ``heightfield``       a height field with any shape but a plane                   collision_heightfield
 ====================  ==========================================================  ====================
 
@@ -91,17 +92,18 @@ BOX = wp.constant(int(ShapeType.BOX))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 # The pair families, in launch order (any order gives the same contacts: every pair has its own slots).
-FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "heightfield")
+FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "rounded_box_box", "heightfield")
+_EPA_FAMILIES = ("convex", "rounded_box_box", "heightfield")  # the families with GJK/EPA scratch rows
 _CONVEX_CORES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH)
 
 
 def pair_family(type0, type1, rounding0: float = 0.0, rounding1: float = 0.0) -> str:
     """The family (one of ``FAMILIES``) of a pair of shape types, in either order, with the shapes'
-    rounding radii: two boxes, either rounded, are ``convex`` (GJK/EPA, as in sap_ref:
-    :func:`sap_ref.collision.rounded_boxes` says why)."""
+    rounding radii: two boxes, either rounded, are ``rounded_box_box`` (GJK/EPA and the manifold, as
+    in sap_ref: :func:`sap_ref.collision.rounded_boxes` says why)."""
     lo, hi = sorted((ShapeType(int(type0)), ShapeType(int(type1))))
     if lo == hi == ShapeType.BOX and (rounding0 != 0.0 or rounding1 != 0.0):
-        return "convex"
+        return "rounded_box_box"
     if hi == ShapeType.HEIGHTFIELD and lo not in (ShapeType.PLANE, ShapeType.HEIGHTFIELD):
         return "heightfield"
     if hi in _CONVEX_CORES:
@@ -163,10 +165,9 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     with its count zeroed, then (go, p, swap, i0, i1). go = 0 when the world's poses were rejected
     or the broad phase drops the pair (the kernel returns); (i0, i1) its shapes in canonical order
     (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
-    :func:`key_less`; boxes too where ``boxes_by_key`` is 1, the rounded boxes of the ``convex``
-    family) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
-    poses again rather than take the ones read here: passing the poses out of the swap costs
-    registers
+    :func:`key_less`; boxes too where ``boxes_by_key`` is 1, in the ``rounded_box_box`` family) and
+    swap = 1 when that flips the pair's (a, b). The kernels read the shapes' poses again rather than
+    take the ones read here: passing the poses out of the swap costs registers
     (docs/benchmarks.md § Registers behind the code's choices)."""
     p = family_pair[i]
     S.pair_count[world, p] = 0
@@ -283,6 +284,28 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
                     S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i, 0)
+    if go == 0:
+        return
+    row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
+    A_ = shape_convex(D, shape_type[i0], pose[world, i0], shape_size[i0], i0)
+    B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
+    emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _collide_rounded_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
+                             shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                             family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
+                             pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
+                             centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int,
+                             E: Epa, S: Scratch):
+    """Two boxes, either rounded: ``_collide_convex``'s GJK/EPA and manifold on their cores, the two in
+    the order of :func:`key_less` as two shapes of any other type (the swapped pair is then the exact
+    mirror). A kernel of its own: in ``_collide_convex`` that order costs stack for every pair."""
+    world, i = wp.tid()
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
                                      pose, status, centre, half, S, world, i, 1)
     if go == 0:
         return
@@ -345,7 +368,8 @@ def _round_contacts(shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.a
 
 
 _KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "box_box": _collide_box_box,
-            "plane_convex": _collide_plane_convex, "convex": _collide_convex, "heightfield": _collide_heightfield}
+            "plane_convex": _collide_plane_convex, "convex": _collide_convex,
+            "rounded_box_box": _collide_rounded_box_box, "heightfield": _collide_heightfield}
 
 
 def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geometry, shape_data: ShapeData,
@@ -355,7 +379,8 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
     writes its contacts to its own scratch slots. Needs the world poses and boxes of
     :func:`~sap_gpu.broad_phase.world_bounds` and the poses' ``status``. ``geometry``,
     ``shape_data`` (the convex families) and the EPA scratch rows from ``epa_first`` on
-    (``convex``, ``heightfield``: num_worlds × len(family_pair) of them) go where the family needs them."""
+    (``convex``, ``rounded_box_box``, ``heightfield``: num_worlds × len(family_pair) of them) go where
+    the family needs them."""
     kernel = _KERNELS[family]
     dim = (m.num_worlds, family_pair.shape[0])
     head = [m.shape_type, m.shape_size, m.params.array("shape_margin"), m.shape_pair, family_pair]
@@ -626,7 +651,7 @@ class CollisionPipeline:
             members = np.flatnonzero(family == name)
             if len(members):
                 self.families.append((name, i32(members), epa_rows))
-                if name in ("convex", "heightfield"):
+                if name in _EPA_FAMILIES:
                     epa_rows += W * len(members)
         rows = max(epa_rows, 1)
         E = Epa()
