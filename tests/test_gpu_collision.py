@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
+import sap_ref
 from sap_common import scenes, spatial
 from sap_common.builder import ModelBuilder
 from sap_common.config import SapConfig
@@ -457,3 +458,32 @@ def test_broad_phase_value_is_checked(device):
     model = scenes.get("sphere_drop").sap_model
     with pytest.raises(ValueError, match=r"broad_phase: expected one of aabb, none, got 'sap'"):
         GpuPipeline(model, 2, device=device, broad_phase="sap")
+
+
+def test_rounded_shapes_with_per_world_margins_match_sap_ref(device):
+    """A rounded box over a plane in 3 worlds whose margins differ (per-world parameters): the pair's
+    candidates are bounded by each world's margins plus the radius, its contacts reported while
+    φ < that world's margins, the same in both backends (φ = 5 mm at the 4 corners: within the first
+    two worlds' margins, 15 and 8 mm, not within the third's, 4 mm)."""
+    b = ModelBuilder()
+    b.add_ground_plane()
+    body = b.add_body(1.0, inertia=(1, 1, 1))
+    b.add_joint_free(-1, body)
+    b.add_shape_box(body, None, 0.1, 0.2, 0.05, rounding=0.02)
+    model = b.finalize().replicate(3)
+    state = model.state()
+    state.body_q[:, 0, :3] = [0.0, 0.0, 0.05 + 0.02 + 0.005]  # the rounded box's face 5 mm above the plane
+    margins = np.array([[0.0, 0.015], [0.0, 0.008], [0.0, 0.004]])
+    ref_params, gpu_params = sap_ref.WorldParameters(model), sap_gpu.WorldParameters(model, device=device)
+    ref_params.set("shape_margin", margins)
+    gpu_params.set("shape_margin", margins)
+    ref = RefPipeline(model, 8, parameters=ref_params)
+    expected = ref.contacts()
+    ref.collide(state, expected)
+    gpu = GpuPipeline(model, 8, device=device, parameters=gpu_params)
+    got = gpu.contacts()
+    gpu.collide(sap_gpu.to_device(state, device), got)
+    got = sap_gpu.to_host(got)
+    assert expected.count.tolist() == [4, 4, 0]
+    np.testing.assert_allclose(expected.phi0[:2, :4], 0.005, atol=1e-15)
+    assert_same_contacts(expected, got)
