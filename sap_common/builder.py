@@ -388,7 +388,9 @@ class ModelBuilder:
     # Every add_shape_* takes the material keywords (None or absent = the solver's fallback):
     # mu (friction), ke (point-contact stiffness [N/m], inf = rigid), tau (dissipation time scale
     # τ_d [s], read by the "sap" contact approximation), hcd (Hunt–Crossley dissipation d [s/m],
-    # read by "lagged" and "similar"), and margin, collision_group, contype, conaffinity, name.
+    # read by "lagged" and "similar"), and margin, collision_group, contype, conaffinity, name; and
+    # the geometry keyword rounding (radius [m] of the ball swept over the shape, default 0:
+    # SapModel.shape_rounding; not for planes and height fields).
 
     def add_shape_plane(self, body: int = -1, xform=None, **material) -> int:
         """Half-space z ≤ 0 of the shape frame (outward normal +z); world-attached only."""
@@ -461,7 +463,8 @@ class ModelBuilder:
         self._hfields.append(h.copy())
         return s
 
-    _MATERIAL_KEYS = ("mu", "ke", "tau", "hcd", "margin", "collision_group", "contype", "conaffinity", "name")
+    _MATERIAL_KEYS = ("mu", "ke", "tau", "hcd", "margin", "collision_group", "contype", "conaffinity", "name",
+                      "rounding")
 
     def _add_shape(self, st, body, xform, size, material):
         unknown = sorted(set(material) - set(self._MATERIAL_KEYS))
@@ -504,6 +507,13 @@ class ModelBuilder:
         margin = material.get("margin", 0.0)
         if not (math.isfinite(margin) and margin >= 0):
             raise ValueError(f"{where}: margin must be finite and >= 0 m, got {margin}")
+        rounding = material.get("rounding", 0.0)
+        if isinstance(rounding, bool) or not isinstance(rounding, (int, float, np.integer, np.floating)) or not (
+                math.isfinite(rounding) and rounding >= 0):
+            raise ValueError(f"{where}: rounding must be a finite radius >= 0 m, got {rounding!r}")
+        if rounding > 0 and st in (ShapeType.PLANE, ShapeType.HEIGHTFIELD):
+            raise ValueError(f"{where}: rounding must be 0 for a {st.name.lower()}; rounded shapes are spheres, "
+                             f"capsules, boxes, cylinders, ellipsoids and convex meshes, got {rounding!r}")
         group = material.get("collision_group", 0)
         if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < -1:
             raise ValueError(f"{where}: collision_group must be an integer >= -1 (-1 collides with all), got {group!r}")
@@ -518,7 +528,7 @@ class ModelBuilder:
             type=st, body=int(body), X=_xform("xform", xform, where), size=size,
             margin=float(margin), mu=nan if mu is None else float(mu), ke=nan if ke is None else float(ke),
             tau=nan if tau is None else float(tau), hcd=nan if hcd is None else float(hcd), group=int(group),
-            name=name, source=-1, **masks,
+            name=name, source=-1, rounding=float(rounding), **masks,
         ))
         return len(self._shapes) - 1
 
@@ -703,6 +713,7 @@ class ModelBuilder:
             hfield_start=np.concatenate([[0], np.cumsum([h.size for h in self._hfields])]).astype(np.int32),
             hfield_shape=np.array([h.shape for h in self._hfields], dtype=np.int32).reshape(-1, 2),
             shape_material_hcd=np.array([s["hcd"] for s in shapes]),
+            shape_rounding=np.array([s["rounding"] for s in shapes]),
             constraint_type=np.array([int(c["type"]) for c in cons], dtype=np.int32),
             constraint_name=tuple(c["name"] for c in cons),
             constraint_body_a=np.array([c["body_a"] for c in cons], dtype=np.int32),

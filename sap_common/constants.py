@@ -18,7 +18,7 @@ __all__ = [
     "PARALLEL_DENOM", "FACE_MERGE_TOL", "GJK_MAX_ITERATIONS", "GJK_REL_TOL", "GJK_TOUCH_DISTANCE",
     "EPA_MAX_VERTICES", "EPA_MAX_FACES", "EPA_TOL", "FACE_ALIGNMENT_TOL", "FACE_ALIGNMENT_TIE", "MANIFOLD_MAX_POINTS",
     "MANIFOLD_MERGE_DISTANCE", "MANIFOLD_DEPTH_TIE", "MANIFOLD_AREA_TIE", "CYLINDER_CAP_POLYGON", "ON_FACE_TOL",
-    "RAISE_GAP", "RAISE_MAX_ITERATIONS",
+    "RAISE_GAP", "RAISE_MAX_ITERATIONS", "ROUNDING_MAX_RATIO",
     "BROAD_PHASE_SLACK", "FLAT_SIMPLEX", "KINK_TOL", "SUPPORT_TIE", "REFINE_MIN_GAIN", "REFINE_ITERATIONS",
     "REFINE_STEP", "REFINE_HALVINGS", "REFINE_ROUNDS", "WITNESS_CLAMP_TOL",
     # constraints and weights
@@ -180,6 +180,11 @@ RAISE_GAP = 10 * GJK_TOUCH_DISTANCE
 # Newton steps of that raise: a flat touch takes one, a curved one converges quadratically (~5–10);
 # the cap only bounds a pathological configuration.
 RAISE_MAX_ITERATIONS = 50
+# A shape's rounding radius (SapModel.shape_rounding) is at most this many times its core's largest
+# half extent. A larger ball around a speck of a core is a sphere (add one): the core then fixes the
+# contact normal from features far below the millimetre, where the narrow phase's absolute
+# thresholds (COINCIDENT_DISTANCE, GJK_TOUCH_DISTANCE) are no longer small.
+ROUNDING_MAX_RATIO = 100.0
 # [m] Broad phase: bounding boxes are grown by this beyond the shape and its margin, so that the
 # rounding of a rotated box (~1e-16 m) never drops a pair whose narrow phase would report it.
 BROAD_PHASE_SLACK = 1e-9

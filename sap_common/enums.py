@@ -38,6 +38,9 @@ class ShapeType(enum.IntEnum):
     * HEIGHTFIELD: ``(hx, hy, base)``: a grid of heights over x ∈ [−hx, hx], y ∈ [−hy, hy] of the
       shape frame, solid down to z = −base (the model's ``hfield_*`` arrays, ``shape_source`` = its
       height-field index); world-attached only, like a plane.
+
+    Every type but PLANE and HEIGHTFIELD may carry a rounding radius (``SapModel.shape_rounding``):
+    the shape above is then the core, swept by a ball of that radius.
     """
 
     PLANE = 0

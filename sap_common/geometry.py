@@ -142,12 +142,14 @@ def hfield_grid(model, s: int) -> np.ndarray:
     return np.asarray(model.hfield_height[lo:lo + nrow * ncol]).reshape(nrow, ncol)
 
 
-def shape_local_bounds(shape_type, size, shape_source, mesh_vertex, mesh_vertex_start, hfield_height, hfield_start):
+def shape_local_bounds(shape_type, size, shape_source, mesh_vertex, mesh_vertex_start, hfield_height, hfield_start,
+                       rounding=None):
     """Axis-aligned bounds of every shape in its own frame, ``(S, 2, 3)`` [m] (lower, upper).
 
     Sphere ±r; capsule ±r in x, y and ±(half_length + r) in z; box ±h; cylinder ±r, ±half_length;
     ellipsoid ±(a, b, c); mesh: its points' bounding box; height field: (±hx, ±hy, [−base, max h]);
-    plane: (−inf, −inf, −inf) to (inf, inf, 0)."""
+    plane: (−inf, −inf, −inf) to (inf, inf, 0). A shape with a rounding radius ρ > 0 (``rounding``
+    (S,), None = all 0) has its core's bounds grown by ρ on every side."""
     S = len(shape_type)
     out = np.zeros((S, 2, 3))
     for s in range(S):
@@ -175,4 +177,8 @@ def shape_local_bounds(shape_type, size, shape_source, mesh_vertex, mesh_vertex_
             out[s] = (np.array([-z[0], -z[1], -z[2]]), np.array([z[0], z[1], float(np.max(heights))]))
             continue
         out[s] = (-h, h)
+    if rounding is not None:
+        for s in range(S):
+            if rounding[s] != 0.0:
+                out[s] = (out[s, 0] - rounding[s], out[s, 1] + rounding[s])
     return out

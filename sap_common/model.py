@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import geometry, spatial
-from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN
+from .constants import QUAT_NORM_MAX, QUAT_NORM_MIN, ROUNDING_MAX_RATIO
 from .conventions import check_num_worlds, check_order, joint_qd_sap_to_public, quaternion_norm_ok
 from .enums import CONSTRAINT_ROWS, ConstraintType, JointType, ShapeType
 from .kinematics import body_state
@@ -118,6 +118,24 @@ def _arr(name: str, value, dtype, shape: tuple) -> np.ndarray:
         want = "(" + ", ".join("n" if s == -1 else str(s) for s in shape) + ")"
         raise ValueError(f"{name}: expected shape {want}, got {a.shape}")
     return a
+
+
+def check_rounding(name: str, shape_type: ShapeType, rounding: float, core_bounds: np.ndarray) -> None:
+    """Raise ``ValueError`` (naming ``name``) unless ``rounding`` [m] is a valid rounding radius for a
+    shape of ``shape_type`` whose core has the local bounds ``core_bounds`` (2, 3): finite, ≥ 0, 0 for
+    a plane or a height field (neither is a convex core a ball can sweep), and at most
+    ``ROUNDING_MAX_RATIO`` times the core's largest half extent."""
+    if not (np.isfinite(rounding) and rounding >= 0.0):
+        raise ValueError(f"{name}: must be finite and >= 0 m, got {rounding}")
+    if rounding == 0.0:
+        return
+    if shape_type in (ShapeType.PLANE, ShapeType.HEIGHTFIELD):
+        raise ValueError(f"{name}: a {shape_type.name} takes no rounding (0); rounded shapes are SPHERE, CAPSULE, "
+                         f"BOX, CYLINDER, ELLIPSOID and CONVEX_MESH, got {rounding}")
+    extent = 0.5 * float(np.max(core_bounds[1] - core_bounds[0]))
+    if rounding > ROUNDING_MAX_RATIO * extent:
+        raise ValueError(f"{name}: at most {ROUNDING_MAX_RATIO:g} times the core's largest half extent "
+                         f"({extent:g} m), got {rounding}; a ball that large around the core is a sphere")
 
 
 def check_inertia(name: str, mass: float, inertia: np.ndarray) -> None:
@@ -216,6 +234,13 @@ class SapModel:
             dynamic bodies through contact and constraints as a body of infinite mass. Every body of
             its kinematic tree is kinematic and the tree's root joint has the world as its parent
             (docs/formulation.md § Kinematic bodies).
+        shape_rounding: rounding radius [m] per shape, (S,), ≥ 0 (default: all 0): the shape is
+            the Minkowski sum of its core (the shape ``shape_type`` and ``shape_size`` describe)
+            and a ball of this radius: every surface point moves out along its normal, edges and
+            corners become round. Contacts are the cores' with φ reduced by the radii
+            (docs/design.md § Rounded shapes). A plane or a height field takes none (0); a radius
+            is at most ``ROUNDING_MAX_RATIO`` times the core's size (its bounding box's largest
+            half extent), and finite.
 
     Holonomic constraints, K of them (all optional, default none; docs/formulation.md
     § Holonomic constraints, :class:`ConstraintType` for the types and their rows):
@@ -305,6 +330,7 @@ class SapModel:
     hfield_shape: np.ndarray | None = None
     shape_material_hcd: np.ndarray | None = None
     body_kinematic: np.ndarray | None = None
+    shape_rounding: np.ndarray | None = None
     constraint_type: np.ndarray | None = None
     constraint_name: tuple | None = None
     constraint_body_a: np.ndarray | None = None
@@ -441,6 +467,8 @@ class SapModel:
         group = _arr("shape_collision_group", self.shape_collision_group, np.int32, (S,))
         contype = _arr("shape_contype", self.shape_contype, np.int64, (S,))
         conaff = _arr("shape_conaffinity", self.shape_conaffinity, np.int64, (S,))
+        rounding = _arr("shape_rounding", np.zeros(S) if self.shape_rounding is None else self.shape_rounding,
+                        np.float64, (S,))
         snames = self._names("shape_name", self.shape_name, S)
         for s_, d_ in enumerate(shcd):
             if not (np.isnan(d_) or (np.isfinite(d_) and d_ >= 0)):
@@ -473,7 +501,7 @@ class SapModel:
             shape_contype=contype.astype(np.uint32), shape_conaffinity=conaff.astype(np.uint32),
             shape_filter_pair=fpair, shape_name=snames, gravity=gravity, shape_source=source,
             mesh_vertex=mesh_v, mesh_vertex_start=mesh_vs, hfield_height=hf_h, hfield_start=hf_s,
-            hfield_shape=hf_shape, shape_material_hcd=shcd,
+            hfield_shape=hf_shape, shape_material_hcd=shcd, shape_rounding=rounding,
         ).items():
             set_(k, v if isinstance(v, tuple) else _ro(v))
 
@@ -515,7 +543,11 @@ class SapModel:
         for k, v in zip(("mesh_face_start", "mesh_face_vertex_start", "mesh_face_vertex", "mesh_face_plane"),
                         geometry.mesh_faces(mesh_v, mesh_vs)):
             set_(k, _ro(v))
-        set_("shape_local_bounds", _ro(geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s)))
+        core_bounds = geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s)
+        for s in range(S):
+            check_rounding(f"shape_rounding[{s}] ({snames[s]})", ShapeType(int(stype[s])), rounding[s], core_bounds[s])
+        set_("shape_local_bounds", _ro(geometry.shape_local_bounds(stype, size, source, mesh_v, mesh_vs, hf_h, hf_s,
+                                                                   rounding)))
         self._constraints(set_)
         check_mass_matrix(self)
 

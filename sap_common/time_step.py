@@ -10,9 +10,10 @@ the one motion known without a state, a fall from rest under gravity: it is rais
     ½ |g| dt² > L_min,   i.e.   dt > dt_max = √(2 L_min / |g|),
 
 with L_min the thinnest collision shape on a moving body (sphere or capsule radius, smallest
-box half extent). Box stack (0.1 m boxes): dt_max ≈ 0.14 s. A model without gravity or without
-shapes on moving bodies has no bound. Limits: a state that already moves fast (a thrown body)
-tunnels at smaller steps, which this state-free check cannot see.
+box half extent; plus the shape's rounding radius). Box stack (0.1 m boxes): dt_max ≈ 0.14 s.
+A model without gravity or without shapes on moving bodies has no bound. Limits: a state that
+already moves fast (a thrown body) tunnels at smaller steps, which this state-free check cannot
+see.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def _thinnest_moving_shape(model) -> tuple[float, int]:
         elif t == ShapeType.CYLINDER:
             L = float(min(size[0], size[1]))
         elif t == ShapeType.CONVEX_MESH:
-            lo, hi = model.shape_local_bounds[s]
+            lo, hi = model.shape_local_bounds[s]  # grown by the rounding radius already
             L = 0.5 * float(np.min(hi - lo))
         else:
             L = float(size[0])
+        if t != ShapeType.CONVEX_MESH:
+            L += float(model.shape_rounding[s])  # a rounded shape is thicker by its radius
         if L < best:
             best, which = L, s
     return best, which

@@ -11,10 +11,13 @@ family                pairs                                                     
 ====================  ==========================================================  ====================
 ``primitive``         plane, sphere, capsule with each other (closed forms)      collision_primitive
 ``box``               a box with a plane, sphere or capsule                       collision_box
-``box_box``           two boxes (SAT, then face clipping or edge–edge)            collision_box
+``box_box``           two boxes, neither rounded (SAT, then face clipping or      collision_box
+                      edge–edge)
 ``plane_convex``      a plane with a cylinder, ellipsoid or convex mesh           collision_manifold
 ``convex``            a cylinder, ellipsoid or mesh with anything but a plane     collision_convex
                       or a height field (GJK/EPA, then the manifold)              + collision_manifold
+``rounded_box_box``   two boxes, either rounded (as ``convex``)                   collision_convex
+                                                                                  + collision_manifold
 ``heightfield``       a height field with any shape but a plane                   collision_heightfield
 ====================  ==========================================================  ====================
 
@@ -25,7 +28,9 @@ once, on the host, and each family present gets one launch of (num_worlds, pairs
 threads. A kernel the size of the whole narrow phase would take the worst family's registers and
 stack for every pair, and its CUDA compile would be paid by every model. Every family's kernel
 starts with :func:`start_pair` (the pair, its count zeroed, the stop for rejected poses or a pair
-the broad phase drops, the shapes in canonical order), then runs its family's routine.
+the broad phase drops, the shapes in canonical order), then runs its family's routine. After the
+families, the pairs with a rounded shape have their cores' contacts moved out by the radii, one
+thread per (world, such pair) (``_round_contacts``, docs/design.md § Rounded shapes).
 
 Layout: pair p owns ``MAX_CONTACTS_PER_PAIR`` slots of a per-world scratch, starting at
 ``offset[p]`` (a prefix sum over the pairs); the thread of (world, p) writes its contacts there
@@ -91,13 +96,18 @@ BOX = wp.constant(int(ShapeType.BOX))
 INVALID_QUATERNION = wp.constant(int(StepStatus.INVALID_QUATERNION))
 
 # The pair families, in launch order (any order gives the same contacts: every pair has its own slots).
-FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "heightfield")
+FAMILIES = ("primitive", "box", "box_box", "plane_convex", "convex", "rounded_box_box", "heightfield")
+_EPA_FAMILIES = ("convex", "rounded_box_box", "heightfield")  # the families with GJK/EPA scratch rows
 _CONVEX_CORES = (ShapeType.CYLINDER, ShapeType.ELLIPSOID, ShapeType.CONVEX_MESH)
 
 
-def pair_family(type0, type1) -> str:
-    """The family (one of ``FAMILIES``) of a pair of shape types, in either order."""
+def pair_family(type0, type1, rounding0: float = 0.0, rounding1: float = 0.0) -> str:
+    """The family (one of ``FAMILIES``) of a pair of shape types, in either order, with the shapes'
+    rounding radii: two boxes, either rounded, are ``rounded_box_box`` (GJK/EPA and the manifold, as
+    in sap_ref: :func:`sap_ref.collision.rounded_boxes` says why)."""
     lo, hi = sorted((ShapeType(int(type0)), ShapeType(int(type1))))
+    if lo == hi == ShapeType.BOX and (rounding0 != 0.0 or rounding1 != 0.0):
+        return "rounded_box_box"
     if hi == ShapeType.HEIGHTFIELD and lo not in (ShapeType.PLANE, ShapeType.HEIGHTFIELD):
         return "heightfield"
     if hi in _CONVEX_CORES:
@@ -154,14 +164,14 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
                shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
                family_pair: wp.array(dtype=int), use_broad_phase: int, pose: wp.array2d(dtype=wp.transformd),
                status: wp.array(dtype=int), centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d),
-               S: Scratch, world: int, i: int):
+               S: Scratch, world: int, i: int, boxes_by_key: int):
     """The start of every family's kernel, for its thread (world, i): the pair p = family_pair[i]
     with its count zeroed, then (go, p, swap, i0, i1). go = 0 when the world's poses were rejected
     or the broad phase drops the pair (the kernel returns); (i0, i1) its shapes in canonical order
     (sap_ref.collision.pair_contacts: lower type first, two shapes of one type but boxes by
-    :func:`key_less`) and swap = 1 when that flips the pair's (a, b). The kernels read the shapes'
-    poses again rather than take the ones read here: passing the poses out of the swap costs
-    registers
+    :func:`key_less`; boxes too where ``boxes_by_key`` is 1, in the ``rounded_box_box`` family) and
+    swap = 1 when that flips the pair's (a, b). The kernels read the shapes' poses again rather than
+    take the ones read here: passing the poses out of the swap costs registers
     (docs/benchmarks.md § Registers behind the code's choices)."""
     p = family_pair[i]
     S.pair_count[world, p] = 0
@@ -178,7 +188,7 @@ def start_pair(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.ve
     swap = int(0)
     if tb < ta:
         swap = int(1)
-    elif ta == tb and ta != BOX:
+    elif ta == tb and (ta != BOX or boxes_by_key != 0):
         swap = key_less(Xb, shape_size[b], Xa, shape_size[a])
     if swap == 1:
         return 1, p, 1, b, a
@@ -216,7 +226,7 @@ def _collide_primitive(shape_type: wp.array(dtype=int), shape_size: wp.array(dty
                        half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     primitive_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], shape_type[i1],
@@ -231,7 +241,7 @@ def _collide_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.
                  S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     box_contacts(S, world, p, swap, shape_type[i0], pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -245,7 +255,7 @@ def _collide_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype
                      half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     box_box(S, world, p, swap, pose[world, i0], shape_size[i0], pose[world, i1], shape_size[i1])
@@ -259,7 +269,7 @@ def _collide_plane_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(
                           centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     Xp = pose[world, i0]
@@ -278,7 +288,29 @@ def _collide_convex(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=
                     S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
+    if go == 0:
+        return
+    row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
+    A_ = shape_convex(D, shape_type[i0], pose[world, i0], shape_size[i0], i0)
+    B_ = shape_convex(D, shape_type[i1], pose[world, i1], shape_size[i1], i1)
+    cnt, CX0, CX1, CN, CPHI = convex_manifold(G, E, row, A_, B_, S.margin[world, p])
+    emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
+
+
+@wp.kernel(enable_backward=False, module="unique")
+def _collide_rounded_box_box(shape_type: wp.array(dtype=int), shape_size: wp.array(dtype=wp.vec3d),
+                             shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                             family_pair: wp.array(dtype=int), G: Geometry, D: ShapeData, use_broad_phase: int,
+                             pose: wp.array2d(dtype=wp.transformd), status: wp.array(dtype=int),
+                             centre: wp.array2d(dtype=wp.vec3d), half: wp.array2d(dtype=wp.vec3d), epa_first: int,
+                             E: Epa, S: Scratch):
+    """Two boxes, either rounded: ``_collide_convex``'s GJK/EPA and manifold on their cores, the two in
+    the order of :func:`key_less` as two shapes of any other type (the swapped pair is then the exact
+    mirror). A kernel of its own: in ``_collide_convex`` that order costs stack for every pair."""
+    world, i = wp.tid()
+    go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
+                                     pose, status, centre, half, S, world, i, 1)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -297,7 +329,7 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
                          E: Epa, S: Scratch):
     world, i = wp.tid()
     go, p, swap, i0, i1 = start_pair(shape_type, shape_size, shape_margin, shape_pair, family_pair, use_broad_phase,
-                                     pose, status, centre, half, S, world, i)
+                                     pose, status, centre, half, S, world, i, 0)
     if go == 0:
         return
     row = epa_first + world * family_pair.shape[0] + i  # this thread's EPA scratch row
@@ -310,8 +342,38 @@ def _collide_heightfield(shape_type: wp.array(dtype=int), shape_size: wp.array(d
     emit_all(S, world, p, swap, cnt, CX0, CX1, CN, CPHI)
 
 
+@wp.kernel
+def _round_contacts(shape_margin: wp.array2d(dtype=wp.float64), shape_pair: wp.array2d(dtype=int),
+                    pair_rounding: wp.array(dtype=wp.vec2d), rounded_pair: wp.array(dtype=int), S: Scratch):
+    """One thread per (world, pair with a rounded shape), after the families' kernels: the pair's cores'
+    contacts moved out by the radii (sap_ref.collision.rounded: x0 + ρ_a n̂, x1 − ρ_b n̂,
+    φ − (ρ_a + ρ_b), in the pair's order, the same values in either shape order), keeping those with
+    φ < margin_a + margin_b (summed as the pair materials' kernel sums them), in order. Its own kernel, so
+    that the families' routines and their registers are those of shapes without rounding."""
+    world, i = wp.tid()
+    p = rounded_pair[i]
+    a = shape_pair[p, 0]
+    b = shape_pair[p, 1]
+    r = pair_rounding[p]
+    margin = shape_margin[world, a] + shape_margin[world, b]
+    kept = int(0)
+    for j in range(S.pair_count[world, p]):
+        k = S.offset[p] + j
+        phi = S.phi[world, k] - (r[0] + r[1])
+        if phi < margin:
+            n = S.normal[world, k]
+            out = S.offset[p] + kept
+            S.x0[world, out] = S.x0[world, k] + r[0] * n
+            S.x1[world, out] = S.x1[world, k] - r[1] * n
+            S.normal[world, out] = n
+            S.phi[world, out] = phi
+            kept += 1
+    S.pair_count[world, p] = kept
+
+
 _KERNELS = {"primitive": _collide_primitive, "box": _collide_box, "box_box": _collide_box_box,
-            "plane_convex": _collide_plane_convex, "convex": _collide_convex, "heightfield": _collide_heightfield}
+            "plane_convex": _collide_plane_convex, "convex": _collide_convex,
+            "rounded_box_box": _collide_rounded_box_box, "heightfield": _collide_heightfield}
 
 
 def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geometry, shape_data: ShapeData,
@@ -321,7 +383,8 @@ def collide_pairs(family: str, m: GpuModel, family_pair: wp.array, geometry: Geo
     writes its contacts to its own scratch slots. Needs the world poses and boxes of
     :func:`~sap_gpu.broad_phase.world_bounds` and the poses' ``status``. ``geometry``,
     ``shape_data`` (the convex families) and the EPA scratch rows from ``epa_first`` on
-    (``convex``, ``heightfield``: num_worlds × len(family_pair) of them) go where the family needs them."""
+    (``convex``, ``rounded_box_box``, ``heightfield``: num_worlds × len(family_pair) of them) go where
+    the family needs them."""
     kernel = _KERNELS[family]
     dim = (m.num_worlds, family_pair.shape[0])
     head = [m.shape_type, m.shape_size, m.params.array("shape_margin"), m.shape_pair, family_pair]
@@ -497,12 +560,14 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
                     ke: wp.array2d(dtype=wp.float64), tau: wp.array2d(dtype=wp.float64),
                     hcd: wp.array2d(dtype=wp.float64), margin: wp.array2d(dtype=wp.float64),
                     fallback_mu: wp.float64, fallback_ke: wp.float64, fallback_tau: wp.float64,
-                    fallback_hcd: wp.float64, pair_mu: wp.array2d(dtype=wp.float64),
+                    fallback_hcd: wp.float64, pair_rounding: wp.array(dtype=wp.vec2d),
+                    pair_mu: wp.array2d(dtype=wp.float64),
                     pair_ke: wp.array2d(dtype=wp.float64), pair_ke0: wp.array2d(dtype=wp.float64),
                     pair_ke1: wp.array2d(dtype=wp.float64), pair_tau: wp.array2d(dtype=wp.float64),
                     pair_hcd: wp.array2d(dtype=wp.float64), pair_margin: wp.array2d(dtype=wp.float64)):
-    """One thread per (world, pair): the pair's combined materials (:func:`pair_material`) and its
-    margin margin₀ + margin₁."""
+    """One thread per (world, pair): the pair's combined materials (:func:`pair_material`) and the
+    margin its routine bounds candidates by, margin₀ + margin₁ + ρ_a + ρ_b (just margin₀ + margin₁ without
+    rounding; :class:`~sap_gpu.collision_support.Scratch`)."""
     w, p = wp.tid()
     a = shape_pair[p, 0]
     b = shape_pair[p, 1]
@@ -514,7 +579,8 @@ def _pair_materials(shape_pair: wp.array2d(dtype=int), mu: wp.array2d(dtype=wp.f
     pair_ke1[w, p] = k1
     pair_tau[w, p] = t
     pair_hcd[w, p] = d
-    pair_margin[w, p] = margin[w, a] + margin[w, b]
+    r = pair_rounding[p]
+    pair_margin[w, p] = margin[w, a] + margin[w, b] + r[0] + r[1]
 
 
 class CollisionPipeline:
@@ -562,8 +628,6 @@ class CollisionPipeline:
         views = [world_view(a, W) if params.shared else a for a in self._pair_rows]
         self.pair_mu, self.pair_ke, self.pair_ke0, self.pair_ke1, self.pair_tau, self.pair_hcd, pair_margin = views
         self._shape_pair = i32(model.shape_pair.reshape(-1, 2) if P else np.zeros((1, 2)))
-        if params.shared and not sizing:
-            self._combine_materials(1)
         caps = pair_capacity(model)
         offset = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
         self.slots = int(offset[-1])
@@ -577,7 +641,17 @@ class CollisionPipeline:
         S.slot_pair = i32(np.repeat(np.arange(P), caps) if P else [0])
         pairs = model.shape_pair
         S.margin = pair_margin
+        # Per pair, its shapes' rounding radii; the pairs with any, for _round_contacts (None: no such pair).
+        rounding = np.stack([model.shape_rounding[pairs[:, 0]], model.shape_rounding[pairs[:, 1]]], axis=1) if P \
+            else np.zeros((1, 2))
+        # (P,) vec2d: (ρ_a, ρ_b) of each pair's shapes (a, b). Not in the Scratch struct: the families'
+        # kernels pass that struct along, and the GJK/EPA family's spills any field added to it.
+        self.pair_rounding = wp.array(np.ascontiguousarray(rounding, np.float64), dtype=wp.vec2d, device=d)
+        rounded = np.flatnonzero(np.any(rounding != 0.0, axis=1)) if P else np.zeros(0, np.int64)
+        self.rounded_pair = i32(rounded) if len(rounded) else None
         self.scratch = S
+        if params.shared and not sizing:
+            self._combine_materials(1)  # needs the pairs' rounding radii (pair_rounding)
         # Geometry of meshes and height fields, and per-shape ranges into it.
         G = Geometry()
         G.mesh_vertex = v3(model.mesh_vertex if len(model.mesh_vertex) else np.zeros(3))
@@ -612,14 +686,15 @@ class CollisionPipeline:
         self.shape_data = Dd
         # The pairs of each family present, in model.shape_pair order, and the first EPA scratch row
         # of the families that run GJK/EPA: one row per (world, pair) thread of theirs.
-        family = np.array([pair_family(model.shape_type[a], model.shape_type[b]) for a, b in pairs], dtype=object)
+        family = np.array([pair_family(model.shape_type[a], model.shape_type[b], model.shape_rounding[a],
+                                       model.shape_rounding[b]) for a, b in pairs], dtype=object)
         self.families = []  # (family, family_pair, epa_first), in FAMILIES order
         epa_rows = 0
         for name in FAMILIES:
             members = np.flatnonzero(family == name)
             if len(members):
                 self.families.append((name, i32(members), epa_rows))
-                if name in ("convex", "heightfield"):
+                if name in _EPA_FAMILIES:
                     epa_rows += W * len(members)
         rows = max(epa_rows, 1)
         E = Epa()
@@ -667,7 +742,8 @@ class CollisionPipeline:
         launch_threads(_pair_materials, dim=(rows, P), device=self.device, inputs=[
             self._shape_pair, a("shape_material_mu"), a("shape_material_ke"), a("shape_material_tau"),
             a("shape_material_hcd"), a("shape_margin"), wp.float64(cfg.fallback_mu), wp.float64(cfg.fallback_stiffness),
-            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation)], outputs=self._pair_rows)
+            wp.float64(cfg.contact_tau_d), wp.float64(cfg.fallback_hc_dissipation), self.pair_rounding],
+            outputs=self._pair_rows)
 
     def contacts(self) -> SapContacts:
         """Empty device contacts for this pipeline."""
@@ -706,6 +782,10 @@ class CollisionPipeline:
         for family, family_pair, epa_first in self.families:
             collide_pairs(family, m, family_pair, self.geometry, self.shape_data, use_bp, self.pose, self.last_status,
                           self.centre, self.half, epa_first, self.epa, self.scratch)
+        if self.rounded_pair is not None:  # docs/design.md § Rounded shapes
+            launch_threads(_round_contacts, dim=(W, self.rounded_pair.shape[0]), device=self.device,
+                           inputs=[m.params.array("shape_margin"), m.shape_pair, self.pair_rounding, self.rounded_pair],
+                           outputs=[self.scratch])
         c, C = contacts, self.max_rigid_contact
         self._slots = contact_slots(c, self._slots)
         launch_blocks(_select_order, num_worlds=W, device=self.device, inputs=[C, P, self.slots if P else 0,

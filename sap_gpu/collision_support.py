@@ -16,8 +16,8 @@ from sap_common.enums import ShapeType
 
 wp.set_module_options({"enable_backward": False})
 
-__all__ = ["Scratch", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair", "closest_on_simplex",
-           "mat43d", "mat63d", "vec4d"]
+__all__ = ["Scratch", "emit", "emit_all", "Geometry", "Convex", "Epa", "support", "support_pair",
+           "closest_on_simplex", "mat43d", "mat63d", "vec4d"]
 
 SPHERE = wp.constant(int(ShapeType.SPHERE))
 CAPSULE = wp.constant(int(ShapeType.CAPSULE))
@@ -46,7 +46,10 @@ class Scratch:
     offset: wp.array(dtype=int)  # (P,): first slot of pair p
     pair_capacity: wp.array(dtype=int)  # (P,): MAX_CONTACTS_PER_PAIR of pair p
     slot_pair: wp.array(dtype=int)  # (slots,): the pair owning each slot
-    margin: wp.array2d(dtype=wp.float64)  # (num_worlds, P): margin0 + margin1 of each world's pair
+    # (num_worlds, P): the margin pair p's routine bounds its candidates by, margin0 + margin1 + ρ_a + ρ_b
+    # (sap_ref.collision.pair_contacts: the rounded shapes' margin seen from their cores; margin0 + margin1
+    # without rounding)
+    margin: wp.array2d(dtype=wp.float64)
 
 
 @wp.func

@@ -52,9 +52,11 @@ Mapping (Newton → SAP):
   mesh (the hull of its vertices times the shape scale), MESH as the convex hull of its vertices
   (Newton collides its triangles: the same solid where the surface is its hull, and a noted
   approximation otherwise, :func:`_mesh_points`), HFIELD as a height field with Newton's grid and
-  triangles (:func:`_hfield`). Newton's surface ``margin`` inflates spheres and capsules
-  (radius + margin) and shifts planes; a box, cylinder, ellipsoid, mesh or height field with
-  margin > 0 (a rounded shape, which SAP's does not model) is refused.
+  triangles (:func:`_hfield`). Newton's surface ``margin`` offsets a shape's surface outward: it
+  inflates spheres and capsules (radius + margin), shifts planes, and rounds a box, cylinder,
+  ellipsoid or mesh (SAP's ``shape_rounding``: the shape swept by a ball of that radius); a height
+  field with a margin is refused. A barrel cylinder (``shape_scale[2]`` > 0, its side a revolved
+  arc, not a swept cylinder) is refused by name.
   Newton's ``gap`` becomes SAP's detection ``shape_margin``. Other geometry types are refused
   with a ``ValueError`` naming the shape (``skip_unsupported_shapes=True`` drops them instead).
   Visual-only shapes and sites are not converted.
@@ -569,11 +571,14 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a plane on a body; SAP's planes are "
                          "static half-spaces on the world")
     meshes, hfields = use & np.isin(t, (_MESH, _CONVEX_MESH)), use & (t == _HFIELD)
-    for kind, mask in (("box", box), ("cylinder", cylinder), ("ellipsoid", ellipsoid), ("mesh", meshes),
-                       ("height field", hfields)):
-        for s in np.flatnonzero(mask & (margin > 0)):
-            raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a {kind} with margin {margin[s]} m is a "
-                             f"rounded {kind}, which SAP's {kind} does not model; set the shape's margin to 0")
+    for s in np.flatnonzero(hfields & (margin > 0)):
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a height field with margin {margin[s]} m is a "
+                         "rounded terrain, which SAP's height field does not model; set the shape's margin to 0")
+    for s in np.flatnonzero(cylinder & (scale[:, 2] != 0)):  # Newton's support function: barrel unless 0
+        raise ValueError(f"shape {model.shape_label[s]!r} (index {s}): a barrel cylinder (shape_scale[2], the "
+                         f"barrel radius, {scale[s, 2]} m: its side is a circular arc revolved about its axis), which "
+                         "is not a cylinder swept by a ball and has no SAP shape; use a straight-sided cylinder "
+                         "(barrel radius 0), with a margin for rounded edges")
     for s in np.flatnonzero(plane):
         if scale[s, 0] > 0 or scale[s, 1] > 0:
             notes.add("finite planes treated as infinite half-spaces", f"{model.shape_label[s]!r}")
@@ -589,6 +594,9 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
     heights = {}
     for s in np.flatnonzero(hfields):
         heights[s], size[s], X[s] = _hfield(model, n, s)
+    # Newton's surface margin offsets a shape's surface outward: a box, cylinder, ellipsoid or mesh swept
+    # by a ball of that radius, SAP's rounding (a sphere's and a capsule's already are radius + margin).
+    rounding = np.where(box | cylinder | ellipsoid | meshes, margin, 0.0)
     mu = n["shape_material_mu"].reshape(S).copy()
     ke, tau = np.full(S, math.nan), np.full(S, math.nan)
     if contact_material == "newton":
@@ -600,7 +608,7 @@ def _shape_table(model, n, contact_material, skip, notes) -> dict:
         ke[good] = k[good]
         tau[good] = np.maximum(kd[good], 0.0) / k[good]
     return dict(use=use, type=ours, size=size, X=X, margin=n["shape_gap"].reshape(S), mu=mu, ke=ke, tau=tau,
-                points=points, heights=heights)
+                points=points, heights=heights, rounding=rounding)
 
 
 def _mesh_points(model, n, shapes, notes) -> dict:
@@ -796,6 +804,7 @@ def _world_template(model, n, w, buckets, global_shapes, shapes, dofs, body_loca
         shape_transform=shapes["X"][shape_ids].reshape(-1, 7), shape_size=shapes["size"][shape_ids].reshape(-1, 3),
         shape_margin=shapes["margin"][shape_ids], shape_material_mu=shapes["mu"][shape_ids],
         shape_material_ke=shapes["ke"][shape_ids], shape_material_tau=shapes["tau"][shape_ids],
+        shape_rounding=shapes["rounding"][shape_ids],
         shape_collision_group=np.full(len(shape_ids), -1, np.int32),
         shape_contype=np.ones(len(shape_ids), np.int64), shape_conaffinity=np.ones(len(shape_ids), np.int64),
         shape_filter_pair=np.zeros((0, 2), np.int32),

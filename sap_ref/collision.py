@@ -42,6 +42,10 @@ cylinder, ellipsoid, convex mesh or height field :mod:`sap_ref.collision_convex`
 shapes of :mod:`sap_ref.collision_support`), :mod:`sap_ref.collision_manifold` (multi-point
 contact, and the plane pairs of these shapes) and :mod:`sap_ref.collision_heightfield`.
 
+A shape with a rounding radius ρ (``model.shape_rounding``) is its core swept by a ball: its pairs
+run the cores' routine and move each contact out by the radii (:func:`rounded`, docs/design.md
+§ Rounded shapes); two boxes of which one is rounded take GJK/EPA (:func:`rounded_boxes`).
+
 Degenerate cases are deterministic and finite: coincident sphere centres take n̂ = +z
 (``DEFAULT_NORMAL``); a sphere centre on a capsule's segment takes the capsule frame's x axis;
 intersecting capsule segments take their axes' common perpendicular; a zero-length capsule is
@@ -150,11 +154,13 @@ def shape_geometry(model: SapModel, s: int):
     return np.asarray(model.mesh_vertex[v0:v1]), faces
 
 
-def local_bounds(t, size, geometry=None) -> np.ndarray:
-    """A shape's axis-aligned bounds in its own frame, (2, 3) (:func:`sap_common.geometry.shape_local_bounds`)."""
+def local_bounds(t, size, geometry=None, rounding=0.0) -> np.ndarray:
+    """A shape's axis-aligned bounds in its own frame, (2, 3) (:func:`sap_common.geometry.shape_local_bounds`,
+    grown by a rounding radius as ``SapModel.shape_local_bounds`` is)."""
     if int(t) == ShapeType.CONVEX_MESH:
-        return np.array([geometry[0].min(axis=0), geometry[0].max(axis=0)])
-    return shape_local_bounds([int(t)], [size], [-1], np.zeros((0, 3)), [0], np.zeros(0), [0])[0]
+        return shape_local_bounds([int(t)], [size], [0], geometry[0], [0, len(geometry[0])], np.zeros(0), [0],
+                                  [rounding])[0]
+    return shape_local_bounds([int(t)], [size], [-1], np.zeros((0, 3)), [0], np.zeros(0), [0], [rounding])[0]
 
 
 def _canonical_swap(X0, size0, X1, size1) -> bool:
@@ -164,14 +170,15 @@ def _canonical_swap(X0, size0, X1, size1) -> bool:
     return tuple(np.concatenate([X1, size1])) < tuple(np.concatenate([X0, size0]))
 
 
-def _new_pair(t0, X0, size0, t1, X1, size1, geo0, geo1, margin):
-    """Canonical order t0 ≤ t1, at least one of the new shape types."""
+def _new_pair(t0, X0, size0, t1, X1, size1, geo0, geo1, margin, rounding0=0.0):
+    """Canonical order t0 ≤ t1, at least one of the new shape types (or two rounded boxes);
+    ``rounding0`` grows shape 0's bounds for a height field's cell range."""
     if t0 == ShapeType.PLANE:
         plane = (X0[:3], spatial.quat_to_matrix(X0[3:]))
         return plane_manifold(plane, convex_shape(t1, X1, size1, geo1), margin)
     if t1 == ShapeType.HEIGHTFIELD:
         return heightfield_contacts(convex_shape(t0, X0, size0, geo0), X1[:3], spatial.quat_to_matrix(X1[3:]), size1,
-                                    geo1, local_bounds(t0, size0, geo0), margin)
+                                    geo1, local_bounds(t0, size0, geo0, rounding0), margin)
     return convex_manifold(convex_shape(t0, X0, size0, geo0), convex_shape(t1, X1, size1, geo1), margin)
 
 
@@ -179,7 +186,26 @@ def _mirror(contacts):
     return [(x1, x0, -n, phi) for x0, x1, n, phi in contacts]
 
 
-def pair_contacts(type0, X0, size0, type1, X1, size1, geometry0=None, geometry1=None, margin=0.0):
+def rounded(contacts, rounding0, rounding1):
+    """The contacts of two rounded shapes from their cores' (docs/design.md § Rounded shapes): each
+    witness point moved out along the normal by its shape's radius, x0 + ρ₀n̂ and x1 − ρ₁n̂, and
+    φ₀ − (ρ₀ + ρ₁) (the signed distance of two convex sets swept by balls is the cores' minus the
+    radii, with the same normal). The same values for the pair in the other order (its normal −n̂,
+    and ρ₀ + ρ₁ = ρ₁ + ρ₀ in floating point too); ``sap_gpu.collision`` does the same operations in
+    its own kernel after the pairs' routines."""
+    return [(x0 + rounding0 * n, x1 - rounding1 * n, n, phi - (rounding0 + rounding1)) for x0, x1, n, phi in contacts]
+
+
+def rounded_boxes(type0, type1, rounding0, rounding1) -> bool:
+    """Whether a pair is two boxes, at least one of them rounded: such a pair goes through GJK/EPA and
+    the manifolds (:mod:`sap_ref.collision_manifold`), not box_box, whose separated pairs report only a
+    lower bound of the distance (their SAT separation), which the radii would turn into a false
+    penetration."""
+    return int(type0) == int(type1) == ShapeType.BOX and (rounding0 != 0.0 or rounding1 != 0.0)
+
+
+def pair_contacts(type0, X0, size0, type1, X1, size1, geometry0=None, geometry1=None, margin=0.0, rounding0=0.0,
+                  rounding1=0.0):
     """Contacts ``[(x0, x1, normal, phi0)]`` of shape 0 against shape 1, in either type order.
 
     The routine of the canonical order (lower ``ShapeType`` first; for two shapes of one type, the
@@ -188,22 +214,32 @@ def pair_contacts(type0, X0, size0, type1, X1, size1, geometry0=None, geometry1=
     world poses ``[p, q_xyzw]``; ``geometry0/1`` the mesh ``(points, faces)`` or the height field's
     heights (rows, columns) of a CONVEX_MESH / HEIGHTFIELD shape; ``margin`` (margin₀ + margin₁)
     bounds the candidates of a manifold (:mod:`sap_ref.collision_manifold`). No margin filtering here.
+    ``rounding0/1`` are the shapes' rounding radii: with either non-zero the routine runs on the
+    cores, with the candidates bounded by margin + ρ₀ + ρ₁, and :func:`rounded` moves its contacts
+    out (two boxes then take GJK/EPA, :func:`rounded_boxes`); with both 0 nothing of this runs.
     """
     t0, t1 = ShapeType(int(type0)), ShapeType(int(type1))
     X0, X1 = np.asarray(X0, dtype=np.float64), np.asarray(X1, dtype=np.float64)
     size0, size1 = np.asarray(size0, dtype=np.float64), np.asarray(size1, dtype=np.float64)
-    swap = t1 < t0 or (t0 == t1 and t0 != ShapeType.BOX and _canonical_swap(X0, size0, X1, size1))
+    is_rounded = rounding0 != 0.0 or rounding1 != 0.0
+    if is_rounded:
+        margin = margin + rounding0 + rounding1  # the cores' candidates: within the margin of the rounded shapes
+    boxes = rounded_boxes(t0, t1, rounding0, rounding1)
+    swap = t1 < t0 or (t0 == t1 and (t0 != ShapeType.BOX or boxes) and _canonical_swap(X0, size0, X1, size1))
     if swap:
         t0, X0, size0, geometry0, t1, X1, size1, geometry1 = t1, X1, size1, geometry1, t0, X0, size0, geometry0
-    if t0 in _NEW_TYPES or t1 in _NEW_TYPES:
+        rounding0, rounding1 = rounding1, rounding0
+    if t0 in _NEW_TYPES or t1 in _NEW_TYPES or boxes:
         if (t0, t1) in ((ShapeType.PLANE, ShapeType.PLANE), (ShapeType.PLANE, ShapeType.HEIGHTFIELD),
                         (ShapeType.HEIGHTFIELD, ShapeType.HEIGHTFIELD)):
             raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
-        out = _new_pair(t0, X0, size0, t1, X1, size1, geometry0, geometry1, margin)
+        out = _new_pair(t0, X0, size0, t1, X1, size1, geometry0, geometry1, margin, rounding0)
     elif (t0, t1) in _ROUTINES:
         out = _ROUTINES[(t0, t1)](X0, size0, X1, size1)
     else:
         raise ValueError(f"shape_type: no narrow phase for {t0.name}–{t1.name}")
+    if is_rounded:
+        out = rounded(out, rounding0, rounding1)
     return _mirror(out) if swap else out
 
 
@@ -342,7 +378,8 @@ class CollisionPipeline:
             margin = m.shape_margin[a] + m.shape_margin[b]
             for x0, x1, n, phi in pair_contacts(m.shape_type[a], X[a], m.shape_size[a],
                                                 m.shape_type[b], X[b], m.shape_size[b],
-                                                self._geometry[a], self._geometry[b], margin):
+                                                self._geometry[a], self._geometry[b], margin,
+                                                float(m.shape_rounding[a]), float(m.shape_rounding[b])):
                 if phi < margin and math.isfinite(phi):  # a non-finite pose reports nothing
                     found.append((a, b, x0, x1, n, float(phi), mat))
         keep = list(range(len(found)))

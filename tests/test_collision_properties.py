@@ -69,6 +69,13 @@ def shapes(draw, t):
 def pairs(draw):
     t0, t1 = draw(st.sampled_from(NEW_PAIR_TYPES))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    X0, X1 = _random_poses(rng, t0, t1)
+    return draw(shapes(t0)), X0, draw(shapes(t1)), X1
+
+
+def _random_poses(rng, t0, t1):
+    """World poses of two shapes near the origin (a plane nearly level, a height field upright at
+    the origin with the other shape above its grid)."""
     spread = 0.2 if H in (t0, t1) else 0.1
     poses = []
     for t in (t0, t1):
@@ -83,15 +90,17 @@ def pairs(draw):
         if t == P:
             q = spatial.quat_normalize(np.array([*rng.normal(size=2) * 0.3, 0.0, 1.0]))
         poses.append(spatial.transform(p, q))
-    return draw(shapes(t0)), poses[0], draw(shapes(t1)), poses[1]
+    return poses[0], poses[1]
 
 
 def _build(first, X_first, second, X_second):
     """A two-shape model (a plane or height field on the world, the others on free bodies) and its
-    state with the shapes at the given world poses."""
+    state with the shapes at the given world poses. A shape may carry a fourth entry, its rounding
+    radius."""
     b = ModelBuilder()
     bodies = []
-    for (t, size, mesh), X in ((first, X_first), (second, X_second)):
+    for shape, X in ((first, X_first), (second, X_second)):
+        t, size, mesh = shape[:3]
         if t == P:
             b.add_shape_plane(-1, X, margin=0.5)
             continue
@@ -102,6 +111,8 @@ def _build(first, X_first, second, X_second):
         b.add_joint_free(-1, body)
         bodies.append(X)
         kw = dict(margin=0.5)
+        if len(shape) > 3:
+            kw["rounding"] = shape[3]
         if t == S:
             b.add_shape_sphere(body, radius=size[0], **kw)
         elif t == C:
@@ -615,3 +626,232 @@ def test_a_manifold_on_a_height_field_keeps_its_points_on_the_terrain(backend, d
         assert abs(x0[0]) <= HF_SIZE[0] and abs(x0[1]) <= HF_SIZE[1]
         assert abs(x0[2] - terrain_height(x0[0], x0[1])) <= EXACT_TOL * 10, (x0, phi)
         np.testing.assert_allclose(x1 - x0, phi * n, rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- rounded shapes
+# A shape with a rounding radius ρ is its core swept by a ball of radius ρ: its implicit function is
+# the core's distance minus ρ, its support function the core's plus ρ along the direction.
+
+ROUNDABLE = (S, C, B, CY, E, M)
+# [m] The rounding radii drawn: from a fifth of the smallest cores' size to about the cores' size.
+ROUNDING_RANGE = (0.004, 0.05)
+
+
+def _segment_distance(x, a, b):
+    d = b - a
+    t = min(max((x - a) @ d / (d @ d), 0.0), 1.0) if d @ d > 0 else 0.0
+    return float(np.linalg.norm(x - a - t * d))
+
+
+def _ellipsoid_projection_distance(l, a):
+    """Distance from the point l (outside) to the ellipsoid with semi-axes a: its nearest point is
+    aᵢ²lᵢ/(aᵢ² + t) for the root t > 0 of Σ(aᵢlᵢ/(aᵢ² + t))² = 1 (decreasing in t), by bisection."""
+    f = lambda t: np.sum((a * l / (a * a + t)) ** 2) - 1.0  # noqa: E731
+    lo, hi = 0.0, float(np.linalg.norm(l) * np.max(a)) + 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+    y = a * a * l / (a * a + 0.5 * (lo + hi))
+    return float(np.linalg.norm(l - y))
+
+
+def core_distance(shape, X):
+    """d(x) ≥ 0: the distance from x to the shape's core (0 inside), in closed form (written here):
+    a convex mesh's is the least distance to its faces' polygons, an ellipsoid's a projection."""
+    t, size, mesh = shape[:3]
+    p, R = _frame(X)
+    inside = implicit(shape[:3], X)
+    hull = convex_hull(mesh) if t == M else None
+
+    def d(x):
+        if inside(x) <= 0.0:
+            return 0.0
+        l = R.T @ (x - p)
+        if t == S:
+            return float(np.linalg.norm(l)) - size[0]
+        if t == C:
+            return _segment_distance(l, np.array([0, 0, -size[1]]), np.array([0, 0, size[1]])) - size[0]
+        if t == B:
+            return float(np.linalg.norm(np.maximum(np.abs(l) - size, 0.0)))
+        if t == CY:
+            return math.hypot(max(math.hypot(l[0], l[1]) - size[0], 0.0), max(abs(l[2]) - size[1], 0.0))
+        if t == E:
+            return _ellipsoid_projection_distance(l, np.asarray(size, dtype=float))
+        best = math.inf
+        for face, plane in zip(hull.faces, hull.planes):
+            poly = hull.vertices[face]
+            n = plane[:3]
+            foot = l - (n @ l - plane[3]) * n
+            edges = [(poly[k], poly[(k + 1) % len(poly)]) for k in range(len(poly))]
+            if all(np.cross(b - a, foot - a) @ n >= 0.0 for a, b in edges):  # counter-clockwise about n
+                best = min(best, abs(n @ l - plane[3]))
+            else:
+                best = min(best, min(_segment_distance(l, a, b) for a, b in edges))
+        return best
+    return d
+
+
+def rounded_support(shape, X):
+    s, rho = support_fn(shape[:3], X), (shape[3] if len(shape) > 3 else 0.0)
+    return lambda d: s(d) + rho * d / np.linalg.norm(d)
+
+
+def _surface(shape, X):
+    """g(x) of a (rounded) shape: 0 on its surface, < 0 inside."""
+    if len(shape) < 4:
+        return implicit(shape, X)
+    d, g = core_distance(shape, X), implicit(shape[:3], X)
+    return lambda x: (d(x) if g(x) > 0.0 else g(x)) - shape[3]
+
+
+@st.composite
+def rounded_pairs(draw):
+    """A rounded shape and any other shape (a plane, a height field, a rounded or a plain one), in
+    a random order, posed as :func:`pairs` poses them."""
+    t0 = draw(st.sampled_from(ROUNDABLE))
+    t1 = draw(st.sampled_from((P,) + ROUNDABLE + (H,)))
+    first = (*draw(shapes(t0)), draw(st.floats(*ROUNDING_RANGE)))
+    second = draw(shapes(t1))
+    if t1 in ROUNDABLE and draw(st.booleans()):
+        second = (*second, draw(st.floats(*ROUNDING_RANGE)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    X0, X1 = _random_poses(rng, t0, t1)
+    if t1 in ROUNDABLE and draw(st.booleans()):
+        return second, X1, first, X0
+    return first, X0, second, X1
+
+
+# ~60 s on two cores for both backends: behind slow, with the property test above.
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=rounded_pairs())
+def test_rounded_shapes_symmetry_sign_surfaces_and_least_separation(backend, device, case):
+    """The properties of the module docstring for rounded shapes, with their implicit function the
+    core's distance minus ρ and their support function the core's plus ρ along the direction: the
+    deepest contact's witnesses on both rounded surfaces (a manifold's other points are their
+    cores' points moved by ρ along the normal: on or inside the rounded shape)."""
+    first, X0, second, X1 = case
+    t0, t1 = first[0], second[0]
+    forward = _list(_contacts(backend, *_build(first, X0, second, X1), device))
+    backward = _list(_contacts(backend, *_build(second, X1, first, X0), device))
+    assert len(forward) == len(backward)
+    for (x0, x1, n, phi), (y0, y1, m, psi) in zip(forward, backward):
+        assert np.array_equal(x0, y1) and np.array_equal(x1, y0) and np.array_equal(n, -m) and phi == psi
+    if not forward:
+        assert H in (t0, t1)
+        return
+    tol = max(_tol(t0, t1), 1e-12) * 10
+    terrain = lambda x: x[2] - terrain_height(x[0], x[1])  # noqa: E731
+    g0 = terrain if t0 == H else _surface(first, X0)
+    g1 = terrain if t1 == H else _surface(second, X1)
+    for x0, x1, n, phi in forward:
+        assert abs(np.linalg.norm(n) - 1.0) < 1e-12
+        assert np.allclose(x1 - x0, phi * n, rtol=0, atol=1e-12)
+        assert g0(x0) <= tol and g1(x1) <= tol, (t0.name, t1.name, g0(x0), g1(x1))
+        if t0 == H:
+            assert abs(g0(x0)) <= tol
+        if t1 == H:
+            assert abs(g1(x1)) <= tol
+    x0, x1, n, phi = min(forward, key=lambda c: c[3])
+    if H in (t0, t1):
+        return  # a prism's contact straight up may start inside a rounded corner: the terrain side is checked
+    if {t0, t1} != {C, B}:  # a capsule's end sphere deep in a box: its witness inside the capsule, rounded or not
+        assert abs(g0(x0)) <= tol and abs(g1(x1)) <= tol, (t0.name, t1.name, g0(x0), g1(x1))
+    if abs(phi) > TOUCHING:
+        if P in (t0, t1):
+            assert (phi < 0) == (g0(x1) < 0 if t0 == P else g1(x0) < 0)
+        elif E not in (t0, t1) and M not in (t0, t1):  # SLSQP on the closed-form implicit functions
+            assert (phi < 0) == (overlap_margin(g0, g1, 0.5 * (x0 + x1), x0, x1) < 0), (t0.name, t1.name, phi)
+    if P in (t0, t1):
+        plane_normal = spatial.quat_to_matrix((X0 if t0 == P else X1)[3:])[:, 2]
+        assert np.allclose(n, plane_normal if t0 == P else -plane_normal, atol=1e-12)
+        return
+    s0, s1 = rounded_support(first, X0), rounded_support(second, X1)
+    sigma = lambda d: d @ (s1(-d) - s0(d))  # noqa: E731
+    assert sigma(n) == pytest.approx(phi, abs=tol)
+    rng = np.random.default_rng(0)
+    others = [v / np.linalg.norm(v) for v in rng.normal(size=(200, 3))]
+    others += [(n + 1e-3 * v) / np.linalg.norm(n + 1e-3 * v) for v in rng.normal(size=(50, 3))]
+    assert max(sigma(d) for d in others) <= phi + tol
+    if {t0, t1} & {CY, E, M} or t0 == t1 == B:  # a manifold (the closed forms' points have their own normals)
+        for c in forward:
+            assert np.allclose(c[2], n, atol=1e-12)
+
+
+def _rounded_box_on(backend, device, rho, tilt, other, X_other, margin=0.0):
+    """A box (half extents 0.1, 0.2, 0.05) with rounding ρ tilted by ``tilt`` about x at 0.3 m up,
+    and ``other``: its contacts ``[(x0, x1, n, φ)]`` (the box is shape 0) and the box's pose."""
+    X_box = spatial.transform(np.array([0.0, 0.0, 0.3]), spatial.quat_from_axis_angle(np.array([1.0, 0.0, 0.0]), tilt))
+    box = (B, np.array([0.1, 0.2, 0.05]), None, rho)
+    model, state = _build(box, X_box, other, X_other)
+    model = model.replace(shape_margin=[margin, margin])
+    return _list(_contacts(backend, model, state, device)), X_box
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@pytest.mark.parametrize("tilt", [0.0, 0.3])
+def test_a_rounded_box_on_a_plane_is_its_corners_depths_less_the_radius(backend, device, tilt):
+    """A rounded box on a plane: each corner's contact has φ = the core corner's height over the plane
+    − ρ, its box witness the corner moved down by ρ, its plane witness straight below (4 corners of a
+    level box; of a tilted one the 2 of its lowest edge, within the margin)."""
+    rho = 0.02
+    corners = spatial.transform_point(
+        np.broadcast_to(spatial.transform(np.array([0.0, 0.0, 0.3]),
+                                          spatial.quat_from_axis_angle(np.array([1.0, 0.0, 0.0]), tilt)), (8, 7)),
+        np.array([[x, y, z] for x in (-0.1, 0.1) for y in (-0.2, 0.2) for z in (-0.05, 0.05)]))
+    lowest = corners[:, 2].min()
+    plane_height = lowest - rho + 0.004  # the rounded box 4 mm into the plane
+    contacts, _ = _rounded_box_on(backend, device, rho, tilt, (P, np.zeros(3), None),
+                                  spatial.transform(np.array([0.0, 0.0, plane_height])))
+    expected = sorted(float(z - plane_height - rho) for z in corners[:, 2] if z - plane_height - rho < 0.0)
+    assert len(contacts) == (4 if tilt == 0.0 else 2)
+    assert sorted(c[3] for c in contacts) == pytest.approx(expected, abs=EXACT_TOL)
+    assert min(c[3] for c in contacts) == pytest.approx(-0.004, abs=EXACT_TOL)
+    for x0, x1, n, phi in contacts:
+        np.testing.assert_allclose(n, [0.0, 0.0, -1.0], atol=1e-15)  # from the box (shape 0) into the plane
+        assert np.linalg.norm(corners - (x0 + [0.0, 0.0, rho]), axis=1).min() <= EXACT_TOL  # a corner, moved down
+        assert x1[2] == pytest.approx(plane_height, abs=EXACT_TOL)
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+@pytest.mark.parametrize("where", ["face", "edge", "corner"])
+def test_a_rounded_box_against_a_sphere_is_the_core_distance_less_both_radii(backend, device, where):
+    """A sphere (r = 0.03) beside a level rounded box's face, edge or corner: φ = |c − q| − r − ρ for the
+    core's nearest point q, the normal along c − q, the box witness q + ρn̂, the sphere's c − rn̂."""
+    rho, r = 0.015, 0.03
+    core = np.array([0.1, 0.2, 0.05])
+    offset = {"face": [0.02, 0.0, 0.0], "edge": [0.02, 0.03, 0.0], "corner": [0.02, 0.01, 0.03]}[where]
+    q = np.array([0.1, 0.2 if where != "face" else 0.05, 0.05 if where == "corner" else 0.0]) + [0.0, 0.0, 0.3]
+    c = q + np.array(offset)
+    contacts, _ = _rounded_box_on(backend, device, rho, 0.0, (S, np.array([r, 0.0, 0.0]), None),
+                                  spatial.transform(c), margin=0.05)
+    assert len(contacts) == 1
+    x0, x1, n, phi = contacts[0]
+    gap = np.linalg.norm(np.array(offset))
+    assert phi == pytest.approx(gap - r - rho, abs=EXACT_TOL)
+    np.testing.assert_allclose(n, np.array(offset) / gap, atol=1e-12)
+    np.testing.assert_allclose(x0, q + rho * n, atol=EXACT_TOL)
+    np.testing.assert_allclose(x1, c - r * n, atol=EXACT_TOL)
+    assert np.all(core > 0)
+
+
+@pytest.mark.parametrize("backend", ["ref", "gpu"])
+def test_rounded_boxes_apart_across_their_edges_are_apart(backend, device):
+    """Two level boxes whose cores are 2 cm apart in x and in y (2.83 cm apart across their edges),
+    each rounded by 1.2 cm: they do not touch (φ = 2√2 − 2.4 cm = +0.43 cm). The boxes' separating
+    axes give only a lower bound of the distance (2 cm), which less the radii would be a 4 mm
+    penetration; rounded boxes take GJK/EPA instead, exact."""
+    rho = 0.012
+    first = (B, np.array([0.1, 0.1, 0.1]), None, rho)
+    second = (B, np.array([0.1, 0.1, 0.1]), None, rho)
+    X0 = spatial.transform(np.zeros(3))
+    X1 = spatial.transform(np.array([0.22, 0.22, 0.05]))
+    model, state = _build(first, X0, second, X1)
+    assert not _list(_contacts(backend, model.replace(shape_margin=[0.0, 0.0]), state, device))
+    contacts = _list(_contacts(backend, model.replace(shape_margin=[0.005, 0.0]), state, device))
+    assert len(contacts) == 1
+    x0, x1, n, phi = contacts[0]
+    assert phi == pytest.approx(math.sqrt(2) * 0.02 - 2 * rho, abs=EXACT_TOL)
+    np.testing.assert_allclose(n, [math.sqrt(0.5), math.sqrt(0.5), 0.0], atol=1e-12)
+    np.testing.assert_allclose(x0[:2], [0.1 + rho * math.sqrt(0.5)] * 2, atol=EXACT_TOL)

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sap_gpu
+import sap_ref
 from sap_common import scenes, spatial
 from sap_common.builder import ModelBuilder
 from sap_common.config import SapConfig
@@ -186,6 +187,35 @@ def test_random_pairs_match_sap_ref(device, case):
     expected, got = _both(model, state, 16, device, config)
     # sap_ref never generates more than MAX_CONTACTS_PER_PAIR (an ellipsoid or a sphere touches in one point)
     assert expected.count[0] + expected.overflow[0] <= contact_capacity(model)
+    assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
+
+
+ROUNDABLE = (ShapeType.SPHERE, ShapeType.CAPSULE, ShapeType.BOX, ShapeType.CYLINDER, ShapeType.ELLIPSOID,
+             ShapeType.CONVEX_MESH)
+
+
+@st.composite
+def rounded_two_shape_models(draw):
+    """:func:`generic_two_shape_models` with a rounding radius on every shape that takes one (planes
+    and height fields do not), 0 on some: a rounded shape against every type, two rounded boxes
+    (which take GJK/EPA) included."""
+    model, state = draw(generic_two_shape_models())
+    rounding = [draw(st.sampled_from([0.0, 0.005, 0.03])) if ShapeType(int(t)) in ROUNDABLE else 0.0
+                for t in model.shape_type]
+    k = next((k for k, t in enumerate(model.shape_type) if ShapeType(int(t)) in ROUNDABLE), None)
+    if k is not None and not any(rounding):
+        rounding[k] = 0.01
+    return model.replace(shape_rounding=rounding), state
+
+
+@settings(max_examples=200)
+@given(rounded_two_shape_models())
+def test_rounded_pairs_match_sap_ref(device, case):
+    """Rounded shapes: the cores' contacts moved out by the radii, the same in both backends (to the
+    tolerances of plain shapes: the move is three operations per contact, in the same order)."""
+    model, state = case
+    config = SapConfig(fallback_mu=0.7, fallback_stiffness=3e5, contact_tau_d=0.02)
+    expected, got = _both(model, state, 16, device, config)
     assert_same_contacts(expected, got, curved=bool(np.isin(model.shape_type, CURVED).any()))
 
 
@@ -428,3 +458,32 @@ def test_broad_phase_value_is_checked(device):
     model = scenes.get("sphere_drop").sap_model
     with pytest.raises(ValueError, match=r"broad_phase: expected one of aabb, none, got 'sap'"):
         GpuPipeline(model, 2, device=device, broad_phase="sap")
+
+
+def test_rounded_shapes_with_per_world_margins_match_sap_ref(device):
+    """A rounded box over a plane in 3 worlds whose margins differ (per-world parameters): the pair's
+    candidates are bounded by each world's margins plus the radius, its contacts reported while
+    φ < that world's margins, the same in both backends (φ = 5 mm at the 4 corners: within the first
+    two worlds' margins, 15 and 8 mm, not within the third's, 4 mm)."""
+    b = ModelBuilder()
+    b.add_ground_plane()
+    body = b.add_body(1.0, inertia=(1, 1, 1))
+    b.add_joint_free(-1, body)
+    b.add_shape_box(body, None, 0.1, 0.2, 0.05, rounding=0.02)
+    model = b.finalize().replicate(3)
+    state = model.state()
+    state.body_q[:, 0, :3] = [0.0, 0.0, 0.05 + 0.02 + 0.005]  # the rounded box's face 5 mm above the plane
+    margins = np.array([[0.0, 0.015], [0.0, 0.008], [0.0, 0.004]])
+    ref_params, gpu_params = sap_ref.WorldParameters(model), sap_gpu.WorldParameters(model, device=device)
+    ref_params.set("shape_margin", margins)
+    gpu_params.set("shape_margin", margins)
+    ref = RefPipeline(model, 8, parameters=ref_params)
+    expected = ref.contacts()
+    ref.collide(state, expected)
+    gpu = GpuPipeline(model, 8, device=device, parameters=gpu_params)
+    got = gpu.contacts()
+    gpu.collide(sap_gpu.to_device(state, device), got)
+    got = sap_gpu.to_host(got)
+    assert expected.count.tolist() == [4, 4, 0]
+    np.testing.assert_allclose(expected.phi0[:2, :4], 0.005, atol=1e-15)
+    assert_same_contacts(expected, got)

@@ -311,6 +311,8 @@ MALFORMED = {
     "stiction tolerance zero": (lambda: _set(["plant", "stiction_tolerance"], 0.0)(_set(
         ["plant", "discrete_contact_approximation"], "kLagged")(_box_spec())),
         r"plant\.stiction_tolerance: expected a finite number > 0 \[m/s\], got 0\.0"),
+    "negative rounding": (lambda: _set(["geometries", 1, "shape", "rounding"], -0.01)(_box_spec()),
+                          r"geometries\[1\]\.shape\.rounding: expected a finite number >= 0 \[m\], got -0\.01"),
     "negative Hunt–Crossley dissipation": (lambda: _set(["geometries", 1, "hunt_crossley_dissipation"], -5.0)(
         _box_spec()), r"geometries\[1\]\.hunt_crossley_dissipation: expected a finite number >= 0 \[s/m\], got -5\.0"),
     "hydroelastic contact model": (lambda: _set(["plant", "contact_model"], "kHydroelasticWithFallback")(_box_spec()),
@@ -520,3 +522,12 @@ def test_not_json(tmp_path):
         load_json(tmp_path / "missing.json")
     with pytest.raises(ValueError, match=r"path_or_dict: expected a path or a dict"):
         load_json(3)
+
+
+def test_a_shape_s_rounding_loads():
+    """A shape's ``rounding`` (this project's extension of the format) is the model's rounding radius;
+    absent, 0."""
+    spec = _box_spec()
+    spec["geometries"][1]["shape"]["rounding"] = 0.005
+    model = load_json(spec).sap_model
+    assert model.shape_rounding[1] == 0.005 and np.count_nonzero(model.shape_rounding) == 1

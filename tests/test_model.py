@@ -182,6 +182,13 @@ BAD_FIELDS = [
     (dict(shape_material_tau=np.array([np.inf, 0.0])), r"shape_material_tau\[0\] \(ground\): must be finite and >= 0"),
     (dict(shape_margin=np.array([0.0, -0.1])), r"shape_margin\[1\] \(ball_c\): must be finite and >= 0"),
     (dict(shape_collision_group=np.array([0, -5])), r"shape_collision_group\[1\] \(ball_c\): must be >= -1"),
+    (dict(shape_rounding=np.array([0.0, -0.1])), r"shape_rounding\[1\] \(ball_c\): must be finite and >= 0 m"),
+    (dict(shape_rounding=np.array([0.0, np.nan])), r"shape_rounding\[1\] \(ball_c\): must be finite and >= 0 m"),
+    (dict(shape_rounding=np.array([0.01, 0.0])),
+     r"shape_rounding\[0\] \(ground\): a PLANE takes no rounding \(0\); rounded shapes are SPHERE, CAPSULE, BOX"),
+    (dict(shape_rounding=np.array([0.0, 1e3])),
+     r"shape_rounding\[1\] \(ball_c\): at most 100 times the core's largest half extent"),
+    (dict(shape_rounding=np.zeros(3)), r"shape_rounding: expected shape \(2\), got \(3,\)"),
     (dict(shape_filter_pair=np.array([[0, 0]])), r"shape_filter_pair\[0\]: \(0, 0\) must name two different shapes"),
     (dict(gravity=np.array([0, 0, np.inf])), r"gravity: must be finite"),
 ]
@@ -235,3 +242,13 @@ def test_a_welded_body_with_a_moving_child_is_static():
     b.add_joint_revolute(post, arm)
     m = b.finalize()
     assert m.body_static.tolist() == [True, False]
+
+
+def test_rounding_defaults_to_zero_and_grows_the_bounds():
+    """``shape_rounding`` (default 0: the bounds of the shape itself) grows a shape's local bounds by
+    its radius on every side: the rounded shape's box."""
+    m = chain_model()
+    assert m.shape_rounding.tolist() == [0.0, 0.0]
+    rounded = with_(m, shape_rounding=np.array([0.0, 0.02]))
+    np.testing.assert_array_equal(rounded.shape_local_bounds[1], m.shape_local_bounds[1] + [[-0.02] * 3, [0.02] * 3])
+    np.testing.assert_array_equal(rounded.shape_local_bounds[0], m.shape_local_bounds[0])

@@ -256,6 +256,23 @@ def test_margin_inflates_spheres_and_capsules_and_shifts_planes():
     assert m.shape_size[1, 0] == pytest.approx(0.11) and m.shape_size[2, :2] == pytest.approx([0.07, 0.2])
 
 
+def test_margin_rounds_boxes_cylinders_and_ellipsoids():
+    """Newton's surface margin offsets a box's, cylinder's or ellipsoid's surface outward: SAP's
+    rounding radius (the core keeps its size); a shape without one keeps rounding 0."""
+    b = newton.ModelBuilder()
+    body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_shape_box(body, hx=0.1, hy=0.2, hz=0.3, cfg=newton.ModelBuilder.ShapeConfig(margin=0.01))
+    b.add_shape_cylinder(body, radius=0.1, half_height=0.2, cfg=newton.ModelBuilder.ShapeConfig(margin=0.02))
+    b.add_shape_ellipsoid(body, rx=0.1, ry=0.2, rz=0.3, cfg=newton.ModelBuilder.ShapeConfig(margin=0.03))
+    b.add_shape_box(body, hx=0.1, hy=0.1, hz=0.1)
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert [ShapeType(int(t)) for t in m.shape_type] == [ShapeType.BOX, ShapeType.CYLINDER, ShapeType.ELLIPSOID,
+                                                         ShapeType.BOX]
+    assert m.shape_rounding == pytest.approx([0.01, 0.02, 0.03, 0.0])
+    assert m.shape_size[0] == pytest.approx([0.1, 0.2, 0.3]) and m.shape_size[1, :2] == pytest.approx([0.1, 0.2])
+    assert m.shape_size[2] == pytest.approx([0.1, 0.2, 0.3])
+
+
 def _one_body(shape_adder, **body_kw):
     b = newton.ModelBuilder()
     body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01), **body_kw)
@@ -265,14 +282,8 @@ def _one_body(shape_adder, **body_kw):
 
 @pytest.mark.parametrize("adder, match", [
     (lambda b, body: b.add_shape_cone(body, radius=0.1, half_height=0.2, label="cone"), "'cone'.*CONE"),
-    (lambda b, body: b.add_shape_cylinder(body, radius=0.1, half_height=0.2, label="soft_can",
-                                          cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)),
-     "'soft_can'.*rounded cylinder"),
-    (lambda b, body: b.add_shape_ellipsoid(body, rx=0.1, ry=0.2, rz=0.3, label="soft_egg",
-                                           cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)),
-     "'soft_egg'.*rounded ellipsoid"),
-    (lambda b, body: b.add_shape_box(body, hx=0.1, hy=0.1, hz=0.1, label="rounded",
-                                     cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)), "'rounded'.*rounded box"),
+    (lambda b, body: b.add_shape_cylinder(body, radius=0.1, half_height=0.2, barrel_radius=0.3, label="keg"),
+     r"'keg'.*barrel cylinder \(shape_scale\[2\], the barrel radius, 0.3"),
     (lambda b, body: b.add_shape_plane(body=body, width=0, length=0, label="tray"), "'tray'.*plane on a body"),
 ])
 def test_unsupported_shapes_are_refused_by_name(adder, match):

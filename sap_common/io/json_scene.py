@@ -16,7 +16,9 @@ format) into a :class:`~sap_common.io.scene.LoadedScene`:
   points whose convex hull is the shape, as Drake's ``Convex``; ``faces``, if present, is
   read by the recorder only) with per-geometry stiffness, relaxation time, Hunt–Crossley
   dissipation (``hunt_crossley_dissipation``) and dynamic friction; ``collision_candidate_pairs``
-  become exactly our candidate pairs;
+  become exactly our candidate pairs. A shape other than ``half_space`` may carry ``rounding``
+  (a radius [m], default 0), this project's extension with no Drake counterpart: the shape swept
+  by a ball of that radius (``SapModel.shape_rounding``);
 * ``constraints`` (optional), Drake's holonomic constraints by body and joint name
   (docs/formulation.md § Holonomic constraints): ``{"type": "coupler", "joint0", "joint1",
   "gear_ratio", "offset"}``, ``{"type": "distance", "body_A", "p_AP", "body_B", "p_BQ",
@@ -461,6 +463,8 @@ def _load(spec, source: str | None, num_worlds: int) -> LoadedScene:
                         tau=_num(g, "relaxation_time", gw, lo=0.0, unit="s"),
                         hcd=_num(g, "hunt_crossley_dissipation", gw, default=None, lo=0.0, unit="s/m"),
                         name=_str(g, "name", gw, default=None))
+        if kind != "half_space":  # this project's extension: a rounded shape (SapModel.shape_rounding)
+            material["rounding"] = _num(shape, "rounding", shp, default=0.0, lo=0.0, unit="m")
         if kind == "sphere":
             s = build(gw, "add_shape_sphere", body, X,
                       radius=_num(shape, "radius", shp, lo=0.0, lo_open=True, unit="m"), **material)

@@ -48,6 +48,8 @@ NO_DRAKE_COUNTERPART = {
                   "collision one per touching corner: the contact sets would differ (put spheres at the corners, as "
                   "box_corners_slide does)"),
     "shape margin": "Drake's point contact reports a pair only in penetration (no margin)",
+    "rounded shape": "Drake's shapes have no rounding radius (a box or cylinder swept by a ball); the scene "
+                     "format's 'rounding' key is this project's extension",
     "rigid contact (ke = inf)": "Drake's point contact needs a finite point_contact_stiffness",
     "joint limit gains other than Drake's": "Drake's limit constraint has k = 1e12 and τ = h, fixed",
     "joint_f / body_f": "the recorder applies no external generalized forces or body wrenches",
@@ -213,6 +215,8 @@ def scene_to_spec(scene: LoadedScene) -> dict:
             shape = _convex_shape(m, int(m.shape_source[s]))
         else:
             shape = {"type": "half_space"}
+        if m.shape_rounding[s] != 0:
+            shape["rounding"] = float(m.shape_rounding[s])  # refused by check_spec below, named
         g = {"index": s, "name": m.shape_name[s], "body": body_name(int(m.shape_body[s])),
              "body_index": int(m.shape_body[s]) + 1, "shape": shape, "X_BG": _pose(m.shape_transform[s])}
         for key, value in (("point_contact_stiffness", m.shape_material_ke[s]),
@@ -305,6 +309,8 @@ def check_spec(spec: dict) -> None:
         kind = g.get("shape", {}).get("type")
         if kind == "box":
             raise _refuse(name, "BOX shape contact", f"geometry {g.get('name')!r}")
+        if g.get("shape", {}).get("rounding", 0) != 0:
+            raise _refuse(name, "rounded shape", f"geometry {g.get('name')!r}")
         if kind not in SPEC_SHAPES:
             raise ValueError(f"scene {name!r}: geometry {g.get('name')!r}: shape {kind!r} is not supported; "
                              f"valid: {', '.join(SPEC_SHAPES)}")

@@ -180,7 +180,8 @@ def _pair_candidates(model, state, pair):
     a, b = pair
     return ref_collision.pair_contacts(model.shape_type[a], X[a], model.shape_size[a], model.shape_type[b], X[b],
                                        model.shape_size[b], ref_collision.shape_geometry(model, a),
-                                       ref_collision.shape_geometry(model, b))
+                                       ref_collision.shape_geometry(model, b), rounding0=float(model.shape_rounding[a]),
+                                       rounding1=float(model.shape_rounding[b]))
 
 
 def _near_threshold(model, state, contacts):
@@ -338,7 +339,8 @@ def _outside_depth(model, X, shape, p) -> float:
     against a sphere of radius 0 at ``p``."""
     out = ref_collision.pair_contacts(ShapeType.SPHERE, np.r_[p, 0.0, 0.0, 0.0, 1.0], np.zeros(3),
                                       model.shape_type[shape], X[shape], model.shape_size[shape], None,
-                                      ref_collision.shape_geometry(model, shape))
+                                      ref_collision.shape_geometry(model, shape),
+                                      rounding1=float(model.shape_rounding[shape]))
     return min((float(c[3]) for c in out), default=float("inf"))
 
 
