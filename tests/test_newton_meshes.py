@@ -193,8 +193,9 @@ def test_a_non_convex_mesh_warns_once_and_collides_as_its_hull(make):
     (lambda b, body: b.add_shape_mesh(-1, mesh=newton.Mesh(np.float32([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]]),
                                                            np.int32([0, 1, 2, 0, 2, 3])), label="tile"),
      "'tile'.*span no volume"),
-    (lambda b, body: b.add_shape_mesh(body, mesh=_unit_box_mesh(), label="soft",
-                                      cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)), "'soft'.*rounded mesh"),
+    (lambda b, body: b.add_shape(body=-1, type=newton.GeoType.HFIELD, label="soft",
+                                 src=newton.Heightfield(np.eye(3), 3, 3),
+                                 cfg=newton.ModelBuilder.ShapeConfig(margin=0.01)), "'soft'.*rounded terrain"),
     (lambda b, body: b.add_shape(body=body, type=newton.GeoType.HFIELD, label="tray",
                                  src=newton.Heightfield(np.eye(3), 3, 3)), "'tray'.*HFIELD on body 0"),
 ])
@@ -205,6 +206,21 @@ def test_meshes_and_height_fields_sap_cannot_represent_are_refused_by_name(make,
     make(b, body)
     with pytest.raises(ValueError, match=match):
         sap_newton.convert_model(b.finalize(device="cpu"))
+
+
+def test_a_mesh_s_margin_is_its_rounding_radius():
+    """Newton's surface margin on a MESH or CONVEX_MESH offsets its surface outward: SAP's rounding
+    radius of the converted convex mesh, whose points stay the hull's (the old conversion refused it)."""
+    b = newton.ModelBuilder()
+    body = b.add_body(mass=1.0, inertia=wp.mat33(np.eye(3) * 0.01))
+    b.add_shape_mesh(body, mesh=_unit_box_mesh(), label="soft", cfg=newton.ModelBuilder.ShapeConfig(margin=0.01))
+    b.add_shape_convex_hull(body, mesh=_unit_box_mesh(), label="hard")
+    m = sap_newton.to_sap_model(b.finalize(device="cpu"))
+    assert [ShapeType(int(t)) for t in m.shape_type] == [ShapeType.CONVEX_MESH, ShapeType.CONVEX_MESH]
+    assert m.shape_rounding.tolist() == pytest.approx([0.01, 0.0])
+    for s in range(2):
+        lo, hi = m.mesh_vertex_start[m.shape_source[s]], m.mesh_vertex_start[m.shape_source[s] + 1]
+        assert np.abs(m.mesh_vertex[lo:hi]).max() == 1.0  # the box mesh's hull (half extent 1), not grown
 
 
 # A 7 × 9 height field with random heights, a non-unit shape scale and a tilted, turned, moved pose.
