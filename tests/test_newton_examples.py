@@ -63,8 +63,9 @@ SWAP_FAILS = [
     # The projectile's 100 m/s is in builder.body_qd only (maximal coordinates, what XPBD reads); SAP, like
     # Newton's MuJoCo and Featherstone solvers, integrates joint_qd, where it is 0: the projectile stays put.
     ("contacts.example_adaptive_collision", ["--num-frames", "45"], "did not disrupt the brick wall"),
-    # The ballbot's light rollers sink 3 cm into its ball under approx32's body-inertia contact weights.
-    ("robot.example_robot_omniwheel", ["--num-frames", "500"], "ballbot lost balance"),
+    # The ballbot's rollers are barrel cylinders (a revolved arc for a side): no SAP shape, refused by name
+    # (converted as straight cylinders they sank 3 cm into the ball under approx32's body-inertia weights).
+    ("robot.example_robot_omniwheel", ["--num-frames", "500"], "a barrel cylinder"),
 ]
 
 
