@@ -164,7 +164,7 @@ def test_the_quadruped_passes_with_the_swap(tmp_path):
     assert "'slots': [52]" in line and "'truncated': 0" in line and "'failed': 0" in line, line
 
 
-@pytest.mark.slow  # 17 examples (311 s for 16 with -n 2 on two shared cores, 72 s for 14 on idle ones), one process each
+@pytest.mark.slow  # 17 examples: 112 s with -n 2 on two cores (with the failing 3), one process each
 @pytest.mark.parametrize("module, args", SWAP_PASSES, ids=[m for m, _ in SWAP_PASSES])
 def test_newton_s_example_passes_its_own_test_with_the_swap(tmp_path, module, args):
     run = _run(tmp_path, module, args)
