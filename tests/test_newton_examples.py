@@ -63,6 +63,9 @@ SWAP_FAILS = [
     # The projectile's 100 m/s is in builder.body_qd only (maximal coordinates, what XPBD reads); SAP, like
     # Newton's MuJoCo and Featherstone solvers, integrates joint_qd, where it is 0: the projectile stays put.
     ("contacts.example_adaptive_collision", ["--num-frames", "45"], "did not disrupt the brick wall"),
+    # The boxes on the turn stall: SAP's Kelvin-Voigt normal law pushes on Newton's speculative contacts
+    # (phi0 > 0, within the 0.1 m gap) with the pieces ahead, capping the approach at phi0 / (h + tau_d).
+    ("basic.example_basic_conveyor_forces", ["--num-frames", "100"], "was never carried off its start pose"),
     # The ballbot's rollers are barrel cylinders (a revolved arc for a side): no SAP shape, refused by name
     # (converted as straight cylinders they sank 3 cm into the ball under approx32's body-inertia weights).
     ("robot.example_robot_omniwheel", ["--num-frames", "500"], "a barrel cylinder"),
@@ -164,7 +167,7 @@ def test_the_quadruped_passes_with_the_swap(tmp_path):
     assert "'slots': [52]" in line and "'truncated': 0" in line and "'failed': 0" in line, line
 
 
-@pytest.mark.slow  # 17 examples: 112 s with -n 2 on two cores (with the failing 3), one process each
+@pytest.mark.slow  # 17 examples: 112 s with -n 2 on two cores (with 3 of the failing 4), a process each
 @pytest.mark.parametrize("module, args", SWAP_PASSES, ids=[m for m, _ in SWAP_PASSES])
 def test_newton_s_example_passes_its_own_test_with_the_swap(tmp_path, module, args):
     run = _run(tmp_path, module, args)

@@ -395,6 +395,45 @@ def test_free_body_wrenches_follow_newtons_com_convention(device):
     np.testing.assert_allclose(s0.body_qd.numpy(), qd, atol=atol)
 
 
+def test_a_speculative_newton_contact_pushes_once_approached_faster_than_phi0_over_h_plus_tau_d(device):
+    """Newton reports every pair closer than its gap (``rigid_gap``, 0.1 m), so contacts reach SAP with
+    φ₀ > 0. SAP's Kelvin–Voigt law γ_n/h = (−k·φ − k·τ_d·v_n)₊ (docs/formulation.md § Regularization) pushes
+    on one as soon as φ₀ + (h + τ_d)·v_n < 0: a body closes on it no faster than about φ₀/(h + τ_d),
+    though it is still φ₀ away (the measured reason Newton's basic_conveyor_forces stalls its boxes
+    on the turn, docs/newton.md). A sphere 30 mm from a wall at 0.5 m/s, no gravity, default materials
+    (k = 5e5 N/m, τ_d = 0.2 s for the pair): one step leaves it the closed form's speed."""
+    b = newton.ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    m, r, gap0 = 1.0, 0.1, 0.03
+    body = b.add_body(mass=m, inertia=wp.mat33(np.eye(3) * 0.4 * m * r * r))
+    b.add_shape_sphere(body, radius=r, cfg=newton.ModelBuilder.ShapeConfig(density=0.0))
+    b.add_shape_box(-1, xform=wp.transform((r + gap0 + 0.05, 0.0, 0.0), wp.quat_identity()), hx=0.05, hy=0.5,
+                    hz=0.5)
+    model = b.finalize(device=device)
+    solver = sap_newton.SolverSAP(model, contact_preset_variant="approx64")
+    pipeline = newton.CollisionPipeline(model)
+    contacts = pipeline.contacts()
+    s0, s1 = model.state(), model.state()
+    v0 = 0.5
+    s0.joint_qd.assign(np.array([v0, 0, 0, 0, 0, 0], np.float32))
+    pipeline.collide(s0, contacts)
+    assert int(contacts.rigid_contact_count.numpy()[0]) == 1
+    solver.step(s0, s1, None, contacts, DT)
+    cfg = solver.config
+    k, tau = cfg.fallback_stiffness / 2.0, 2.0 * cfg.contact_tau_d
+    # One contact through the COM: its normal row sees 1/m; the body_inertia weight w averages the
+    # normal (1/m) and two tangents (1/m + r²/I) rows, and R is the larger of its near-rigid floor and
+    # the spring-damper's compliance. The impulse γ = (v̂ − v_n)/R with v_n = −v₀ + γ/m gives v_n.
+    w = (1.0 / m + 2.0 * (1.0 / m + r * r / (0.4 * m * r * r))) / 3.0
+    R = max(cfg.contact_beta ** 2 / (4.0 * np.pi ** 2) * w, 1.0 / (DT * k * (DT + tau)))
+    v_hat = -gap0 / (DT + tau)
+    v_n = -v0 + (v_hat + v0) / (1.0 + m * R)
+    # Newton's float32 state and contact points (a float32 ulp of 0.5 m/s is 6e-8 m/s; measured 7e-8)
+    # and the solver's stopping tolerance on one contact: 1e-6 m/s, far below the 0.33 m/s braking.
+    vel_atol = 1e-6
+    assert s1.joint_qd.numpy()[0] == pytest.approx(-v_n, abs=vel_atol)
+    assert -v_n < 0.5 * v0  # braked to a third of its speed while still 30 mm from the wall
+
+
 # ------------------------------------------------------------------ notify_model_changed: parameters in place
 
 F = newton.ModelFlags
