@@ -87,17 +87,26 @@ def test_example_without_out_writes_into_a_temporary_folder_not_the_working_dire
 
 
 def test_newton_docs_limits_agree_with_the_mapping_table_and_the_code():
-    """docs/newton.md names the shape types the conversion maps, in its table and in § Limits alike."""
+    """docs/newton.md names the shape types the conversion maps, in its table and in § Limits alike:
+    the table has a row for every ``newton.GeoType`` (mapped, refused, or not a collision shape), its
+    mapped rows are the conversion's types, and § Limits lists the same as converted."""
     import re
 
     from sap_newton import convert
 
     docs = (EXAMPLE.parents[1] / "docs" / "newton.md").read_text(encoding="utf-8")
-    limits = docs.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    limits = " ".join(docs.split("## Limits", 1)[1].split("\n## ", 1)[0].split())
     mapped = {newton.GeoType(t).name for t in convert._NEWTON_SHAPES}
-    table_row = next(line for line in docs.splitlines() if line.startswith("| shapes with `ShapeFlags.COLLIDE_SHAPES`"))
-    assert mapped == set(re.findall(r"\b[A-Z_]{3,}\b", table_row.split("|")[1])) - {"COLLIDE_SHAPES"}
-    converted, refused = re.search(r"shapes, ([A-Z, and]+) are converted; ([A-Z_, ]+) and the rest are refused",
-                                   " ".join(limits.split())).groups()
-    assert set(re.findall(r"[A-Z_]{3,}", converted)) == mapped
-    assert not set(re.findall(r"[A-Z_]{3,}", refused)) & mapped
+    rows = {}  # GeoType name -> what the table's row says SAP does
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 2 and re.fullmatch(r"[A-Z_]+(, [A-Z_]+)*", cells[0]):
+            rows.update({name: cells[1] for name in cells[0].split(", ")})
+    assert set(rows) == {g.name for g in newton.GeoType}
+    said_mapped = {name for name, what in rows.items() if not what.startswith(("refused", "not "))}
+    assert said_mapped == mapped
+    converted = re.search(r"Of Newton's collision shapes, (.+?) are converted as they are, a MESH as its convex hull",
+                          limits).group(1)
+    assert set(re.findall(r"\b[A-Z_]{3,}\b", converted)) | {"MESH"} == mapped
+    for name in set(rows) - mapped - {"GAUSSIAN", "NONE"}:
+        assert re.search(rf"\b{name}\b is refused", limits), name
