@@ -100,9 +100,8 @@ def problem_types(T):
         contact_mu: wp.array2d(dtype=wp.float64)
         # Hunt–Crossley data per contact (lagged/similar): (k, d, fₑ₀, n₀, ε_s); a stand-in under sap.
         contact_hc: wp.array2d(dtype=HC5)
-        # Kinematic bodies: 1 if any, and each contact's known velocity J_kin v₀ of their DOFs (t₁, t₂,
-        # n), which the cone reads as vc + J_kin v₀ (docs/formulation.md § Kinematic bodies).
-        kinematic: int
+        # Kinematic bodies: each contact's known velocity J_kin v₀ of their DOFs (t₁, t₂, n), which the
+        # cone of the plan's kinematic variant reads as vc + J_kin v₀ (docs/formulation.md § Kinematic bodies).
         contact_vc_kin: wp.array2d(dtype=wp.vec3d)
         # The scalar rows: whether in use this step (a limit inside its window; every holonomic and
         # drive row), J, and R, v̂ (limit and holonomic rows).
@@ -357,9 +356,11 @@ def rolled_sums(T) -> SimpleNamespace:
 
 
 @built_once()
-def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
+def row_functions(T, approximation: str = "sap", kinematic: bool = False) -> SimpleNamespace:
     """The per-row and per-DOF ``wp.func`` s of the objective in scalar ``T`` with the contact
-    constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; built once).
+    constraint of ``approximation`` (``sap``, ``lagged``, ``similar``; built once). ``kinematic``:
+    the friction cone reads v_c + J_kin v₀ (``P.contact_vc_kin``), for models with kinematic bodies;
+    a variant of its own, so that other models' kernels are the ones they were without it.
 
     Returns a namespace with ``T``, ``V3``, ``Problem``, ``Newton``, the terms
     (``friction_cone``, ``contact_term`` — the approximation's, ``limit_term``, ``drive_term`` and
@@ -384,13 +385,17 @@ def row_functions(T, approximation: str = "sap") -> SimpleNamespace:
     def cone_term(P: Problem, world: int, c: int, vc: V3):
         """γ, G, ℓ and the region of contact c as a friction cone (``sap``)."""
         R, vh, mu = contact_params(P, world, c)
-        if P.kinematic != 0:
-            b = P.contact_vc_kin[world, c]
-            return friction_cone(vc + V3(T(b[0]), T(b[1]), T(b[2])), R, vh, mu)
         return friction_cone(vc, R, vh, mu)
 
+    @wp.func
+    def cone_term_kinematic(P: Problem, world: int, c: int, vc: V3):
+        """``cone_term`` of v_c + J_kin v₀: the contact's velocity with its kinematic bodies' part."""
+        R, vh, mu = contact_params(P, world, c)
+        b = P.contact_vc_kin[world, c]
+        return friction_cone(vc + V3(T(b[0]), T(b[1]), T(b[2])), R, vh, mu)
+
     if approximation == "sap":
-        contact_term = cone_term
+        contact_term = cone_term_kinematic if kinematic else cone_term
     else:
         hunt_crossley = hunt_crossley_term(T, approximation == "similar")
 

@@ -56,12 +56,12 @@ def newton_kernels(plan) -> NewtonKernels:
     (``sap``, ``lagged``, ``similar``), built on first use. A fused plan has them too: its
     solver's ``evaluate_at`` and PCR never need them, but the staged ``evaluate`` is the reference
     the tests hold the fused kernel to."""
-    return _build(plan.T, plan.TL, plan.line_search, plan.linear_solver, plan.approximation)
+    return _build(plan.T, plan.TL, plan.line_search, plan.linear_solver, plan.approximation, plan.kinematic)
 
 
 @built_once()
-def _build(T, TL, variant, solver, approximation):
-    f = row_functions(T, approximation)
+def _build(T, TL, variant, solver, approximation, kinematic):
+    f = row_functions(T, approximation, kinematic)
     hf = hessian_functions(T, TL)
     Problem, Newton = f.Problem, f.Newton
     V3L = wp.types.vector(3, TL)

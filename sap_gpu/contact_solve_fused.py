@@ -333,7 +333,7 @@ def fused_newton_kernel(plan: NewtonPlan):
     tiles = plan.hessian == "tiles"
     lanes = plan.factorization == "lanes"
     max_registers = plan.max_registers
-    f = row_functions(T, approximation)
+    f = row_functions(T, approximation, plan.kinematic)
     hessian_rows = hessian_functions(T, TL).hessian_rows
     Problem, Newton, V3 = f.Problem, f.Newton, f.V3
     V6 = wp.types.vector(6, T)

@@ -142,6 +142,9 @@ class NewtonPlan:
         worlds_per_block: worlds per block of the fused kernel.
         shared_tiles: A, v* and Δv in shared tiles for the step (fused, one tile).
         cuda: the plan is for a CUDA device (or a dry run recording what one compiles).
+        kinematic: the model has kinematic bodies: the contact term adds each contact's known
+            velocity J_kin v₀ to v_c (a kernel variant of its own, so that other models compile the
+            kernels they compiled before, docs/formulation.md § Kinematic bodies).
     """
 
     path: str
@@ -159,12 +162,13 @@ class NewtonPlan:
     worlds_per_block: int
     shared_tiles: bool
     cuda: bool
+    kinematic: bool = False
 
     @classmethod
-    def resolve(cls, config, nv: int, cuda: bool) -> "NewtonPlan":
+    def resolve(cls, config, nv: int, cuda: bool, kinematic: bool = False) -> "NewtonPlan":
         """The plan for ``config`` (a :class:`~sap_common.config.SapConfig`), ``nv`` DOFs and a
         CUDA device (``cuda``; a dry run of :func:`sap_gpu.launch.record_launches` counts as one)
-        or Warp's CPU device."""
+        or Warp's CPU device; ``kinematic``: the model has kinematic bodies."""
         pcr = config.contact_linear_solver == "pcr"
         fused = config.newton_path == "fused" and not pcr
         cholesky = resolve_fused_cholesky(config.fused_cholesky, cuda)
@@ -172,7 +176,7 @@ class NewtonPlan:
                       approximation=config.discrete_contact_approximation,
                       objective_precision=config.contact_solve_precision,
                       linear_precision=config.contact_linear_solve_precision, cholesky=cholesky,
-                      worlds_per_block=1, cuda=bool(cuda))
+                      worlds_per_block=1, cuda=bool(cuda), kinematic=bool(kinematic))
         if not fused:
             n = padded_size(nv)
             factorization = "pcr" if pcr else ("tile" if n <= FUSED_TILE else "blocked")

@@ -118,7 +118,8 @@ class SolverSAP:
         # Which Newton loop runs, decided once (sap_gpu.plan). A dry run of record_launches
         # records what a GPU compiles (sap-precompile), so it plans for CUDA: on the CPU device a
         # register cap means nothing and is left out (a cap makes a kernel a module of its own).
-        self.plan = plan = NewtonPlan.resolve(cfg, model.joint_dof_count, self.device.is_cuda or dry_run_open())
+        self.plan = plan = NewtonPlan.resolve(cfg, model.joint_dof_count, self.device.is_cuda or dry_run_open(),
+                                                 bool(model.body_kinematic.any()))
         # Refused before anything is allocated when the buffers would not fit (docs/scaling.md § Memory).
         check_memory(_solver_memory(model, cfg, plan, self.device), lambda: free_memory(self.device),
                      "sap_gpu.SolverSAP", where=f"device {self.device}", capacity=cfg.max_rigid_contact)
@@ -183,7 +184,8 @@ class SolverSAP:
             raise ValueError(f"model: expected a SapModel, got {type(model).__name__}")
         cfg = SapConfig.from_preset(contact_preset_variant, max_rigid_contact=max_rigid_contact, **overrides)
         d = get_device(device)
-        return _solver_memory(model, cfg, NewtonPlan.resolve(cfg, model.joint_dof_count, d.is_cuda or dry_run_open()),
+        return _solver_memory(model, cfg, NewtonPlan.resolve(cfg, model.joint_dof_count, d.is_cuda or dry_run_open(),
+                                                   bool(model.body_kinematic.any())),
                               d)
 
     @property

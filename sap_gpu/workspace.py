@@ -218,7 +218,7 @@ class Workspace:
         P.contact_J, P.contact_R, P.contact_v_hat, P.contact_mu = (self.contact_J, self.contact_R, self.contact_v_hat,
                                                                    self.contact_mu)
         P.contact_hc = self.contact_hc
-        P.kinematic, P.contact_vc_kin = int(m.has_kinematic), self.contact_vc_kin
+        P.contact_vc_kin = self.contact_vc_kin
         P.row_start = ROW_START(*self.rows.start)
         P.row_active, P.row_J = self.row_active, self.row_J
         P.row_R, P.row_v_hat = self.row_R, self.row_v_hat
