@@ -303,9 +303,10 @@ def _shared_passes(T, TL):
 
 def _fused_key(plan: NewtonPlan):
     """What shapes the fused kernel: the scalars, the line search, one tile or blocks, the contact
-    approximation, the register cap, how H is formed and factored."""
+    approximation and whether its cone reads kinematic bodies' velocities, the register cap, how H
+    is formed and factored."""
     return (plan.path, plan.T, plan.TL, plan.line_search, plan.size <= FUSED_TILE, plan.approximation,
-            plan.max_registers, plan.hessian, plan.factorization)
+            plan.kinematic, plan.max_registers, plan.hessian, plan.factorization)
 
 
 @built_once(key=_fused_key)

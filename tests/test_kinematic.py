@@ -274,6 +274,26 @@ def test_a_kinematic_body_s_mass_does_not_matter(backend):
     assert finals[0][0, 0] == BELT_SPEED and finals[0][0, 1] > 0.05  # the belt carries the box along
 
 
+def test_the_kinematic_kernels_are_not_the_dynamic_model_s():
+    """sap_gpu builds the Newton kernels of a kinematic model as a variant of their own: built after
+    a model without kinematic bodies on the same configuration, the belt still carries the box (the
+    fused kernel's cache key once left the variant out, and the second model reused the first's
+    kernel, whose cone never reads J_kin v₀: the box stood still)."""
+    belt = belt_model()
+    dynamic = belt.replace(body_kinematic=[False, False])
+    for m in (dynamic, belt):  # the dynamic model's kernels first, as another test of the run may build them
+        gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
+        assert gpu.plan.kinematic == bool(m.body_kinematic.any())
+    pipe = sap_gpu.CollisionPipeline(belt, 8, gpu.config, device="cpu")
+    contacts, state, control = pipe.contacts(), sap_gpu.to_device(belt.state(), "cpu"), sap_gpu.to_device(
+        belt.control(), "cpu")
+    for _ in range(40):
+        pipe.collide(state, contacts)
+        gpu.step(state, state, control, contacts, DT)
+    qd = state.joint_qd.numpy()
+    assert qd[0, 0] == BELT_SPEED and qd[0, 1] > 0.05  # the belt carries the box along
+
+
 def test_gravity_drives_and_limits_do_not_move_a_kinematic_body():
     """A kinematic slider along z under gravity, with a drive and a limit it runs past: its
     velocity stays the prescribed −0.2 m/s."""
