@@ -79,6 +79,19 @@ def _run(model, steps, preset="drake", each=None, **overrides):
     return state
 
 
+def _run_gpu(model, steps, host_state=None):
+    """``_run`` on sap_gpu (the CPU device, default configuration): the final device state."""
+    gpu = sap_gpu.SolverSAP(model, max_rigid_contact=8, device="cpu")
+    pipe = sap_gpu.CollisionPipeline(model, 8, gpu.config, device="cpu")
+    contacts = pipe.contacts()
+    state = sap_gpu.to_device(model.state() if host_state is None else host_state, "cpu")
+    control = sap_gpu.to_device(model.control(), "cpu")
+    for _ in range(steps):
+        pipe.collide(state, contacts)
+        gpu.step(state, state, control, contacts, DT)
+    return state
+
+
 # ----------------------------------------------------------------------------- the model
 
 
@@ -262,14 +275,7 @@ def test_a_kinematic_body_s_mass_does_not_matter(backend):
         if backend == "sap_ref":
             finals.append(_run(m, 40).joint_qd.copy())
             continue
-        gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
-        pipe = sap_gpu.CollisionPipeline(m, 8, gpu.config, device="cpu")
-        contacts, state, control = pipe.contacts(), sap_gpu.to_device(m.state(), "cpu"), sap_gpu.to_device(
-            m.control(), "cpu")
-        for _ in range(40):
-            pipe.collide(state, contacts)
-            gpu.step(state, state, control, contacts, DT)
-        finals.append(state.joint_qd.numpy())
+        finals.append(_run_gpu(m, 40).joint_qd.numpy())
     np.testing.assert_array_equal(finals[0], finals[1])
     assert finals[0][0, 0] == BELT_SPEED and finals[0][0, 1] > 0.05  # the belt carries the box along
 
@@ -284,13 +290,7 @@ def test_the_kinematic_kernels_are_not_the_dynamic_model_s():
     for m in (dynamic, belt):  # the dynamic model's kernels first, as another test of the run may build them
         gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
         assert gpu.plan.kinematic == bool(m.body_kinematic.any())
-    pipe = sap_gpu.CollisionPipeline(belt, 8, gpu.config, device="cpu")
-    contacts, state, control = pipe.contacts(), sap_gpu.to_device(belt.state(), "cpu"), sap_gpu.to_device(
-        belt.control(), "cpu")
-    for _ in range(40):
-        pipe.collide(state, contacts)
-        gpu.step(state, state, control, contacts, DT)
-    qd = state.joint_qd.numpy()
+    qd = _run_gpu(belt, 40).joint_qd.numpy()
     assert qd[0, 0] == BELT_SPEED and qd[0, 1] > 0.05  # the belt carries the box along
 
 
@@ -399,15 +399,9 @@ def test_sap_gpu_batch_world_equals_its_solo_run():
 
     def run(num_worlds, worlds):
         m = belt_model(num_worlds=num_worlds)
-        gpu = sap_gpu.SolverSAP(m, max_rigid_contact=8, device="cpu")
-        pipe = sap_gpu.CollisionPipeline(m, 8, gpu.config, device="cpu")
         host = m.state()
         host.joint_qd[:, 0] = [speeds[w] for w in worlds]
-        contacts, state = pipe.contacts(), sap_gpu.to_device(host, "cpu")
-        control = sap_gpu.to_device(m.control(), "cpu")
-        for _ in range(30):
-            pipe.collide(state, contacts)
-            gpu.step(state, state, control, contacts, DT)
+        state = _run_gpu(m, 30, host)
         return np.concatenate([state.joint_q.numpy(), state.joint_qd.numpy()], axis=1)
 
     batch = run(3, (0, 1, 2))

@@ -17,6 +17,7 @@ import pytest
 newton = pytest.importorskip("newton")
 import warp as wp  # noqa: E402
 from scipy.spatial import ConvexHull  # noqa: E402
+from test_newton_solver import _rollout as newton_rollout  # noqa: E402
 
 import sap_newton  # noqa: E402
 from sap_common.model import ShapeType  # noqa: E402
@@ -70,21 +71,18 @@ def _box_model(kind, gap=0.005):
 
 
 def _rollout(model, collision, steps=300, **options):
-    solver = sap_newton.SolverSAP(model, collision=collision, **options)
-    pipeline = newton.CollisionPipeline(model) if collision == "newton" else None
-    contacts = pipeline.contacts() if pipeline else None
-    s0, s1 = model.state(), model.state()
-    traj, most = [], 0
-    for _ in range(steps):
-        if pipeline:
-            pipeline.collide(s0, contacts)
-        solver.step(s0, s1, None, contacts, DT)
-        s0, s1 = s1, s0
-        traj.append(np.concatenate([s0.joint_q.numpy(), s0.joint_qd.numpy()]))
+    """test_newton_solver's rollout with ``collision``, checking every step drops no contact and fails
+    nowhere. Returns (joint_q | joint_qd per step, the most contacts of world 0 at once)."""
+    most = [0]
+
+    def each(solver):
         diag = solver.diagnostics()
         assert not diag["truncated_contact_count"].any() and not diag["failed"].any()
-        most = max(most, int(diag["contact_count"][0]))
-    return np.array(traj), most
+        most[0] = max(most[0], int(diag["contact_count"][0]))
+
+    solver = sap_newton.SolverSAP(model, collision=collision, **options)
+    traj, _ = newton_rollout(model, solver, steps, newton_contacts=collision == "newton", each=each)
+    return traj, most[0]
 
 
 @pytest.mark.parametrize("kind", ("convex", "mesh"))

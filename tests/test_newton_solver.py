@@ -49,7 +49,9 @@ def box_model(device, num_worlds=1, vx=(0.0,)):
     return model
 
 
-def _rollout(model, solver, steps, newton_contacts=False, control=None):
+def _rollout(model, solver, steps, newton_contacts=False, control=None, each=None):
+    """``steps`` steps of ``solver`` (with Newton's collision when ``newton_contacts``, else none
+    given); ``each(solver)`` after every step. Returns (joint_q | joint_qd per step, last state)."""
     s0, s1 = model.state(), model.state()
     pipeline = newton.CollisionPipeline(model) if newton_contacts else None
     contacts = pipeline.contacts() if pipeline else None
@@ -60,6 +62,8 @@ def _rollout(model, solver, steps, newton_contacts=False, control=None):
         solver.step(s0, s1, control, contacts, DT)
         s0, s1 = s1, s0
         traj.append(np.concatenate([s0.joint_q.numpy(), s0.joint_qd.numpy()]))
+        if each is not None:
+            each(solver)
     return np.array(traj), s0
 
 
